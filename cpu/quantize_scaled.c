@@ -1,0 +1,203 @@
+/* Fake quantization under a scaling recipe: y = Q(x·s)·(1/s) with s per
+ * tensor, per group, or per MX block (see exmy_scaling_kind).  Work runs in
+ * chunks small enough for the cache: x·s goes to a stack buffer, the bulk
+ * kernel rounds it, the statistics see x, x·s, Q(x·s) and y in the same pass. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu/mx_scale.h"
+#include "cpu/stats_acc.h"
+#include "lib/exmy.h"
+
+enum { CHUNK = 2048 };
+
+/* Finite max |x| (NaN and inf are skipped: they would poison the scale). */
+static float amax_of(const float *x, size_t n) {
+  float m = 0.0f;
+#pragma omp parallel for reduction(max : m) schedule(static) if (n > 262144)
+  for (size_t i = 0; i < n; i++) {
+    float a = fabsf(x[i]);
+    if (a > m && a <= 3.40282347e38f) m = a;
+  }
+  return m;
+}
+
+/* One segment with a single scale: x[0..len) is element `index0` of the
+ * tensor (for sr's stream).  dre_k != 1: COAT's expansion with exponent k. */
+static void quantize_segment(const exmy_format *f, const exmy_rounding_opts *o,
+                             const float *x, float *y, size_t len,
+                             size_t index0, float s, float inv, double dre_k,
+                             exmy_stats_acc *acc) {
+  float xs[CHUNK], q[CHUNK];
+  for (size_t c0 = 0; c0 < len; c0 += CHUNK) {
+    size_t cn = len - c0 < CHUNK ? len - c0 : CHUNK;
+    const float *xc = x + c0;
+    if (dre_k != 1.0) {
+      for (size_t i = 0; i < cn; i++) {
+        float z = (float)pow(fabs((double)xc[i]), dre_k);
+        xs[i] = copysignf(z, xc[i]) * s;
+      }
+    } else {
+      for (size_t i = 0; i < cn; i++) xs[i] = xc[i] * s;
+    }
+    exmy_rounding_opts oc = *o;
+    oc.offset = o->offset + index0 + c0;
+    exmy_quantize_f32(f, &oc, xs, q, cn);
+    float *yc = y + c0;
+    for (size_t i = 0; i < cn; i++) {
+      float xi = xc[i]; /* read before y (which may alias x) is written */
+      float w = q[i] * inv;
+      if (dre_k != 1.0) w = copysignf((float)pow(fabs((double)w), 1.0 / dre_k), w);
+      yc[i] = w;
+      if (acc) exmy_stats_acc_add(acc, xi, xs[i], q[i], w);
+    }
+  }
+}
+
+/* A whole tensor with one scale, chunks spread over the threads. */
+static void quantize_uniform(const exmy_format *f, const exmy_rounding_opts *o,
+                             const float *x, float *y, size_t n, float s,
+                             float inv, exmy_stats_acc *total) {
+  if (!total && s == 1.0f && inv == 1.0f) {
+    exmy_quantize_f32(f, o, x, y, n); /* x·1 = x: the plain kernel is exact */
+    return;
+  }
+  const size_t nchunks = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel if (n > 65536)
+  {
+    exmy_stats_acc acc;
+    if (total) exmy_stats_acc_init(&acc, f);
+#pragma omp for schedule(static) nowait
+    for (size_t c = 0; c < nchunks; c++) {
+      size_t start = c * CHUNK, len = n - start < CHUNK ? n - start : CHUNK;
+      quantize_segment(f, o, x + start, y + start, len, start, s, inv, 1.0,
+                       total ? &acc : NULL);
+    }
+    if (total) {
+#pragma omp critical
+      exmy_stats_acc_merge(total, &acc);
+    }
+  }
+}
+
+/* floor(log2 a) for finite a > 0 */
+static int floor_log2f(float a) {
+  int e;
+  frexpf(a, &e);
+  return e - 1;
+}
+
+int exmy_mx_shared_exponent(const exmy_format *f, float amax) {
+  if (!(amax > 0)) return -127;
+  int x = isinf(amax) ? 127 : floor_log2f(amax) - f->emax;
+  return x < -127 ? -127 : x > 127 ? 127 : x;
+}
+
+/* COAT's expansion exponent for a group with these extremes. */
+static double dre_exponent(const exmy_format *f, float amax, float amin) {
+  exmy_format_info info;
+  exmy_format_get_info(f, &info);
+  if (!(amax > 0) || !(amin > 0) || amax <= amin) return 1.0;
+  double rf = (double)info.max / (double)info.min_subnormal;
+  return log(rf) / log((double)amax / (double)amin);
+}
+
+/* Per-group (GROUP) or per-block (MX) scales: one task per (row, group). */
+static void quantize_grouped(const exmy_format *f, const exmy_rounding_opts *o,
+                             const exmy_scaling *sc, const float *x, float *y,
+                             size_t rows, size_t cols, exmy_stats_acc *total) {
+  const int mx = sc->kind == EXMY_SCALING_MX;
+  size_t g = mx ? (sc->group > 0 ? (size_t)sc->group : 32)
+                : (sc->group > 0 ? (size_t)sc->group : cols);
+  if (g == 0) g = 1;
+  exmy_rounding_opts oe = *o;
+  if (mx) oe.saturate = true; /* MX elements clamp to +-max (OCP reference) */
+  const size_t per_row = (cols + g - 1) / g, tasks = rows * per_row;
+#pragma omp parallel if (rows * cols > 65536)
+  {
+    exmy_stats_acc acc;
+    if (total) exmy_stats_acc_init(&acc, f);
+#pragma omp for schedule(static) nowait
+    for (size_t t = 0; t < tasks; t++) {
+      size_t r = t / per_row, c0 = (t % per_row) * g;
+      size_t len = cols - c0 < g ? cols - c0 : g, start = r * cols + c0;
+      const float *xg = x + start;
+      float amax = 0.0f, amin = INFINITY;
+      for (size_t i = 0; i < len; i++) {
+        float a = fabsf(xg[i]);
+        if (a <= 3.40282347e38f) {
+          if (a > amax) amax = a;
+          if (a > 0 && a < amin) amin = a;
+        }
+      }
+      float s, inv;
+      double k = 1.0;
+      if (mx) {
+        int e = exmy_mx_shared_exponent(f, amax);
+        s = ldexpf(1.0f, -e);
+        inv = ldexpf(1.0f, e);
+      } else {
+        if (sc->dynamic_range_expansion) {
+          k = dre_exponent(f, amax, amin);
+          if (k != 1.0) amax = (float)pow((double)amax, k);
+        }
+        s = exmy_scale_from_amax(f, amax, sc->margin, sc->pow2);
+        inv = 1.0f / s;
+      }
+      quantize_segment(f, &oe, xg, y + start, len, start, s, inv, k,
+                       total ? &acc : NULL);
+    }
+    if (total) {
+#pragma omp critical
+      exmy_stats_acc_merge(total, &acc);
+    }
+  }
+}
+
+int exmy_quantize_scaled_f32(const exmy_format *f, const exmy_rounding_opts *o,
+                             const exmy_scaling *sc, exmy_delayed_state *state,
+                             const float *x, float *y, size_t rows, size_t cols,
+                             exmy_tensor_stats *stats) {
+  static const exmy_scaling none = {0};
+  if (!sc) sc = &none;
+  if (sc->group < 0) return -1;
+  if (sc->kind == EXMY_SCALING_DELAYED && !state) return -1;
+  if ((unsigned)sc->kind > EXMY_SCALING_GROUP) return -1;
+  const size_t n = rows * cols;
+  exmy_stats_acc total;
+  if (stats) exmy_stats_acc_init(&total, f);
+  double scale_used = NAN, ratio = NAN;
+
+  switch (sc->kind) {
+    case EXMY_SCALING_NONE:
+      quantize_uniform(f, o, x, y, n, 1.0f, 1.0f, stats ? &total : NULL);
+      scale_used = 1.0;
+      break;
+    case EXMY_SCALING_TENSOR: {
+      float s = exmy_scale_from_amax(f, amax_of(x, n), sc->margin, sc->pow2);
+      quantize_uniform(f, o, x, y, n, s, 1.0f / s, stats ? &total : NULL);
+      scale_used = s;
+      break;
+    }
+    case EXMY_SCALING_DELAYED: {
+      /* amax first: y may alias x */
+      float amax = amax_of(x, n);
+      float s = state->scale, inv = state->scale_inv;
+      quantize_uniform(f, o, x, y, n, s, inv, stats ? &total : NULL);
+      scale_used = s;
+      ratio = s / exmy_scale_from_amax(f, amax, sc->margin, sc->pow2);
+      exmy_delayed_state_update(state, f, sc, amax);
+      break;
+    }
+    case EXMY_SCALING_MX:
+    case EXMY_SCALING_GROUP:
+      if (cols) quantize_grouped(f, o, sc, x, y, rows, cols, stats ? &total : NULL);
+      break;
+  }
+  if (stats) {
+    exmy_stats_acc_finish(&total, stats);
+    stats->scale = scale_used;
+    stats->delayed_over_current = ratio;
+  }
+  return 0;
+}

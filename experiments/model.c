@@ -1,0 +1,526 @@
+/* LLaMA forward and backward (see model.h). */
+#include "experiments/model.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const param_tensor_names[NUM_PARAM_TENSORS] = {
+    "wte", "rms1", "wq", "wk", "wv", "wo", "rms2", "w1", "w3", "w2", "rmsf", "lm_head"};
+const char *const site_kind_names[SITES_PER_LAYER] = {"q", "k", "v", "o", "w1", "w3", "w2",
+                                                      "att_qk", "att_pv"};
+
+static void *xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size);
+  if (!p) {
+    fprintf(stderr, "out of memory (%zu x %zu bytes)\n", n, size);
+    exit(1);
+  }
+  return p;
+}
+
+/* The one matrix product: float -> the quantized GEMM; double (gradient check) -> dgemm. */
+static void gemm(int ta, int tb, int m, int n, int k, real alpha, const real *a, int lda,
+                 const tq_operand *qa, const real *b, int ldb, const tq_operand *qb, real beta,
+                 real *c, int ldc) {
+#ifdef MODEL_DOUBLE
+  (void)qa;
+  (void)qb;
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
+              n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#else
+  tq_gemm(ta, tb, m, n, k, alpha, a, lda, qa, b, ldb, qb, beta, c, ldc);
+#endif
+}
+
+/* ------------------------------------------------------------- encoder */
+
+void encoder_forward(real *out, const int *tokens, const real *wte, int N, int C) {
+#pragma omp parallel for if (N > 256)
+  for (int i = 0; i < N; i++) memcpy(out + (size_t)i * C, wte + (size_t)tokens[i] * C, sizeof(real) * C);
+}
+
+void encoder_backward(real *dwte, const real *dout, const int *tokens, int N, int C) {
+  /* serial: tokens repeat, and the order of the sums must not depend on threads */
+  for (int i = 0; i < N; i++) {
+    real *d = dwte + (size_t)tokens[i] * C;
+    const real *g = dout + (size_t)i * C;
+    for (int c = 0; c < C; c++) d[c] += g[c];
+  }
+}
+
+/* ------------------------------------------------------------- RMSNorm */
+
+#define RMS_EPS 1e-5
+
+void rmsnorm_forward(real *out, real *rstd, const real *inp, const real *w, int N, int C) {
+#pragma omp parallel for if (N > 64)
+  for (int i = 0; i < N; i++) {
+    const real *x = inp + (size_t)i * C;
+    real *y = out + (size_t)i * C;
+    real ss = 0;
+    for (int c = 0; c < C; c++) ss += x[c] * x[c];
+    real r = (real)(1.0 / sqrt((double)(ss / C) + RMS_EPS));
+    for (int c = 0; c < C; c++) y[c] = x[c] * r * w[c];
+    rstd[i] = r;
+  }
+}
+
+/* y = w x r, r = (mean x^2 + eps)^-1/2:
+ * dx_j = r (dy_j w_j - x_j r^2 mean_i(dy_i w_i x_i)),  dw_j = sum over rows dy_j x_j r. */
+void rmsnorm_backward(real *dinp, real *dw, const real *dout, const real *inp, const real *w,
+                      const real *rstd, int N, int C) {
+#pragma omp parallel for if (N > 64)
+  for (int i = 0; i < N; i++) {
+    const real *x = inp + (size_t)i * C, *dy = dout + (size_t)i * C;
+    real *dx = dinp + (size_t)i * C;
+    real r = rstd[i], dot = 0;
+    for (int c = 0; c < C; c++) dot += dy[c] * w[c] * x[c];
+    real k = r * r * dot / C;
+    for (int c = 0; c < C; c++) dx[c] += r * (dy[c] * w[c] - x[c] * k);
+  }
+  /* the weight gradient: a sum over rows, columns split among threads */
+#pragma omp parallel for if (N > 64)
+  for (int c = 0; c < C; c++) {
+    real s = 0;
+    for (int i = 0; i < N; i++) s += dout[(size_t)i * C + c] * inp[(size_t)i * C + c] * rstd[i];
+    dw[c] += s;
+  }
+}
+
+/* -------------------------------------------------------------- linear */
+
+void linear_forward(real *out, const real *inp, const real *w, int N, int C, int OC,
+                    const tq_site *s) {
+  /* Y = X W^T */
+  gemm(0, 1, N, OC, C, 1, inp, C, s ? &s->x : NULL, w, C, s ? &s->w : NULL, 0, out, OC);
+}
+
+void linear_backward(real *dinp, real *dw, const real *dout, const real *inp, const real *w,
+                     int N, int C, int OC, const tq_site *s) {
+  /* dX += dY W */
+  gemm(0, 0, N, C, OC, 1, dout, OC, s ? &s->dy : NULL, w, C, s ? &s->w : NULL, 1, dinp, C);
+  /* dW += dY^T X */
+  gemm(1, 0, OC, C, N, 1, dout, OC, s ? &s->dy : NULL, inp, C, s ? &s->x : NULL, 1, dw, C);
+}
+
+/* ---------------------------------------------------------------- RoPE */
+
+void rope_tables(real *cos_t, real *sin_t, int T, int hs, double theta) {
+  for (int t = 0; t < T; t++)
+    for (int i = 0; i < hs / 2; i++) {
+      double freq = pow(theta, -2.0 * i / hs);
+      cos_t[t * (hs / 2) + i] = (real)cos(t * freq);
+      sin_t[t * (hs / 2) + i] = (real)sin(t * freq);
+    }
+}
+
+static void rope_rotate(real *x, const real *cos_t, const real *sin_t, int B, int T, int nh,
+                        int hs, real sign) {
+#pragma omp parallel for collapse(2) if (B * T > 64)
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      const real *cs = cos_t + t * (hs / 2), *sn = sin_t + t * (hs / 2);
+      real *row = x + ((size_t)b * T + t) * nh * hs;
+      for (int h = 0; h < nh; h++)
+        for (int i = 0; i < hs / 2; i++) {
+          real *p = row + h * hs + 2 * i;
+          real x0 = p[0], x1 = p[1], c = cs[i], s = sign * sn[i];
+          p[0] = x0 * c - x1 * s;
+          p[1] = x0 * s + x1 * c;
+        }
+    }
+}
+
+void rope_forward(real *x, const real *cos_t, const real *sin_t, int B, int T, int nh, int hs) {
+  rope_rotate(x, cos_t, sin_t, B, T, nh, hs, 1);
+}
+
+/* The rotation is orthogonal: its gradient is the inverse rotation. */
+void rope_backward(real *dx, const real *cos_t, const real *sin_t, int B, int T, int nh, int hs) {
+  rope_rotate(dx, cos_t, sin_t, B, T, nh, hs, -1);
+}
+
+/* ----------------------------------------------------------- attention */
+
+void attention_forward(real *out, real *att, const real *q, const real *k, const real *v, int B,
+                       int T, int NH, int NKV, int hs, const tq_site *qk, const tq_site *pv) {
+  const int C = NH * hs, KVC = NKV * hs, group = NH / NKV;
+  const real scale = (real)(1.0 / sqrt((double)hs));
+  /* scores S = scale Q_h K_g^T for every (b, h) */
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++) {
+      int g = h / group;
+      gemm(0, 1, T, T, hs, scale, q + (size_t)b * T * C + h * hs, C, qk ? &qk->x : NULL,
+           k + (size_t)b * T * KVC + g * hs, KVC, qk ? &qk->w : NULL, 0,
+           att + ((size_t)b * NH + h) * T * T, T);
+    }
+  /* causal softmax, row by row; entries above the diagonal become 0 */
+#pragma omp parallel for if (B * NH * T > 64)
+  for (long r = 0; r < (long)B * NH * T; r++) {
+    int t = (int)(r % T);
+    real *row = att + (size_t)r * T;
+    real mx = row[0];
+    for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
+    real sum = 0;
+    for (int j = 0; j <= t; j++) {
+      row[j] = (real)exp((double)(row[j] - mx));
+      sum += row[j];
+    }
+    real inv = 1 / sum;
+    for (int j = 0; j <= t; j++) row[j] *= inv;
+    for (int j = t + 1; j < T; j++) row[j] = 0;
+  }
+  /* O_h = P V_g */
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++) {
+      int g = h / group;
+      gemm(0, 0, T, hs, T, 1, att + ((size_t)b * NH + h) * T * T, T, pv ? &pv->x : NULL,
+           v + (size_t)b * T * KVC + g * hs, KVC, pv ? &pv->w : NULL, 0,
+           out + (size_t)b * T * C + h * hs, C);
+    }
+}
+
+void attention_backward(real *dq, real *dk, real *dv, real *datt, const real *dout,
+                        const real *att, const real *q, const real *k, const real *v, int B,
+                        int T, int NH, int NKV, int hs, const tq_site *qk, const tq_site *pv) {
+  const int C = NH * hs, KVC = NKV * hs, group = NH / NKV;
+  const real scale = (real)(1.0 / sqrt((double)hs));
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++) {
+      int g = h / group;
+      const real *P = att + ((size_t)b * NH + h) * T * T;
+      const real *dO = dout + (size_t)b * T * C + h * hs;
+      /* dP = dO V^T */
+      gemm(0, 1, T, T, hs, 1, dO, C, pv ? &pv->dy : NULL, v + (size_t)b * T * KVC + g * hs, KVC,
+           pv ? &pv->w : NULL, 0, datt, T);
+      /* dV += P^T dO */
+      gemm(1, 0, T, hs, T, 1, P, T, pv ? &pv->x : NULL, dO, C, pv ? &pv->dy : NULL, 1,
+           dv + (size_t)b * T * KVC + g * hs, KVC);
+      /* softmax backward: dS = scale P (dP - rowsum(dP P)) */
+#pragma omp parallel for if (T > 64)
+      for (int t = 0; t < T; t++) {
+        real *d = datt + (size_t)t * T;
+        const real *p = P + (size_t)t * T;
+        real dot = 0;
+        for (int j = 0; j <= t; j++) dot += d[j] * p[j];
+        for (int j = 0; j <= t; j++) d[j] = scale * p[j] * (d[j] - dot);
+        for (int j = t + 1; j < T; j++) d[j] = 0;
+      }
+      /* dQ = dS K */
+      gemm(0, 0, T, hs, T, 1, datt, T, qk ? &qk->dy : NULL, k + (size_t)b * T * KVC + g * hs, KVC,
+           qk ? &qk->w : NULL, 0, dq + (size_t)b * T * C + h * hs, C);
+      /* dK += dS^T Q */
+      gemm(1, 0, T, hs, T, 1, datt, T, qk ? &qk->dy : NULL, q + (size_t)b * T * C + h * hs, C,
+           qk ? &qk->x : NULL, 1, dk + (size_t)b * T * KVC + g * hs, KVC);
+    }
+}
+
+/* -------------------------------------------------------------- SwiGLU */
+
+void swiglu_forward(real *out, const real *h1, const real *h3, size_t n) {
+#pragma omp parallel for if (n > 65536)
+  for (size_t i = 0; i < n; i++) {
+    real a = h1[i], sig = (real)(1.0 / (1.0 + exp(-(double)a)));
+    out[i] = a * sig * h3[i];
+  }
+}
+
+void swiglu_backward(real *dh1, real *dh3, const real *dout, const real *h1, const real *h3,
+                     size_t n) {
+#pragma omp parallel for if (n > 65536)
+  for (size_t i = 0; i < n; i++) {
+    real a = h1[i], sig = (real)(1.0 / (1.0 + exp(-(double)a)));
+    dh3[i] = dout[i] * a * sig;
+    dh1[i] = dout[i] * h3[i] * sig * (1 + a * (1 - sig));
+  }
+}
+
+/* -------------------------------------------------------- cross-entropy */
+
+void crossentropy_softmax_forward(real *probs, real *losses, const int *targets, int N, int V) {
+#pragma omp parallel for if (N > 64)
+  for (int i = 0; i < N; i++) {
+    real *p = probs + (size_t)i * V;
+    real mx = p[0];
+    for (int j = 1; j < V; j++) mx = p[j] > mx ? p[j] : mx;
+    double sum = 0;
+    for (int j = 0; j < V; j++) {
+      p[j] = (real)exp((double)(p[j] - mx));
+      sum += p[j];
+    }
+    real inv = (real)(1.0 / sum);
+    for (int j = 0; j < V; j++) p[j] *= inv;
+    losses[i] = (real)-log((double)p[targets[i]]);
+  }
+}
+
+void crossentropy_softmax_backward(real *dlogits, const real *probs, const int *targets, int N,
+                                   int V, real scale) {
+#pragma omp parallel for if (N > 64)
+  for (int i = 0; i < N; i++) {
+    real *d = dlogits + (size_t)i * V;
+    const real *p = probs + (size_t)i * V;
+    for (int j = 0; j < V; j++) d[j] = p[j] * scale;
+    d[targets[i]] -= scale;
+  }
+}
+
+/* --------------------------------------------------------------- model */
+
+const char *model_config_check(const model_config *c) {
+  if (c->vocab < 2 || c->dim < 2 || c->n_layers < 1 || c->n_heads < 1 || c->n_kv_heads < 1 ||
+      c->hidden < 1 || c->seq_len < 1)
+    return "model sizes must be positive";
+  if (c->dim % c->n_heads) return "dim must be a multiple of n_heads";
+  if ((c->dim / c->n_heads) % 2) return "head size (dim / n_heads) must be even for RoPE";
+  if (c->n_heads % c->n_kv_heads) return "n_heads must be a multiple of n_kv_heads";
+  return NULL;
+}
+
+size_t model_param_sizes(const model_config *c, size_t s[NUM_PARAM_TENSORS]) {
+  size_t V = c->vocab, C = c->dim, L = c->n_layers, H = c->hidden;
+  size_t KVC = (size_t)c->n_kv_heads * (C / c->n_heads);
+  s[0] = V * C;       /* wte */
+  s[1] = L * C;       /* rms1 */
+  s[2] = L * C * C;   /* wq */
+  s[3] = L * KVC * C; /* wk */
+  s[4] = L * KVC * C; /* wv */
+  s[5] = L * C * C;   /* wo */
+  s[6] = L * C;       /* rms2 */
+  s[7] = L * H * C;   /* w1 */
+  s[8] = L * H * C;   /* w3 */
+  s[9] = L * C * H;   /* w2 */
+  s[10] = C;          /* rmsf */
+  s[11] = V * C;      /* lm_head */
+  size_t total = 0;
+  for (int i = 0; i < NUM_PARAM_TENSORS; i++) total += s[i];
+  return total;
+}
+
+static void point_tensors(real *mem, const size_t *sizes, int n, real **ptrs[]) {
+  for (int i = 0; i < n; i++) {
+    *ptrs[i] = mem;
+    mem += sizes[i];
+  }
+}
+
+static void point_params(param_tensors *p, real *mem, const size_t *sizes) {
+  real **ptrs[NUM_PARAM_TENSORS] = {&p->wte, &p->rms1, &p->wq, &p->wk, &p->wv, &p->wo,
+                                    &p->rms2, &p->w1, &p->w3, &p->w2, &p->rmsf, &p->lm_head};
+  point_tensors(mem, sizes, NUM_PARAM_TENSORS, ptrs);
+}
+
+/* splitmix64 + Box-Muller: a small deterministic normal generator */
+static uint64_t splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static double normal01(uint64_t *s) {
+  double u1 = ((splitmix64(s) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
+  double u2 = (splitmix64(s) >> 11) * (1.0 / 9007199254740992.0);
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+void model_init(model *m, const model_config *c, uint64_t seed) {
+  memset(m, 0, sizeof *m);
+  m->cfg = *c;
+  m->num_params = model_param_sizes(c, m->param_sizes);
+  m->params_mem = xcalloc(m->num_params, sizeof(real));
+  m->grads_mem = xcalloc(m->num_params, sizeof(real));
+  point_params(&m->params, m->params_mem, m->param_sizes);
+  point_params(&m->grads, m->grads_mem, m->param_sizes);
+  uint64_t state = seed;
+  const double out_scale = 1.0 / sqrt(2.0 * c->n_layers);
+  real *p = m->params_mem;
+  for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+    int is_norm = i == 1 || i == 6 || i == 10;
+    int is_out_proj = i == 5 || i == 9;
+    for (size_t j = 0; j < m->param_sizes[i]; j++)
+      p[j] = is_norm ? 1 : (real)(0.02 * normal01(&state) * (is_out_proj ? out_scale : 1.0));
+    p += m->param_sizes[i];
+  }
+}
+
+static void model_alloc_acts(model *m, int B, int T) {
+  const model_config *c = &m->cfg;
+  size_t L = c->n_layers, C = c->dim, H = c->hidden, V = c->vocab, NH = c->n_heads;
+  size_t hs = C / NH, KVC = c->n_kv_heads * hs, BT = (size_t)B * T;
+  size_t *s = m->act_sizes;
+  s[0] = (L + 1) * BT * C; /* res */
+  s[1] = L * BT * C;       /* ln1 */
+  s[2] = L * BT;           /* ln1_rstd */
+  s[3] = L * BT * C;       /* q */
+  s[4] = L * BT * KVC;     /* k */
+  s[5] = L * BT * KVC;     /* v */
+  s[6] = L * B * NH * T * T; /* att */
+  s[7] = L * BT * C;       /* atty */
+  s[8] = L * BT * C;       /* res_mid */
+  s[9] = L * BT * C;       /* ln2 */
+  s[10] = L * BT;          /* ln2_rstd */
+  s[11] = L * BT * H;      /* h1 */
+  s[12] = L * BT * H;      /* h3 */
+  s[13] = L * BT * H;      /* hg */
+  s[14] = BT * C;          /* lnf */
+  s[15] = BT;              /* lnf_rstd */
+  s[16] = BT * V;          /* probs */
+  s[17] = BT;              /* losses */
+  size_t total = 0;
+  for (int i = 0; i < NUM_ACT_TENSORS; i++) total += s[i];
+  free(m->acts_mem);
+  m->acts_mem = xcalloc(total, sizeof(real));
+  activation_tensors *a = &m->acts;
+  real **ptrs[NUM_ACT_TENSORS] = {&a->res, &a->ln1, &a->ln1_rstd, &a->q, &a->k, &a->v,
+                                  &a->att, &a->atty, &a->res_mid, &a->ln2, &a->ln2_rstd,
+                                  &a->h1, &a->h3, &a->hg, &a->lnf, &a->lnf_rstd, &a->probs,
+                                  &a->losses};
+  point_tensors(m->acts_mem, s, NUM_ACT_TENSORS, ptrs);
+
+  size_t *g = m->grad_act_sizes;
+  g[0] = BT * C; g[1] = BT * C; g[2] = BT * C; g[3] = BT * C; g[4] = BT * KVC; g[5] = BT * KVC;
+  g[6] = (size_t)T * T; g[7] = BT * H; g[8] = BT * H; g[9] = BT * H;
+  total = 0;
+  for (int i = 0; i < NUM_GRAD_ACT_TENSORS; i++) total += g[i];
+  free(m->grad_acts_mem);
+  m->grad_acts_mem = xcalloc(total, sizeof(real));
+  grad_act_tensors *d = &m->grad_acts;
+  real **gptrs[NUM_GRAD_ACT_TENSORS] = {&d->dres, &d->dln, &d->datty, &d->dq, &d->dk,
+                                        &d->dv, &d->datt, &d->dh1, &d->dh3, &d->dhg};
+  point_tensors(m->grad_acts_mem, g, NUM_GRAD_ACT_TENSORS, gptrs);
+
+  free(m->rope_cos);
+  free(m->rope_sin);
+  m->rope_cos = xcalloc((size_t)T * hs / 2, sizeof(real));
+  m->rope_sin = xcalloc((size_t)T * hs / 2, sizeof(real));
+  rope_tables(m->rope_cos, m->rope_sin, T, (int)hs, 10000.0);
+  m->B = B;
+  m->T = T;
+}
+
+void model_free(model *m) {
+  free(m->params_mem);
+  free(m->grads_mem);
+  free(m->acts_mem);
+  free(m->grad_acts_mem);
+  free(m->rope_cos);
+  free(m->rope_sin);
+  memset(m, 0, sizeof *m);
+}
+
+static const tq_site *site_of(const model *m, int layer, int kind) {
+  return m->sites ? &m->sites[layer * SITES_PER_LAYER + kind] : NULL;
+}
+
+void model_forward(model *m, const int *tokens, const int *targets, int B, int T) {
+  const model_config *c = &m->cfg;
+  if (T > c->seq_len) {
+    fprintf(stderr, "model_forward: T = %d exceeds seq_len %d\n", T, c->seq_len);
+    exit(1);
+  }
+  if (m->B != B || m->T != T) model_alloc_acts(m, B, T);
+  const int L = c->n_layers, C = c->dim, H = c->hidden, V = c->vocab, NH = c->n_heads,
+            NKV = c->n_kv_heads, hs = C / NH, KVC = NKV * hs, N = B * T;
+  const size_t BTC = (size_t)N * C, BTK = (size_t)N * KVC, BTH = (size_t)N * H;
+  param_tensors p = m->params;
+  activation_tensors a = m->acts;
+
+  encoder_forward(a.res, tokens, p.wte, N, C);
+  for (int l = 0; l < L; l++) {
+    const real *res = a.res + l * BTC;
+    real *ln1 = a.ln1 + l * BTC, *q = a.q + l * BTC, *k = a.k + l * BTK, *v = a.v + l * BTK;
+    real *att = a.att + (size_t)l * B * NH * T * T, *atty = a.atty + l * BTC;
+    real *res_mid = a.res_mid + l * BTC, *ln2 = a.ln2 + l * BTC;
+    real *h1 = a.h1 + l * BTH, *h3 = a.h3 + l * BTH, *hg = a.hg + l * BTH;
+    real *res_out = a.res + (l + 1) * BTC;
+
+    rmsnorm_forward(ln1, a.ln1_rstd + (size_t)l * N, res, p.rms1 + (size_t)l * C, N, C);
+    linear_forward(q, ln1, p.wq + (size_t)l * C * C, N, C, C, site_of(m, l, SITE_Q));
+    linear_forward(k, ln1, p.wk + (size_t)l * KVC * C, N, C, KVC, site_of(m, l, SITE_K));
+    linear_forward(v, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC, site_of(m, l, SITE_V));
+    rope_forward(q, m->rope_cos, m->rope_sin, B, T, NH, hs);
+    rope_forward(k, m->rope_cos, m->rope_sin, B, T, NKV, hs);
+    attention_forward(atty, att, q, k, v, B, T, NH, NKV, hs, site_of(m, l, SITE_ATT_QK),
+                      site_of(m, l, SITE_ATT_PV));
+    linear_forward(res_mid, atty, p.wo + (size_t)l * C * C, N, C, C, site_of(m, l, SITE_O));
+    for (size_t i = 0; i < BTC; i++) res_mid[i] += res[i];
+
+    rmsnorm_forward(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, N, C);
+    linear_forward(h1, ln2, p.w1 + (size_t)l * H * C, N, C, H, site_of(m, l, SITE_W1));
+    linear_forward(h3, ln2, p.w3 + (size_t)l * H * C, N, C, H, site_of(m, l, SITE_W3));
+    swiglu_forward(hg, h1, h3, BTH);
+    linear_forward(res_out, hg, p.w2 + (size_t)l * C * H, N, H, C, site_of(m, l, SITE_W2));
+    for (size_t i = 0; i < BTC; i++) res_out[i] += res_mid[i];
+  }
+  rmsnorm_forward(a.lnf, a.lnf_rstd, a.res + L * BTC, p.rmsf, N, C);
+  linear_forward(a.probs, a.lnf, p.lm_head, N, C, V, site_of(m, L, 0));
+  if (targets) {
+    crossentropy_softmax_forward(a.probs, a.losses, targets, N, V);
+    double sum = 0;
+    for (int i = 0; i < N; i++) sum += a.losses[i];
+    m->loss = (real)(sum / N);
+  }
+}
+
+void model_zero_grad(model *m) { memset(m->grads_mem, 0, m->num_params * sizeof(real)); }
+
+void model_backward(model *m, const int *tokens, const int *targets, real loss_scale) {
+  const model_config *c = &m->cfg;
+  const int B = m->B, T = m->T;
+  const int L = c->n_layers, C = c->dim, H = c->hidden, V = c->vocab, NH = c->n_heads,
+            NKV = c->n_kv_heads, hs = C / NH, KVC = NKV * hs, N = B * T;
+  const size_t BTC = (size_t)N * C, BTK = (size_t)N * KVC, BTH = (size_t)N * H;
+  param_tensors p = m->params, g = m->grads;
+  activation_tensors a = m->acts;
+  grad_act_tensors d = m->grad_acts;
+
+  /* the logits' gradient replaces the probabilities in place */
+  real *dlogits = a.probs;
+  crossentropy_softmax_backward(dlogits, a.probs, targets, N, V, loss_scale / N);
+  memset(d.dln, 0, BTC * sizeof(real));
+  linear_backward(d.dln, g.lm_head, dlogits, a.lnf, p.lm_head, N, C, V, site_of(m, L, 0));
+  memset(d.dres, 0, BTC * sizeof(real));
+  rmsnorm_backward(d.dres, g.rmsf, d.dln, a.res + L * BTC, p.rmsf, a.lnf_rstd, N, C);
+
+  for (int l = L - 1; l >= 0; l--) {
+    const real *res = a.res + l * BTC, *ln1 = a.ln1 + l * BTC, *q = a.q + l * BTC,
+               *k = a.k + l * BTK, *v = a.v + l * BTK, *att = a.att + (size_t)l * B * NH * T * T,
+               *atty = a.atty + l * BTC, *res_mid = a.res_mid + l * BTC, *ln2 = a.ln2 + l * BTC,
+               *h1 = a.h1 + l * BTH, *h3 = a.h3 + l * BTH, *hg = a.hg + l * BTH;
+    /* MLP: dres holds d(res_out) and becomes d(res_mid) */
+    memset(d.dhg, 0, BTH * sizeof(real));
+    linear_backward(d.dhg, g.w2 + (size_t)l * C * H, d.dres, hg, p.w2 + (size_t)l * C * H, N, H, C,
+                    site_of(m, l, SITE_W2));
+    swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, BTH);
+    memset(d.dln, 0, BTC * sizeof(real));
+    linear_backward(d.dln, g.w1 + (size_t)l * H * C, d.dh1, ln2, p.w1 + (size_t)l * H * C, N, C, H,
+                    site_of(m, l, SITE_W1));
+    linear_backward(d.dln, g.w3 + (size_t)l * H * C, d.dh3, ln2, p.w3 + (size_t)l * H * C, N, C, H,
+                    site_of(m, l, SITE_W3));
+    rmsnorm_backward(d.dres, g.rms2 + (size_t)l * C, d.dln, res_mid, p.rms2 + (size_t)l * C,
+                     a.ln2_rstd + (size_t)l * N, N, C);
+    /* attention: dres becomes d(res) */
+    memset(d.datty, 0, BTC * sizeof(real));
+    linear_backward(d.datty, g.wo + (size_t)l * C * C, d.dres, atty, p.wo + (size_t)l * C * C, N, C,
+                    C, site_of(m, l, SITE_O));
+    memset(d.dk, 0, BTK * sizeof(real));
+    memset(d.dv, 0, BTK * sizeof(real));
+    attention_backward(d.dq, d.dk, d.dv, d.datt, d.datty, att, q, k, v, B, T, NH, NKV, hs,
+                       site_of(m, l, SITE_ATT_QK), site_of(m, l, SITE_ATT_PV));
+    rope_backward(d.dq, m->rope_cos, m->rope_sin, B, T, NH, hs);
+    rope_backward(d.dk, m->rope_cos, m->rope_sin, B, T, NKV, hs);
+    memset(d.dln, 0, BTC * sizeof(real));
+    linear_backward(d.dln, g.wq + (size_t)l * C * C, d.dq, ln1, p.wq + (size_t)l * C * C, N, C, C,
+                    site_of(m, l, SITE_Q));
+    linear_backward(d.dln, g.wk + (size_t)l * KVC * C, d.dk, ln1, p.wk + (size_t)l * KVC * C, N, C,
+                    KVC, site_of(m, l, SITE_K));
+    linear_backward(d.dln, g.wv + (size_t)l * KVC * C, d.dv, ln1, p.wv + (size_t)l * KVC * C, N, C,
+                    KVC, site_of(m, l, SITE_V));
+    rmsnorm_backward(d.dres, g.rms1 + (size_t)l * C, d.dln, res, p.rms1 + (size_t)l * C,
+                     a.ln1_rstd + (size_t)l * N, N, C);
+  }
+  encoder_backward(g.wte, d.dres, tokens, N, C);
+}

@@ -1,0 +1,180 @@
+/*
+ * A LLaMA-architecture language model, forward and backward, on the CPU.
+ *
+ * token embedding; L blocks of [RMSNorm -> causal multi-head attention with
+ * RoPE (theta 10000, grouped-query heads) -> residual; RMSNorm -> SwiGLU MLP ->
+ * residual]; final RMSNorm; untied LM head; next-token cross-entropy.
+ *
+ * Written in the llm.c way: one function per layer and direction, side by side;
+ * all parameters in one allocation with a struct of named pointers into it,
+ * likewise gradients and activations; sizes computed in one place
+ * (model_sizes).  Every matrix product goes through ONE function, the
+ * quantized GEMM of qgemm.h, with the operand recipe of its call site.
+ *
+ * `real` is float for training; the gradient-check test compiles this same
+ * file with MODEL_DOUBLE (real = double, GEMMs unquantized) so that finite
+ * differences are accurate.
+ */
+#ifndef EXPERIMENTS_MODEL_H
+#define EXPERIMENTS_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "experiments/qgemm.h"
+
+#ifdef MODEL_DOUBLE
+typedef double real;
+#else
+typedef float real;
+#endif
+
+typedef struct {
+  int vocab;      /* V */
+  int dim;        /* C */
+  int n_layers;   /* L */
+  int n_heads;    /* NH; head size hs = C / NH (even, for RoPE) */
+  int n_kv_heads; /* NKV, divides NH (grouped-query attention when < NH) */
+  int hidden;     /* H, SwiGLU hidden size */
+  int seq_len;    /* T, the context length */
+} model_config;
+
+/* Parameters, in storage order.  Per-layer tensors are stacked over layers. */
+#define NUM_PARAM_TENSORS 12
+typedef struct {
+  real *wte;     /* (V, C) token embedding */
+  real *rms1;    /* (L, C) attention RMSNorm weight */
+  real *wq;      /* (L, C, C) rows = NH*hs outputs */
+  real *wk;      /* (L, KVC, C) KVC = NKV*hs */
+  real *wv;      /* (L, KVC, C) */
+  real *wo;      /* (L, C, C) attention output projection */
+  real *rms2;    /* (L, C) MLP RMSNorm weight */
+  real *w1;      /* (L, H, C) gate */
+  real *w3;      /* (L, H, C) up */
+  real *w2;      /* (L, C, H) down (output projection) */
+  real *rmsf;    /* (C) final RMSNorm weight */
+  real *lm_head; /* (V, C) */
+} param_tensors;
+
+extern const char *const param_tensor_names[NUM_PARAM_TENSORS];
+
+/* Activations kept for the backward pass, for a batch of B sequences of T. */
+#define NUM_ACT_TENSORS 18
+typedef struct {
+  real *res;      /* (L+1, B, T, C) residual stream entering each block; res[L] leaves the last */
+  real *ln1;      /* (L, B, T, C) */
+  real *ln1_rstd; /* (L, B, T) */
+  real *q;        /* (L, B, T, C) after RoPE */
+  real *k;        /* (L, B, T, KVC) after RoPE */
+  real *v;        /* (L, B, T, KVC) */
+  real *att;      /* (L, B, NH, T, T) attention probabilities */
+  real *atty;     /* (L, B, T, C) attention output before the projection */
+  real *res_mid;  /* (L, B, T, C) residual after attention */
+  real *ln2;      /* (L, B, T, C) */
+  real *ln2_rstd; /* (L, B, T) */
+  real *h1;       /* (L, B, T, H) gate pre-activation */
+  real *h3;       /* (L, B, T, H) up */
+  real *hg;       /* (L, B, T, H) silu(h1) * h3 */
+  real *lnf;      /* (B, T, C) */
+  real *lnf_rstd; /* (B, T) */
+  real *probs;    /* (B, T, V) softmax of the logits */
+  real *losses;   /* (B, T) */
+} activation_tensors;
+
+/* Scratch for the backward pass (one layer at a time). */
+#define NUM_GRAD_ACT_TENSORS 10
+typedef struct {
+  real *dres;  /* (B, T, C) gradient of the residual stream */
+  real *dln;   /* (B, T, C) */
+  real *datty; /* (B, T, C) */
+  real *dq;    /* (B, T, C) */
+  real *dk;    /* (B, T, KVC) */
+  real *dv;    /* (B, T, KVC) */
+  real *datt;  /* (T, T) */
+  real *dh1;   /* (B, T, H) */
+  real *dh3;   /* (B, T, H) */
+  real *dhg;   /* (B, T, H) */
+} grad_act_tensors;
+
+/* Where a GEMM sits in the model, for its operand recipe (qgemm.h). */
+enum {
+  SITE_Q, SITE_K, SITE_V, SITE_O, SITE_W1, SITE_W3, SITE_W2,
+  SITE_ATT_QK, /* scores S = Q K^T: x = Q, w = K, dy = dS */
+  SITE_ATT_PV, /* O = P V: x = P, w = V, dy = dO */
+  SITES_PER_LAYER
+};
+/* site index = layer * SITES_PER_LAYER + kind; the LM head is site L * SITES_PER_LAYER. */
+static inline int model_num_sites(const model_config *c) { return c->n_layers * SITES_PER_LAYER + 1; }
+extern const char *const site_kind_names[SITES_PER_LAYER];
+
+typedef struct {
+  model_config cfg;
+  size_t param_sizes[NUM_PARAM_TENSORS];
+  size_t num_params;
+  real *params_mem;
+  param_tensors params;
+  real *grads_mem;
+  param_tensors grads;
+  /* activations, allocated on the first forward for (B, T) */
+  int B, T;
+  size_t act_sizes[NUM_ACT_TENSORS];
+  real *acts_mem;
+  activation_tensors acts;
+  size_t grad_act_sizes[NUM_GRAD_ACT_TENSORS];
+  real *grad_acts_mem;
+  grad_act_tensors grad_acts;
+  real *rope_cos, *rope_sin; /* (T, hs/2) */
+  /* the operand recipe of every site; NULL = every GEMM in float32 */
+  const tq_site *sites;
+  real loss; /* mean loss of the last forward with targets */
+} model;
+
+/* Fills the sizes of the parameter tensors; returns the total. */
+size_t model_param_sizes(const model_config *c, size_t sizes[NUM_PARAM_TENSORS]);
+/* Checks a configuration; returns NULL or a message. */
+const char *model_config_check(const model_config *c);
+/* Allocates parameters and gradients; initialises the parameters from seed:
+ * N(0, 0.02) for matrices and the embedding, the block output projections
+ * (wo, w2) scaled by 1/sqrt(2L), RMSNorm weights 1. */
+void model_init(model *m, const model_config *c, uint64_t seed);
+void model_free(model *m);
+
+/* Forward over tokens (B, T); with targets (B, T) also the loss (m->loss). */
+void model_forward(model *m, const int *tokens, const int *targets, int B, int T);
+void model_zero_grad(model *m);
+/* Accumulates into m->grads the gradient of loss_scale * mean loss of the last
+ * forward (loss_scale = 1 / accumulation steps). */
+void model_backward(model *m, const int *tokens, const int *targets, real loss_scale);
+
+/* -------- the layers, one function per direction (exposed for the tests) -------- */
+void encoder_forward(real *out, const int *tokens, const real *wte, int N, int C);
+void encoder_backward(real *dwte, const real *dout, const int *tokens, int N, int C);
+void rmsnorm_forward(real *out, real *rstd, const real *inp, const real *w, int N, int C);
+void rmsnorm_backward(real *dinp, real *dw, const real *dout, const real *inp, const real *w,
+                      const real *rstd, int N, int C);
+/* out (N, OC) = inp (N, C) w (OC, C)^T */
+void linear_forward(real *out, const real *inp, const real *w, int N, int C, int OC,
+                    const tq_site *site);
+/* dinp += dout w; dw += dout^T inp */
+void linear_backward(real *dinp, real *dw, const real *dout, const real *inp, const real *w,
+                     int N, int C, int OC, const tq_site *site);
+void rope_tables(real *cos_t, real *sin_t, int T, int hs, double theta);
+/* x (B, T, nh*hs) rotated in place, pairs (2i, 2i+1) of each head */
+void rope_forward(real *x, const real *cos_t, const real *sin_t, int B, int T, int nh, int hs);
+void rope_backward(real *dx, const real *cos_t, const real *sin_t, int B, int T, int nh, int hs);
+void attention_forward(real *out, real *att, const real *q, const real *k, const real *v,
+                       int B, int T, int NH, int NKV, int hs, const tq_site *qk, const tq_site *pv);
+/* dq = ..., dk += ..., dv += ... (dq overwritten, dk and dv accumulated) */
+void attention_backward(real *dq, real *dk, real *dv, real *datt_scratch, const real *dout,
+                        const real *att, const real *q, const real *k, const real *v,
+                        int B, int T, int NH, int NKV, int hs,
+                        const tq_site *qk, const tq_site *pv);
+void swiglu_forward(real *out, const real *h1, const real *h3, size_t n);
+void swiglu_backward(real *dh1, real *dh3, const real *dout, const real *h1, const real *h3, size_t n);
+/* probs (N, V) = softmax(logits) in place; losses (N) */
+void crossentropy_softmax_forward(real *probs, real *losses, const int *targets, int N, int V);
+/* dlogits (N, V) = (probs - onehot) * scale */
+void crossentropy_softmax_backward(real *dlogits, const real *probs, const int *targets, int N, int V,
+                                   real scale);
+
+#endif /* EXPERIMENTS_MODEL_H */

@@ -29,6 +29,7 @@ static int print_usage(void) {
          "files: values are raw little-endian float32; codes take 1 byte each\n"
          "  for formats of <= 8 bits (FP6/FP4 in the low bits), 2 little-endian\n"
          "  bytes for <= 16 bits, 4 for float32.  '-' is stdin / stdout.\n"
+         "  Files stream in chunks of 1 Mi elements; OUT may be IN.\n"
          "formats: float8_e4m3fn (e4m3), float8_e5m2 (e5m2), float8_e4m3fnuz,\n"
          "  float8_e5m2fnuz, float8_e3m4, float8_e4m3, float6_e2m3fn (e2m3),\n"
          "  float6_e3m2fn (e3m2), float4_e2m1fn (e2m1), float8_e8m0fnu (e8m0),\n"

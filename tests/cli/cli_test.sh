@@ -127,7 +127,7 @@ run encode --format bf16 --round rna floats.bin c2.bin
 same c.bin c2.bin "encode from a pipe"
 
 # --------------------- sr across chunks (1 Mi elements): one stream, any split
-"$GEN" floats 4093 > big.bin                      # 1049344 values > one chunk
+"$GEN" mixed $(( (1 << 20) + 5000 )) > big.bin    # more than one chunk
 n=$(( $(stat -c %s big.bin) / 4 ))
 run quantize --format e4m3 --round sr --seed 42 big.bin whole.bin
 head -c $((1000 * 4)) big.bin > part1.bin
@@ -206,6 +206,11 @@ rc=$?
 # no temporary file may survive a failure
 leftovers=$(find . -name '.exmy-tmp-*' | head -3)
 [ -z "$leftovers" ] || fail "temporary files left behind: $leftovers"
+# OUT may be IN: the result is renamed into place only when complete
+cp floats.bin inplace.bin
+run quantize --format e5m2 --round rd inplace.bin inplace.bin
+run quantize --format e5m2 --round rd floats.bin a.bin
+same a.bin inplace.bin "quantize with OUT = IN"
 # success replaces an existing OUT
 echo precious > out.bin
 run quantize --format e4m3 floats.bin out.bin

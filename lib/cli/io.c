@@ -64,7 +64,7 @@ static void catch_fatal_signals(void) {
 
 void cli_input_open(cli_input *in, const char *path, size_t width,
                     const char *what) {
-  in->path = path;
+  in->path = strcmp(path, "-") == 0 ? "stdin" : path; /* as errors name it */
   in->what = what;
   in->width = width;
   in->elements = 0;
@@ -107,6 +107,7 @@ void cli_input_close(cli_input *in) {
 void cli_output_open(cli_output *out, const char *path) {
   out->path = path;
   if (strcmp(path, "-") == 0) {
+    out->path = "stdout"; /* as errors name it */
     out->fp = stdout;
     return;
   }

@@ -31,7 +31,7 @@ void *cli_alloc(size_t bytes);
  * codes).  `what` names its contents in errors ("values", "codes"). */
 typedef struct {
   FILE *fp;
-  const char *path;   /* as given; "-" is stdin */
+  const char *path;   /* as given, for errors; "stdin" for "-" */
   const char *what;
   size_t width;       /* bytes per element */
   uint64_t elements;  /* elements read so far */
@@ -48,7 +48,7 @@ void cli_input_close(cli_input *in);
 
 typedef struct {
   FILE *fp;
-  const char *path;   /* as given; "-" is stdout */
+  const char *path;   /* as given, for errors; "stdout" for "-" */
 } cli_output;
 
 /* "-": stdout.  Otherwise creates the temporary file next to `path`

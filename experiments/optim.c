@@ -1,0 +1,53 @@
+/* AdamW (Loshchilov & Hutter), as torch.optim.AdamW computes it. */
+#include "experiments/optim.h"
+
+#include <math.h>
+
+float lr_schedule(int step, int steps, int warmup, float lr, float min_frac) {
+  if (step < warmup) return lr * (float)(step + 1) / (float)warmup;
+  float min_lr = lr * min_frac;
+  if (steps <= warmup) return lr;
+  double progress = (double)(step - warmup) / (double)(steps - warmup);
+  if (progress > 1) progress = 1;
+  return (float)(min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(M_PI * progress)));
+}
+
+double grad_global_norm(const float *g, size_t n) {
+  double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+  for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
+  return sqrt(s);
+}
+
+void grad_clip(float *g, size_t n, double norm, double max_norm) {
+  if (max_norm <= 0) return;
+  float coef = (float)(max_norm / (norm + 1e-6));
+  if (coef >= 1.0f) return;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; i++) g[i] *= coef;
+}
+
+static int decayed(int tensor) {
+  return !(tensor == 1 || tensor == 6 || tensor == 10); /* rms1, rms2, rmsf */
+}
+
+void adamw_update(model *m, float *mom1, float *mom2, const adamw_hparams *h, int t) {
+  const float b1 = h->beta1, b2 = h->beta2;
+  const float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
+  const float step_size = h->lr / bc1, bc2_sqrt = sqrtf(bc2);
+  size_t off = 0;
+  for (int ti = 0; ti < NUM_PARAM_TENSORS; ti++) {
+    const size_t n = m->param_sizes[ti];
+    float *p = m->params_mem + off, *g = m->grads_mem + off, *mm = mom1 + off, *vv = mom2 + off;
+    const float decay = decayed(ti) ? 1.0f - h->lr * h->weight_decay : 1.0f;
+#pragma omp parallel for schedule(static) if (n > 16384)
+    for (size_t i = 0; i < n; i++) {
+      float gi = g[i];
+      mm[i] = b1 * mm[i] + (1 - b1) * gi;
+      vv[i] = b2 * vv[i] + (1 - b2) * gi * gi;
+      float denom = sqrtf(vv[i]) / bc2_sqrt + h->eps;
+      p[i] = p[i] * decay - step_size * mm[i] / denom;
+    }
+    off += n;
+  }
+}

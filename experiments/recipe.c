@@ -1,0 +1,186 @@
+/* Precision recipes -> per-site GEMM operands. */
+#include "experiments/recipe.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static bool is_fp32(const char *name) {
+  return !strcmp(name, "fp32") || !strcmp(name, "float32") || !strcmp(name, "none") || !*name;
+}
+
+static int parse_operand(exmy_operand_quant *q, const char *format, const char *rounding,
+                         const char *scaling, int margin, bool pow2, int mx_block, int sr_bits,
+                         bool saturate, bool flush, uint64_t seed, char *err, size_t errlen) {
+  memset(q, 0, sizeof *q);
+  if (is_fp32(format)) return 0;
+  q->enabled = true;
+  if (exmy_format_parse(format, &q->format)) {
+    snprintf(err, errlen, "unknown format '%s'", format);
+    return -1;
+  }
+  if (exmy_rounding_parse(rounding, &q->round.mode)) {
+    snprintf(err, errlen, "unknown rounding '%s'", rounding);
+    return -1;
+  }
+  q->round.saturate = saturate;
+  q->round.flush_subnormals = flush;
+  q->round.seed = seed;
+  q->round.sr_bits = sr_bits;
+  if (exmy_rounding_opts_check(&q->round)) {
+    snprintf(err, errlen, "invalid rounding options (sr_bits %d)", sr_bits);
+    return -1;
+  }
+  if (!strcmp(scaling, "none")) q->scaling.kind = EXMY_SCALING_NONE;
+  else if (!strcmp(scaling, "tensor")) q->scaling.kind = EXMY_SCALING_TENSOR;
+  else if (!strcmp(scaling, "delayed")) q->scaling.kind = EXMY_SCALING_DELAYED;
+  else if (!strcmp(scaling, "mx")) q->scaling.kind = EXMY_SCALING_MX;
+  else {
+    snprintf(err, errlen, "unknown scaling '%s' (none, tensor, delayed, mx)", scaling);
+    return -1;
+  }
+  q->scaling.margin = margin;
+  q->scaling.pow2 = pow2;
+  q->scaling.group = q->scaling.kind == EXMY_SCALING_MX ? mx_block : 0;
+  return 0;
+}
+
+int recipe_from_config(recipe *r, const config *c, uint64_t seed, char *err, size_t errlen) {
+  memset(r, 0, sizeof *r);
+  err[0] = 0;
+  int margin = (int)config_int(c, "margin", err, errlen);
+  bool pow2 = config_int(c, "pow2_scale", err, errlen) != 0;
+  int mx_block = (int)config_int(c, "mx_block", err, errlen);
+  int sr_bits = (int)config_int(c, "sr_bits", err, errlen);
+  bool saturate = config_int(c, "saturate", err, errlen) != 0;
+  bool flush = config_int(c, "flush_subnormals", err, errlen) != 0;
+  r->amax_history = (int)config_int(c, "amax_history", err, errlen);
+  r->quant_attention = config_int(c, "quant_attention", err, errlen) != 0;
+  r->quant_lm_head = config_int(c, "quant_lm_head", err, errlen) != 0;
+  r->high_first_last = config_int(c, "high_precision_first_last", err, errlen) != 0;
+  r->moment_group = (int)config_int(c, "moment_group", err, errlen);
+  r->moment_dre = config_int(c, "moment_dre", err, errlen) != 0;
+  if (*err) return -1;
+  if (r->amax_history < 1 || r->amax_history > 1024) {
+    snprintf(err, errlen, "amax_history must be in 1..1024");
+    return -1;
+  }
+  const char *scaling = config_str(c, "scaling");
+  static const char *const fmt_keys[NUM_ROLES] = {"format_w", "format_a", "format_g"};
+  static const char *const rnd_keys[NUM_ROLES] = {"rounding_w", "rounding_a", "rounding_g"};
+  for (int i = 0; i < NUM_ROLES; i++) {
+    const char *rnd = config_str(c, rnd_keys[i]);
+    if (!*rnd) rnd = config_str(c, "rounding");
+    char msg[200];
+    if (parse_operand(&r->role[i], config_str(c, fmt_keys[i]), rnd, scaling, margin, pow2,
+                      mx_block, sr_bits, saturate, flush, seed + 1 + i, msg, sizeof msg)) {
+      snprintf(err, errlen, "%s: %s", fmt_keys[i], msg);
+      return -1;
+    }
+    if (parse_operand(&r->high[i], config_str(c, "high_format"), "rne", "none", 0, false, 32, 0,
+                      false, false, 0, msg, sizeof msg)) {
+      snprintf(err, errlen, "high_format: %s", msg);
+      return -1;
+    }
+  }
+  const char *moments = config_str(c, "moments");
+  if (!strcmp(moments, "coat")) {
+    r->coat = true;
+    if (exmy_format_parse(config_str(c, "moment1_format"), &r->moment_format[0]) ||
+        exmy_format_parse(config_str(c, "moment2_format"), &r->moment_format[1])) {
+      snprintf(err, errlen, "unknown moment format");
+      return -1;
+    }
+    if (r->moment_group < 1) {
+      snprintf(err, errlen, "moment_group must be >= 1");
+      return -1;
+    }
+  } else if (strcmp(moments, "fp32")) {
+    snprintf(err, errlen, "moments must be fp32 or coat, not '%s'", moments);
+    return -1;
+  }
+  return 0;
+}
+
+/* Which role each use of a linear layer plays. */
+static const int linear_roles[USES_PER_SITE] = {ROLE_A, ROLE_W, ROLE_G, ROLE_W, ROLE_G, ROLE_A};
+/* In the attention products both inputs are activations. */
+static const int attention_roles[USES_PER_SITE] = {ROLE_A, ROLE_A, ROLE_G, ROLE_A, ROLE_G, ROLE_A};
+
+tq_site *recipe_make_sites(const recipe *r, const model_config *mc) {
+  int n = model_num_sites(mc), L = mc->n_layers;
+  tq_site *sites = calloc((size_t)n, sizeof *sites);
+  for (int i = 0; i < n; i++) {
+    int layer = i / SITES_PER_LAYER, kind = i % SITES_PER_LAYER;
+    bool lm_head = layer == L;
+    bool attention = !lm_head && (kind == SITE_ATT_QK || kind == SITE_ATT_PV);
+    bool on = lm_head ? r->quant_lm_head : attention ? r->quant_attention : true;
+    bool high = r->high_first_last && (layer == 0 || layer >= L - 1);
+    for (int u = 0; u < USES_PER_SITE; u++) {
+      exmy_operand_quant *q = &sites[i].op[u];
+      int role = attention ? attention_roles[u] : linear_roles[u];
+      if (!on) continue;
+      *q = high ? r->high[role] : r->role[role];
+      if (q->enabled && q->scaling.kind == EXMY_SCALING_DELAYED) {
+        q->scaling.history_len = r->amax_history;
+        q->delayed = exmy_delayed_state_new(r->amax_history);
+      }
+      q->stats = &sites[i].stats[u];
+    }
+  }
+  return sites;
+}
+
+void recipe_free_sites(tq_site *sites, int n) {
+  if (!sites) return;
+  for (int i = 0; i < n; i++)
+    for (int u = 0; u < USES_PER_SITE; u++) exmy_delayed_state_free(sites[i].op[u].delayed);
+  free(sites);
+}
+
+void site_name(const model_config *mc, int i, char *buf, size_t len) {
+  int layer = i / SITES_PER_LAYER;
+  if (layer == mc->n_layers) snprintf(buf, len, "lm_head");
+  else snprintf(buf, len, "l%d.%s", layer, site_kind_names[i % SITES_PER_LAYER]);
+}
+
+int sites_state_write(const tq_site *sites, int n, FILE *f) {
+  for (int i = 0; i < n; i++)
+    for (int u = 0; u < USES_PER_SITE; u++) {
+      const exmy_delayed_state *d = sites[i].op[u].delayed;
+      if (!d) continue;
+      int32_t hdr[3] = {d->history_len, d->count, d->latest};
+      float sc[2] = {d->scale, d->scale_inv};
+      if (fwrite(hdr, sizeof hdr, 1, f) != 1 || fwrite(sc, sizeof sc, 1, f) != 1 ||
+          fwrite(d->amax_history, sizeof(float), (size_t)d->history_len, f) != (size_t)d->history_len)
+        return -1;
+    }
+  return 0;
+}
+
+int sites_state_read(tq_site *sites, int n, FILE *f) {
+  for (int i = 0; i < n; i++)
+    for (int u = 0; u < USES_PER_SITE; u++) {
+      exmy_delayed_state *d = sites[i].op[u].delayed;
+      if (!d) continue;
+      int32_t hdr[3];
+      float sc[2];
+      if (fread(hdr, sizeof hdr, 1, f) != 1 || fread(sc, sizeof sc, 1, f) != 1) return -1;
+      if (hdr[0] != d->history_len) return -1;
+      d->count = hdr[1];
+      d->latest = hdr[2];
+      d->scale = sc[0];
+      d->scale_inv = sc[1];
+      if (fread(d->amax_history, sizeof(float), (size_t)d->history_len, f) != (size_t)d->history_len)
+        return -1;
+    }
+  return 0;
+}
+
+void recipe_store_moments(const recipe *r, float *m, float *v, size_t n) {
+  if (!r->coat) return;
+  exmy_rounding_opts o = {.mode = EXMY_RNE, .saturate = true};
+  exmy_scaling sc = {.kind = EXMY_SCALING_GROUP, .group = r->moment_group,
+                     .dynamic_range_expansion = r->moment_dre};
+  exmy_quantize_scaled_f32(&r->moment_format[0], &o, &sc, NULL, m, m, 1, n, NULL);
+  exmy_quantize_scaled_f32(&r->moment_format[1], &o, &sc, NULL, v, v, 1, n, NULL);
+}

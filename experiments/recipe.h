@@ -1,0 +1,47 @@
+/*
+ * A precision recipe: the format, rounding and scaling of each operand role
+ * (weights, activations, output gradients) of the GEMMs, which GEMMs it covers,
+ * and how AdamW's moments are stored.  Read from the configuration (config.c
+ * lists the keys); turned into the per-site operands of the model.
+ */
+#ifndef EXPERIMENTS_RECIPE_H
+#define EXPERIMENTS_RECIPE_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "experiments/config.h"
+#include "experiments/model.h"
+#include "experiments/qgemm.h"
+
+enum { ROLE_W, ROLE_A, ROLE_G, NUM_ROLES };
+
+typedef struct {
+  exmy_operand_quant role[NUM_ROLES]; /* templates: delayed and stats unset */
+  exmy_operand_quant high[NUM_ROLES]; /* first and last blocks, if kept higher */
+  int amax_history;
+  bool quant_attention, quant_lm_head, high_first_last;
+  /* AdamW moments (COAT) */
+  bool coat;
+  exmy_format moment_format[2];
+  int moment_group;
+  bool moment_dre;
+} recipe;
+
+/* 0, or -1 with a message. */
+int recipe_from_config(recipe *r, const config *c, uint64_t seed, char *err, size_t errlen);
+/* One site per GEMM site of the model (model_num_sites), operands filled,
+ * delayed-scaling states allocated. */
+tq_site *recipe_make_sites(const recipe *r, const model_config *mc);
+void recipe_free_sites(tq_site *sites, int n);
+/* A name for site i, e.g. "l3.w1" or "lm_head". */
+void site_name(const model_config *mc, int i, char *buf, size_t len);
+
+/* The delayed-scaling states, written to / read from a checkpoint. */
+int sites_state_write(const tq_site *sites, int n, FILE *f);
+int sites_state_read(tq_site *sites, int n, FILE *f);
+
+/* COAT: the moments m and v rounded in place as they would be stored. */
+void recipe_store_moments(const recipe *r, float *m, float *v, size_t n);
+
+#endif /* EXPERIMENTS_RECIPE_H */

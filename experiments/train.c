@@ -1,0 +1,441 @@
+/*
+ * train: a LLaMA language model trained with emulated low-precision GEMMs.
+ *
+ *   bazel run //experiments:train -- --config experiments/configs/<recipe>.cfg [--set key=value]...
+ *   ... --resume [RUN_DIR]      continue from RUN_DIR/ckpt.bin bit-identically
+ *
+ * Writes into the run directory: config.cfg (as resolved), log.jsonl (one line
+ * per step, validation and statistics lines), ckpt.bin, summary.json.
+ * Bad input (unknown key, missing file): a one-line error and exit status 2.
+ */
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "experiments/checkpoint.h"
+#include "experiments/config.h"
+#include "experiments/data.h"
+#include "experiments/model.h"
+#include "experiments/optim.h"
+#include "experiments/qgemm.h"
+#include "experiments/recipe.h"
+
+static void die(int code, const char *fmt, const char *arg) {
+  fprintf(stderr, "train: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n");
+  exit(code);
+}
+
+/* Relative paths are relative to the workspace under `bazel run`. */
+static const char *in_workspace(const char *path, char *buf, size_t len) {
+  const char *ws = getenv("BUILD_WORKSPACE_DIRECTORY");
+  if (!path[0] || path[0] == '/' || !ws) return path;
+  snprintf(buf, len, "%s/%s", ws, path);
+  return buf;
+}
+
+static int mkdir_p(const char *path) {
+  char buf[4096];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = buf + 1; *p; p++)
+    if (*p == '/') {
+      *p = 0;
+      if (mkdir(buf, 0755) && errno != EEXIST) return -1;
+      *p = '/';
+    }
+  return mkdir(buf, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static volatile sig_atomic_t interrupted = 0;
+static void on_sigint(int sig) {
+  (void)sig;
+  interrupted = 1;
+}
+
+static void json_num(FILE *f, const char *key, double v) {
+  if (isfinite(v)) fprintf(f, "\"%s\":%.9g", key, v);
+  else fprintf(f, "\"%s\":null", key);
+}
+
+/* One JSONL line with the statistics of every quantized operand use. */
+static void log_stats(FILE *log, int step, const model_config *mc, const tq_site *sites, int n) {
+  fprintf(log, "{\"step\":%d,\"stats\":[", step);
+  int first = 1;
+  for (int i = 0; i < n; i++)
+    for (int u = 0; u < USES_PER_SITE; u++) {
+      const exmy_operand_quant *q = &sites[i].op[u];
+      const exmy_tensor_stats *s = &sites[i].stats[u];
+      if (!q->enabled || s->n == 0) continue;
+      char name[64];
+      site_name(mc, i, name, sizeof name);
+      fprintf(log, "%s{\"site\":\"%s\",\"use\":\"%s\",\"format\":\"%s\",", first ? "" : ",", name,
+              tq_use_names[u], q->format.name);
+      json_num(log, "amax", s->amax);
+      fputc(',', log);
+      json_num(log, "underflow", s->underflow_ratio);
+      fputc(',', log);
+      json_num(log, "overflow", s->overflow_ratio);
+      fputc(',', log);
+      json_num(log, "mse", s->mse);
+      fputc(',', log);
+      json_num(log, "cosine", s->cosine);
+      fputc(',', log);
+      json_num(log, "scale", s->scale);
+      fputc(',', log);
+      json_num(log, "delayed_over_current", s->delayed_over_current);
+      fputc('}', log);
+      first = 0;
+    }
+  fprintf(log, "]}\n");
+}
+
+typedef struct {
+  char *buf;
+  size_t len;
+} state_snapshot;
+
+/* Validation must not touch the delayed-scaling histories of training. */
+static state_snapshot snapshot_states(const tq_site *sites, int n) {
+  state_snapshot s = {0};
+  FILE *f = open_memstream(&s.buf, &s.len);
+  sites_state_write(sites, n, f);
+  fclose(f);
+  return s;
+}
+static void restore_states(tq_site *sites, int n, state_snapshot *s) {
+  FILE *f = fmemopen(s->buf, s->len ? s->len : 1, "rb");
+  sites_state_read(sites, n, f);
+  fclose(f);
+  free(s->buf);
+}
+
+static double validate(model *m, dataset *val, int B, int T, int batches, int *in, int *tg,
+                       tq_site *sites, int n_sites) {
+  state_snapshot snap = snapshot_states(sites, n_sites);
+  uint64_t sr = tq_sr_counter;
+  bool stats = tq_collect_stats;
+  tq_collect_stats = false;
+  tq_sr_counter = (uint64_t)1 << 62;
+  dataset_seek(val, 0, 0);
+  double sum = 0;
+  for (int i = 0; i < batches; i++) {
+    dataset_next_batch(val, B, in, tg);
+    model_forward(m, in, tg, B, T);
+    sum += m->loss;
+  }
+  restore_states(sites, n_sites, &snap);
+  tq_sr_counter = sr;
+  tq_collect_stats = stats;
+  return sum / batches;
+}
+
+static void write_summary(const char *run_dir, const char *status, int steps_done,
+                          int diverged_at, double last_loss, double min_loss, double val_loss,
+                          double tok_s, double wall) {
+  char path[4200], tmp[4300];
+  snprintf(path, sizeof path, "%s/summary.json", run_dir);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f) return;
+  fprintf(f, "{\"status\":\"%s\",\"steps\":%d,", status, steps_done);
+  if (diverged_at) fprintf(f, "\"diverged_at\":%d,", diverged_at);
+  json_num(f, "last_loss", last_loss);
+  fputc(',', f);
+  json_num(f, "min_loss", min_loss);
+  fputc(',', f);
+  json_num(f, "val_loss", val_loss);
+  fputc(',', f);
+  json_num(f, "tokens_per_s", tok_s);
+  fputc(',', f);
+  json_num(f, "wall_s", wall);
+  fprintf(f, "}\n");
+  fclose(f);
+  rename(tmp, path);
+}
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: train --config FILE [--set key=value]... [--resume [RUN_DIR]]\n"
+          "  recipes: experiments/configs/*.cfg; keys and defaults: experiments/config.c\n");
+}
+
+int main(int argc, char **argv) {
+  char err[512] = "", pbuf[4400], pbuf2[4096];
+  config cfg;
+  config_defaults(&cfg);
+  const char *config_path = NULL, *resume_dir = NULL;
+  int resume = 0;
+  const char *sets[256];
+  int n_sets = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--config") && i + 1 < argc) config_path = argv[++i];
+    else if (!strcmp(argv[i], "--set") && i + 1 < argc && n_sets < 256) sets[n_sets++] = argv[++i];
+    else if (!strcmp(argv[i], "--resume")) {
+      resume = 1;
+      if (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) resume_dir = argv[++i];
+    } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage();
+      return 0;
+    } else {
+      usage();
+      die(2, "unknown argument '%s'", argv[i]);
+    }
+  }
+  if (resume_dir && !config_path) {
+    snprintf(pbuf2, sizeof pbuf2, "%s/config.cfg", resume_dir);
+    if (config_load_file(&cfg, in_workspace(pbuf2, pbuf, sizeof pbuf), err, sizeof err))
+      die(2, "%s", err);
+  }
+  if (config_path && config_load_file(&cfg, in_workspace(config_path, pbuf, sizeof pbuf), err,
+                                      sizeof err))
+    die(2, "%s", err);
+  for (int i = 0; i < n_sets; i++)
+    if (config_set_assignment(&cfg, sets[i], err, sizeof err)) die(2, "%s", err);
+  if (resume_dir) config_set(&cfg, "run_dir", resume_dir, err, sizeof err);
+
+  /* ---- the model's shape ---- */
+  model_config mc;
+  if (model_named_size(config_str(&cfg, "size"), &mc))
+    die(2, "unknown size '%s' (test, tiny, small, 120m)", config_str(&cfg, "size"));
+  static const char *const shape_keys[7] = {"vocab",      "dim",    "n_layers", "n_heads",
+                                            "n_kv_heads", "hidden", "seq_len"};
+  int *shape[7] = {&mc.vocab, &mc.dim, &mc.n_layers, &mc.n_heads, &mc.n_kv_heads, &mc.hidden,
+                   &mc.seq_len};
+  for (int i = 0; i < 7; i++) {
+    long v = config_int(&cfg, shape_keys[i], err, sizeof err);
+    if (v > 0) *shape[i] = (int)v;
+  }
+  const char *bad = model_config_check(&mc);
+  if (bad) die(2, "%s", bad);
+
+  /* ---- training settings ---- */
+  const int B = (int)config_int(&cfg, "batch_size", err, sizeof err);
+  const int accum = (int)config_int(&cfg, "grad_accum", err, sizeof err);
+  const int steps = (int)config_int(&cfg, "steps", err, sizeof err);
+  const int warmup = (int)config_int(&cfg, "warmup", err, sizeof err);
+  const float lr = (float)config_double(&cfg, "lr", err, sizeof err);
+  const float min_frac = (float)config_double(&cfg, "min_lr_frac", err, sizeof err);
+  adamw_hparams hp = {lr, (float)config_double(&cfg, "beta1", err, sizeof err),
+                      (float)config_double(&cfg, "beta2", err, sizeof err),
+                      (float)config_double(&cfg, "adam_eps", err, sizeof err),
+                      (float)config_double(&cfg, "weight_decay", err, sizeof err)};
+  const double clip = config_double(&cfg, "grad_clip", err, sizeof err);
+  const uint64_t seed = (uint64_t)config_int(&cfg, "seed", err, sizeof err);
+  const int val_every = (int)config_int(&cfg, "val_every", err, sizeof err);
+  const int val_batches = (int)config_int(&cfg, "val_batches", err, sizeof err);
+  const int ckpt_every = (int)config_int(&cfg, "ckpt_every", err, sizeof err);
+  const int stats_every = (int)config_int(&cfg, "stats_every", err, sizeof err);
+  const double diverge_delta = config_double(&cfg, "diverge_delta", err, sizeof err);
+  const int threads = (int)config_int(&cfg, "threads", err, sizeof err);
+  const int progress = (int)config_int(&cfg, "progress", err, sizeof err);
+  const int interrupt_at = (int)config_int(&cfg, "interrupt_at", err, sizeof err);
+  if (*err) die(2, "%s", err);
+  if (B < 1 || accum < 1 || steps < 1 || val_batches < 1)
+    die(2, "%s", "batch_size, grad_accum, steps and val_batches must be >= 1");
+  const int T = mc.seq_len;
+  if (threads > 0) omp_set_num_threads(threads);
+
+  recipe rc;
+  if (recipe_from_config(&rc, &cfg, seed, err, sizeof err)) die(2, "%s", err);
+
+  /* ---- run directory ---- */
+  char run_dir[4096];
+  if (*config_str(&cfg, "run_dir")) {
+    snprintf(run_dir, sizeof run_dir, "%s", in_workspace(config_str(&cfg, "run_dir"), pbuf, sizeof pbuf));
+  } else {
+    snprintf(pbuf2, sizeof pbuf2, "experiments/runs/%s-%s-s%llu", config_str(&cfg, "recipe"),
+             config_str(&cfg, "size"), (unsigned long long)seed);
+    snprintf(run_dir, sizeof run_dir, "%s", in_workspace(pbuf2, pbuf, sizeof pbuf));
+    config_set(&cfg, "run_dir", pbuf2, err, sizeof err);
+  }
+  if (mkdir_p(run_dir)) die(2, "cannot create run directory '%s'", run_dir);
+  char *config_text = NULL;
+  size_t config_len = 0;
+  {
+    FILE *f = open_memstream(&config_text, &config_len);
+    config_write(&cfg, f);
+    fclose(f);
+    snprintf(pbuf, sizeof pbuf, "%s/config.cfg", run_dir);
+    f = fopen(pbuf, "w");
+    if (!f) die(2, "cannot write '%s'", pbuf);
+    fputs(config_text, f);
+    fclose(f);
+  }
+
+  /* ---- data ---- */
+  dataset train, val;
+  if (dataset_load(&train, in_workspace(config_str(&cfg, "data"), pbuf, sizeof pbuf), mc.vocab,
+                   err, sizeof err))
+    die(2, "%s", err);
+  if (*config_str(&cfg, "val_data")) {
+    if (dataset_load(&val, in_workspace(config_str(&cfg, "val_data"), pbuf, sizeof pbuf),
+                     mc.vocab, err, sizeof err))
+      die(2, "%s", err);
+  } else {
+    dataset_split_tail(&train, &val, 0.05);
+  }
+  if (dataset_start(&train, T, seed, 1, err, sizeof err) ||
+      dataset_start(&val, T, seed, 0, err, sizeof err))
+    die(2, "%s", err);
+
+  /* ---- model, optimizer state, recipe sites ---- */
+  model m;
+  model_init(&m, &mc, seed);
+  const int n_sites = model_num_sites(&mc);
+  tq_site *sites = recipe_make_sites(&rc, &mc);
+  m.sites = sites;
+  float *mom1 = calloc(m.num_params, sizeof(float)), *mom2 = calloc(m.num_params, sizeof(float));
+  int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
+  if (!mom1 || !mom2 || !in || !tg) die(1, "%s", "out of memory");
+
+  int start = 0;
+  double running_min = INFINITY, tokens_seen = 0;
+  char ckpt_path[4200];
+  snprintf(ckpt_path, sizeof ckpt_path, "%s/ckpt.bin", run_dir);
+  if (resume) {
+    ckpt_header h;
+    if (checkpoint_load(ckpt_path, &h, &m, mom1, mom2, sites, n_sites, err, sizeof err))
+      die(2, "%s", err);
+    start = (int)h.step;
+    dataset_seek(&train, h.data_epoch, h.data_index);
+    running_min = h.running_min;
+    tokens_seen = h.tokens_seen;
+  }
+  snprintf(pbuf, sizeof pbuf, "%s/log.jsonl", run_dir);
+  FILE *log = fopen(pbuf, resume ? "a" : "w");
+  if (!log) die(2, "cannot write '%s'", pbuf);
+  signal(SIGINT, on_sigint);
+  signal(SIGTERM, on_sigint);
+
+  printf("train: %s, %zu parameters (L=%d C=%d NH=%d NKV=%d H=%d T=%d V=%d), recipe %s, %d threads\n"
+         "train: run directory %s%s\n",
+         config_str(&cfg, "size"), m.num_params, mc.n_layers, mc.dim, mc.n_heads, mc.n_kv_heads,
+         mc.hidden, T, mc.vocab, config_str(&cfg, "recipe"), omp_get_max_threads(), run_dir,
+         resume ? " (resumed)" : "");
+  fflush(stdout);
+
+  ckpt_header hdr = {.version = CKPT_VERSION, .config_text_len = (uint32_t)config_len,
+                     .model_cfg = {mc.vocab, mc.dim, mc.n_layers, mc.n_heads, mc.n_kv_heads,
+                                   mc.hidden, mc.seq_len},
+                     .num_params = m.num_params};
+  memcpy(hdr.magic, CKPT_MAGIC, 8);
+#define SAVE_CHECKPOINT(done)                                                               \
+  do {                                                                                      \
+    hdr.step = (done);                                                                      \
+    hdr.data_epoch = train.epoch;                                                           \
+    hdr.data_index = train.index;                                                           \
+    hdr.running_min = running_min;                                                          \
+    hdr.tokens_seen = tokens_seen;                                                          \
+    if (checkpoint_save(ckpt_path, &hdr, config_text, &m, mom1, mom2, sites, n_sites))      \
+      fprintf(stderr, "train: warning: could not write checkpoint %s\n", ckpt_path);        \
+  } while (0)
+
+  const double t_start = now_s();
+  double loss = NAN, val_loss = NAN, step_time_avg = 0, tok_s = 0;
+  const char *status = "completed";
+  int diverged_at = 0, done = start;
+  for (int step = start; step < steps; step++) {
+    const double t0 = now_s();
+    tq_sr_counter = (uint64_t)step << 36;
+    tq_collect_stats = stats_every > 0 && (step + 1) % stats_every == 0;
+
+    /* forward and backward over the micro-batches */
+    model_zero_grad(&m);
+    loss = 0;
+    for (int micro = 0; micro < accum; micro++) {
+      dataset_next_batch(&train, B, in, tg);
+      model_forward(&m, in, tg, B, T);
+      model_backward(&m, in, tg, 1.0f / accum);
+      loss += m.loss / accum;
+    }
+
+    /* divergence: stop cleanly, with the statistics of this step */
+    if (!isfinite(loss) || (diverge_delta > 0 && loss > running_min + diverge_delta)) {
+      if (!tq_collect_stats) { /* the last micro-batch again, now with statistics */
+        tq_collect_stats = true;
+        tq_sr_counter = ((uint64_t)step << 36) + ((uint64_t)1 << 35);
+        model_forward(&m, in, tg, B, T);
+        model_backward(&m, in, tg, 1.0f / accum);
+      }
+      fprintf(log, "{\"step\":%d,\"event\":\"diverged\",", step + 1);
+      json_num(log, "loss", loss);
+      fputc(',', log);
+      json_num(log, "running_min", running_min);
+      fprintf(log, "}\n");
+      log_stats(log, step + 1, &mc, sites, n_sites);
+      diverged_at = step + 1;
+      status = "diverged";
+      break;
+    }
+    if (loss < running_min) running_min = loss;
+
+    /* update */
+    const double norm = grad_global_norm(m.grads_mem, m.num_params);
+    grad_clip(m.grads_mem, m.num_params, norm, clip);
+    hp.lr = lr_schedule(step, steps, warmup, lr, min_frac);
+    adamw_update(&m, mom1, mom2, &hp, step + 1);
+    recipe_store_moments(&rc, mom1, mom2, m.num_params);
+    done = step + 1;
+    tokens_seen += (double)B * T * accum;
+
+    /* log */
+    const double dt = now_s() - t0;
+    step_time_avg = step == start ? dt : 0.9 * step_time_avg + 0.1 * dt;
+    tok_s = B * T * accum / dt;
+    fprintf(log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,\"ms\":%.2f}\n",
+            done, loss, hp.lr, norm, tok_s, dt * 1e3);
+    if (tq_collect_stats) log_stats(log, done, &mc, sites, n_sites);
+    if ((val_every > 0 && done % val_every == 0) || done == steps) {
+      val_loss = validate(&m, &val, B, T, val_batches, in, tg, sites, n_sites);
+      fprintf(log, "{\"step\":%d,\"val_loss\":%.9g}\n", done, val_loss);
+    }
+    fflush(log);
+    if (progress) {
+      double eta = step_time_avg * (steps - done);
+      fprintf(stderr, "\rstep %d/%d  loss %.4f  val %.4f  %.0f tok/s  ETA %dm%02ds   ", done, steps,
+              loss, val_loss, tok_s, (int)eta / 60, (int)eta % 60);
+      if (done == steps) fputc('\n', stderr);
+    }
+    if (interrupt_at > 0 && done == interrupt_at) raise(SIGINT);
+    if (interrupted) {
+      SAVE_CHECKPOINT(done);
+      status = "interrupted";
+      if (progress) fputc('\n', stderr);
+      break;
+    }
+    if ((ckpt_every > 0 && done % ckpt_every == 0) || done == steps) SAVE_CHECKPOINT(done);
+  }
+  const double wall = now_s() - t_start;
+  double avg_tok_s = wall > 0 ? (done - start) * (double)B * T * accum / wall : 0;
+  write_summary(run_dir, status, done, diverged_at, loss, running_min, val_loss, avg_tok_s, wall);
+  fclose(log);
+  if (diverged_at) printf("train: diverged at step %d (loss %g, running min %g)\n", diverged_at, loss, running_min);
+  else if (!strcmp(status, "interrupted"))
+    printf("train: interrupted after step %d; checkpoint written, continue with --resume %s\n", done, run_dir);
+  else printf("train: completed %d steps, loss %.4f, val loss %.4f, %.0f tokens/s\n", done, loss, val_loss, avg_tok_s);
+
+  recipe_free_sites(sites, n_sites);
+  model_free(&m);
+  free(mom1);
+  free(mom2);
+  free(in);
+  free(tg);
+  free(config_text);
+  dataset_free(&train);
+  dataset_free(&val);
+  return 0;
+}

@@ -1,0 +1,227 @@
+/* Recipes: the fp32 recipe equals the unquantized path bit for bit, and on the
+ * `test` size the operands a layer's GEMMs actually receive (spied on at
+ * cblas_sgemm, which this test interposes) equal the format's rounding of the
+ * float inputs. */
+#include <check.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "experiments/config.h"
+#include "experiments/model.h"
+#include "experiments/recipe.h"
+
+/* ---------------- the spy: every sgemm call's operands, copied ---------------- */
+typedef struct {
+  int ta, tb, m, n, k;
+  float *a, *b; /* op(A) as m x k, op(B) as k x n, dense */
+} seen_call;
+static seen_call seen[16];
+static int n_seen = 0, spying = 0;
+
+typedef void (*sgemm_fn)(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE,
+                         const enum CBLAS_TRANSPOSE, const blasint, const blasint, const blasint,
+                         const float, const float *, const blasint, const float *, const blasint,
+                         const float, float *, const blasint);
+
+static float op_at(const float *x, int ld, int trans, int i, int j) {
+  return trans ? x[(size_t)j * ld + i] : x[(size_t)i * ld + j];
+}
+
+void cblas_sgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE ta,
+                 const enum CBLAS_TRANSPOSE tb, const blasint m, const blasint n, const blasint k,
+                 const float alpha, const float *a, const blasint lda, const float *b,
+                 const blasint ldb, const float beta, float *c, const blasint ldc) {
+  static sgemm_fn real = NULL;
+  if (!real) real = (sgemm_fn)dlsym(RTLD_NEXT, "cblas_sgemm");
+  if (spying && n_seen < 16) {
+    seen_call *s = &seen[n_seen++];
+    s->ta = ta == CblasTrans, s->tb = tb == CblasTrans, s->m = m, s->n = n, s->k = k;
+    s->a = malloc(sizeof(float) * m * k);
+    s->b = malloc(sizeof(float) * k * n);
+    for (int i = 0; i < m; i++)
+      for (int j = 0; j < k; j++) s->a[i * k + j] = op_at(a, lda, s->ta, i, j);
+    for (int i = 0; i < k; i++)
+      for (int j = 0; j < n; j++) s->b[i * n + j] = op_at(b, ldb, s->tb, i, j);
+  }
+  real(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+static void reset_spy(void) {
+  for (int i = 0; i < n_seen; i++) {
+    free(seen[i].a);
+    free(seen[i].b);
+  }
+  n_seen = 0;
+}
+
+/* ---------------- helpers ---------------- */
+static recipe load_recipe(const char *name) {
+  config c;
+  config_defaults(&c);
+  char path[256], err[256] = "";
+  snprintf(path, sizeof path, "experiments/configs/%s.cfg", name);
+  ck_assert_msg(config_load_file(&c, path, err, sizeof err) == 0, "%s", err);
+  recipe r;
+  ck_assert_msg(recipe_from_config(&r, &c, 1, err, sizeof err) == 0, "%s", err);
+  return r;
+}
+
+enum { B = 2 };
+static void batch(int *in, int *tg, int n) {
+  for (int i = 0; i < n; i++) {
+    in[i] = (i * 37 + 11) % 256;
+    tg[i] = (i * 53 + 3) % 256;
+  }
+}
+
+static void run_model(model *m, const tq_site *sites, float *loss, float *grads) {
+  int T = m->cfg.seq_len, in[B * 64], tg[B * 64];
+  batch(in, tg, B * T);
+  m->sites = sites;
+  model_forward(m, in, tg, B, T);
+  model_zero_grad(m);
+  model_backward(m, in, tg, 1.0f);
+  *loss = m->loss;
+  memcpy(grads, m->grads_mem, m->num_params * sizeof(float));
+}
+
+START_TEST(test_fp32_recipe_is_unquantized_path) {
+  model_config c;
+  model_named_size("test", &c);
+  model m;
+  model_init(&m, &c, 3);
+  float *g0 = malloc(m.num_params * sizeof(float)), *g1 = malloc(m.num_params * sizeof(float));
+  float l0, l1;
+  run_model(&m, NULL, &l0, g0);
+  recipe r = load_recipe("fp32");
+  tq_site *sites = recipe_make_sites(&r, &c);
+  run_model(&m, sites, &l1, g1);
+  ck_assert_msg(memcmp(&l0, &l1, sizeof l0) == 0, "fp32 loss %.9g vs unquantized %.9g", l1, l0);
+  ck_assert_msg(memcmp(g0, g1, m.num_params * sizeof(float)) == 0, "fp32 gradients differ");
+  printf("recipe fp32: loss %.9g and all %zu gradients bit-identical to the unquantized path\n", l1,
+         m.num_params);
+  /* and a real recipe does change them */
+  recipe rb = load_recipe("bf16");
+  tq_site *sb = recipe_make_sites(&rb, &c);
+  run_model(&m, sb, &l1, g1);
+  ck_assert_msg(memcmp(g0, g1, m.num_params * sizeof(float)) != 0, "bf16 changed nothing");
+  printf("recipe bf16: loss %.9g (fp32 %.9g)\n", l1, l0);
+  recipe_free_sites(sites, model_num_sites(&c));
+  recipe_free_sites(sb, model_num_sites(&c));
+  model_free(&m);
+  free(g0);
+  free(g1);
+}
+END_TEST
+
+/* seen op(X) must equal round(op(orig)) element for element, bit for bit */
+static long mismatches(const float *seen_op, const float *orig, int ld, int trans, int rows,
+                       int cols, const exmy_operand_quant *q, float scale, long *changed) {
+  long bad = 0;
+  exmy_rounding_opts o = q->round;
+  for (int i = 0; i < rows; i++)
+    for (int j = 0; j < cols; j++) {
+      float x = op_at(orig, ld, trans, i, j);
+      float want = exmy_ref_quantize(&q->format, &o, x * scale, 0) * (1.0f / scale);
+      float got = seen_op[i * cols + j];
+      if (memcmp(&want, &got, sizeof want)) bad++;
+      if (got != x) (*changed)++;
+    }
+  return bad;
+}
+
+static void spy_layer(const char *recipe_name, int scaled) {
+  model_config c;
+  model_named_size("test", &c);
+  model m;
+  model_init(&m, &c, 5);
+  recipe r = load_recipe(recipe_name);
+  tq_site *sites = recipe_make_sites(&r, &c);
+  float loss, *g = malloc(m.num_params * sizeof(float));
+  run_model(&m, sites, &loss, g); /* real activations in m.acts */
+  const int N = B * c.seq_len, C = c.dim, l = 1;
+  const tq_site *site = &sites[l * SITES_PER_LAYER + SITE_W1];
+  const float *x = m.acts.ln2 + (size_t)l * N * C, *w = m.params.w1 + (size_t)l * c.hidden * C;
+  const int OC = c.hidden;
+  float *y = malloc(sizeof(float) * N * OC), *dy = malloc(sizeof(float) * N * OC);
+  float *dx = calloc((size_t)N * C, sizeof(float)), *dw = calloc((size_t)OC * C, sizeof(float));
+  for (int i = 0; i < N * OC; i++) dy[i] = 1e-3f * (float)((i * 7919) % 2001 - 1000);
+
+  spying = 1;
+  linear_forward(y, x, w, N, C, OC, site);
+  linear_backward(dx, dw, dy, x, w, N, C, OC, site);
+  spying = 0;
+  ck_assert_int_eq(n_seen, 3);
+  /* Y = X W^T: op(A) = X (N x C), op(B) = W^T (C x OC) */
+  /* dX = dY W: op(A) = dY (N x OC), op(B) = W (OC x C) */
+  /* dW = dY^T X: op(A) = dY^T (OC x N), op(B) = X (N x C) */
+  struct {
+    const char *what;
+    const float *seen_op, *orig;
+    int ld, trans, rows, cols, use;
+  } ops[6] = {
+      {"fwd X", seen[0].a, x, C, 0, N, C, USE_FWD_X},
+      {"fwd W^T", seen[0].b, w, C, 1, C, OC, USE_FWD_W},
+      {"dX: dY", seen[1].a, dy, OC, 0, N, OC, USE_DX_DY},
+      {"dX: W", seen[1].b, w, C, 0, OC, C, USE_DX_W},
+      {"dW: dY^T", seen[2].a, dy, OC, 1, OC, N, USE_DW_DY},
+      {"dW: X", seen[2].b, x, C, 0, N, C, USE_DW_X},
+  };
+  for (int i = 0; i < 6; i++) {
+    const exmy_operand_quant *q = &site->op[ops[i].use];
+    ck_assert(q->enabled);
+    float scale = 1.0f;
+    if (scaled) { /* current scaling: s from this tensor's amax */
+      float amax = 0;
+      for (int r = 0; r < ops[i].rows; r++)
+        for (int cc = 0; cc < ops[i].cols; cc++)
+          amax = fmaxf(amax, fabsf(op_at(ops[i].orig, ops[i].ld, ops[i].trans, r, cc)));
+      scale = exmy_scale_from_amax(&q->format, amax, q->scaling.margin, q->scaling.pow2);
+    }
+    long changed = 0;
+    long bad = mismatches(ops[i].seen_op, ops[i].orig, ops[i].ld, ops[i].trans, ops[i].rows,
+                          ops[i].cols, q, scale, &changed);
+    printf("spy %-12s l%d.w1 %-9s %s: %d x %d seen by sgemm, %ld differ from the rounding, "
+           "%ld changed by it\n",
+           recipe_name, l, ops[i].what, q->format.name, ops[i].rows, ops[i].cols, bad, changed);
+    ck_assert_msg(bad == 0, "%s: %ld elements differ from the format's rounding", ops[i].what, bad);
+    ck_assert_msg(changed > 0, "%s: rounding changed nothing", ops[i].what);
+  }
+  reset_spy();
+  recipe_free_sites(sites, model_num_sites(&c));
+  model_free(&m);
+  free(g);
+  free(y);
+  free(dy);
+  free(dx);
+  free(dw);
+}
+
+START_TEST(test_spy_e8m3) { spy_layer("e8m3", 0); }
+END_TEST
+START_TEST(test_spy_bf16) { spy_layer("bf16", 0); }
+END_TEST
+START_TEST(test_spy_fp8_current) { spy_layer("fp8-current", 1); }
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("recipes");
+  TCase *tc = tcase_create("recipes");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_fp32_recipe_is_unquantized_path);
+  tcase_add_test(tc, test_spy_e8m3);
+  tcase_add_test(tc, test_spy_bf16);
+  tcase_add_test(tc, test_spy_fp8_current);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

@@ -93,21 +93,42 @@ void rmsnorm_backward(real *dinp, real *dw, const real *dout, const real *inp, c
 
 /* -------------------------------------------------------------- linear */
 
-/* The operand of a site for one use, or NULL (float32). */
-#define OP(site, use) ((site) ? &(site)->op[USE_##use] : NULL)
+/* The operand of a site for one use as the GEMM gets it (see tq_operand_for_gemm):
+ * a quantized copy cached for the step, or the tensor with its recipe, or the
+ * plain tensor.  Double precision (gradient check): always the plain tensor. */
+static const real *operand(tq_site *s, int use, int slot, int fill, const real *x, int *ld,
+                           int rows, int cols, const exmy_operand_quant **q) {
+#ifdef MODEL_DOUBLE
+  (void)s, (void)use, (void)slot, (void)fill, (void)ld, (void)rows, (void)cols;
+  *q = NULL;
+  return x;
+#else
+  return tq_operand_for_gemm(s, use, slot, fill, x, ld, rows, cols, q);
+#endif
+}
+enum { REUSE = 0, FILL = 1 };
 
-void linear_forward(real *out, const real *inp, const real *w, int N, int C, int OC,
-                    const tq_site *s) {
+void linear_forward(real *out, const real *inp, const real *w, int N, int C, int OC, tq_site *s) {
+  const exmy_operand_quant *qx, *qw;
+  int ldx = C, ldw = C;
+  const real *x = operand(s, USE_FWD_X, SLOT_X, FILL, inp, &ldx, N, C, &qx);
+  const real *wq = operand(s, USE_FWD_W, SLOT_W, FILL, w, &ldw, OC, C, &qw);
   /* Y = X W^T */
-  gemm(0, 1, N, OC, C, 1, inp, C, OP(s, FWD_X), w, C, OP(s, FWD_W), 0, out, OC);
+  gemm(0, 1, N, OC, C, 1, x, ldx, qx, wq, ldw, qw, 0, out, OC);
 }
 
 void linear_backward(real *dinp, real *dw, const real *dout, const real *inp, const real *w,
-                     int N, int C, int OC, const tq_site *s) {
+                     int N, int C, int OC, tq_site *s) {
+  const exmy_operand_quant *qdy, *qw, *qdy2, *qx;
+  int lddy = OC, ldw = C, lddy2 = OC, ldx = C;
+  const real *dy = operand(s, USE_DX_DY, SLOT_DY, FILL, dout, &lddy, N, OC, &qdy);
+  const real *wq = operand(s, USE_DX_W, SLOT_W, REUSE, w, &ldw, OC, C, &qw);
+  const real *dy2 = operand(s, USE_DW_DY, SLOT_DY, REUSE, dout, &lddy2, N, OC, &qdy2);
+  const real *x = operand(s, USE_DW_X, SLOT_X, REUSE, inp, &ldx, N, C, &qx);
   /* dX += dY W */
-  gemm(0, 0, N, C, OC, 1, dout, OC, OP(s, DX_DY), w, C, OP(s, DX_W), 1, dinp, C);
+  gemm(0, 0, N, C, OC, 1, dy, lddy, qdy, wq, ldw, qw, 1, dinp, C);
   /* dW += dY^T X */
-  gemm(1, 0, OC, C, N, 1, dout, OC, OP(s, DW_DY), inp, C, OP(s, DW_X), 1, dw, C);
+  gemm(1, 0, OC, C, N, 1, dy2, lddy2, qdy2, x, ldx, qx, 1, dw, C);
 }
 
 /* ---------------------------------------------------------------- RoPE */
@@ -149,17 +170,22 @@ void rope_backward(real *dx, const real *cos_t, const real *sin_t, int B, int T,
 
 /* ----------------------------------------------------------- attention */
 
+/* Per (batch, head): S = scale Q_h K_g^T (g = the head's key/value group),
+ * causal softmax, O_h = P V_g.  Whole tensors are quantized once (per-tensor
+ * scaling sees the tensor), the products run per head. */
 void attention_forward(real *out, real *att, const real *q, const real *k, const real *v, int B,
-                       int T, int NH, int NKV, int hs, const tq_site *qk, const tq_site *pv) {
-  const int C = NH * hs, KVC = NKV * hs, group = NH / NKV;
+                       int T, int NH, int NKV, int hs, tq_site *qk, tq_site *pv) {
+  const int C = NH * hs, KVC = NKV * hs, group = NH / NKV, N = B * T;
   const real scale = (real)(1.0 / sqrt((double)hs));
-  /* scores S = scale Q_h K_g^T for every (b, h) */
+  const exmy_operand_quant *qq, *qkk, *qp, *qv;
+  int ldq = C, ldk = KVC, ldp = T, ldv = KVC;
+  const real *Q = operand(qk, USE_FWD_X, SLOT_X, FILL, q, &ldq, N, C, &qq);
+  const real *K = operand(qk, USE_FWD_W, SLOT_W, FILL, k, &ldk, N, KVC, &qkk);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++) {
       int g = h / group;
-      gemm(0, 1, T, T, hs, scale, q + (size_t)b * T * C + h * hs, C, OP(qk, FWD_X),
-           k + (size_t)b * T * KVC + g * hs, KVC, OP(qk, FWD_W), 0,
-           att + ((size_t)b * NH + h) * T * T, T);
+      gemm(0, 1, T, T, hs, scale, Q + (size_t)b * T * ldq + h * hs, ldq, qq,
+           K + (size_t)b * T * ldk + g * hs, ldk, qkk, 0, att + ((size_t)b * NH + h) * T * T, T);
     }
   /* causal softmax, row by row; entries above the diagonal become 0 */
 #pragma omp parallel for if (B * NH * T > 64)
@@ -177,48 +203,66 @@ void attention_forward(real *out, real *att, const real *q, const real *k, const
     for (int j = 0; j <= t; j++) row[j] *= inv;
     for (int j = t + 1; j < T; j++) row[j] = 0;
   }
-  /* O_h = P V_g */
+  const real *P = operand(pv, USE_FWD_X, SLOT_X, FILL, att, &ldp, B * NH * T, T, &qp);
+  const real *V = operand(pv, USE_FWD_W, SLOT_W, FILL, v, &ldv, N, KVC, &qv);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++) {
       int g = h / group;
-      gemm(0, 0, T, hs, T, 1, att + ((size_t)b * NH + h) * T * T, T, OP(pv, FWD_X),
-           v + (size_t)b * T * KVC + g * hs, KVC, OP(pv, FWD_W), 0,
-           out + (size_t)b * T * C + h * hs, C);
+      gemm(0, 0, T, hs, T, 1, P + ((size_t)b * NH + h) * T * ldp, ldp, qp,
+           V + (size_t)b * T * ldv + g * hs, ldv, qv, 0, out + (size_t)b * T * C + h * hs, C);
     }
 }
 
+/* datt: scratch of B * NH * T * T. */
 void attention_backward(real *dq, real *dk, real *dv, real *datt, const real *dout,
                         const real *att, const real *q, const real *k, const real *v, int B,
-                        int T, int NH, int NKV, int hs, const tq_site *qk, const tq_site *pv) {
-  const int C = NH * hs, KVC = NKV * hs, group = NH / NKV;
+                        int T, int NH, int NKV, int hs, tq_site *qk, tq_site *pv) {
+  const int C = NH * hs, KVC = NKV * hs, group = NH / NKV, N = B * T;
   const real scale = (real)(1.0 / sqrt((double)hs));
+  const exmy_operand_quant *q_do, *q_v, *q_do2, *q_p;
+  int ld_do = C, ld_v = KVC, ld_do2 = C, ld_p = T;
+  const real *dO = operand(pv, USE_DX_DY, SLOT_DY, FILL, dout, &ld_do, N, C, &q_do);
+  const real *V = operand(pv, USE_DX_W, SLOT_W, REUSE, v, &ld_v, N, KVC, &q_v);
+  const real *dO2 = operand(pv, USE_DW_DY, SLOT_DY, REUSE, dout, &ld_do2, N, C, &q_do2);
+  const real *P = operand(pv, USE_DW_X, SLOT_X, REUSE, att, &ld_p, B * NH * T, T, &q_p);
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++) {
       int g = h / group;
-      const real *P = att + ((size_t)b * NH + h) * T * T;
-      const real *dO = dout + (size_t)b * T * C + h * hs;
+      size_t bh = (size_t)b * NH + h;
       /* dP = dO V^T */
-      gemm(0, 1, T, T, hs, 1, dO, C, OP(pv, DX_DY), v + (size_t)b * T * KVC + g * hs, KVC,
-           OP(pv, DX_W), 0, datt, T);
+      gemm(0, 1, T, T, hs, 1, dO + (size_t)b * T * ld_do + h * hs, ld_do, q_do,
+           V + (size_t)b * T * ld_v + g * hs, ld_v, q_v, 0, datt + bh * T * T, T);
       /* dV += P^T dO */
-      gemm(1, 0, T, hs, T, 1, P, T, OP(pv, DW_X), dO, C, OP(pv, DW_DY), 1,
-           dv + (size_t)b * T * KVC + g * hs, KVC);
-      /* softmax backward: dS = scale P (dP - rowsum(dP P)) */
-#pragma omp parallel for if (T > 64)
-      for (int t = 0; t < T; t++) {
-        real *d = datt + (size_t)t * T;
-        const real *p = P + (size_t)t * T;
-        real dot = 0;
-        for (int j = 0; j <= t; j++) dot += d[j] * p[j];
-        for (int j = 0; j <= t; j++) d[j] = scale * p[j] * (d[j] - dot);
-        for (int j = t + 1; j < T; j++) d[j] = 0;
-      }
+      gemm(1, 0, T, hs, T, 1, P + bh * T * ld_p, ld_p, q_p, dO2 + (size_t)b * T * ld_do2 + h * hs,
+           ld_do2, q_do2, 1, dv + (size_t)b * T * KVC + g * hs, KVC);
+    }
+  /* softmax backward: dS = scale P (dP - rowsum(dP P)) */
+#pragma omp parallel for if (B * NH * T > 64)
+  for (long r = 0; r < (long)B * NH * T; r++) {
+    int t = (int)(r % T);
+    real *d = datt + (size_t)r * T;
+    const real *p = att + (size_t)r * T;
+    real dot = 0;
+    for (int j = 0; j <= t; j++) dot += d[j] * p[j];
+    for (int j = 0; j <= t; j++) d[j] = scale * p[j] * (d[j] - dot);
+    for (int j = t + 1; j < T; j++) d[j] = 0;
+  }
+  const exmy_operand_quant *q_ds, *q_k, *q_ds2, *q_q;
+  int ld_ds = T, ld_k = KVC, ld_ds2 = T, ld_q = C;
+  const real *dS = operand(qk, USE_DX_DY, SLOT_DY, FILL, datt, &ld_ds, B * NH * T, T, &q_ds);
+  const real *K = operand(qk, USE_DX_W, SLOT_W, REUSE, k, &ld_k, N, KVC, &q_k);
+  const real *dS2 = operand(qk, USE_DW_DY, SLOT_DY, REUSE, datt, &ld_ds2, B * NH * T, T, &q_ds2);
+  const real *Q = operand(qk, USE_DW_X, SLOT_X, REUSE, q, &ld_q, N, C, &q_q);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++) {
+      int g = h / group;
+      size_t bh = (size_t)b * NH + h;
       /* dQ = dS K */
-      gemm(0, 0, T, hs, T, 1, datt, T, OP(qk, DX_DY), k + (size_t)b * T * KVC + g * hs, KVC,
-           OP(qk, DX_W), 0, dq + (size_t)b * T * C + h * hs, C);
+      gemm(0, 0, T, hs, T, 1, dS + bh * T * ld_ds, ld_ds, q_ds, K + (size_t)b * T * ld_k + g * hs,
+           ld_k, q_k, 0, dq + (size_t)b * T * C + h * hs, C);
       /* dK += dS^T Q */
-      gemm(1, 0, T, hs, T, 1, datt, T, OP(qk, DW_DY), q + (size_t)b * T * C + h * hs, C,
-           OP(qk, DW_X), 1, dk + (size_t)b * T * KVC + g * hs, KVC);
+      gemm(1, 0, T, hs, T, 1, dS2 + bh * T * ld_ds2, ld_ds2, q_ds2,
+           Q + (size_t)b * T * ld_q + h * hs, ld_q, q_q, 1, dk + (size_t)b * T * KVC + g * hs, KVC);
     }
 }
 
@@ -386,7 +430,7 @@ static void model_alloc_acts(model *m, int B, int T) {
 
   size_t *g = m->grad_act_sizes;
   g[0] = BT * C; g[1] = BT * C; g[2] = BT * C; g[3] = BT * C; g[4] = BT * KVC; g[5] = BT * KVC;
-  g[6] = (size_t)T * T; g[7] = BT * H; g[8] = BT * H; g[9] = BT * H;
+  g[6] = (size_t)B * NH * T * T; g[7] = BT * H; g[8] = BT * H; g[9] = BT * H;
   total = 0;
   for (int i = 0; i < NUM_GRAD_ACT_TENSORS; i++) total += g[i];
   free(m->grad_acts_mem);
@@ -415,7 +459,7 @@ void model_free(model *m) {
   memset(m, 0, sizeof *m);
 }
 
-static const tq_site *site_of(const model *m, int layer, int kind) {
+static tq_site *site_of(const model *m, int layer, int kind) {
   return m->sites ? &m->sites[layer * SITES_PER_LAYER + kind] : NULL;
 }
 

@@ -90,7 +90,7 @@ typedef struct {
   real *dq;    /* (B, T, C) */
   real *dk;    /* (B, T, KVC) */
   real *dv;    /* (B, T, KVC) */
-  real *datt;  /* (T, T) */
+  real *datt;  /* (B, NH, T, T) */
   real *dh1;   /* (B, T, H) */
   real *dh3;   /* (B, T, H) */
   real *dhg;   /* (B, T, H) */
@@ -125,7 +125,7 @@ typedef struct {
   grad_act_tensors grad_acts;
   real *rope_cos, *rope_sin; /* (T, hs/2) */
   /* the operand recipe of every site; NULL = every GEMM in float32 */
-  const tq_site *sites;
+  tq_site *sites;
   real loss; /* mean loss of the last forward with targets */
 } model;
 
@@ -156,21 +156,21 @@ void rmsnorm_backward(real *dinp, real *dw, const real *dout, const real *inp, c
                       const real *rstd, int N, int C);
 /* out (N, OC) = inp (N, C) w (OC, C)^T */
 void linear_forward(real *out, const real *inp, const real *w, int N, int C, int OC,
-                    const tq_site *site);
+                    tq_site *site);
 /* dinp += dout w; dw += dout^T inp */
 void linear_backward(real *dinp, real *dw, const real *dout, const real *inp, const real *w,
-                     int N, int C, int OC, const tq_site *site);
+                     int N, int C, int OC, tq_site *site);
 void rope_tables(real *cos_t, real *sin_t, int T, int hs, double theta);
 /* x (B, T, nh*hs) rotated in place, pairs (2i, 2i+1) of each head */
 void rope_forward(real *x, const real *cos_t, const real *sin_t, int B, int T, int nh, int hs);
 void rope_backward(real *dx, const real *cos_t, const real *sin_t, int B, int T, int nh, int hs);
 void attention_forward(real *out, real *att, const real *q, const real *k, const real *v,
-                       int B, int T, int NH, int NKV, int hs, const tq_site *qk, const tq_site *pv);
-/* dq = ..., dk += ..., dv += ... (dq overwritten, dk and dv accumulated) */
+                       int B, int T, int NH, int NKV, int hs, tq_site *qk, tq_site *pv);
+/* dq = ..., dk += ..., dv += ... (dq overwritten, dk and dv accumulated); datt_scratch: B*NH*T*T */
 void attention_backward(real *dq, real *dk, real *dv, real *datt_scratch, const real *dout,
                         const real *att, const real *q, const real *k, const real *v,
                         int B, int T, int NH, int NKV, int hs,
-                        const tq_site *qk, const tq_site *pv);
+                        tq_site *qk, tq_site *pv);
 void swiglu_forward(real *out, const real *h1, const real *h3, size_t n);
 void swiglu_backward(real *dh1, real *dh3, const real *dout, const real *h1, const real *h3, size_t n);
 /* probs (N, V) = softmax(logits) in place; losses (N) */

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 const char *const tq_use_names[USES_PER_SITE] = {"fwd_x", "fwd_w", "dx_dy", "dx_w", "dw_dy", "dw_x"};
 
@@ -23,6 +24,53 @@ static const exmy_operand_quant *prepare(const exmy_operand_quant *q, exmy_opera
   }
   if (!tq_collect_stats) tmp->stats = NULL;
   return tmp;
+}
+
+const float *tq_operand_for_gemm(tq_site *site, int use, int slot, bool fill, const float *x,
+                                 int *ld, int rows, int cols, const exmy_operand_quant **q) {
+  *q = NULL;
+  if (!site || !site->op[use].enabled) return x;
+  const exmy_operand_quant *op = &site->op[use];
+  if (op->scaling.kind == EXMY_SCALING_MX) {
+    *q = op;
+    return x;
+  }
+  tq_cache *c = &site->cache[slot];
+  const size_t n = (size_t)rows * cols;
+  if (fill) {
+    if (c->cap < n) {
+      free(c->data);
+      c->data = malloc(n * sizeof(float));
+      if (!c->data) {
+        fprintf(stderr, "tq_operand_for_gemm: out of memory\n");
+        exit(1);
+      }
+      c->cap = n;
+    }
+    const float *src = x;
+    if (*ld != cols) { /* gather the rows first; dense tensors are read in place */
+      for (int r = 0; r < rows; r++)
+        memcpy(c->data + (size_t)r * cols, x + (size_t)r * *ld, (size_t)cols * sizeof(float));
+      src = c->data;
+    }
+    exmy_operand_quant tmp;
+    const exmy_operand_quant *p = prepare(op, &tmp, n);
+    if (exmy_quantize_scaled_f32(&p->format, &p->round, &p->scaling, p->delayed, src, c->data,
+                                 (size_t)rows, (size_t)cols, p->stats)) {
+      fprintf(stderr, "exmy_quantize_scaled_f32 failed\n");
+      exit(1);
+    }
+  }
+  *ld = cols;
+  return c->data;
+}
+
+void tq_site_free_caches(tq_site *site) {
+  for (int i = 0; i < SLOTS_PER_SITE; i++) {
+    free(site->cache[i].data);
+    site->cache[i].data = NULL;
+    site->cache[i].cap = 0;
+  }
 }
 
 void tq_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,

@@ -24,12 +24,36 @@
 enum { USE_FWD_X, USE_FWD_W, USE_DX_DY, USE_DX_W, USE_DW_DY, USE_DW_X, USES_PER_SITE };
 extern const char *const tq_use_names[USES_PER_SITE];
 
+/* A quantized copy of an operand, in its storage layout, kept for the later
+ * GEMMs of the same step that read the same tensor: as Transformer Engine
+ * casts X and W once in the forward and reuses the casts in the backward, and
+ * casts dY once for both backward GEMMs.  Used only for element-wise recipes
+ * (no scaling, per-tensor current or delayed scaling); MX blocks follow the
+ * reduction dimension, which differs between the uses, so MX operands are
+ * quantized by exmy_qgemm at every use. */
+typedef struct {
+  float *data;
+  size_t cap;
+} tq_cache;
+enum { SLOT_X, SLOT_W, SLOT_DY, SLOTS_PER_SITE };
+
 /* The operands of one GEMM site (a linear layer, or an attention product:
  * for S = Q K^T, x = Q and w = K; for O = P V, x = P and w = V). */
 typedef struct {
   exmy_operand_quant op[USES_PER_SITE];
   exmy_tensor_stats stats[USES_PER_SITE];
+  tq_cache cache[SLOTS_PER_SITE];
 } tq_site;
+
+/* The operand `use` of a site as a GEMM should receive it.  fill: quantize x
+ * (rows x cols, leading dimension *ld) into the site's cache slot; !fill: take
+ * the slot filled by an earlier use of the same tensor.  Returns the cached
+ * copy (and sets *ld, *q = NULL: nothing left to quantize), or x itself with
+ * *q = the operand (for exmy_qgemm to quantize: MX), or x with *q = NULL
+ * (site NULL or operand not quantized). */
+const float *tq_operand_for_gemm(tq_site *site, int use, int slot, bool fill, const float *x,
+                                 int *ld, int rows, int cols, const exmy_operand_quant **q);
+void tq_site_free_caches(tq_site *site);
 
 /* Global knobs: whether this step gathers statistics, and the running element
  * counter that gives stochastic rounding fresh random bits (set from the step

@@ -132,8 +132,10 @@ tq_site *recipe_make_sites(const recipe *r, const model_config *mc) {
 
 void recipe_free_sites(tq_site *sites, int n) {
   if (!sites) return;
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < n; i++) {
     for (int u = 0; u < USES_PER_SITE; u++) exmy_delayed_state_free(sites[i].op[u].delayed);
+    tq_site_free_caches(&sites[i]);
+  }
   free(sites);
 }
 

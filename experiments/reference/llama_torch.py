@@ -100,7 +100,7 @@ class Llama(torch.nn.Module):
         logits = F.linear(self.rmsnorm(x, self.rmsf), self.lm_head)
         if targets is None:
             return logits, None
-        return logits, F.cross_entropy(logits.view(-1, self.V), targets.view(-1))
+        return logits, F.cross_entropy(logits.reshape(-1, self.V), targets.reshape(-1))
 
     def param_groups(self, weight_decay):
         decay = [getattr(self, n) for n in PARAM_NAMES if not n.startswith("rms")]

@@ -123,7 +123,7 @@ START_TEST(test_attention) {
   att_ctx c = {rand_array(B * T * C_, 1), rand_array(B * T * KVC, 1), rand_array(B * T * KVC, 1),
                zeros(B * T * C_), zeros(B * NH * T * T), rand_array(B * T * C_, 1)};
   double *dq = zeros(B * T * C_), *dk = zeros(B * T * KVC), *dv = zeros(B * T * KVC),
-         *datt = zeros(T * T);
+         *datt = zeros(B * NH * T * T);
   att_loss(&c);
   attention_backward(dq, dk, dv, datt, c.R, c.att, c.q, c.k, c.v, B, T, NH, NKV, HS, NULL, NULL);
   ck_assert(check_grad("attention.q", att_loss, &c, c.q, dq, B * T * C_, 1000) < TOL);

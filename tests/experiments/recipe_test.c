@@ -79,7 +79,7 @@ static void batch(int *in, int *tg, int n) {
   }
 }
 
-static void run_model(model *m, const tq_site *sites, float *loss, float *grads) {
+static void run_model(model *m, tq_site *sites, float *loss, float *grads) {
   int T = m->cfg.seq_len, in[B * 64], tg[B * 64];
   batch(in, tg, B * T);
   m->sites = sites;
@@ -145,7 +145,7 @@ static void spy_layer(const char *recipe_name, int scaled) {
   float loss, *g = malloc(m.num_params * sizeof(float));
   run_model(&m, sites, &loss, g); /* real activations in m.acts */
   const int N = B * c.seq_len, C = c.dim, l = 1;
-  const tq_site *site = &sites[l * SITES_PER_LAYER + SITE_W1];
+  tq_site *site = &sites[l * SITES_PER_LAYER + SITE_W1];
   const float *x = m.acts.ln2 + (size_t)l * N * C, *w = m.params.w1 + (size_t)l * c.hidden * C;
   const int OC = c.hidden;
   float *y = malloc(sizeof(float) * N * OC), *dy = malloc(sizeof(float) * N * OC);

@@ -44,7 +44,6 @@ if [ $rc -eq 0 ] && grep -q "diverged at step" <<<"$out" && grep -q '"status":"d
   echo "ok   divergence: $(grep -o 'diverged at step [0-9]*' <<<"$out"), exit 0"; passed=$((passed+1))
 else echo "FAIL divergence (rc $rc): $out"; fail=$((fail+1)); fi
 
-# bad input: exit 2, one line
 bad() {
   local what=$1; shift
   local err rc=0
@@ -52,6 +51,28 @@ bad() {
   if [ $rc -eq 2 ] && [ "$(wc -l <<<"$err")" -eq 1 ]; then echo "ok   $what: exit 2: $err"; passed=$((passed+1))
   else echo "FAIL $what: rc $rc: $err"; fail=$((fail+1)); fi
 }
+# other data sources: a directory of text files, an llm.c shard (uint16 tokens)
+mkdir -p "$tmp/textdir"
+cp experiments/model.c "$tmp/textdir/a.txt"; cp experiments/configs/fp8-te.cfg "$tmp/textdir/b.txt"
+if "$train" --config experiments/configs/fp32.cfg "${common[@]}" --set steps=2 --set data="$tmp/textdir" \
+     --set run_dir="$tmp/dir" >/dev/null; then echo "ok   a directory of text files"; passed=$((passed+1))
+else echo "FAIL directory data"; fail=$((fail+1)); fi
+if [ -x /usr/bin/python3 ]; then
+  /usr/bin/python3 - "$tmp/shard.bin" <<'PY'
+import struct, sys
+tokens = [(i * 7919) % 300 for i in range(4000)]
+header = [20240520, 1, len(tokens)] + [0] * 253
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", *header)); f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+PY
+  if "$train" --config experiments/configs/fp32.cfg "${common[@]}" --set steps=2 --set vocab=300 \
+       --set data="$tmp/shard.bin" --set run_dir="$tmp/shard" >/dev/null; then
+    echo "ok   an llm.c shard (uint16 tokens, vocab 300)"; passed=$((passed+1))
+  else echo "FAIL llm.c shard"; fail=$((fail+1)); fi
+  bad "shard token beyond vocab" --config experiments/configs/fp32.cfg --set size=test --set data="$tmp/shard.bin" --set run_dir="$tmp/bad"
+fi
+
+# bad input: exit 2, one line
 bad "unknown key" --config experiments/configs/fp32.cfg --set no_such_key=1 --set run_dir="$tmp/bad"
 bad "missing config" --config /nonexistent.cfg
 bad "missing data" --config experiments/configs/fp32.cfg --set size=test --set data=/nonexistent --set run_dir="$tmp/bad"

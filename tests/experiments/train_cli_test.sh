@@ -36,6 +36,15 @@ if grep -q '"stats":\[{"site":"l0.q","use":"fwd_x","format":"float8_e4m3fn"' "$t
   echo "ok   statistics lines in the log"; passed=$((passed+1))
 else echo "FAIL no statistics in the log"; fail=$((fail+1)); fi
 
+# gradient accumulation: batch 8 in one micro-batch = batch 4 in two (to float rounding)
+"$train" --config experiments/configs/fp32.cfg "${common[@]}" --set steps=4 --set batch_size=8 --set run_dir="$tmp/acc1" >/dev/null
+"$train" --config experiments/configs/fp32.cfg "${common[@]}" --set steps=4 --set batch_size=4 --set grad_accum=2 --set run_dir="$tmp/acc2" >/dev/null
+worst=$(paste <(losses "$tmp/acc1" | cut -d: -f3) <(losses "$tmp/acc2" | cut -d: -f3) |
+        awk '{d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > w) w = d} END {printf "%.2e", w + 0}')
+if awk -v w="$worst" 'BEGIN {exit !(w < 1e-5)}'; then
+  echo "ok   gradient accumulation: 4 losses of 8x1 and 4x2 agree (worst rel $worst)"; passed=$((passed+1))
+else echo "FAIL gradient accumulation: worst rel $worst"; fail=$((fail+1)); fi
+
 # divergence: a huge learning rate
 out=$("$train" --config experiments/configs/fp32.cfg "${common[@]}" --set lr=1000 --set grad_clip=0 \
       --set run_dir="$tmp/div" --set steps=20) && rc=0 || rc=$?

@@ -175,9 +175,11 @@ static int kparams_make(const exmy_format *f, const exmy_rounding_opts *o,
   p->sr_bits = o->sr_bits == 0 ? 32u : (uint32_t)o->sr_bits;
   p->sr_mask = p->sr_bits == 32 ? 0xFFFFFFFFu : (1u << p->sr_bits) - 1u;
   p->bias_adj = (uint32_t)(127 - f->bias) << 23;
+  p->sub_linear = f->emin == -126;
   p->sub_quantum = exmy_bits_f32((uint32_t)(f->emin - f->man_bits + 127) << 23);
   if (f->emin - f->man_bits + 127 < 1) /* 2^(emin-M) is a float32 subnormal */
     p->sub_quantum = exmy_bits_f32(1u << (f->emin - f->man_bits + 149));
+  if (p->sub_linear) p->sub_quantum = 1.0f;
   for (int s = 0; s < 2; s++) {
     uint32_t sign = s ? f->sign_mask : 0u;
     uint32_t ovf = exmy_overflow_code(f, o->mode, o->saturate, sign);

@@ -34,7 +34,11 @@ typedef struct {
   uint32_t sr_bits;       /* R in 1..32 */
   uint32_t sr_mask;       /* 2^R - 1 */
   uint32_t bias_adj;      /* (127 - bias) << 23: field -> float32 exponent */
-  float sub_quantum;      /* 2^(emin - M): the value of subnormal code 1 */
+  float sub_quantum;      /* 2^(emin - M): the value of subnormal code 1, or 1
+                           * when sub_linear (then never a float32 subnormal:
+                           * arithmetic on those costs ~100 cycles on x86) */
+  uint32_t sub_linear;    /* emin = -126: the format's subnormals are float32
+                           * subnormals, whose bits are code << (23 - M) */
   /* results of special cases, [0] for +, [1] for -: codes and float32 bits */
   uint32_t c_ovf_pos, c_ovf_neg, c_inf_pos, c_inf_neg, c_nan_pos, c_nan_neg;
   uint32_t q_ovf_pos, q_ovf_neg, q_inf_pos, q_inf_neg, q_nan_pos, q_nan_neg;
@@ -75,6 +79,7 @@ EXMY_ALWAYS_INLINE uint32_t exmy_k_decode_finite(const exmy_kparams *p,
   uint32_t mag = code & (p->sign_mask - 1u);
   union { float f; uint32_t u; } sub;
   sub.f = (float)(int32_t)mag * p->sub_quantum; /* exact: mag < 2^M */
+  sub.u = exmy_sel(p->sub_linear, mag << (23 - M), sub.u);
   uint32_t normal = (mag << (23 - M)) + p->bias_adj;
   return s | exmy_sel((mag >> M) != 0, normal, sub.u);
 }
@@ -215,9 +220,10 @@ EXMY_ALWAYS_INLINE uint32_t exmy_k_round_fast(const exmy_kparams *p, float x,
     case EXMY_RO: kk |= fr != 0.0f; break;
     case EXMY_SR: {
       /* floor(fr · 2^R) as uint32 (R may be 32: convert below 2^31) */
-      float h = fr * p->sub_sr_scale;
-      uint32_t big = h >= 0x1p31f;
-      uint32_t top = (uint32_t)(int32_t)(big ? h - 0x1p31f : h) + (big << 31);
+      union { float f; uint32_t u; } h = {.f = fr * p->sub_sr_scale}, off;
+      const uint32_t big = h.u >= 0x4F000000u; /* h >= 2^31 (h >= 0) */
+      off.u = (0u - big) & 0x4F000000u;        /* float selects stop GCC */
+      uint32_t top = (uint32_t)(int32_t)(h.f - off.f) + (big << 31);
       uint32_t lim = p->sr_mask - (rnd >> (32u - p->sr_bits));
       up = (int32_t)(top ^ 0x80000000u) > (int32_t)(lim ^ 0x80000000u);
       break;
@@ -228,6 +234,7 @@ EXMY_ALWAYS_INLINE uint32_t exmy_k_round_fast(const exmy_kparams *p, float x,
   uint32_t out;
   if (QUANT) {
     union { float f; uint32_t u; } ys = {.f = (float)(int32_t)kk * p->sub_quantum};
+    ys.u = exmy_sel(p->sub_linear, kk << p->drop, ys.u);
     const uint32_t mag = exmy_sel(sub, ys.u, r);
     const uint32_t ovf = mag > p->max_bits;
     const uint32_t signed_zero_ok = (p->fnuz & (mag == 0)) ^ 1u;

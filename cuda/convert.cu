@@ -1,0 +1,226 @@
+/*
+ * Bulk quantize / encode / decode on the GPU: lib/round_core.h per element.
+ *
+ * Each thread takes 8 consecutive elements: two 16-byte loads of float32, one
+ * 8-byte (uint8 codes), 16-byte (uint16) or two 16-byte stores; an exact grid
+ * covers the array and the last, partial group goes element by element.  The
+ * rounding mode is a template parameter for the modes we expect to be hot
+ * (rne, sr); the others share one kernel that reads the mode at run time.
+ */
+#include <stdint.h>
+
+#include "cuda/exmy_cuda.h"
+#include "cuda/elementwise.cuh"
+
+namespace {
+using namespace exmy_cuda;
+
+/* quantize: float32 -> float32 (y may alias x: each thread reads its own
+ * elements before it writes them). */
+template <int ID, int MODE>
+__global__ void __launch_bounds__(kThreads)
+    k_quantize(exmy_format rt, KOpts o, const float *x, float *y, size_t n,
+               int vec) {
+  const exmy_format f = kernel_format<ID>(rt);
+  const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
+  if (base >= n) return;
+  float v[kPer];
+  uint32_t c[kPer];
+  const bool full = load8(x, base, n, vec, v);
+  encode8<ID, MODE>(f, o, base, v, c);
+  float q[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; k++) q[k] = decode_one<ID>(f, c[k]);
+  if (full) {
+    *reinterpret_cast<float4 *>(y + base) = make_float4(q[0], q[1], q[2], q[3]);
+    *reinterpret_cast<float4 *>(y + base + 4) = make_float4(q[4], q[5], q[6], q[7]);
+  } else {
+    for (int k = 0; k < kPer; k++)
+      if (base + k < n) y[base + k] = q[k];
+  }
+}
+
+template <int ID, int MODE, typename T>
+__global__ void __launch_bounds__(kThreads)
+    k_encode(exmy_format rt, KOpts o, const float *__restrict__ x,
+             T *__restrict__ codes, size_t n, int vec) {
+  const exmy_format f = kernel_format<ID>(rt);
+  const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
+  if (base >= n) return;
+  float v[kPer];
+  uint32_t c[kPer];
+  const bool full = load8(x, base, n, vec, v);
+  encode8<ID, MODE>(f, o, base, v, c);
+  store8<T>(codes, base, n, full, c);
+}
+
+template <int ID, typename T>
+__global__ void __launch_bounds__(kThreads)
+    k_decode(exmy_format rt, const T *__restrict__ codes, float *__restrict__ y,
+             size_t n, int vec) {
+  const exmy_format f = kernel_format<ID>(rt);
+  const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
+  if (base >= n) return;
+  uint32_t c[kPer];
+  const bool full = vec && base + kPer <= n;
+  if (full && sizeof(T) == 1) {
+    const uint2 p = *reinterpret_cast<const uint2 *>(codes + base);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      c[k] = (p.x >> (8 * k)) & 0xFFu;
+      c[k + 4] = (p.y >> (8 * k)) & 0xFFu;
+    }
+  } else if (full && sizeof(T) == 2) {
+    const uint4 p = *reinterpret_cast<const uint4 *>(codes + base);
+    c[0] = p.x & 0xFFFFu; c[1] = p.x >> 16; c[2] = p.y & 0xFFFFu; c[3] = p.y >> 16;
+    c[4] = p.z & 0xFFFFu; c[5] = p.z >> 16; c[6] = p.w & 0xFFFFu; c[7] = p.w >> 16;
+  } else {
+#pragma unroll
+    for (int k = 0; k < kPer; k++) c[k] = base + k < n ? (uint32_t)codes[base + k] : 0u;
+  }
+  float q[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; k++) q[k] = decode_one<ID>(f, c[k]);
+  if (full) {
+    *reinterpret_cast<float4 *>(y + base) = make_float4(q[0], q[1], q[2], q[3]);
+    *reinterpret_cast<float4 *>(y + base + 4) = make_float4(q[4], q[5], q[6], q[7]);
+  } else {
+    for (int k = 0; k < kPer; k++)
+      if (base + k < n) y[base + k] = q[k];
+  }
+}
+
+int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* ---- dispatch: (format id, mode class) -> kernel ---- */
+
+template <int ID, int MODE>
+cudaError_t launch_quantize(const exmy_format &f, const KOpts &o, const float *x,
+                            float *y, size_t n, cudaStream_t s) {
+  const size_t groups = (n + kPer - 1) / kPer;
+  k_quantize<ID, MODE><<<blocks_for(groups, kThreads), kThreads, 0, s>>>(
+      f, o, x, y, n, aligned16(x) && aligned16(y));
+  return cudaGetLastError();
+}
+
+template <int ID, int MODE>
+cudaError_t launch_encode(const exmy_format &f, const KOpts &o, const float *x,
+                          void *codes, size_t n, cudaStream_t s) {
+  const size_t groups = (n + kPer - 1) / kPer;
+  const unsigned blocks = blocks_for(groups, kThreads);
+  const int vec = aligned16(x) && aligned16(codes);
+  switch (exmy_code_bytes(&f)) {
+    case 1:
+      k_encode<ID, MODE, uint8_t><<<blocks, kThreads, 0, s>>>(
+          f, o, x, (uint8_t *)codes, n, vec);
+      break;
+    case 2:
+      k_encode<ID, MODE, uint16_t><<<blocks, kThreads, 0, s>>>(
+          f, o, x, (uint16_t *)codes, n, vec);
+      break;
+    default:
+      k_encode<ID, MODE, uint32_t><<<blocks, kThreads, 0, s>>>(
+          f, o, x, (uint32_t *)codes, n, vec);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+template <int ID>
+cudaError_t launch_decode(const exmy_format &f, const void *codes, float *y,
+                          size_t n, cudaStream_t s) {
+  const size_t groups = (n + kPer - 1) / kPer;
+  const unsigned blocks = blocks_for(groups, kThreads);
+  const int vec = aligned16(codes) && aligned16(y);
+  switch (exmy_code_bytes(&f)) {
+    case 1:
+      k_decode<ID, uint8_t><<<blocks, kThreads, 0, s>>>(f, (const uint8_t *)codes, y, n, vec);
+      break;
+    case 2:
+      k_decode<ID, uint16_t><<<blocks, kThreads, 0, s>>>(f, (const uint16_t *)codes, y, n, vec);
+      break;
+    default:
+      k_decode<ID, uint32_t><<<blocks, kThreads, 0, s>>>(f, (const uint32_t *)codes, y, n, vec);
+      break;
+  }
+  return cudaGetLastError();
+}
+
+/* The specialised formats get rne and sr kernels of their own; every other
+ * (format, mode) pair runs the run-time-mode kernel of its format. */
+template <template <int, int> class Op, typename... A>
+cudaError_t dispatch(const exmy_format &f, const KOpts &o, A... a) {
+  const int id = spec_id(&f);
+  const int m = o.mode;
+#define EXMY_MODES(ID)                                                   \
+  case ID:                                                               \
+    return m == EXMY_RNE  ? Op<ID, EXMY_RNE>::run(f, o, a...)            \
+           : m == EXMY_SR ? Op<ID, EXMY_SR>::run(f, o, a...)             \
+                          : Op<ID, kRuntimeMode>::run(f, o, a...);
+  switch (id) {
+    EXMY_MODES(SPEC_E4M3FN)
+    EXMY_MODES(SPEC_E5M2)
+    EXMY_MODES(SPEC_E2M3)
+    EXMY_MODES(SPEC_E3M2)
+    EXMY_MODES(SPEC_E2M1)
+    EXMY_MODES(SPEC_E8M0)
+    EXMY_MODES(SPEC_BF16)
+    EXMY_MODES(SPEC_FP16)
+    default:
+      EXMY_MODES(SPEC_GENERIC)
+  }
+#undef EXMY_MODES
+}
+
+template <int ID, int MODE>
+struct QuantizeOp {
+  static cudaError_t run(const exmy_format &f, const KOpts &o, const float *x,
+                         float *y, size_t n, cudaStream_t s) {
+    return launch_quantize<ID, MODE>(f, o, x, y, n, s);
+  }
+};
+
+template <int ID, int MODE>
+struct EncodeOp {
+  static cudaError_t run(const exmy_format &f, const KOpts &o, const float *x,
+                         void *codes, size_t n, cudaStream_t s) {
+    return launch_encode<ID, MODE>(f, o, x, codes, n, s);
+  }
+};
+
+}  // namespace
+
+extern "C" cudaError_t exmy_cuda_quantize_f32(const exmy_format *f,
+                                              const exmy_rounding_opts *o,
+                                              const float *x, float *y,
+                                              size_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  if (exmy_rounding_opts_check(o) != 0) return cudaErrorInvalidValue;
+  return dispatch<QuantizeOp>(*f, kopts_of(o), x, y, n, stream);
+}
+
+extern "C" cudaError_t exmy_cuda_encode_f32(const exmy_format *f,
+                                            const exmy_rounding_opts *o,
+                                            const float *x, void *codes,
+                                            size_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  if (exmy_rounding_opts_check(o) != 0) return cudaErrorInvalidValue;
+  return dispatch<EncodeOp>(*f, kopts_of(o), x, codes, n, stream);
+}
+
+extern "C" cudaError_t exmy_cuda_decode_f32(const exmy_format *f,
+                                            const void *codes, float *y,
+                                            size_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  switch (spec_id(f)) {
+    case SPEC_E4M3FN: return launch_decode<SPEC_E4M3FN>(*f, codes, y, n, stream);
+    case SPEC_E5M2: return launch_decode<SPEC_E5M2>(*f, codes, y, n, stream);
+    case SPEC_E2M3: return launch_decode<SPEC_E2M3>(*f, codes, y, n, stream);
+    case SPEC_E3M2: return launch_decode<SPEC_E3M2>(*f, codes, y, n, stream);
+    case SPEC_E2M1: return launch_decode<SPEC_E2M1>(*f, codes, y, n, stream);
+    case SPEC_E8M0: return launch_decode<SPEC_E8M0>(*f, codes, y, n, stream);
+    case SPEC_BF16: return launch_decode<SPEC_BF16>(*f, codes, y, n, stream);
+    case SPEC_FP16: return launch_decode<SPEC_FP16>(*f, codes, y, n, stream);
+    default: return launch_decode<SPEC_GENERIC>(*f, codes, y, n, stream);
+  }
+}

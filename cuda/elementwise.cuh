@@ -1,0 +1,134 @@
+/*
+ * The per-thread pieces of the elementwise kernels (convert.cu, mx.cu): 8
+ * consecutive elements per thread, 16-byte loads, the reference core per
+ * element.
+ */
+#ifndef EXMY_CUDA_ELEMENTWISE_CUH
+#define EXMY_CUDA_ELEMENTWISE_CUH
+
+#include "cuda/fast_path.cuh"
+#include "cuda/kernel_common.cuh"
+
+namespace exmy_cuda {
+
+
+constexpr int kThreads = 256;
+constexpr int kPer = 8;
+constexpr int kRuntimeMode = -1;
+
+template <int MODE>
+__device__ __forceinline__ int mode_of(const KOpts &o) {
+  return MODE == kRuntimeMode ? o.mode : MODE;
+}
+
+/* The run-time-mode path: one out-of-line copy of the core per format.
+ * Inlining the fully general core 8 times makes cicc take minutes, and this
+ * path serves the modes and formats we do not expect to be hot. */
+template <int ID>
+__device__ __noinline__ uint32_t encode_runtime(const exmy_format &rt,
+                                                const KOpts &o, float x,
+                                                uint32_t rnd) {
+  const exmy_format f = kernel_format<ID>(rt);
+  return exmy_core_encode(&f, (exmy_rounding)o.mode, o.saturate, o.flush,
+                          o.mode == EXMY_SR ? o.sr_bits : 32, x, rnd);
+}
+
+template <int ID>
+__device__ __forceinline__ float decode_one(const exmy_format &f, uint32_t c);
+
+static __device__ __noinline__ float decode_generic(const exmy_format &f, uint32_t c) {
+  return exmy_core_decode(&f, c);
+}
+
+template <int ID>
+__device__ __forceinline__ float decode_one(const exmy_format &f, uint32_t c) {
+  if constexpr (ID == SPEC_GENERIC)
+    return fast_path_ok(f) ? fast_decode_f(f, c) : decode_generic(f, c);
+  else if constexpr (Fast<ID>::enabled) return fast_decode<ID>(c);
+  else return exmy_core_decode(&f, c);
+}
+
+template <int ID, int MODE>
+__device__ __forceinline__ void encode8(const exmy_format &f, const KOpts &o,
+                                        size_t base, const float v[kPer],
+                                        uint32_t c[kPer]) {
+  const int mode = mode_of<MODE>(o);
+  uint32_t rnd[kPer] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (mode == EXMY_SR) sr_words8(o.seed, o.offset + base, rnd);
+  if constexpr (MODE == kRuntimeMode) {
+#pragma unroll
+    for (int k = 0; k < kPer; k++) c[k] = encode_runtime<ID>(f, o, v[k], rnd[k]);
+  } else if constexpr (ID == SPEC_GENERIC) { /* rne or sr, run-time format */
+    const bool fast = !o.flush && fast_path_ok(f);
+#pragma unroll
+    for (int k = 0; k < kPer; k++)
+      if (!fast || !fast_encode_f<MODE>(f, o.sr_bits, v[k], rnd[k], c[k]))
+        c[k] = encode_runtime<ID>(f, o, v[k], rnd[k]);
+  } else if constexpr (Fast<ID>::enabled &&
+                       (MODE == EXMY_RNE || MODE == EXMY_SR)) {
+    /* the fast path, and the core where it declines (rare) */
+#pragma unroll
+    for (int k = 0; k < kPer; k++) {
+      if (o.flush || !fast_encode<ID, MODE>(o.sr_bits, v[k], rnd[k], c[k]))
+        c[k] = exmy_core_encode(&f, (exmy_rounding)MODE, o.saturate, o.flush,
+                                MODE == EXMY_SR ? o.sr_bits : 32, v[k], rnd[k]);
+    }
+  } else {
+    const int sr_bits = mode == EXMY_SR ? o.sr_bits : 32;
+#pragma unroll
+    for (int k = 0; k < kPer; k++)
+      c[k] = exmy_core_encode(&f, (exmy_rounding)mode, o.saturate, o.flush,
+                              sr_bits, v[k], rnd[k]);
+  }
+}
+
+__device__ __forceinline__ bool load8(const float *x, size_t base, size_t n,
+                                      int vec, float v[kPer]) {
+  if (vec && base + kPer <= n) {
+    const float4 a = *reinterpret_cast<const float4 *>(x + base);
+    const float4 b = *reinterpret_cast<const float4 *>(x + base + 4);
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    return true;
+  }
+#pragma unroll
+  for (int k = 0; k < kPer; k++) v[k] = base + k < n ? x[base + k] : 0.0f;
+  return false;
+}
+
+template <typename T>
+__device__ __forceinline__ void store8(T *out, size_t base, size_t n, bool full,
+                                       const uint32_t c[kPer]) {
+  if constexpr (sizeof(T) == 1) {
+    if (full) {
+      uint2 p;
+      p.x = c[0] | c[1] << 8 | c[2] << 16 | c[3] << 24;
+      p.y = c[4] | c[5] << 8 | c[6] << 16 | c[7] << 24;
+      *reinterpret_cast<uint2 *>(out + base) = p;
+      return;
+    }
+  } else if constexpr (sizeof(T) == 2) {
+    if (full) {
+      uint4 p;
+      p.x = (c[0] & 0xFFFFu) | c[1] << 16;
+      p.y = (c[2] & 0xFFFFu) | c[3] << 16;
+      p.z = (c[4] & 0xFFFFu) | c[5] << 16;
+      p.w = (c[6] & 0xFFFFu) | c[7] << 16;
+      *reinterpret_cast<uint4 *>(out + base) = p;
+      return;
+    }
+  } else {
+    if (full) {
+      *reinterpret_cast<uint4 *>(out + base) = make_uint4(c[0], c[1], c[2], c[3]);
+      *reinterpret_cast<uint4 *>(out + base + 4) = make_uint4(c[4], c[5], c[6], c[7]);
+      return;
+    }
+  }
+  for (int k = 0; k < kPer; k++)
+    if (base + k < n) out[base + k] = (T)c[k];
+}
+
+
+}  // namespace exmy_cuda
+
+#endif /* EXMY_CUDA_ELEMENTWISE_CUH */

@@ -1,0 +1,130 @@
+/*
+ * exmy_cuda.h — the GPU twin of lib/exmy.h's bulk conversions.
+ *
+ * Every function takes device pointers, enqueues its work on `stream` and
+ * returns at once (the result of the launch; errors of the kernel itself show
+ * at the next synchronisation).  The device code is lib/round_core.h and
+ * lib/philox.h compiled by nvcc, so a GPU result is bit-identical to the CPU
+ * reference with the same options, stochastic rounding included: element i of
+ * a call draws Philox word (offset + i) & 3 of block (offset + i) >> 2 under
+ * key = seed, exactly as exmy_encode_f32 does.
+ *
+ * Formats and options are passed by host pointer and copied into the launch;
+ * the caller may free them right after the call.
+ */
+#ifndef EXMY_CUDA_H
+#define EXMY_CUDA_H
+
+#include <cuda_runtime_api.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lib/exmy.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* y[i] = the nearest value of x[i] in format f (per o), as float32; y may
+ * alias x.  Device pointers. */
+cudaError_t exmy_cuda_quantize_f32(const exmy_format *f,
+                                   const exmy_rounding_opts *o, const float *x,
+                                   float *y, size_t n, cudaStream_t stream);
+
+/* codes[i] = the code of x[i]: uint8_t / uint16_t / uint32_t per
+ * exmy_code_bytes(f), sub-byte formats in the low bits of their byte. */
+cudaError_t exmy_cuda_encode_f32(const exmy_format *f,
+                                 const exmy_rounding_opts *o, const float *x,
+                                 void *codes, size_t n, cudaStream_t stream);
+
+/* y[i] = the value of codes[i]. */
+cudaError_t exmy_cuda_decode_f32(const exmy_format *f, const void *codes,
+                                 float *y, size_t n, cudaStream_t stream);
+
+/* OCP MX, as exmy_mx_encode_f32: codes (one byte per element, f of <= 8
+ * bits) and one E8M0 code per block (scales[r * nblocks + b], nblocks =
+ * ceil(cols / block), block 0 = 32); bit-identical to the CPU.  Blocks of a
+ * multiple of 8 up to 256 elements dividing cols take the one-pass path. */
+cudaError_t exmy_cuda_mx_encode_f32(const exmy_format *f,
+                                    const exmy_rounding_opts *o, int block,
+                                    const float *x, size_t rows, size_t cols,
+                                    uint8_t *codes, uint8_t *scales,
+                                    cudaStream_t stream);
+/* The inverse, as exmy_mx_decode_f32: y = decode(code) * 2^(scale - 127). */
+cudaError_t exmy_cuda_mx_decode_f32(const exmy_format *f, int block,
+                                    const uint8_t *codes, const uint8_t *scales,
+                                    size_t rows, size_t cols, float *y,
+                                    cudaStream_t stream);
+
+/* exmy_tensor_stats_f32 on the device: the statistics of x against its
+ * quantized image y (n values each), reduced on the device and written to
+ * *stats, a DEVICE pointer (no host round trip; copy it when you need it).
+ * Counts, amax and min_nonzero are exact and equal the CPU's; the four sums
+ * are double, reduced in a fixed order (deterministic), so they equal the
+ * CPU's up to the order of double additions. */
+cudaError_t exmy_cuda_tensor_stats_f32(const exmy_format *f, const float *x,
+                                       const float *y, size_t n,
+                                       exmy_tensor_stats *stats,
+                                       cudaStream_t stream);
+
+/* Per-tensor current scaling (EXMY_SCALING_TENSOR) entirely on the device:
+ * amax reduction, s = exmy_scale_from_amax(f, amax, margin, pow2), then
+ * y = Q(x*s) * (1/s) in float32; y may alias x; bit-identical to
+ * exmy_quantize_scaled_f32 with that recipe.  If scale_out is not NULL the
+ * scale used is stored there (device pointer). */
+cudaError_t exmy_cuda_quantize_tensor_scaled_f32(const exmy_format *f,
+                                                 const exmy_rounding_opts *o,
+                                                 int margin, bool pow2,
+                                                 const float *x, float *y,
+                                                 size_t n, float *scale_out,
+                                                 cudaStream_t stream);
+
+/* ---- quantized GEMM through cuBLAS ----
+ * C (m x n, row-major) = Q(A) . Q(B)^T with A m x k and Bt n x k, both
+ * row-major with K contiguous (exmy_qgemm's op(A) and op(B)^T), FP32
+ * accumulation.  Paths:
+ *   BF16: both operands in a format whose values are all bfloat16 values
+ *     (M <= 7 and no value below bf16's smallest subnormal): the quantized
+ *     operands go to bf16 exactly, in the same pass as the rounding, and
+ *     cuBLAS multiplies them on the tensor cores with FP32 accumulation; the
+ *     products are exact, so this IS the emulated low-precision GEMM up to the
+ *     order of the FP32 additions.
+ *   FP32: anything else (or an unquantized operand): quantize to float32 and
+ *     cublasGemmEx with CUBLAS_COMPUTE_32F_PEDANTIC (never TF32).
+ *   FP8: E4M3/E5M2 operands (not both E5M2): our encode gives the FP8 codes
+ *     and cublasLt's FP8 GEMM (per-tensor scales 1) multiplies them; the
+ *     hardware reference path.
+ *   AUTO: BF16 where exact, else FP32.
+ * fa / fb NULL: that operand is used as it is (FP32 path).  sr: the element
+ * index is the position in the operand's row-major storage + offset. */
+typedef enum {
+  EXMY_CUDA_GEMM_AUTO = 0,
+  EXMY_CUDA_GEMM_BF16,
+  EXMY_CUDA_GEMM_FP32,
+  EXMY_CUDA_GEMM_FP8,
+} exmy_cuda_gemm_path;
+
+typedef struct exmy_cuda_gemm exmy_cuda_gemm; /* cuBLAS handles, buffers */
+exmy_cuda_gemm *exmy_cuda_gemm_new(void);
+void exmy_cuda_gemm_free(exmy_cuda_gemm *g);
+
+/* Whether every value of f is a bfloat16 value (the BF16 path is exact). */
+bool exmy_cuda_bf16_exact(const exmy_format *f);
+
+/* Returns cudaSuccess, cudaErrorInvalidValue for a path that cannot serve
+ * these operands, or cudaErrorUnknown when cuBLAS refuses (message on
+ * stderr).  *used (if not NULL) receives the path taken. */
+cudaError_t exmy_cuda_qgemm_nt(exmy_cuda_gemm *g, exmy_cuda_gemm_path path,
+                               size_t m, size_t n, size_t k, const float *a,
+                               const exmy_format *fa,
+                               const exmy_rounding_opts *oa, const float *bt,
+                               const exmy_format *fb,
+                               const exmy_rounding_opts *ob, float *c,
+                               exmy_cuda_gemm_path *used, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EXMY_CUDA_H */

@@ -1,0 +1,123 @@
+/*
+ * Fast paths for the hot (format, mode) pairs: rne and sr in the formats that
+ * spec_format() knows (E8M0 excepted, whose core is already short).  The
+ * reference core spends ~60 integer instructions per element on generality;
+ * at copy speed an H100 has room for about 40.  These paths compute the same
+ * code with float32 bit arithmetic:
+ *
+ *   normal range, rne: add (half ulp - 1 + the kept lsb) to the bits and
+ *     truncate, the classic ties-to-even bit trick; sr: add the carry of the
+ *     top sr_bits dropped bits plus the random word, as the core does;
+ *   subnormal range (|x| < 2^emin): the quantum 2^(emin-M) is fixed, so
+ *     rne is |x| + C in float32 with C = 2^(emin-M+23) (the FPU's own
+ *     ties-to-even, exact), and sr splits u = |x| / quantum (exact) into its
+ *     integer and fractional parts in float32.
+ *
+ * Anything else (NaN, inf, overflow, flushed subnormals) returns false and
+ * the caller runs the core, which stays the definition: tests/cuda checks
+ * these paths against it on all 2^32 inputs.
+ */
+#ifndef EXMY_CUDA_FAST_PATH_CUH
+#define EXMY_CUDA_FAST_PATH_CUH
+
+#include "cuda/kernel_common.cuh"
+
+namespace exmy_cuda {
+
+template <int ID>
+struct Fast {
+  static constexpr bool enabled = ID >= 0 && ID != SPEC_E8M0;
+};
+
+/* Whether a run-time format may take the fast paths (checked once per call). */
+__host__ __device__ inline bool fast_path_ok(const exmy_format &f) {
+  return f.specials != EXMY_SPECIALS_E8M0 && f.man_bits <= 22 &&
+         f.emin - f.man_bits + 23 >= -126;
+}
+
+__host__ __device__ constexpr uint32_t pow2_bits(int p) { /* p in [-126, 127] */
+  return (uint32_t)(p + 127) << 23;
+}
+
+/* 2^p as float32 for p in [-149, 127] */
+__device__ __forceinline__ float pow2(int p) {
+  return p >= -126 ? __uint_as_float((uint32_t)(p + 127) << 23)
+                   : __uint_as_float(1u << (p + 149));
+}
+
+/* The code of x under rne or sr (sr_bits R, random word rnd), or false.
+ * f must pass fast_path_ok(); when f is a compile-time constant every field
+ * folds. */
+template <int MODE>
+__device__ __forceinline__ bool fast_encode_f(const exmy_format &f, int R, float x,
+                                              uint32_t rnd, uint32_t &code) {
+  const int M = f.man_bits, drop = 23 - M;
+  const uint32_t min_normal = pow2_bits(f.emin);
+  const uint32_t base = (uint32_t)(127 + f.emin - 1) << M;
+  const uint32_t xb = __float_as_uint(x), a = xb & 0x7FFFFFFFu;
+  const float ax = __uint_as_float(a);
+  uint32_t c;
+  if constexpr (MODE == EXMY_RNE) {
+    const uint32_t r = a + ((1u << (drop - 1)) - 1u) + ((a >> drop) & 1u);
+    const uint32_t cn = (r >> drop) - base;
+    const uint32_t cbits = pow2_bits(f.emin - M + 23);
+    const float t = __fadd_rn(ax, __uint_as_float(cbits));
+    const uint32_t cs = __float_as_uint(t) - cbits;
+    c = a < min_normal ? cs : cn;
+  } else { /* EXMY_SR */
+    const uint32_t r_rnd = rnd >> (32 - R);
+    const uint32_t rem = a & ((1u << drop) - 1u);
+    const uint32_t top = (rem << (32 - drop)) >> (32 - R);
+    const uint32_t up = (uint32_t)(((uint64_t)top + r_rnd) >> R);
+    const uint32_t cn = (a >> drop) + up - base;
+    /* u = |x| / 2^(emin - M), exact: two steps keep each factor a float */
+    const int P = M - f.emin, P1 = P > 127 ? 127 : P, P2 = P - P1;
+    const float u = __fmul_rn(__fmul_rn(ax, __uint_as_float(pow2_bits(P1))),
+                              __uint_as_float(pow2_bits(P2)));
+    const float kf = truncf(u);
+    const float fr = __fsub_rn(u, kf); /* exact: the fraction of a float */
+    const uint32_t tops = __float2uint_rz(__fmul_rn(fr, __uint_as_float(pow2_bits(R))));
+    const uint32_t ups = (uint32_t)(((uint64_t)tops + r_rnd) >> R);
+    const uint32_t cs = __float2uint_rz(kf) + ups;
+    c = a < min_normal ? cs : cn;
+  }
+  if (c > f.max_code || a >= 0x7F800000u) return false;
+  if (f.specials == EXMY_SPECIALS_FNUZ && c == 0) { /* no -0 */
+    code = 0;
+    return true;
+  }
+  code = c | ((xb >> 31) ? f.sign_mask : 0u);
+  return true;
+}
+
+template <int ID, int MODE>
+__device__ __forceinline__ bool fast_encode(int R, float x, uint32_t rnd, uint32_t &code) {
+  constexpr exmy_format f = spec_format<ID>();
+  return fast_encode_f<MODE>(f, R, x, rnd, code);
+}
+
+/* code -> float32 for finite codes; the core for the special ones. */
+__device__ __forceinline__ float fast_decode_f(const exmy_format &f, uint32_t code) {
+  const int M = f.man_bits, drop = 23 - M;
+  const uint32_t base = (uint32_t)(127 + f.emin - 1) << M;
+  code &= f.bits >= 32 ? 0xFFFFFFFFu : (1u << f.bits) - 1u;
+  const uint32_t mag = code & ~f.sign_mask;
+  if (mag > f.max_code || (f.specials == EXMY_SPECIALS_FNUZ && code == f.nan_code))
+    return exmy_core_decode(&f, code);
+  float v;
+  if (mag >= (1u << M))
+    v = __uint_as_float((mag + base) << drop);
+  else /* subnormal: mag quanta of 2^(emin - M), exact */
+    v = __fmul_rn(__uint2float_rn(mag), pow2(f.emin - M));
+  return __uint_as_float(__float_as_uint(v) | ((code & f.sign_mask) ? 0x80000000u : 0u));
+}
+
+template <int ID>
+__device__ __forceinline__ float fast_decode(uint32_t code) {
+  constexpr exmy_format f = spec_format<ID>();
+  return fast_decode_f(f, code);
+}
+
+}  // namespace exmy_cuda
+
+#endif /* EXMY_CUDA_FAST_PATH_CUH */

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs the bundle made by cuda/bundle.sh on a GPU machine without Bazel.
+#   ./gpu_run.sh [tests|bench|verify|all] [outdir]   (default: all, .)
+# Logs go to outdir; the exit status is non-zero if a test or check failed.
+set -uo pipefail
+cd "$(dirname "$0")"
+what=${1:-all}
+out=${2:-.}
+mkdir -p "$out"
+# cuBLAS: the toolkit's, or the one a Python wheel (nvidia-cublas) brought
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+         $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+  for lib in "$d"/libcublasLt.so.1* "$d"/nvidia/cublas/lib/libcublasLt.so.1* \
+             "$d"/nvidia/cu13/lib/libcublasLt.so.1*; do
+    [ -e "$lib" ] && export LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" && break 2
+  done
+done
+echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+status=0
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  for t in fast_path_test convert_test recipes_test qgemm_test; do
+    ./$t > "$out/$t.log" 2>&1
+    rc=$?
+    echo "$t: exit $rc; $(grep -E '^[0-9]+%' "$out/$t.log" | tail -1)"
+    [ $rc -ne 0 ] && status=1 && grep -E "differ|gpu|Fail|fail|Error" "$out/$t.log" | head -20
+  done
+fi
+if [ "$what" = verify ] || [ "$what" = all ]; then
+  ./verify_hw > "$out/verify_hw.log" 2>&1 || status=1
+  tail -1 "$out/verify_hw.log"
+  PYTHONUNBUFFERED=1 python3 verify_mldtypes.py libexmy.so 380 > "$out/verify_mldtypes.log" 2>&1 || status=1
+  tail -1 "$out/verify_mldtypes.log"
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  ./bench ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log" || status=1
+fi
+exit $status

@@ -1,0 +1,186 @@
+/*
+ * OCP MX on the GPU: element codes plus one E8M0 scale per block, the twin of
+ * cpu/mx.c (exmy_mx_encode_f32 / exmy_mx_decode_f32 in lib/exmy.h).
+ *
+ * Fast path (block a multiple of 8 that divides 256, cols a multiple of the
+ * block, aligned pointers): each thread holds 8 consecutive elements, the
+ * block / 8 threads of a block find its amax with warp shuffles, and every
+ * thread scales and encodes its own 8 elements; one pass over memory.  Any
+ * other shape runs one thread per block, element by element.  Both compute
+ * X = floor(log2(amax)) - emax (finite |x| only, clamped to [-127, 127]),
+ * x * 2^-X in float32, and the core with saturation on, as cpu/mx.c does.
+ */
+#include <stdint.h>
+
+#include "cuda/elementwise.cuh"
+#include "cuda/exmy_cuda.h"
+
+namespace {
+using namespace exmy_cuda;
+
+__device__ __forceinline__ int floor_log2(float a) { /* a > 0, finite */
+  const uint32_t b = __float_as_uint(a);
+  if (b >= 0x00800000u) return (int)(b >> 23) - 127;
+  return (31 - __clz(b)) - 149;
+}
+
+__device__ __forceinline__ int shared_exponent(int emax, float amax) {
+  if (!(amax > 0.0f)) return -127;
+  const int x = floor_log2(amax) - emax;
+  return x < -127 ? -127 : x > 127 ? 127 : x;
+}
+
+/* 2^p for p in [-149, 127], exactly. */
+__device__ __forceinline__ float pow2f(int p) {
+  return p >= -126 ? __uint_as_float((uint32_t)(p + 127) << 23)
+                   : __uint_as_float(1u << (p + 149));
+}
+
+__device__ __forceinline__ float finite_abs(float v) {
+  const float a = fabsf(v);
+  return a <= 3.40282347e38f ? a : 0.0f; /* inf and NaN do not count */
+}
+
+template <int ID, int MODE, int LANES>
+__global__ void __launch_bounds__(kThreads)
+    k_mx_encode(exmy_format rt, KOpts o, const float *__restrict__ x,
+                uint8_t *__restrict__ codes, uint8_t *__restrict__ scales,
+                size_t n) {
+  const exmy_format f = kernel_format<ID>(rt);
+  const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
+  float v[kPer];
+  const bool in = base < n; /* n is a multiple of 8 here */
+  if (in) {
+    load8(x, base, n, 1, v);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kPer; k++) v[k] = 0.0f;
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPer; k++) amax = fmaxf(amax, finite_abs(v[k]));
+#pragma unroll
+  for (int d = 1; d < LANES; d <<= 1)
+    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
+  if (!in) return;
+  const int e = shared_exponent(f.emax, amax);
+  if ((threadIdx.x & (LANES - 1)) == 0) scales[base / (kPer * LANES)] = (uint8_t)(e + 127);
+  const float s = pow2f(-e);
+#pragma unroll
+  for (int k = 0; k < kPer; k++) v[k] = mul_keep_nan(v[k], s);
+  uint32_t c[kPer];
+  encode8<ID, MODE>(f, o, base, v, c);
+  store8<uint8_t>(codes, base, n, true, c);
+}
+
+/* Any shape: one thread per (row, block). */
+__global__ void k_mx_encode_any(exmy_format f, KOpts o, const float *x,
+                                uint8_t *codes, uint8_t *scales, size_t rows,
+                                size_t cols, size_t g) {
+  const size_t per_row = (cols + g - 1) / g;
+  const size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= rows * per_row) return;
+  const size_t r = t / per_row, c0 = (t % per_row) * g;
+  const size_t len = cols - c0 < g ? cols - c0 : g, start = r * cols + c0;
+  float amax = 0.0f;
+  for (size_t i = 0; i < len; i++) amax = fmaxf(amax, finite_abs(x[start + i]));
+  const int e = shared_exponent(f.emax, amax);
+  scales[t] = (uint8_t)(e + 127);
+  const float s = pow2f(-e);
+  for (size_t i = 0; i < len; i++) {
+    const uint64_t j = o.offset + start + i;
+    const uint32_t rnd = o.mode == EXMY_SR ? exmy_sr_word(o.seed, j) : 0u;
+    codes[start + i] = (uint8_t)encode_runtime<SPEC_GENERIC>(
+        f, o, mul_keep_nan(x[start + i], s), rnd);
+  }
+}
+
+__global__ void k_mx_decode(exmy_format f, const uint8_t *codes,
+                            const uint8_t *scales, float *y, size_t rows,
+                            size_t cols, size_t g) {
+  const size_t per_row = (cols + g - 1) / g;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * cols;
+       i += stride) {
+    const size_t r = i / cols, c = i % cols;
+    const uint8_t sc = scales[r * per_row + c / g];
+    const float q = decode_generic(f, codes[i]);
+    y[i] = sc == 0xFF ? __uint_as_float(0x7FC00000u) : mul_keep_nan(q, pow2f((int)sc - 127));
+  }
+}
+
+template <int ID, int MODE>
+cudaError_t launch_fast(const exmy_format &f, const KOpts &o, int lanes,
+                        const float *x, uint8_t *codes, uint8_t *scales,
+                        size_t n, cudaStream_t s) {
+  const unsigned blocks = blocks_for((n + kPer - 1) / kPer, kThreads);
+  switch (lanes) {
+#define EXMY_LANES(L) \
+  case L: k_mx_encode<ID, MODE, L><<<blocks, kThreads, 0, s>>>(f, o, x, codes, scales, n); break;
+    EXMY_LANES(1)
+    EXMY_LANES(2)
+    EXMY_LANES(4)
+    EXMY_LANES(8)
+    EXMY_LANES(16)
+    EXMY_LANES(32)
+#undef EXMY_LANES
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+extern "C" cudaError_t exmy_cuda_mx_encode_f32(
+    const exmy_format *f, const exmy_rounding_opts *o, int block,
+    const float *x, size_t rows, size_t cols, uint8_t *codes, uint8_t *scales,
+    cudaStream_t stream) {
+  if (exmy_code_bytes(f) != 1 || block < 0 || exmy_rounding_opts_check(o) != 0)
+    return cudaErrorInvalidValue;
+  const size_t g = block > 0 ? (size_t)block : 32, n = rows * cols;
+  if (n == 0) return cudaSuccess;
+  KOpts k = kopts_of(o);
+  k.saturate = 1; /* as cpu/mx.c: a block's top values may pass fmax */
+  const size_t lanes = g / kPer;
+  const bool fast = g % kPer == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0 &&
+                    cols % g == 0 && ((uintptr_t)x & 15u) == 0 &&
+                    ((uintptr_t)codes & 7u) == 0;
+  if (fast) {
+    const int L = (int)lanes;
+    const int m = k.mode;
+    switch (spec_id(f)) {
+#define EXMY_MX(ID)                                                            \
+  case ID:                                                                     \
+    return m == EXMY_RNE ? launch_fast<ID, EXMY_RNE>(*f, k, L, x, codes, scales, n, stream) \
+                         : launch_fast<ID, kRuntimeMode>(*f, k, L, x, codes, scales, n, stream);
+      EXMY_MX(SPEC_E4M3FN)
+      EXMY_MX(SPEC_E5M2)
+      EXMY_MX(SPEC_E2M3)
+      EXMY_MX(SPEC_E3M2)
+      EXMY_MX(SPEC_E2M1)
+#undef EXMY_MX
+      default:
+        return launch_fast<SPEC_GENERIC, kRuntimeMode>(*f, k, L, x, codes, scales, n, stream);
+    }
+  }
+  const size_t tasks = rows * ((cols + g - 1) / g);
+  k_mx_encode_any<<<blocks_for(tasks, 128), 128, 0, stream>>>(*f, k, x, codes, scales,
+                                                             rows, cols, g);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t exmy_cuda_mx_decode_f32(const exmy_format *f, int block,
+                                               const uint8_t *codes,
+                                               const uint8_t *scales,
+                                               size_t rows, size_t cols,
+                                               float *y, cudaStream_t stream) {
+  if (exmy_code_bytes(f) != 1 || block < 0) return cudaErrorInvalidValue;
+  const size_t g = block > 0 ? (size_t)block : 32, n = rows * cols;
+  if (n == 0) return cudaSuccess;
+  int sms = 132;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const size_t want = blocks_for(n, 256);
+  const unsigned blocks = (unsigned)(want < (size_t)sms * 32 ? want : (size_t)sms * 32);
+  k_mx_decode<<<blocks, 256, 0, stream>>>(*f, codes, scales, y, rows, cols, g);
+  return cudaGetLastError();
+}

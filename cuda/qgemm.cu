@@ -1,0 +1,240 @@
+/*
+ * The quantized GEMM on the GPU through cuBLAS (see exmy_cuda.h for the
+ * paths).  Row-major C = A . Bt^T is, in cuBLAS's column-major terms,
+ * C^T (n x m) = Bt (k x n stored, transposed) x A^T (k x m stored): a "TN"
+ * GEMM, the layout the FP8 tensor-core path requires.
+ */
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda/elementwise.cuh"
+#include "cuda/exmy_cuda.h"
+
+struct exmy_cuda_gemm {
+  cublasHandle_t blas;
+  cublasLtHandle_t lt;
+  void *workspace;
+  size_t workspace_bytes;
+  void *buf_a, *buf_b; /* quantized operands */
+  size_t cap_a, cap_b;
+  float *one;          /* device 1.0f for the FP8 scales */
+};
+
+namespace {
+using namespace exmy_cuda;
+
+/* Round in format f and store the value as bfloat16 (exact by the caller's
+ * check, so __float2bfloat16_rn only changes the storage). */
+template <int ID, int MODE>
+__global__ void __launch_bounds__(kThreads)
+    k_quantize_bf16(exmy_format rt, KOpts o, const float *__restrict__ x,
+                    uint16_t *__restrict__ y, size_t n, int vec) {
+  const exmy_format f = kernel_format<ID>(rt);
+  const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
+  if (base >= n) return;
+  float v[kPer];
+  uint32_t c[kPer];
+  const bool full = load8(x, base, n, vec, v);
+  encode8<ID, MODE>(f, o, base, v, c);
+#pragma unroll
+  for (int k = 0; k < kPer; k++)
+    c[k] = __bfloat16_as_ushort(__float2bfloat16_rn(decode_one<ID>(f, c[k])));
+  store8<uint16_t>(y, base, n, full, c);
+}
+
+template <int ID, int MODE>
+void launch_bf16(const exmy_format &f, const KOpts &o, const float *x, uint16_t *y,
+                 size_t n, cudaStream_t s) {
+  const int vec = (((uintptr_t)x | (uintptr_t)y) & 15u) == 0;
+  k_quantize_bf16<ID, MODE><<<blocks_for((n + kPer - 1) / kPer, kThreads), kThreads, 0, s>>>(
+      f, o, x, y, n, vec);
+}
+
+cudaError_t quantize_bf16(const exmy_format &f, const exmy_rounding_opts *o,
+                          const float *x, uint16_t *y, size_t n, cudaStream_t s) {
+  const KOpts k = kopts_of(o);
+  const bool rne = k.mode == EXMY_RNE;
+  switch (spec_id(&f)) {
+    case SPEC_E4M3FN:
+      rne ? launch_bf16<SPEC_E4M3FN, EXMY_RNE>(f, k, x, y, n, s)
+          : launch_bf16<SPEC_E4M3FN, kRuntimeMode>(f, k, x, y, n, s);
+      break;
+    case SPEC_E5M2:
+      rne ? launch_bf16<SPEC_E5M2, EXMY_RNE>(f, k, x, y, n, s)
+          : launch_bf16<SPEC_E5M2, kRuntimeMode>(f, k, x, y, n, s);
+      break;
+    default:
+      launch_bf16<SPEC_GENERIC, kRuntimeMode>(f, k, x, y, n, s);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t reserve(void **buf, size_t *cap, size_t bytes) {
+  if (*cap >= bytes) return cudaSuccess;
+  if (*buf) cudaFree(*buf);
+  *buf = NULL;
+  *cap = 0;
+  EXMY_CUDA_TRY(cudaMalloc(buf, bytes));
+  *cap = bytes;
+  return cudaSuccess;
+}
+
+bool is_fp8(const exmy_format *f) {
+  const int id = f ? spec_id(f) : SPEC_GENERIC;
+  return id == SPEC_E4M3FN || id == SPEC_E5M2;
+}
+
+#define BLAS_TRY(call)                                                   \
+  do {                                                                   \
+    cublasStatus_t st_ = (call);                                         \
+    if (st_ != CUBLAS_STATUS_SUCCESS) {                                  \
+      fprintf(stderr, "exmy_cuda_qgemm: %s: %s\n", #call,                \
+              cublasGetStatusString(st_));                               \
+      return cudaErrorUnknown;                                           \
+    }                                                                    \
+  } while (0)
+
+cudaError_t fp8_gemm(exmy_cuda_gemm *g, size_t m, size_t n, size_t k,
+                     const exmy_format *fa, const exmy_format *fb, const void *qa,
+                     const void *qb, float *c, cudaStream_t s) {
+  const cudaDataType ta = spec_id(fa) == SPEC_E4M3FN ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+  const cudaDataType tb = spec_id(fb) == SPEC_E4M3FN ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+  cublasLtMatmulDesc_t op = NULL;
+  cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+  cublasLtMatmulPreference_t pref = NULL;
+  cudaError_t result = cudaErrorUnknown;
+  const cublasOperation_t T = CUBLAS_OP_T, N = CUBLAS_OP_N;
+  const float alpha = 1.0f, beta = 0.0f;
+  cublasLtMatmulHeuristicResult_t heur = {};
+  int found = 0;
+  /* column-major: D (n x m) = op(Bt as k x n)^T . (A as k x m) */
+  if (cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
+      cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &T, sizeof T) ||
+      cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &N, sizeof N) ||
+      cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g->one, sizeof g->one) ||
+      cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g->one, sizeof g->one) ||
+      cublasLtMatrixLayoutCreate(&la, tb, k, n, k) ||
+      cublasLtMatrixLayoutCreate(&lb, ta, k, m, k) ||
+      cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, n, m, n) ||
+      cublasLtMatmulPreferenceCreate(&pref) ||
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           &g->workspace_bytes, sizeof g->workspace_bytes)) {
+    fprintf(stderr, "exmy_cuda_qgemm: cublasLt descriptor setup failed\n");
+    goto done;
+  }
+  if (cublasLtMatmulAlgoGetHeuristic(g->lt, op, la, lb, lc, lc, pref, 1, &heur, &found) ||
+      found == 0) {
+    fprintf(stderr, "exmy_cuda_qgemm: cublasLt has no FP8 algorithm for this shape\n");
+    goto done;
+  }
+  {
+    cublasStatus_t st = cublasLtMatmul(g->lt, op, &alpha, qb, la, qa, lb, &beta, c, lc, c, lc,
+                                       &heur.algo, g->workspace, g->workspace_bytes, s);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      fprintf(stderr, "exmy_cuda_qgemm: cublasLtMatmul: %s\n", cublasGetStatusString(st));
+      goto done;
+    }
+  }
+  result = cudaSuccess;
+done:
+  if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  if (lc) cublasLtMatrixLayoutDestroy(lc);
+  if (lb) cublasLtMatrixLayoutDestroy(lb);
+  if (la) cublasLtMatrixLayoutDestroy(la);
+  if (op) cublasLtMatmulDescDestroy(op);
+  return result;
+}
+
+}  // namespace
+
+extern "C" bool exmy_cuda_bf16_exact(const exmy_format *f) {
+  if (!f || f->man_bits > 7) return false;
+  /* smallest positive value 2^(emin - M) (E8M0: 2^emin) >= 2^-133 */
+  const int lowest = f->specials == EXMY_SPECIALS_E8M0 ? f->emin : f->emin - f->man_bits;
+  return lowest >= -133 && f->emax <= 127;
+}
+
+extern "C" exmy_cuda_gemm *exmy_cuda_gemm_new(void) {
+  exmy_cuda_gemm *g = (exmy_cuda_gemm *)calloc(1, sizeof *g);
+  if (!g) return NULL;
+  const float one = 1.0f;
+  g->workspace_bytes = 32u << 20;
+  if (cublasCreate(&g->blas) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtCreate(&g->lt) != CUBLAS_STATUS_SUCCESS ||
+      cublasSetMathMode(g->blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS ||
+      cudaMalloc(&g->workspace, g->workspace_bytes) != cudaSuccess ||
+      cudaMalloc((void **)&g->one, sizeof(float)) != cudaSuccess ||
+      cudaMemcpy(g->one, &one, sizeof one, cudaMemcpyHostToDevice) != cudaSuccess) {
+    exmy_cuda_gemm_free(g);
+    return NULL;
+  }
+  cublasSetWorkspace(g->blas, g->workspace, g->workspace_bytes);
+  return g;
+}
+
+extern "C" void exmy_cuda_gemm_free(exmy_cuda_gemm *g) {
+  if (!g) return;
+  if (g->blas) cublasDestroy(g->blas);
+  if (g->lt) cublasLtDestroy(g->lt);
+  cudaFree(g->workspace);
+  cudaFree(g->buf_a);
+  cudaFree(g->buf_b);
+  cudaFree(g->one);
+  free(g);
+}
+
+extern "C" cudaError_t exmy_cuda_qgemm_nt(
+    exmy_cuda_gemm *g, exmy_cuda_gemm_path path, size_t m, size_t n, size_t k,
+    const float *a, const exmy_format *fa, const exmy_rounding_opts *oa,
+    const float *bt, const exmy_format *fb, const exmy_rounding_opts *ob,
+    float *c, exmy_cuda_gemm_path *used, cudaStream_t s) {
+  const exmy_rounding_opts rne = {};
+  if (!oa) oa = &rne;
+  if (!ob) ob = &rne;
+  const bool exact = exmy_cuda_bf16_exact(fa) && exmy_cuda_bf16_exact(fb);
+  if (path == EXMY_CUDA_GEMM_AUTO) path = exact ? EXMY_CUDA_GEMM_BF16 : EXMY_CUDA_GEMM_FP32;
+  if (used) *used = path;
+  if (path == EXMY_CUDA_GEMM_BF16 && !exact) return cudaErrorInvalidValue;
+  if (path == EXMY_CUDA_GEMM_FP8 &&
+      (!is_fp8(fa) || !is_fp8(fb) || (spec_id(fa) == SPEC_E5M2 && spec_id(fb) == SPEC_E5M2)))
+    return cudaErrorInvalidValue;
+  BLAS_TRY(cublasSetStream(g->blas, s));
+  const float alpha = 1.0f, beta = 0.0f;
+  const int M = (int)n, N = (int)m, K = (int)k; /* column-major view */
+  if (path == EXMY_CUDA_GEMM_BF16) {
+    EXMY_CUDA_TRY(reserve(&g->buf_a, &g->cap_a, m * k * 2));
+    EXMY_CUDA_TRY(reserve(&g->buf_b, &g->cap_b, n * k * 2));
+    EXMY_CUDA_TRY(quantize_bf16(*fa, oa, a, (uint16_t *)g->buf_a, m * k, s));
+    EXMY_CUDA_TRY(quantize_bf16(*fb, ob, bt, (uint16_t *)g->buf_b, n * k, s));
+    BLAS_TRY(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &alpha, g->buf_b,
+                          CUDA_R_16BF, K, g->buf_a, CUDA_R_16BF, K, &beta, c, CUDA_R_32F, M,
+                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return cudaSuccess;
+  }
+  if (path == EXMY_CUDA_GEMM_FP8) {
+    EXMY_CUDA_TRY(reserve(&g->buf_a, &g->cap_a, m * k));
+    EXMY_CUDA_TRY(reserve(&g->buf_b, &g->cap_b, n * k));
+    EXMY_CUDA_TRY(exmy_cuda_encode_f32(fa, oa, a, g->buf_a, m * k, s));
+    EXMY_CUDA_TRY(exmy_cuda_encode_f32(fb, ob, bt, g->buf_b, n * k, s));
+    return fp8_gemm(g, m, n, k, fa, fb, g->buf_a, g->buf_b, c, s);
+  }
+  /* FP32 */
+  const float *qa = a, *qb = bt;
+  if (fa) {
+    EXMY_CUDA_TRY(reserve(&g->buf_a, &g->cap_a, m * k * 4));
+    EXMY_CUDA_TRY(exmy_cuda_quantize_f32(fa, oa, a, (float *)g->buf_a, m * k, s));
+    qa = (const float *)g->buf_a;
+  }
+  if (fb) {
+    EXMY_CUDA_TRY(reserve(&g->buf_b, &g->cap_b, n * k * 4));
+    EXMY_CUDA_TRY(exmy_cuda_quantize_f32(fb, ob, bt, (float *)g->buf_b, n * k, s));
+    qb = (const float *)g->buf_b;
+  }
+  BLAS_TRY(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &alpha, qb, CUDA_R_32F, K,
+                        qa, CUDA_R_32F, K, &beta, c, CUDA_R_32F, M,
+                        CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+  return cudaSuccess;
+}

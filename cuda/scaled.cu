@@ -1,0 +1,269 @@
+/*
+ * Device-side reductions: per-tensor statistics (exmy_tensor_stats_f32's twin)
+ * and per-tensor current scaling (EXMY_SCALING_TENSOR) with the amax, the
+ * scale and the rounding all on the GPU, so that a training step needs no
+ * host round trip per tensor.
+ *
+ * The statistics reduce in a fixed tree (per thread, per block, then one
+ * block over the block partials), so they are deterministic; their double
+ * sums differ from the CPU's only by the order of additions.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda/elementwise.cuh"
+#include "cuda/exmy_cuda.h"
+
+namespace {
+using namespace exmy_cuda;
+
+constexpr int kStatThreads = 256;
+
+struct Acc {
+  unsigned long long n, under, sub, over, pairs;
+  double amax, minnz, sxx, syy, sxy, see;
+};
+
+__device__ __forceinline__ void acc_init(Acc &a) {
+  a.n = a.under = a.sub = a.over = a.pairs = 0;
+  a.amax = 0.0;
+  a.minnz = INFINITY;
+  a.sxx = a.syy = a.sxy = a.see = 0.0;
+}
+
+/* cpu/stats_acc.h's exmy_stats_acc_add with xs = x and q = y. */
+__device__ __forceinline__ void acc_add(Acc &a, float fmax_f, float fmin_normal,
+                                        float x, float y) {
+  a.n++;
+  const float ax = fabsf(x), ay = fabsf(y);
+  const bool xf = isfinite(x), yf = isfinite(y);
+  if (xf) {
+    a.amax = fmax(a.amax, (double)ax);
+    if (ax != 0.0f && ax < a.minnz) a.minnz = ax;
+    if (x != 0.0f && y == 0.0f) a.under++;
+    if (ax > fmax_f || !yf) a.over++;
+  }
+  if (ay > 0.0f && ay < fmin_normal) a.sub++;
+  if (xf && yf) {
+    const double dx = x, dy = y, e = dx - dy;
+    a.pairs++;
+    /* products rounded, then added, as the CPU's C (no contraction) */
+    a.sxx = __dadd_rn(a.sxx, __dmul_rn(dx, dx));
+    a.syy = __dadd_rn(a.syy, __dmul_rn(dy, dy));
+    a.sxy = __dadd_rn(a.sxy, __dmul_rn(dx, dy));
+    a.see = __dadd_rn(a.see, __dmul_rn(e, e));
+  }
+}
+
+__device__ __forceinline__ void acc_merge(Acc &a, const Acc &b) {
+  a.n += b.n;
+  a.under += b.under;
+  a.sub += b.sub;
+  a.over += b.over;
+  a.pairs += b.pairs;
+  a.amax = fmax(a.amax, b.amax);
+  a.minnz = fmin(a.minnz, b.minnz);
+  a.sxx += b.sxx;
+  a.syy += b.syy;
+  a.sxy += b.sxy;
+  a.see += b.see;
+}
+
+/* Reduces the block's accumulators into thread 0's, in a fixed order. */
+__device__ void block_reduce(Acc &a) {
+  __shared__ Acc sh[kStatThreads];
+  sh[threadIdx.x] = a;
+  __syncthreads();
+  for (int s = kStatThreads / 2; s > 0; s >>= 1) {
+    if ((int)threadIdx.x < s) acc_merge(sh[threadIdx.x], sh[threadIdx.x + s]);
+    __syncthreads();
+  }
+  a = sh[0];
+}
+
+__global__ void __launch_bounds__(kStatThreads)
+    k_stats_partial(const float *x, const float *y, size_t n, float fmax_f,
+                    float fmin_normal, int vec, Acc *partial) {
+  Acc a;
+  acc_init(a);
+  const size_t groups = (n + 3) / 4;
+  const size_t stride = (size_t)gridDim.x * kStatThreads;
+  for (size_t g = (size_t)blockIdx.x * kStatThreads + threadIdx.x; g < groups;
+       g += stride) {
+    const size_t i = g * 4;
+    if (vec && i + 4 <= n) {
+      const float4 xv = *reinterpret_cast<const float4 *>(x + i);
+      const float4 yv = *reinterpret_cast<const float4 *>(y + i);
+      acc_add(a, fmax_f, fmin_normal, xv.x, yv.x);
+      acc_add(a, fmax_f, fmin_normal, xv.y, yv.y);
+      acc_add(a, fmax_f, fmin_normal, xv.z, yv.z);
+      acc_add(a, fmax_f, fmin_normal, xv.w, yv.w);
+    } else {
+      for (size_t k = i; k < n && k < i + 4; k++) acc_add(a, fmax_f, fmin_normal, x[k], y[k]);
+    }
+  }
+  block_reduce(a);
+  if (threadIdx.x == 0) partial[blockIdx.x] = a;
+}
+
+/* exmy_stats_acc_finish on the device. */
+__global__ void __launch_bounds__(kStatThreads)
+    k_stats_finish(const Acc *partial, int nparts, exmy_tensor_stats *s) {
+  Acc a;
+  acc_init(a);
+  for (int i = threadIdx.x; i < nparts; i += kStatThreads) acc_merge(a, partial[i]);
+  block_reduce(a);
+  if (threadIdx.x != 0) return;
+  const double n = a.n ? (double)a.n : 1.0;
+  s->n = a.n;
+  s->amax = a.amax;
+  s->min_nonzero = isinf(a.minnz) ? 0.0 : a.minnz;
+  s->underflow_ratio = a.under / n;
+  s->subnormal_ratio = a.sub / n;
+  s->overflow_ratio = a.over / n;
+  s->mse = a.pairs ? a.see / a.pairs : 0.0;
+  s->rel_l2 = a.sxx > 0 ? sqrt(a.see / a.sxx) : (a.see > 0 ? INFINITY : 0.0);
+  if (a.sxx > 0 && a.syy > 0)
+    s->cosine = a.sxy / (sqrt(a.sxx) * sqrt(a.syy));
+  else
+    s->cosine = (a.sxx == 0 && a.syy == 0) ? 1.0 : 0.0;
+  s->sqnr_db = a.see > 0 ? 10.0 * log10(a.sxx / a.see) : INFINITY;
+  s->scale = 1.0;
+  s->delayed_over_current = NAN;
+}
+
+int stat_blocks() {
+  int sms = 132;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  return sms * 4;
+}
+
+/* ---- per-tensor current scaling ---- */
+
+/* Finite max |x| as float bits: non-negative floats order like their bits. */
+__global__ void __launch_bounds__(256)
+    k_amax(const float *x, size_t n, unsigned int *amax_bits) {
+  float m = 0.0f;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float a = fabsf(x[i]);
+    if (a > m && a <= 3.40282347e38f) m = a;
+  }
+  for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
+  if ((threadIdx.x & 31) == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
+}
+
+/* exmy_scale_from_amax: s = ldexpf(fmax / amax, -margin), 1 if not usable,
+ * rounded down to a power of two if pow2; then inv = 1 / s. */
+__global__ void k_scale(const unsigned int *amax_bits, float fmax, int margin,
+                        int pow2, float *scale_inv) {
+  const float amax = __uint_as_float(*amax_bits);
+  float s = 1.0f;
+  if (amax > 0.0f && isfinite(amax)) {
+    /* ldexpf rounds once; so does the double product converted to float */
+    const double t = (double)__fdiv_rn(fmax, amax) * exp2((double)-margin);
+    s = (float)t;
+    if (!isfinite(s) || !(s > 0.0f)) s = 1.0f;
+    if (pow2) {
+      const uint32_t b = __float_as_uint(s);
+      s = b >= 0x00800000u ? __uint_as_float(b & 0xFF800000u)
+                           : __uint_as_float(1u << (31 - __clz(b)));
+    }
+  }
+  scale_inv[0] = s;
+  scale_inv[1] = __fdiv_rn(1.0f, s);
+}
+
+template <int ID, int MODE>
+__global__ void __launch_bounds__(kThreads)
+    k_quantize_scaled(exmy_format rt, KOpts o, const float *x, float *y,
+                      size_t n, int vec, const float *scale_inv) {
+  const exmy_format f = kernel_format<ID>(rt);
+  const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
+  if (base >= n) return;
+  const float s = scale_inv[0], inv = scale_inv[1];
+  float v[kPer];
+  uint32_t c[kPer];
+  const bool full = load8(x, base, n, vec, v);
+#pragma unroll
+  for (int k = 0; k < kPer; k++) v[k] = mul_keep_nan(v[k], s);
+  encode8<ID, MODE>(f, o, base, v, c);
+  float q[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; k++) q[k] = mul_keep_nan(decode_one<ID>(f, c[k]), inv);
+  if (full) {
+    *reinterpret_cast<float4 *>(y + base) = make_float4(q[0], q[1], q[2], q[3]);
+    *reinterpret_cast<float4 *>(y + base + 4) = make_float4(q[4], q[5], q[6], q[7]);
+  } else {
+    for (int k = 0; k < kPer; k++)
+      if (base + k < n) y[base + k] = q[k];
+  }
+}
+
+template <int ID, int MODE>
+void launch_scaled(const exmy_format &f, const KOpts &o, const float *x, float *y,
+                   size_t n, int vec, const float *si, cudaStream_t s) {
+  k_quantize_scaled<ID, MODE><<<blocks_for((n + kPer - 1) / kPer, kThreads), kThreads, 0, s>>>(
+      f, o, x, y, n, vec, si);
+}
+
+}  // namespace
+
+extern "C" cudaError_t exmy_cuda_tensor_stats_f32(const exmy_format *f,
+                                                  const float *x, const float *y,
+                                                  size_t n,
+                                                  exmy_tensor_stats *stats,
+                                                  cudaStream_t stream) {
+  exmy_format_info info;
+  exmy_format_get_info(f, &info);
+  const int nb = stat_blocks();
+  Acc *partial;
+  EXMY_CUDA_TRY(cudaMallocAsync((void **)&partial, sizeof(Acc) * nb, stream));
+  const int vec = (((uintptr_t)x | (uintptr_t)y) & 15u) == 0;
+  k_stats_partial<<<nb, kStatThreads, 0, stream>>>(x, y, n, info.max,
+                                                   info.min_normal, vec, partial);
+  k_stats_finish<<<1, kStatThreads, 0, stream>>>(partial, nb, stats);
+  EXMY_CUDA_TRY(cudaGetLastError());
+  return cudaFreeAsync(partial, stream);
+}
+
+extern "C" cudaError_t exmy_cuda_quantize_tensor_scaled_f32(
+    const exmy_format *f, const exmy_rounding_opts *o, int margin, bool pow2,
+    const float *x, float *y, size_t n, float *scale_out, cudaStream_t stream) {
+  if (exmy_rounding_opts_check(o) != 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  exmy_format_info info;
+  exmy_format_get_info(f, &info);
+  unsigned int *scratch; /* [0] amax bits, [1..2] scale and 1/scale */
+  EXMY_CUDA_TRY(cudaMallocAsync((void **)&scratch, 3 * sizeof(unsigned int), stream));
+  EXMY_CUDA_TRY(cudaMemsetAsync(scratch, 0, sizeof(unsigned int), stream));
+  int sms = 132;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const size_t want = blocks_for(n, 256);
+  k_amax<<<(unsigned)(want < (size_t)sms * 8 ? want : (size_t)sms * 8), 256, 0, stream>>>(
+      x, n, scratch);
+  float *si = reinterpret_cast<float *>(scratch + 1);
+  k_scale<<<1, 1, 0, stream>>>(scratch, info.max, margin, pow2, si);
+  const KOpts k = kopts_of(o);
+  const int vec = (((uintptr_t)x | (uintptr_t)y) & 15u) == 0;
+  switch (spec_id(f)) {
+#define EXMY_SC(ID)                                                              \
+  case ID:                                                                       \
+    if (k.mode == EXMY_RNE) launch_scaled<ID, EXMY_RNE>(*f, k, x, y, n, vec, si, stream); \
+    else launch_scaled<ID, kRuntimeMode>(*f, k, x, y, n, vec, si, stream);       \
+    break;
+    EXMY_SC(SPEC_E4M3FN)
+    EXMY_SC(SPEC_E5M2)
+    EXMY_SC(SPEC_E2M3)
+    EXMY_SC(SPEC_E3M2)
+    EXMY_SC(SPEC_E2M1)
+#undef EXMY_SC
+    default:
+      launch_scaled<SPEC_GENERIC, kRuntimeMode>(*f, k, x, y, n, vec, si, stream);
+  }
+  EXMY_CUDA_TRY(cudaGetLastError());
+  if (scale_out)
+    EXMY_CUDA_TRY(cudaMemcpyAsync(scale_out, si, sizeof(float),
+                                  cudaMemcpyDeviceToDevice, stream));
+  return cudaFreeAsync(scratch, stream);
+}

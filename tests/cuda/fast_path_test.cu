@@ -1,0 +1,150 @@
+/* The fast paths of cuda/fast_path.cuh against the reference core, both on
+ * the GPU, on ALL 2^32 float32 inputs: rne, and sr with 32, 7 and 1 random
+ * bits (random words from Philox), for every format that has a fast path;
+ * and fast_decode against the core on every code.  Needs a GPU (tag "gpu"). */
+#include <check.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+#include "cuda/fast_path.cuh"
+#include "lib/exmy.h"
+
+using namespace exmy_cuda;
+
+struct Miss {
+  unsigned long long count;
+  uint32_t x, fast, core;
+};
+
+template <int ID, int MODE>
+__global__ void k_sweep(int R, Miss *m) {
+  constexpr exmy_format f = spec_format<ID>();
+  const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+  unsigned long long bad = 0;
+  for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (1ull << 32); i += stride) {
+    const float x = __uint_as_float((uint32_t)i);
+    const uint32_t rnd = MODE == EXMY_SR ? (uint32_t)(i * 0x9E3779B97F4A7C15ull >> 32) ^ (uint32_t)i : 0u;
+    uint32_t fc;
+    if (!fast_encode<ID, MODE>(R, x, rnd, fc)) continue; /* the core runs there */
+    const uint32_t cc = exmy_core_encode(&f, (exmy_rounding)MODE, 0, 0, R, x, rnd);
+    if (fc != cc) {
+      if (bad == 0) { m->x = (uint32_t)i; m->fast = fc; m->core = cc; }
+      bad++;
+    }
+  }
+  if (bad) atomicAdd(&m->count, bad);
+}
+
+/* the same for a run-time format (the generic kernels' fast path) */
+template <int MODE>
+__global__ void k_sweep_rt(exmy_format f, int R, Miss *m) {
+  const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+  unsigned long long bad = 0;
+  for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (1ull << 32); i += stride) {
+    const float x = __uint_as_float((uint32_t)i);
+    const uint32_t rnd = MODE == EXMY_SR ? (uint32_t)(i * 0x9E3779B97F4A7C15ull >> 32) ^ (uint32_t)i : 0u;
+    uint32_t fc;
+    if (!fast_encode_f<MODE>(f, R, x, rnd, fc)) continue;
+    const uint32_t cc = exmy_core_encode(&f, (exmy_rounding)MODE, 0, 0, R, x, rnd);
+    if (fc != cc) {
+      if (bad == 0) { m->x = (uint32_t)i; m->fast = fc; m->core = cc; }
+      bad++;
+    }
+  }
+  if (bad) atomicAdd(&m->count, bad);
+}
+
+__global__ void k_decode_all_rt(exmy_format f, Miss *m) {
+  const uint32_t n = f.bits >= 24 ? (1u << 24) : 1u << f.bits;
+  for (uint32_t c = blockIdx.x * blockDim.x + threadIdx.x; c < n; c += gridDim.x * blockDim.x) {
+    const uint32_t a = __float_as_uint(fast_decode_f(f, c)), b = __float_as_uint(exmy_core_decode(&f, c));
+    if (a != b) { atomicAdd(&m->count, 1ull); m->x = c; m->fast = a; m->core = b; }
+  }
+}
+
+static unsigned long long check_runtime(const char *name) {
+  exmy_format f;
+  ck_assert_int_eq(exmy_format_parse(name, &f), 0);
+  ck_assert(fast_path_ok(f));
+  Miss *d, h;
+  unsigned long long total = 0;
+  ck_assert_int_eq(cudaMalloc(&d, sizeof *d), cudaSuccess);
+  for (int r = 0; r < 3; r++) {
+    ck_assert_int_eq(cudaMemset(d, 0, sizeof *d), cudaSuccess);
+    if (r == 0) k_sweep_rt<EXMY_RNE><<<132 * 16, 256>>>(f, 32, d);
+    else if (r == 1) k_sweep_rt<EXMY_SR><<<132 * 16, 256>>>(f, 32, d);
+    else k_decode_all_rt<<<256, 256>>>(f, d);
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+    ck_assert_int_eq(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+    printf("fast path %-14s %-10s: %llu differences from the core (run-time format)", name,
+           r == 0 ? "rne" : r == 1 ? "sr 32" : "decode", h.count);
+    if (h.count) printf(" (first: 0x%08x fast 0x%x core 0x%x)", h.x, h.fast, h.core);
+    printf("\n");
+    total += h.count;
+  }
+  cudaFree(d);
+  return total;
+}
+
+template <int ID>
+__global__ void k_decode_all(Miss *m) {
+  constexpr exmy_format f = spec_format<ID>();
+  const uint32_t n = 1u << f.bits;
+  for (uint32_t c = blockIdx.x * blockDim.x + threadIdx.x; c < n; c += gridDim.x * blockDim.x) {
+    const uint32_t a = __float_as_uint(fast_decode<ID>(c)), b = __float_as_uint(exmy_core_decode(&f, c));
+    if (a != b) { atomicAdd(&m->count, 1ull); m->x = c; m->fast = a; m->core = b; }
+  }
+}
+
+template <int ID>
+static unsigned long long check_format(const char *name) {
+  Miss *d, h;
+  unsigned long long total = 0;
+  ck_assert_int_eq(cudaMalloc(&d, sizeof *d), cudaSuccess);
+  const struct { int mode, R; } runs[] = {{EXMY_RNE, 32}, {EXMY_SR, 32}, {EXMY_SR, 7}, {EXMY_SR, 1}};
+  for (int r = 0; r < 5; r++) {
+    ck_assert_int_eq(cudaMemset(d, 0, sizeof *d), cudaSuccess);
+    if (r == 4) k_decode_all<ID><<<256, 256>>>(d);
+    else if (runs[r].mode == EXMY_RNE) k_sweep<ID, EXMY_RNE><<<132 * 16, 256>>>(32, d);
+    else k_sweep<ID, EXMY_SR><<<132 * 16, 256>>>(runs[r].R, d);
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+    ck_assert_int_eq(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+    printf("fast path %-14s %-10s: %llu differences from the core%s", name,
+           r == 4 ? "decode" : runs[r].mode == EXMY_RNE ? "rne" : runs[r].R == 32 ? "sr 32" : runs[r].R == 7 ? "sr 7" : "sr 1",
+           h.count, h.count ? "" : "\n");
+    if (h.count) printf(" (first: 0x%08x fast 0x%x core 0x%x)\n", h.x, h.fast, h.core);
+    total += h.count;
+  }
+  cudaFree(d);
+  return total;
+}
+
+START_TEST(fast_equals_core_on_all_inputs) {
+  unsigned long long bad = 0;
+  bad += check_format<SPEC_E4M3FN>("float8_e4m3fn");
+  bad += check_format<SPEC_E5M2>("float8_e5m2");
+  bad += check_format<SPEC_E2M3>("float6_e2m3fn");
+  bad += check_format<SPEC_E3M2>("float6_e3m2fn");
+  bad += check_format<SPEC_E2M1>("float4_e2m1fn");
+  bad += check_format<SPEC_BF16>("bfloat16");
+  bad += check_format<SPEC_FP16>("float16");
+  const char *generic[] = {"float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e3m4", "float8_e4m3",
+                           "e8m3", "e8m6", "e5m10", "e2m5", "e3m0"};
+  for (int i = 0; i < 9; i++) bad += check_runtime(generic[i]);
+  ck_assert_msg(bad == 0, "%llu fast-path differences", bad);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("cuda_fast_path");
+  TCase *tc = tcase_create("exhaustive");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, fast_equals_core_on_all_inputs);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

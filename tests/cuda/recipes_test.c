@@ -1,0 +1,195 @@
+/* GPU recipes against the CPU's (cpu/): MX codes and scales, MX decode,
+ * per-tensor current scaling, and the statistics.  Codes, values, scales and
+ * counts must be bit-identical; the statistics' double sums may differ only by
+ * the order of additions.  Needs a GPU (tag "gpu"). */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/exmy_cuda.h"
+#include "lib/exmy.h"
+#include "tests/cuda/gpu_check.h"
+
+/* Values spread over many binades, with zeros, specials and a few blocks that
+ * are all zero or tiny, so that every branch of the scale rule runs. */
+static float *test_tensor(size_t n, uint64_t seed) {
+  float *x = malloc(n * sizeof *x);
+  for (size_t i = 0; i < n; i++) {
+    uint32_t r = splitmix32(&seed), e = splitmix32(&seed);
+    float m = (float)(r >> 8) / 16777216.0f - 0.5f;
+    x[i] = ldexpf(m, (int)(e % 40) - 20);
+    if (e % 97 == 0) x[i] = 0.0f;
+  }
+  if (n > 200) {
+    x[3] = INFINITY;
+    x[50] = -NAN;
+    x[71] = 1e-40f;
+    for (size_t i = 96; i < 128; i++) x[i] = 0.0f;          /* an all-zero block */
+    for (size_t i = 128; i < 160; i++) x[i] = ldexpf(1.0f, -140) * (float)(i - 127);
+  }
+  return x;
+}
+
+static uint32_t bits(float v) {
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  return u;
+}
+
+static size_t diff_bytes(const uint8_t *a, const uint8_t *b, size_t n, const char *what) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++)
+    if (a[i] != b[i] && bad++ < 3) printf("  %s[%zu]: gpu 0x%02x cpu 0x%02x\n", what, i, a[i], b[i]);
+  return bad;
+}
+
+static size_t diff_floats(const float *a, const float *b, size_t n, const char *what) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; i++)
+    if (bits(a[i]) != bits(b[i]) && bad++ < 3)
+      printf("  %s[%zu]: gpu 0x%08x cpu 0x%08x\n", what, i, bits(a[i]), bits(b[i]));
+  return bad;
+}
+
+START_TEST(mx_matches_cpu) {
+  const char *names[] = {"float8_e4m3fn", "float8_e5m2", "float6_e2m3fn",
+                         "float6_e3m2fn", "float4_e2m1fn", "float8_e4m3fnuz"};
+  /* shapes: the one-pass path (cols % block == 0) and the general one */
+  const size_t shapes[][3] = {{37, 256, 32}, {5, 100, 32}, {9, 64, 16}, {3, 512, 256}, {4, 96, 24}};
+  size_t bad = 0;
+  for (int k = 0; k < 6; k++)
+    for (int s = 0; s < 5; s++)
+      for (int mode = EXMY_RNE; mode <= EXMY_SR; mode += 2) {
+        exmy_format f;
+        ck_assert_int_eq(exmy_format_parse(names[k], &f), 0);
+        const size_t rows = shapes[s][0], cols = shapes[s][1];
+        const int block = (int)shapes[s][2];
+        const size_t n = rows * cols, nb = rows * ((cols + block - 1) / block);
+        exmy_rounding_opts o = {0};
+        o.mode = (exmy_rounding)mode;
+        o.seed = 99;
+        o.offset = 13;
+        float *x = test_tensor(n, 7 + s);
+        uint8_t *codes = malloc(n), *scales = malloc(nb), *gcodes = malloc(n), *gscales = malloc(nb);
+        ck_assert_int_eq(exmy_mx_encode_f32(&f, &o, block, x, rows, cols, codes, scales), 0);
+        float *dx = dev_from(x, n * 4);
+        uint8_t *dc = dev_alloc(n), *ds = dev_alloc(nb);
+        CU(exmy_cuda_mx_encode_f32(&f, &o, block, dx, rows, cols, dc, ds, 0));
+        to_host(gcodes, dc, n);
+        to_host(gscales, ds, nb);
+        size_t b = diff_bytes(gcodes, codes, n, "mx code") + diff_bytes(gscales, scales, nb, "mx scale");
+        /* decode the CPU's codes on both sides */
+        float *y = malloc(n * 4), *gy = malloc(n * 4), *dy = dev_alloc(n * 4);
+        exmy_mx_decode_f32(&f, block, codes, scales, rows, cols, y);
+        CU(cudaMemcpy(dc, codes, n, cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(ds, scales, nb, cudaMemcpyHostToDevice));
+        CU(exmy_cuda_mx_decode_f32(&f, block, dc, ds, rows, cols, dy, 0));
+        to_host(gy, dy, n * 4);
+        b += diff_floats(gy, y, n, "mx decode");
+        if (b) printf("  ^ %s %zux%zu block %d %s\n", f.name, rows, cols, block, exmy_rounding_name(o.mode));
+        bad += b;
+        free(x); free(codes); free(scales); free(gcodes); free(gscales); free(y); free(gy);
+        CU(cudaFree(dx)); CU(cudaFree(dc)); CU(cudaFree(ds)); CU(cudaFree(dy));
+      }
+  ck_assert_msg(bad == 0, "%zu MX differences", bad);
+}
+END_TEST
+
+START_TEST(tensor_scaling_matches_cpu) {
+  const char *names[] = {"float8_e4m3fn", "float8_e5m2", "float4_e2m1fn", "e8m3", "bfloat16"};
+  size_t bad = 0;
+  const size_t n = 300007;
+  float *x = test_tensor(n, 3);
+  float *dx = dev_from(x, n * 4), *dy = dev_alloc(n * 4), *ds = dev_alloc(4);
+  float *y = malloc(n * 4), *gy = malloc(n * 4);
+  for (int k = 0; k < 5; k++)
+    for (int margin = 0; margin <= 3; margin += 3)
+      for (int pow2 = 0; pow2 < 2; pow2++)
+        for (int mode = EXMY_RNE; mode <= EXMY_SR; mode += 3) {
+          exmy_format f;
+          ck_assert_int_eq(exmy_format_parse(names[k], &f), 0);
+          exmy_rounding_opts o = {0};
+          o.mode = (exmy_rounding)mode;
+          o.seed = 5;
+          exmy_scaling sc = {0};
+          sc.kind = EXMY_SCALING_TENSOR;
+          sc.margin = margin;
+          sc.pow2 = pow2;
+          exmy_tensor_stats st;
+          ck_assert_int_eq(exmy_quantize_scaled_f32(&f, &o, &sc, NULL, x, y, 1, n, &st), 0);
+          CU(exmy_cuda_quantize_tensor_scaled_f32(&f, &o, margin, pow2, dx, dy, n, ds, 0));
+          to_host(gy, dy, n * 4);
+          float gs;
+          to_host(&gs, ds, 4);
+          size_t b = diff_floats(gy, y, n, "tensor-scaled y");
+          if ((float)st.scale != gs) {
+            printf("  scale gpu %a cpu %a\n", gs, st.scale);
+            b++;
+          }
+          if (b) printf("  ^ %s margin %d pow2 %d %s\n", f.name, margin, pow2, exmy_rounding_name(o.mode));
+          bad += b;
+        }
+  free(x); free(y); free(gy);
+  CU(cudaFree(dx)); CU(cudaFree(dy)); CU(cudaFree(ds));
+  ck_assert_msg(bad == 0, "%zu tensor-scaling differences", bad);
+}
+END_TEST
+
+static int close_rel(double a, double b) {
+  if (a == b || (isnan(a) && isnan(b))) return 1;
+  return fabs(a - b) <= 1e-9 * fmax(fabs(a), fabs(b));
+}
+
+START_TEST(stats_match_cpu) {
+  const char *names[] = {"float8_e4m3fn", "float4_e2m1fn", "bfloat16"};
+  const size_t n = 1000003;
+  float *x = test_tensor(n, 11), *y = malloc(n * 4);
+  float *dx = dev_from(x, n * 4), *dy = dev_alloc(n * 4);
+  exmy_tensor_stats *dst = dev_alloc(sizeof(exmy_tensor_stats));
+  int bad = 0;
+  for (int k = 0; k < 3; k++) {
+    exmy_format f;
+    ck_assert_int_eq(exmy_format_parse(names[k], &f), 0);
+    exmy_rounding_opts o = {0};
+    exmy_quantize_f32(&f, &o, x, y, n);
+    CU(cudaMemcpy(dy, y, n * 4, cudaMemcpyHostToDevice));
+    exmy_tensor_stats c, g;
+    exmy_tensor_stats_f32(&f, x, y, n, &c);
+    CU(exmy_cuda_tensor_stats_f32(&f, dx, dy, n, dst, 0));
+    to_host(&g, dst, sizeof g);
+    int b = 0;
+    b += g.n != c.n;
+    b += g.amax != c.amax || g.min_nonzero != c.min_nonzero;
+    b += g.underflow_ratio != c.underflow_ratio || g.subnormal_ratio != c.subnormal_ratio ||
+         g.overflow_ratio != c.overflow_ratio;
+    b += !close_rel(g.mse, c.mse) + !close_rel(g.rel_l2, c.rel_l2) + !close_rel(g.cosine, c.cosine) +
+         !close_rel(g.sqnr_db, c.sqnr_db);
+    b += g.scale != c.scale || !(isnan(g.delayed_over_current) && isnan(c.delayed_over_current));
+    printf("stats %-14s gpu: amax %g under %g sub %g over %g mse %.17g sqnr %.17g | cpu: mse %.17g sqnr %.17g\n",
+           f.name, g.amax, g.underflow_ratio, g.subnormal_ratio, g.overflow_ratio, g.mse, g.sqnr_db,
+           c.mse, c.sqnr_db);
+    bad += b;
+  }
+  free(x); free(y);
+  CU(cudaFree(dx)); CU(cudaFree(dy)); CU(cudaFree(dst));
+  ck_assert_msg(bad == 0, "%d statistics differ", bad);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("cuda_recipes");
+  TCase *tc = tcase_create("recipes");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, mx_matches_cpu);
+  tcase_add_test(tc, tensor_scaling_matches_cpu);
+  tcase_add_test(tc, stats_match_cpu);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

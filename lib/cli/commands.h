@@ -22,7 +22,8 @@
   X(encode, "round float32 values to a format; output the format's codes")    \
   X(decode, "turn a format's codes into float32 values")                      \
   X(info, "facts about a format: bits, bias, range, epsilon, specials")       \
-  X(table, "every code of a format of at most 8 bits with its value")
+  X(table, "every code of a format of at most 8 bits with its value")        \
+  X(stats, "what quantizing a tensor does to it: amax, ratios, errors")
 
 #define EXMY_CLI_DECLARE(name, summary)  \
   extern const char cli_##name##_help[]; \

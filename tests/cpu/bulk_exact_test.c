@@ -218,6 +218,12 @@ START_TEST(exotic_bias_takes_reference_path) {
 END_TEST
 
 int main(void) {
+#ifdef EXMY_TEST_NEEDS_AVX2
+  if (!__builtin_cpu_supports("avx2")) {
+    printf("skipped: this build of the kernels needs AVX2\n");
+    return 0;
+  }
+#endif
   Suite *s = suite_create("bulk_exact");
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 120);

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# sweep_plot RESULTS "PLOTS": draw a sweep's CSVs with gnuplot, each figure as PNG and SVG.
+#
+#   curves  loss_curves: training loss (running mean of 10 steps) per point; val_curves
+#   lr      final_val_vs_lr: mean final validation loss over the seeds that did not
+#           diverge, per group; diverged_fraction: diverged runs per group and lr
+#   speed   tokens_per_s: mean throughput per group
+#   debug   stats_<metric>: per layer and operand, every statistic over the steps,
+#           one panel per (point, use): the tensor that goes bad first stands out
+# Without gnuplot the CSVs stay and a one-line warning says so.
+set -eu
+results=$1 plots=$2
+runs=${results/\/results\//\/runs\/sweeps\/}
+command -v gnuplot >/dev/null || { echo "sweep: gnuplot not found (apt-get install gnuplot-nox): CSVs only" >&2; exit 0; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+# draw NAME GNUPLOT_BODY: the same plot commands into NAME.png and NAME.svg
+draw() {
+  local name=$1 body=$2
+  gnuplot 2>"$tmp/gnuplot.err" <<EOF || { echo "sweep: no plot $name: $(grep -m1 -v '^ *$' "$tmp/gnuplot.err")" >&2; rm -f "$results/$name".{png,svg}; }
+set datafile separator ","
+set terminal pngcairo size 1100,700 noenhanced font ",10"
+set output "$results/$name.png"
+$body
+set terminal svg size 1100,700 noenhanced font ",10"
+set output "$results/$name.svg"
+replot
+EOF
+}
+
+# Lines are titled by what differs between points: the group alone when every
+# group has one lr and one seed.
+single=$(awk -F, 'NR > 1 { n[$2]++ } END { m = 0; for (g in n) if (n[g] > m) m = n[g]; print (m <= 1) }' "$results/summary.csv")
+
+if [[ " $plots " == *" curves "* ]]; then
+  for col in train val; do
+    cmd="" i=0
+    while IFS=, read -r point group _; do
+      f=$tmp/$col-$i.dat i=$((i + 1))
+      if [[ $col == train ]]; then # running mean of 10 steps: the per-batch noise hides the formats' gaps
+        awk -F, -v p="$point" '$1 == p { w[n % 10] = $3; n++; s = 0; k = n < 10 ? n : 10; for (j = 0; j < k; j++) s += w[j]; print $2 "," s / k }' "$results/curves.csv" >"$f"
+      else
+        awk -F, -v p="$point" '$1 == p && $4 != "" { print $2 "," $4 }' "$results/curves.csv" >"$f"
+      fi
+      [[ -s $f ]] || continue
+      title=$point; ((single)) && title=$group
+      cmd+="${cmd:+, }'$f' using 1:2 with lines lw 1.5 title '$title'"
+    done < <(tail -n +2 "$results/summary.csv")
+    [[ -n $cmd ]] || continue
+    # y range: the part after the first 20% of steps, where the formats separate
+    ymax=$(cat "$tmp"/$col-*.dat | awk -F, '{ s[NR] = $1; v[NR] = $2; if ($1 > m) m = $1 }
+      END { y = -1e30; for (i in s) if (s[i] >= 0.2 * m && v[i] > y && v[i] < 1e30) y = v[i]; print y > -1e30 ? y * 1.02 : "*" }')
+    draw ${col}_curves "set title '$(basename "$results"): $col loss'
+set xlabel 'step'; set ylabel '$col loss (nats/byte)'; set key outside right; set grid; set yrange [*:$ymax]
+plot $cmd"
+  done
+fi
+
+if [[ " $plots " == *" lr "* ]]; then
+  # per group and lr: mean final val over non-diverged seeds, fraction diverged
+  awk -F, 'NR > 1 { k = $2 "," $6; n[k]++; if ($8 == "diverged") d[k]++; else if ($11 != "") { s[k] += $11; c[k]++ } }
+    END { for (k in n) printf "%s,%s,%g\n", k, (k in c) ? s[k] / c[k] : "", (d[k] + 0) / n[k] }' \
+    "$results/summary.csv" | sort -t, -k1,1 -k2,2g >"$tmp/lr.csv"
+  cmd_v="" cmd_d="" i=0
+  for g in $(cut -d, -f1 "$tmp/lr.csv" | uniq); do
+    awk -F, -v g="$g" '$1 == g' "$tmp/lr.csv" >"$tmp/lr-$i.csv"
+    cmd_v+="${cmd_v:+, }'$tmp/lr-$i.csv' using 2:3 with linespoints lw 1.5 title '$g'"
+    cmd_d+="${cmd_d:+, }'$tmp/lr-$i.csv' using 2:4 with linespoints lw 1.5 title '$g'"
+    i=$((i + 1))
+  done
+  draw final_val_vs_lr "set title '$(basename "$results"): final validation loss (mean over seeds that did not diverge)'
+set logscale x; set xlabel 'peak learning rate'; set ylabel 'final val loss'; set key outside right; set grid
+plot $cmd_v"
+  draw diverged_fraction "set title '$(basename "$results"): fraction of seeds diverged'
+set logscale x; set xlabel 'peak learning rate'; set ylabel 'diverged fraction'; set yrange [-0.05:1.05]; set key outside right; set grid
+plot $cmd_d"
+fi
+
+if [[ " $plots " == *" speed "* ]]; then
+  awk -F, 'NR > 1 && $13 != "" { s[$2] += $13; c[$2]++ } END { for (g in s) printf "%s,%g\n", g, s[g] / c[g] }' \
+    "$results/summary.csv" | sort >"$tmp/speed.csv"
+  draw tokens_per_s "set title '$(basename "$results"): throughput (CPU emulation: the cost of rounding, not FP8 hardware speed)'
+set style data histograms; set style fill solid 0.6; set boxwidth 0.8; set xtics rotate by -45; set ylabel 'tokens/s'; set grid y
+set yrange [0:*]; plot '$tmp/speed.csv' using 2:xtic(1) notitle"
+fi
+
+if [[ " $plots " == *" debug "* && -s $runs/stats.csv ]]; then
+  points=$(cut -d, -f1 "$runs/stats.csv" | tail -n +2 | sort -u)
+  np=$(echo "$points" | wc -l)
+  sites=$(cut -d, -f3 "$runs/stats.csv" | tail -n +2 | sort -u)
+  # one file per (point, use, site): step,amax,underflow,overflow,mse,cosine,scale,delayed_over_current
+  awk -F, -v d="$tmp" 'NR > 1 { f = d "/st_" $1 "_" $4 "_" $3 ".csv"; print $2 "," $6 "," $7 "," $8 "," $9 "," $10 "," $11 "," $12 > f }' "$runs/stats.csv"
+  col=2
+  for metric in amax underflow overflow mse cosine scale delayed_over_current; do
+    col=$((col + 1)) body="set multiplot layout $np,3 title 'per-operand $metric over steps'
+set key outside right font ',7'; set grid; set xlabel 'step'"
+    [[ $metric =~ ^(mse|amax|delayed_over_current|scale)$ ]] && body+="; set logscale y"
+    for p in $points; do
+      for use in fwd_x fwd_w dx_dy; do
+        cmd=""
+        for s in $sites; do
+          f=$tmp/st_${p}_${use}_$s.csv
+          [[ -s $f ]] && cmd+="${cmd:+, }'$f' using 1:$((col - 1)) with lines title '$s'"
+        done
+        [[ -n $cmd ]] && body+="
+set title '$p: $use' font ',9'
+plot $cmd"
+      done
+    done
+    body+="
+unset multiplot"
+    gnuplot 2>/dev/null <<EOF || echo "sweep: no plot stats_$metric" >&2
+set datafile separator ","
+set terminal pngcairo size 1800,$((500 * np)) noenhanced font ",9"
+set output "$results/stats_$metric.png"
+$body
+set terminal svg size 1800,$((500 * np)) noenhanced font ",9"
+set output "$results/stats_$metric.svg"
+$body
+EOF
+  done
+fi

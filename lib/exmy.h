@@ -346,7 +346,9 @@ typedef struct {
  * cblas_sgemm(CblasRowMajor, ...), with A and B replaced by dequant(Q(.)) per
  * qa / qb (NULL or !enabled: used as they are), then C quantized per qc (NULL
  * or !enabled: left as sgemm wrote it).  The products are float32 sgemm
- * (OpenBLAS).  Returns 0, or -1 on invalid arguments or no memory. */
+ * (OpenBLAS).  A quantized operand is first copied, K contiguous, into a
+ * temporary of its size (m·k or n·k floats).  Returns 0, or -1 on invalid
+ * arguments or no memory. */
 int exmy_qgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                float alpha, const float *a, size_t lda,
                const exmy_operand_quant *qa, const float *b, size_t ldb,

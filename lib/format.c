@@ -105,7 +105,9 @@ int exmy_format_parse(const char *name, exmy_format *out) {
                               r->specials, out);
   }
   /* generic IEEE-like eXmY */
-  if (tolower((unsigned char)name[0]) != 'e') return -1;
+  /* digits only: strtol alone would also take "e+4m3" or "e 4m3" */
+  if (tolower((unsigned char)name[0]) != 'e' || !isdigit((unsigned char)name[1]))
+    return -1;
   char *end;
   long e = strtol(name + 1, &end, 10);
   if (end == name + 1 || tolower((unsigned char)*end) != 'm') return -1;

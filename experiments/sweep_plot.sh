@@ -49,7 +49,7 @@ if [[ " $plots " == *" curves "* ]]; then
     [[ -n $cmd ]] || continue
     # y range: the part after the first 20% of steps, where the formats separate
     ymax=$(cat "$tmp"/$col-*.dat | awk -F, '{ s[NR] = $1; v[NR] = $2; if ($1 > m) m = $1 }
-      END { y = -1e30; for (i in s) if (s[i] >= 0.2 * m && v[i] > y && v[i] < 1e30) y = v[i]; print y > -1e30 ? y * 1.02 : "*" }')
+      END { y = -1e30; for (i in s) if (s[i] >= 0.2 * m && v[i] > y && v[i] < 1e30) y = v[i]; print (y > -1e30 ? y * 1.02 : "*") }')
     draw ${col}_curves "set title '$(basename "$results"): $col loss'
 set xlabel 'step'; set ylabel '$col loss (nats/byte)'; set key outside right; set grid; set yrange [*:$ymax]
 plot $cmd"

@@ -28,6 +28,16 @@ replot
 EOF
 }
 
+# Line style: the colour follows the recipe (and variant), the dash pattern the
+# other overrides (e.g. rz dashed, rne solid), so that 10+ lines stay legible.
+colors=(black "#e41a1c" "#377eb8" "#4daf4a" "#984ea3" "#ff7f00" "#a65628" "#f781bf" "#999999" "#17becf" "#bcbd22" "#1f3f7f")
+declare -A color_of=() dash_of=()
+style() { # style COLOR_KEY DASH_KEY: sets STYLE
+  [[ -n ${color_of[$1]:-} ]] || color_of[$1]=${colors[${#color_of[@]} % ${#colors[@]}]}
+  [[ -n ${dash_of[$2]:-} ]] || dash_of[$2]=$((${#dash_of[@]} + 1))
+  STYLE="lw 1.5 lc rgb '${color_of[$1]}' dt ${dash_of[$2]}" # a variable, not output: no subshell loses the maps
+}
+
 # Lines are titled by what differs between points: the group alone when every
 # group has one lr and one seed.
 single=$(awk -F, 'NR > 1 { n[$2]++ } END { m = 0; for (g in n) if (n[g] > m) m = n[g]; print (m <= 1) }' "$results/summary.csv")
@@ -35,7 +45,7 @@ single=$(awk -F, 'NR > 1 { n[$2]++ } END { m = 0; for (g in n) if (n[g] > m) m =
 if [[ " $plots " == *" curves "* ]]; then
   for col in train val; do
     cmd="" i=0
-    while IFS=, read -r point group _; do
+    while IFS=, read -r point group recipe variant overrides _; do
       f=$tmp/$col-$i.dat i=$((i + 1))
       if [[ $col == train ]]; then # running mean of 10 steps: the per-batch noise hides the formats' gaps
         awk -F, -v p="$point" '$1 == p { w[n % 10] = $3; n++; s = 0; k = n < 10 ? n : 10; for (j = 0; j < k; j++) s += w[j]; print $2 "," s / k }' "$results/curves.csv" >"$f"
@@ -44,7 +54,8 @@ if [[ " $plots " == *" curves "* ]]; then
       fi
       [[ -s $f ]] || continue
       title=$point; ((single)) && title=$group
-      cmd+="${cmd:+, }'$f' using 1:2 with lines lw 1.5 title '$title'"
+      style "$recipe $variant" "$overrides"
+      cmd+="${cmd:+, }'$f' using 1:2 with lines $STYLE title '$title'"
     done < <(tail -n +2 "$results/summary.csv")
     [[ -n $cmd ]] || continue
     # y range: the part after the first 20% of steps, where the formats separate
@@ -92,6 +103,7 @@ if [[ " $plots " == *" debug "* && -s $runs/stats.csv ]]; then
   awk -F, -v d="$tmp" 'NR > 1 { f = d "/st_" $1 "_" $4 "_" $3 ".csv"; print $2 "," $6 "," $7 "," $8 "," $9 "," $10 "," $11 "," $12 > f }' "$runs/stats.csv"
   col=2
   for metric in amax underflow overflow mse cosine scale delayed_over_current; do
+    [[ $metric == scale ]] && { col=$((col + 1)); continue; } # the scale itself: delayed_over_current compares it with the current one
     col=$((col + 1)) body="set multiplot layout $np,3 title 'per-operand $metric over steps'
 set key outside right font ',7'; set grid; set xlabel 'step'"
     [[ $metric =~ ^(mse|amax|delayed_over_current|scale)$ ]] && body+="; set logscale y"
@@ -100,7 +112,9 @@ set key outside right font ',7'; set grid; set xlabel 'step'"
         cmd=""
         for s in $sites; do
           f=$tmp/st_${p}_${use}_$s.csv
-          [[ -s $f ]] && cmd+="${cmd:+, }'$f' using 1:$((col - 1)) with lines title '$s'"
+          # colour: the GEMM (q, k, ..., w3); dash: the layer (l0 solid, l1 dashed, ...)
+          style "${s#*.}" "${s%%.*}"
+          [[ -s $f ]] && cmd+="${cmd:+, }'$f' using 1:$((col - 1)) with lines $STYLE title '$s'"
         done
         [[ -n $cmd ]] && body+="
 set title '$p: $use' font ',9'

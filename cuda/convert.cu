@@ -19,9 +19,9 @@ using namespace exmy_cuda;
  * elements before it writes them). */
 template <int ID, int MODE>
 __global__ void __launch_bounds__(kThreads)
-    k_quantize(exmy_format rt, KOpts o, const float *x, float *y, size_t n,
+    k_quantize(const __grid_constant__ exmy_format rt, const __grid_constant__ KOpts o, const float *x, float *y, size_t n,
                int vec) {
-  const exmy_format f = kernel_format<ID>(rt);
+  const auto &f = kernel_format<ID>(rt);
   const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
   if (base >= n) return;
   float v[kPer];
@@ -42,9 +42,9 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int ID, int MODE, typename T>
 __global__ void __launch_bounds__(kThreads)
-    k_encode(exmy_format rt, KOpts o, const float *__restrict__ x,
+    k_encode(const __grid_constant__ exmy_format rt, const __grid_constant__ KOpts o, const float *__restrict__ x,
              T *__restrict__ codes, size_t n, int vec) {
-  const exmy_format f = kernel_format<ID>(rt);
+  const auto &f = kernel_format<ID>(rt);
   const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
   if (base >= n) return;
   float v[kPer];
@@ -56,9 +56,9 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int ID, typename T>
 __global__ void __launch_bounds__(kThreads)
-    k_decode(exmy_format rt, const T *__restrict__ codes, float *__restrict__ y,
+    k_decode(const __grid_constant__ exmy_format rt, const T *__restrict__ codes, float *__restrict__ y,
              size_t n, int vec) {
-  const exmy_format f = kernel_format<ID>(rt);
+  const auto &f = kernel_format<ID>(rt);
   const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
   if (base >= n) return;
   uint32_t c[kPer];
@@ -166,6 +166,14 @@ cudaError_t dispatch(const exmy_format &f, const KOpts &o, A... a) {
     EXMY_MODES(SPEC_E8M0)
     EXMY_MODES(SPEC_BF16)
     EXMY_MODES(SPEC_FP16)
+    EXMY_MODES(SPEC_E4M3FNUZ)
+    EXMY_MODES(SPEC_E5M2FNUZ)
+    EXMY_MODES(SPEC_E3M4)
+    EXMY_MODES(SPEC_E4M3)
+    EXMY_MODES(SPEC_E8M3)
+    EXMY_MODES(SPEC_E8M4)
+    EXMY_MODES(SPEC_E8M5)
+    EXMY_MODES(SPEC_E8M6)
     default:
       EXMY_MODES(SPEC_GENERIC)
   }
@@ -221,6 +229,14 @@ extern "C" cudaError_t exmy_cuda_decode_f32(const exmy_format *f,
     case SPEC_E8M0: return launch_decode<SPEC_E8M0>(*f, codes, y, n, stream);
     case SPEC_BF16: return launch_decode<SPEC_BF16>(*f, codes, y, n, stream);
     case SPEC_FP16: return launch_decode<SPEC_FP16>(*f, codes, y, n, stream);
+    case SPEC_E4M3FNUZ: return launch_decode<SPEC_E4M3FNUZ>(*f, codes, y, n, stream);
+    case SPEC_E5M2FNUZ: return launch_decode<SPEC_E5M2FNUZ>(*f, codes, y, n, stream);
+    case SPEC_E3M4: return launch_decode<SPEC_E3M4>(*f, codes, y, n, stream);
+    case SPEC_E4M3: return launch_decode<SPEC_E4M3>(*f, codes, y, n, stream);
+    case SPEC_E8M3: return launch_decode<SPEC_E8M3>(*f, codes, y, n, stream);
+    case SPEC_E8M4: return launch_decode<SPEC_E8M4>(*f, codes, y, n, stream);
+    case SPEC_E8M5: return launch_decode<SPEC_E8M5>(*f, codes, y, n, stream);
+    case SPEC_E8M6: return launch_decode<SPEC_E8M6>(*f, codes, y, n, stream);
     default: return launch_decode<SPEC_GENERIC>(*f, codes, y, n, stream);
   }
 }

@@ -28,7 +28,7 @@ template <int ID>
 __device__ __noinline__ uint32_t encode_runtime(const exmy_format &rt,
                                                 const KOpts &o, float x,
                                                 uint32_t rnd) {
-  const exmy_format f = kernel_format<ID>(rt);
+  const auto &f = kernel_format<ID>(rt);
   return exmy_core_encode(&f, (exmy_rounding)o.mode, o.saturate, o.flush,
                           o.mode == EXMY_SR ? o.sr_bits : 32, x, rnd);
 }
@@ -62,14 +62,14 @@ __device__ __forceinline__ void encode8(const exmy_format &f, const KOpts &o,
     const bool fast = !o.flush && fast_path_ok(f);
 #pragma unroll
     for (int k = 0; k < kPer; k++)
-      if (!fast || !fast_encode_f<MODE>(f, o.sr_bits, v[k], rnd[k], c[k]))
+      if (!fast || !fast_encode_f<MODE>(f, o.sr_bits, o.saturate, v[k], rnd[k], c[k]))
         c[k] = encode_runtime<ID>(f, o, v[k], rnd[k]);
   } else if constexpr (Fast<ID>::enabled &&
                        (MODE == EXMY_RNE || MODE == EXMY_SR)) {
     /* the fast path, and the core where it declines (rare) */
 #pragma unroll
     for (int k = 0; k < kPer; k++) {
-      if (o.flush || !fast_encode<ID, MODE>(o.sr_bits, v[k], rnd[k], c[k]))
+      if (o.flush || !fast_encode<ID, MODE>(o.sr_bits, o.saturate, v[k], rnd[k], c[k]))
         c[k] = exmy_core_encode(&f, (exmy_rounding)MODE, o.saturate, o.flush,
                                 MODE == EXMY_SR ? o.sr_bits : 32, v[k], rnd[k]);
     }

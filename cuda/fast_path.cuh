@@ -13,7 +13,8 @@
  *     ties-to-even, exact), and sr splits u = |x| / quantum (exact) into its
  *     integer and fractional parts in float32.
  *
- * Anything else (NaN, inf, overflow, flushed subnormals) returns false and
+ * Overflow resolves as in the core.  Anything else (NaN, inf, flushed
+ * subnormals) returns false and
  * the caller runs the core, which stays the definition: tests/cuda checks
  * these paths against it on all 2^32 inputs.
  */
@@ -49,8 +50,8 @@ __device__ __forceinline__ float pow2(int p) {
  * f must pass fast_path_ok(); when f is a compile-time constant every field
  * folds. */
 template <int MODE>
-__device__ __forceinline__ bool fast_encode_f(const exmy_format &f, int R, float x,
-                                              uint32_t rnd, uint32_t &code) {
+__device__ __forceinline__ bool fast_encode_f(const exmy_format &f, int R, int saturate,
+                                              float x, uint32_t rnd, uint32_t &code) {
   const int M = f.man_bits, drop = 23 - M;
   const uint32_t min_normal = pow2_bits(f.emin);
   const uint32_t base = (uint32_t)(127 + f.emin - 1) << M;
@@ -81,19 +82,25 @@ __device__ __forceinline__ bool fast_encode_f(const exmy_format &f, int R, float
     const uint32_t cs = __float2uint_rz(kf) + ups;
     c = a < min_normal ? cs : cn;
   }
-  if (c > f.max_code || a >= 0x7F800000u) return false;
+  if (a >= 0x7F800000u) return false; /* inf, NaN: the core */
+  const uint32_t sign = (xb >> 31) ? f.sign_mask : 0u;
+  if (c > f.max_code) { /* overflow, exactly as the core resolves it */
+    code = exmy_overflow_code(&f, (exmy_rounding)MODE, saturate, sign);
+    return true;
+  }
   if (f.specials == EXMY_SPECIALS_FNUZ && c == 0) { /* no -0 */
     code = 0;
     return true;
   }
-  code = c | ((xb >> 31) ? f.sign_mask : 0u);
+  code = c | sign;
   return true;
 }
 
 template <int ID, int MODE>
-__device__ __forceinline__ bool fast_encode(int R, float x, uint32_t rnd, uint32_t &code) {
+__device__ __forceinline__ bool fast_encode(int R, int saturate, float x, uint32_t rnd,
+                                            uint32_t &code) {
   constexpr exmy_format f = spec_format<ID>();
-  return fast_encode_f<MODE>(f, R, x, rnd, code);
+  return fast_encode_f<MODE>(f, R, saturate, x, rnd, code);
 }
 
 /* code -> float32 for finite codes; the core for the special ones. */

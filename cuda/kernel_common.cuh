@@ -73,6 +73,14 @@ enum {
   SPEC_E8M0,
   SPEC_BF16,
   SPEC_FP16,
+  SPEC_E4M3FNUZ,
+  SPEC_E5M2FNUZ,
+  SPEC_E3M4,
+  SPEC_E4M3,
+  SPEC_E8M3, /* E8M3..E8M6: the paper's formats */
+  SPEC_E8M4,
+  SPEC_E8M5,
+  SPEC_E8M6,
   SPEC_COUNT
 };
 
@@ -99,6 +107,9 @@ __host__ __device__ constexpr exmy_format spec_make(int E, int M, int bias,
     f.max_code = all - 2;
   } else if (sp == EXMY_SPECIALS_NONE) {
     f.max_code = all - 1;
+  } else if (sp == EXMY_SPECIALS_FNUZ) {
+    f.nan_code = f.sign_mask;
+    f.max_code = all - 1;
   } else { /* E8M0 */
     f.nan_code = all - 1;
     f.max_code = all - 2;
@@ -117,17 +128,29 @@ __host__ __device__ constexpr exmy_format spec_format() {
          : ID == SPEC_E2M1 ? spec_make(2, 1, 1, EXMY_SPECIALS_NONE)
          : ID == SPEC_E8M0 ? spec_make(8, 0, 127, EXMY_SPECIALS_E8M0)
          : ID == SPEC_BF16 ? spec_make(8, 7, 127, EXMY_SPECIALS_IEEE)
-                           : spec_make(5, 10, 15, EXMY_SPECIALS_IEEE);
+         : ID == SPEC_FP16 ? spec_make(5, 10, 15, EXMY_SPECIALS_IEEE)
+         : ID == SPEC_E4M3FNUZ ? spec_make(4, 3, 8, EXMY_SPECIALS_FNUZ)
+         : ID == SPEC_E5M2FNUZ ? spec_make(5, 2, 16, EXMY_SPECIALS_FNUZ)
+         : ID == SPEC_E3M4 ? spec_make(3, 4, 3, EXMY_SPECIALS_IEEE)
+         : ID == SPEC_E4M3 ? spec_make(4, 3, 7, EXMY_SPECIALS_IEEE)
+         : ID == SPEC_E8M3 ? spec_make(8, 3, 127, EXMY_SPECIALS_IEEE)
+         : ID == SPEC_E8M4 ? spec_make(8, 4, 127, EXMY_SPECIALS_IEEE)
+         : ID == SPEC_E8M5 ? spec_make(8, 5, 127, EXMY_SPECIALS_IEEE)
+                           : spec_make(8, 6, 127, EXMY_SPECIALS_IEEE);
 }
 
-/* In a kernel: the compile-time format, or the run-time one. */
+/* In a kernel: the compile-time format (a constant the compiler folds), or a
+ * reference to the run-time one.  Kernels take the run-time format and the
+ * options as __grid_constant__ parameters, so that the out-of-line fallback
+ * calls can point at them in parameter space: a local copy would sit in
+ * local memory and every field read would become a load (seen: the generic
+ * kernels ran at 0.4x copy speed that way). */
 template <int ID>
-__device__ __forceinline__ exmy_format kernel_format(const exmy_format &rt) {
+__device__ __forceinline__ decltype(auto) kernel_format(const exmy_format &rt) {
   if constexpr (ID == SPEC_GENERIC) {
-    return rt;
+    return (rt);
   } else {
-    constexpr exmy_format f = spec_format<ID>();
-    return f;
+    return spec_format<ID>();
   }
 }
 
@@ -143,8 +166,10 @@ static inline int same_fields(const exmy_format &a, const exmy_format &b) {
 /* Which compile-time format equals *f in every field, or SPEC_GENERIC. */
 static inline int spec_id(const exmy_format *f) {
   const exmy_format table[SPEC_COUNT] = {
-      spec_format<0>(), spec_format<1>(), spec_format<2>(), spec_format<3>(),
-      spec_format<4>(), spec_format<5>(), spec_format<6>(), spec_format<7>()};
+      spec_format<0>(),  spec_format<1>(),  spec_format<2>(),  spec_format<3>(),
+      spec_format<4>(),  spec_format<5>(),  spec_format<6>(),  spec_format<7>(),
+      spec_format<8>(),  spec_format<9>(),  spec_format<10>(), spec_format<11>(),
+      spec_format<12>(), spec_format<13>(), spec_format<14>(), spec_format<15>()};
   for (int i = 0; i < SPEC_COUNT; i++)
     if (same_fields(*f, table[i])) return i;
   return SPEC_GENERIC;

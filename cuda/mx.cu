@@ -43,10 +43,10 @@ __device__ __forceinline__ float finite_abs(float v) {
 
 template <int ID, int MODE, int LANES>
 __global__ void __launch_bounds__(kThreads)
-    k_mx_encode(exmy_format rt, KOpts o, const float *__restrict__ x,
+    k_mx_encode(const __grid_constant__ exmy_format rt, const __grid_constant__ KOpts o, const float *__restrict__ x,
                 uint8_t *__restrict__ codes, uint8_t *__restrict__ scales,
                 size_t n) {
-  const exmy_format f = kernel_format<ID>(rt);
+  const auto &f = kernel_format<ID>(rt);
   const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
   float v[kPer];
   const bool in = base < n; /* n is a multiple of 8 here */
@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 /* Any shape: one thread per (row, block). */
-__global__ void k_mx_encode_any(exmy_format f, KOpts o, const float *x,
+__global__ void k_mx_encode_any(const __grid_constant__ exmy_format f, const __grid_constant__ KOpts o, const float *x,
                                 uint8_t *codes, uint8_t *scales, size_t rows,
                                 size_t cols, size_t g) {
   const size_t per_row = (cols + g - 1) / g;
@@ -107,6 +107,38 @@ __global__ void k_mx_decode(exmy_format f, const uint8_t *codes,
     const float q = decode_generic(f, codes[i]);
     y[i] = sc == 0xFF ? __uint_as_float(0x7FC00000u) : mul_keep_nan(q, pow2f((int)sc - 127));
   }
+}
+
+/* One-pass decode when blocks hold whole groups of 8 and rows whole blocks. */
+template <int ID>
+__global__ void __launch_bounds__(kThreads)
+    k_mx_decode8(const __grid_constant__ exmy_format rt, const uint8_t *__restrict__ codes,
+                 const uint8_t *__restrict__ scales, float *__restrict__ y,
+                 size_t n, size_t g) {
+  const auto &f = kernel_format<ID>(rt);
+  const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
+  if (base >= n) return;
+  const uint2 p = *reinterpret_cast<const uint2 *>(codes + base);
+  const uint8_t sc = scales[base / g];
+  const float s = pow2f((int)sc - 127);
+  float q[kPer];
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    q[k] = mul_keep_nan(decode_one<ID>(f, (p.x >> (8 * k)) & 0xFFu), s);
+    q[k + 4] = mul_keep_nan(decode_one<ID>(f, (p.y >> (8 * k)) & 0xFFu), s);
+  }
+  if (sc == 0xFF) {
+#pragma unroll
+    for (int k = 0; k < kPer; k++) q[k] = __uint_as_float(0x7FC00000u);
+  }
+  *reinterpret_cast<float4 *>(y + base) = make_float4(q[0], q[1], q[2], q[3]);
+  *reinterpret_cast<float4 *>(y + base + 4) = make_float4(q[4], q[5], q[6], q[7]);
+}
+
+template <int ID>
+void launch_decode8(const exmy_format &f, const uint8_t *codes, const uint8_t *scales,
+                    float *y, size_t n, size_t g, cudaStream_t s) {
+  k_mx_decode8<ID><<<blocks_for(n / kPer, kThreads), kThreads, 0, s>>>(f, codes, scales, y, n, g);
 }
 
 template <int ID, int MODE>
@@ -177,6 +209,18 @@ extern "C" cudaError_t exmy_cuda_mx_decode_f32(const exmy_format *f, int block,
   if (exmy_code_bytes(f) != 1 || block < 0) return cudaErrorInvalidValue;
   const size_t g = block > 0 ? (size_t)block : 32, n = rows * cols;
   if (n == 0) return cudaSuccess;
+  if (g % kPer == 0 && cols % g == 0 && ((uintptr_t)codes & 7u) == 0 &&
+      ((uintptr_t)y & 15u) == 0) {
+    switch (spec_id(f)) {
+      case SPEC_E4M3FN: launch_decode8<SPEC_E4M3FN>(*f, codes, scales, y, n, g, stream); break;
+      case SPEC_E5M2: launch_decode8<SPEC_E5M2>(*f, codes, scales, y, n, g, stream); break;
+      case SPEC_E2M3: launch_decode8<SPEC_E2M3>(*f, codes, scales, y, n, g, stream); break;
+      case SPEC_E3M2: launch_decode8<SPEC_E3M2>(*f, codes, scales, y, n, g, stream); break;
+      case SPEC_E2M1: launch_decode8<SPEC_E2M1>(*f, codes, scales, y, n, g, stream); break;
+      default: launch_decode8<SPEC_GENERIC>(*f, codes, scales, y, n, g, stream);
+    }
+    return cudaGetLastError();
+  }
   int sms = 132;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   const size_t want = blocks_for(n, 256);

@@ -30,9 +30,9 @@ using namespace exmy_cuda;
  * check, so __float2bfloat16_rn only changes the storage). */
 template <int ID, int MODE>
 __global__ void __launch_bounds__(kThreads)
-    k_quantize_bf16(exmy_format rt, KOpts o, const float *__restrict__ x,
+    k_quantize_bf16(const __grid_constant__ exmy_format rt, const __grid_constant__ KOpts o, const float *__restrict__ x,
                     uint16_t *__restrict__ y, size_t n, int vec) {
-  const exmy_format f = kernel_format<ID>(rt);
+  const auto &f = kernel_format<ID>(rt);
   const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
   if (base >= n) return;
   float v[kPer];

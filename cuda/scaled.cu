@@ -176,9 +176,9 @@ __global__ void k_scale(const unsigned int *amax_bits, float fmax, int margin,
 
 template <int ID, int MODE>
 __global__ void __launch_bounds__(kThreads)
-    k_quantize_scaled(exmy_format rt, KOpts o, const float *x, float *y,
+    k_quantize_scaled(const __grid_constant__ exmy_format rt, const __grid_constant__ KOpts o, const float *x, float *y,
                       size_t n, int vec, const float *scale_inv) {
-  const exmy_format f = kernel_format<ID>(rt);
+  const auto &f = kernel_format<ID>(rt);
   const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
   if (base >= n) return;
   const float s = scale_inv[0], inv = scale_inv[1];

@@ -17,7 +17,7 @@ struct Miss {
 };
 
 template <int ID, int MODE>
-__global__ void k_sweep(int R, Miss *m) {
+__global__ void k_sweep(int R, int sat, Miss *m) {
   constexpr exmy_format f = spec_format<ID>();
   const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   unsigned long long bad = 0;
@@ -25,8 +25,8 @@ __global__ void k_sweep(int R, Miss *m) {
     const float x = __uint_as_float((uint32_t)i);
     const uint32_t rnd = MODE == EXMY_SR ? (uint32_t)(i * 0x9E3779B97F4A7C15ull >> 32) ^ (uint32_t)i : 0u;
     uint32_t fc;
-    if (!fast_encode<ID, MODE>(R, x, rnd, fc)) continue; /* the core runs there */
-    const uint32_t cc = exmy_core_encode(&f, (exmy_rounding)MODE, 0, 0, R, x, rnd);
+    if (!fast_encode<ID, MODE>(R, sat, x, rnd, fc)) continue; /* the core runs there */
+    const uint32_t cc = exmy_core_encode(&f, (exmy_rounding)MODE, sat, 0, R, x, rnd);
     if (fc != cc) {
       if (bad == 0) { m->x = (uint32_t)i; m->fast = fc; m->core = cc; }
       bad++;
@@ -37,15 +37,15 @@ __global__ void k_sweep(int R, Miss *m) {
 
 /* the same for a run-time format (the generic kernels' fast path) */
 template <int MODE>
-__global__ void k_sweep_rt(exmy_format f, int R, Miss *m) {
+__global__ void k_sweep_rt(exmy_format f, int R, int sat, Miss *m) {
   const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   unsigned long long bad = 0;
   for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (1ull << 32); i += stride) {
     const float x = __uint_as_float((uint32_t)i);
     const uint32_t rnd = MODE == EXMY_SR ? (uint32_t)(i * 0x9E3779B97F4A7C15ull >> 32) ^ (uint32_t)i : 0u;
     uint32_t fc;
-    if (!fast_encode_f<MODE>(f, R, x, rnd, fc)) continue;
-    const uint32_t cc = exmy_core_encode(&f, (exmy_rounding)MODE, 0, 0, R, x, rnd);
+    if (!fast_encode_f<MODE>(f, R, sat, x, rnd, fc)) continue;
+    const uint32_t cc = exmy_core_encode(&f, (exmy_rounding)MODE, sat, 0, R, x, rnd);
     if (fc != cc) {
       if (bad == 0) { m->x = (uint32_t)i; m->fast = fc; m->core = cc; }
       bad++;
@@ -69,15 +69,16 @@ static unsigned long long check_runtime(const char *name) {
   Miss *d, h;
   unsigned long long total = 0;
   ck_assert_int_eq(cudaMalloc(&d, sizeof *d), cudaSuccess);
-  for (int r = 0; r < 3; r++) {
+  for (int r = 0; r < 4; r++) {
     ck_assert_int_eq(cudaMemset(d, 0, sizeof *d), cudaSuccess);
-    if (r == 0) k_sweep_rt<EXMY_RNE><<<132 * 16, 256>>>(f, 32, d);
-    else if (r == 1) k_sweep_rt<EXMY_SR><<<132 * 16, 256>>>(f, 32, d);
+    if (r == 0) k_sweep_rt<EXMY_RNE><<<132 * 16, 256>>>(f, 32, 0, d);
+    else if (r == 1) k_sweep_rt<EXMY_SR><<<132 * 16, 256>>>(f, 32, 0, d);
+    else if (r == 3) k_sweep_rt<EXMY_RNE><<<132 * 16, 256>>>(f, 32, 1, d);
     else k_decode_all_rt<<<256, 256>>>(f, d);
     ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
     ck_assert_int_eq(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
     printf("fast path %-14s %-10s: %llu differences from the core (run-time format)", name,
-           r == 0 ? "rne" : r == 1 ? "sr 32" : "decode", h.count);
+           r == 0 ? "rne" : r == 1 ? "sr 32" : r == 3 ? "rne sat" : "decode", h.count);
     if (h.count) printf(" (first: 0x%08x fast 0x%x core 0x%x)", h.x, h.fast, h.core);
     printf("\n");
     total += h.count;
@@ -101,17 +102,18 @@ static unsigned long long check_format(const char *name) {
   Miss *d, h;
   unsigned long long total = 0;
   ck_assert_int_eq(cudaMalloc(&d, sizeof *d), cudaSuccess);
-  const struct { int mode, R; } runs[] = {{EXMY_RNE, 32}, {EXMY_SR, 32}, {EXMY_SR, 7}, {EXMY_SR, 1}};
-  for (int r = 0; r < 5; r++) {
+  const struct { int mode, R, sat; } runs[] = {{EXMY_RNE, 32, 0}, {EXMY_SR, 32, 0}, {EXMY_SR, 7, 0},
+                                             {EXMY_SR, 1, 0},   {EXMY_RNE, 32, 1}, {EXMY_SR, 32, 1}};
+  for (int r = 0; r < 7; r++) {
     ck_assert_int_eq(cudaMemset(d, 0, sizeof *d), cudaSuccess);
-    if (r == 4) k_decode_all<ID><<<256, 256>>>(d);
-    else if (runs[r].mode == EXMY_RNE) k_sweep<ID, EXMY_RNE><<<132 * 16, 256>>>(32, d);
-    else k_sweep<ID, EXMY_SR><<<132 * 16, 256>>>(runs[r].R, d);
+    if (r == 6) k_decode_all<ID><<<256, 256>>>(d);
+    else if (runs[r].mode == EXMY_RNE) k_sweep<ID, EXMY_RNE><<<132 * 16, 256>>>(32, runs[r].sat, d);
+    else k_sweep<ID, EXMY_SR><<<132 * 16, 256>>>(runs[r].R, runs[r].sat, d);
     ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
     ck_assert_int_eq(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
-    printf("fast path %-14s %-10s: %llu differences from the core%s", name,
-           r == 4 ? "decode" : runs[r].mode == EXMY_RNE ? "rne" : runs[r].R == 32 ? "sr 32" : runs[r].R == 7 ? "sr 7" : "sr 1",
-           h.count, h.count ? "" : "\n");
+    printf("fast path %-14s %-6s R=%-2d sat=%d: %llu differences from the core%s", name,
+           r == 6 ? "decode" : runs[r].mode == EXMY_RNE ? "rne" : "sr", r == 6 ? 0 : runs[r].R,
+           r == 6 ? 0 : runs[r].sat, h.count, h.count ? "" : "\n");
     if (h.count) printf(" (first: 0x%08x fast 0x%x core 0x%x)\n", h.x, h.fast, h.core);
     total += h.count;
   }
@@ -128,9 +130,16 @@ START_TEST(fast_equals_core_on_all_inputs) {
   bad += check_format<SPEC_E2M1>("float4_e2m1fn");
   bad += check_format<SPEC_BF16>("bfloat16");
   bad += check_format<SPEC_FP16>("float16");
-  const char *generic[] = {"float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e3m4", "float8_e4m3",
-                           "e8m3", "e8m6", "e5m10", "e2m5", "e3m0"};
-  for (int i = 0; i < 9; i++) bad += check_runtime(generic[i]);
+  bad += check_format<SPEC_E4M3FNUZ>("float8_e4m3fnuz");
+  bad += check_format<SPEC_E5M2FNUZ>("float8_e5m2fnuz");
+  bad += check_format<SPEC_E3M4>("float8_e3m4");
+  bad += check_format<SPEC_E4M3>("float8_e4m3");
+  bad += check_format<SPEC_E8M3>("e8m3");
+  bad += check_format<SPEC_E8M4>("e8m4");
+  bad += check_format<SPEC_E8M5>("e8m5");
+  bad += check_format<SPEC_E8M6>("e8m6");
+  const char *generic[] = {"float8_e4m3fnuz", "e8m3", "e5m10", "e2m5", "e3m0", "e8m2", "e6m5", "e8m7"};
+  for (int i = 0; i < 8; i++) bad += check_runtime(generic[i]);
   ck_assert_msg(bad == 0, "%llu fast-path differences", bad);
 }
 END_TEST

@@ -80,6 +80,19 @@ cudaError_t exmy_cuda_quantize_tensor_scaled_f32(const exmy_format *f,
                                                  size_t n, float *scale_out,
                                                  cudaStream_t stream);
 
+/* Per-group scaling (EXMY_SCALING_GROUP) of a row-major rows x cols tensor:
+ * each group of `group` consecutive elements of a row (0 = the whole row; the
+ * last group of a row may be shorter) gets the TENSOR-formula scale of its
+ * own finite amax, y = Q(x*s) * (1/s); y may alias x.  With
+ * dynamic_range_expansion, COAT's x -> sign(x)|x|^k per group (see
+ * exmy_scaling).  Without it the result is bit-identical to
+ * exmy_quantize_scaled_f32; with it, pow and log are CUDA's double ones, so a
+ * value may differ where the CPU's libm rounds pow differently. */
+cudaError_t exmy_cuda_quantize_group_scaled_f32(
+    const exmy_format *f, const exmy_rounding_opts *o, int group, int margin,
+    bool pow2, bool dynamic_range_expansion, const float *x, float *y,
+    size_t rows, size_t cols, cudaStream_t stream);
+
 /* ---- quantized GEMM through cuBLAS ----
  * C (m x n, row-major) = Q(A) . Q(B)^T with A m x k and Bt n x k, both
  * row-major with K contiguous (exmy_qgemm's op(A) and op(B)^T), FP32

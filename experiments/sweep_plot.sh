@@ -75,8 +75,10 @@ if [[ " $plots " == *" lr "* ]]; then
   cmd_v="" cmd_d="" i=0
   for g in $(cut -d, -f1 "$tmp/lr.csv" | uniq); do
     awk -F, -v g="$g" '$1 == g' "$tmp/lr.csv" >"$tmp/lr-$i.csv"
-    cmd_v+="${cmd_v:+, }'$tmp/lr-$i.csv' using 2:3 with linespoints lw 1.5 title '$g'"
-    cmd_d+="${cmd_d:+, }'$tmp/lr-$i.csv' using 2:4 with linespoints lw 1.5 title '$g'"
+    IFS=, read -r recipe variant overrides < <(awk -F, -v g="$g" '$2 == g { print $3 "," $4 "," $5; exit }' "$results/summary.csv")
+    style "$recipe $variant" "$overrides"
+    cmd_v+="${cmd_v:+, }'$tmp/lr-$i.csv' using 2:3 with linespoints $STYLE pt 7 title '$g'"
+    cmd_d+="${cmd_d:+, }'$tmp/lr-$i.csv' using 2:4 with linespoints $STYLE pt 7 title '$g'"
     i=$((i + 1))
   done
   draw final_val_vs_lr "set title '$(basename "$results"): final validation loss (mean over seeds that did not diverge)'

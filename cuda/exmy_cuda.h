@@ -80,6 +80,22 @@ cudaError_t exmy_cuda_quantize_tensor_scaled_f32(const exmy_format *f,
                                                  size_t n, float *scale_out,
                                                  cudaStream_t stream);
 
+/* Per-tensor delayed scaling (EXMY_SCALING_DELAYED, Transformer Engine's
+ * DelayedScaling) with the amax history on the device: quantize with the
+ * state's current scale, then record this tensor's amax and recompute the
+ * scale from the history (max, or the most recent amax), keeping the old one
+ * where that is 0 or not finite; no host round trip.  Bit-identical to
+ * exmy_quantize_scaled_f32 with a CPU exmy_delayed_state fed the same
+ * tensors.  exmy_cuda_delayed_scale: device pointer to {scale, 1/scale}. */
+typedef struct exmy_cuda_delayed_state exmy_cuda_delayed_state;
+exmy_cuda_delayed_state *exmy_cuda_delayed_state_new(int history_len);
+void exmy_cuda_delayed_state_free(exmy_cuda_delayed_state *s);
+const float *exmy_cuda_delayed_scale(const exmy_cuda_delayed_state *s);
+cudaError_t exmy_cuda_quantize_delayed_scaled_f32(
+    const exmy_format *f, const exmy_rounding_opts *o, int margin, bool pow2,
+    bool history_most_recent, exmy_cuda_delayed_state *state, const float *x,
+    float *y, size_t n, cudaStream_t stream);
+
 /* Per-group scaling (EXMY_SCALING_GROUP) of a row-major rows x cols tensor:
  * each group of `group` consecutive elements of a row (0 = the whole row; the
  * last group of a row may be shorter) gets the TENSOR-formula scale of its

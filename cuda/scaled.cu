@@ -10,6 +10,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "cuda/elementwise.cuh"
 #include "cuda/exmy_cuda.h"
@@ -207,7 +208,113 @@ void launch_scaled(const exmy_format &f, const KOpts &o, const float *x, float *
       f, o, x, y, n, vec, si);
 }
 
+void launch_scaled_any(const exmy_format &f, const KOpts &k, const float *x, float *y,
+                       size_t n, const float *si, cudaStream_t stream) {
+  const int vec = (((uintptr_t)x | (uintptr_t)y) & 15u) == 0;
+  switch (spec_id(&f)) {
+#define EXMY_SC(ID)                                                              \
+  case ID:                                                                       \
+    if (k.mode == EXMY_RNE) launch_scaled<ID, EXMY_RNE>(f, k, x, y, n, vec, si, stream); \
+    else launch_scaled<ID, kRuntimeMode>(f, k, x, y, n, vec, si, stream);        \
+    break;
+    EXMY_SC(SPEC_E4M3FN)
+    EXMY_SC(SPEC_E5M2)
+    EXMY_SC(SPEC_E2M3)
+    EXMY_SC(SPEC_E3M2)
+    EXMY_SC(SPEC_E2M1)
+#undef EXMY_SC
+    default:
+      launch_scaled<SPEC_GENERIC, kRuntimeMode>(f, k, x, y, n, vec, si, stream);
+  }
+}
+
+void launch_amax(const float *x, size_t n, unsigned int *amax_bits, cudaStream_t stream) {
+  int sms = 132;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const size_t want = blocks_for(n, 256);
+  k_amax<<<(unsigned)(want < (size_t)sms * 8 ? want : (size_t)sms * 8), 256, 0, stream>>>(
+      x, n, amax_bits);
+}
+
+/* exmy_delayed_state_update on the device: record amax in slot `latest`, take
+ * the history's max (or this amax), keep the old scale if that is 0 or not
+ * finite. */
+__global__ void k_delayed_update(float *history, int len, int latest,
+                                 const unsigned int *amax_bits, int most_recent,
+                                 float fmax, int margin, int pow2, float *scale_inv) {
+  const float amax = __uint_as_float(*amax_bits);
+  history[latest] = amax;
+  float use = amax;
+  if (!most_recent)
+    for (int i = 0; i < len; i++)
+      if (history[i] > use) use = history[i];
+  if (!(use > 0.0f) || !isfinite(use)) return;
+  float s = (float)((double)__fdiv_rn(fmax, use) * exp2((double)-margin));
+  if (!isfinite(s) || !(s > 0.0f)) s = 1.0f;
+  if (pow2) {
+    const uint32_t b = __float_as_uint(s);
+    s = b >= 0x00800000u ? __uint_as_float(b & 0xFF800000u)
+                         : __uint_as_float(1u << (31 - __clz(b)));
+  }
+  scale_inv[0] = s;
+  scale_inv[1] = __fdiv_rn(1.0f, s);
+}
+
 }  // namespace
+
+struct exmy_cuda_delayed_state {
+  int history_len, count, latest; /* host copies of the CPU struct's counters */
+  float *history;                 /* device, history_len floats */
+  float *scale_inv;               /* device: scale, 1/scale */
+  unsigned int *amax_bits;        /* device scratch */
+};
+
+extern "C" void exmy_cuda_delayed_state_free(exmy_cuda_delayed_state *s) {
+  if (!s) return;
+  cudaFree(s->history);
+  cudaFree(s->scale_inv);
+  cudaFree(s->amax_bits);
+  free(s);
+}
+
+extern "C" exmy_cuda_delayed_state *exmy_cuda_delayed_state_new(int history_len) {
+  if (history_len < 1) return NULL;
+  exmy_cuda_delayed_state *s = (exmy_cuda_delayed_state *)calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->history_len = history_len;
+  const float one[2] = {1.0f, 1.0f};
+  if (cudaMalloc((void **)&s->history, sizeof(float) * history_len) != cudaSuccess ||
+      cudaMalloc((void **)&s->scale_inv, 2 * sizeof(float)) != cudaSuccess ||
+      cudaMalloc((void **)&s->amax_bits, sizeof(unsigned int)) != cudaSuccess ||
+      cudaMemset(s->history, 0, sizeof(float) * history_len) != cudaSuccess ||
+      cudaMemcpy(s->scale_inv, one, sizeof one, cudaMemcpyHostToDevice) != cudaSuccess) {
+    exmy_cuda_delayed_state_free(s);
+    return NULL;
+  }
+  return s;
+}
+
+extern "C" const float *exmy_cuda_delayed_scale(const exmy_cuda_delayed_state *s) {
+  return s->scale_inv;
+}
+
+extern "C" cudaError_t exmy_cuda_quantize_delayed_scaled_f32(
+    const exmy_format *f, const exmy_rounding_opts *o, int margin, bool pow2,
+    bool history_most_recent, exmy_cuda_delayed_state *state, const float *x,
+    float *y, size_t n, cudaStream_t stream) {
+  if (!state || exmy_rounding_opts_check(o) != 0) return cudaErrorInvalidValue;
+  exmy_format_info info;
+  exmy_format_get_info(f, &info);
+  EXMY_CUDA_TRY(cudaMemsetAsync(state->amax_bits, 0, sizeof(unsigned int), stream));
+  if (n) launch_amax(x, n, state->amax_bits, stream); /* before y (may alias x) */
+  if (n) launch_scaled_any(*f, kopts_of(o), x, y, n, state->scale_inv, stream);
+  state->latest = (state->latest + 1) % state->history_len;
+  if (state->count < state->history_len) state->count++;
+  k_delayed_update<<<1, 1, 0, stream>>>(state->history, state->history_len, state->latest,
+                                        state->amax_bits, history_most_recent, info.max,
+                                        margin, pow2, state->scale_inv);
+  return cudaGetLastError();
+}
 
 extern "C" cudaError_t exmy_cuda_tensor_stats_f32(const exmy_format *f,
                                                   const float *x, const float *y,
@@ -237,30 +344,10 @@ extern "C" cudaError_t exmy_cuda_quantize_tensor_scaled_f32(
   unsigned int *scratch; /* [0] amax bits, [1..2] scale and 1/scale */
   EXMY_CUDA_TRY(cudaMallocAsync((void **)&scratch, 3 * sizeof(unsigned int), stream));
   EXMY_CUDA_TRY(cudaMemsetAsync(scratch, 0, sizeof(unsigned int), stream));
-  int sms = 132;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  const size_t want = blocks_for(n, 256);
-  k_amax<<<(unsigned)(want < (size_t)sms * 8 ? want : (size_t)sms * 8), 256, 0, stream>>>(
-      x, n, scratch);
+  launch_amax(x, n, scratch, stream);
   float *si = reinterpret_cast<float *>(scratch + 1);
   k_scale<<<1, 1, 0, stream>>>(scratch, info.max, margin, pow2, si);
-  const KOpts k = kopts_of(o);
-  const int vec = (((uintptr_t)x | (uintptr_t)y) & 15u) == 0;
-  switch (spec_id(f)) {
-#define EXMY_SC(ID)                                                              \
-  case ID:                                                                       \
-    if (k.mode == EXMY_RNE) launch_scaled<ID, EXMY_RNE>(*f, k, x, y, n, vec, si, stream); \
-    else launch_scaled<ID, kRuntimeMode>(*f, k, x, y, n, vec, si, stream);       \
-    break;
-    EXMY_SC(SPEC_E4M3FN)
-    EXMY_SC(SPEC_E5M2)
-    EXMY_SC(SPEC_E2M3)
-    EXMY_SC(SPEC_E3M2)
-    EXMY_SC(SPEC_E2M1)
-#undef EXMY_SC
-    default:
-      launch_scaled<SPEC_GENERIC, kRuntimeMode>(*f, k, x, y, n, vec, si, stream);
-  }
+  launch_scaled_any(*f, kopts_of(o), x, y, n, si, stream);
   EXMY_CUDA_TRY(cudaGetLastError());
   if (scale_out)
     EXMY_CUDA_TRY(cudaMemcpyAsync(scale_out, si, sizeof(float),

@@ -137,6 +137,55 @@ START_TEST(tensor_scaling_matches_cpu) {
 }
 END_TEST
 
+/* DELAYED: a sequence of tensors whose range moves; after every call the
+ * values and the next scale must equal the CPU's. */
+START_TEST(delayed_scaling_matches_cpu) {
+  const char *names[] = {"float8_e4m3fn", "float8_e5m2"};
+  size_t bad = 0;
+  const size_t n = 100003;
+  for (int k = 0; k < 2; k++)
+    for (int recent = 0; recent < 2; recent++) {
+      exmy_format f;
+      ck_assert_int_eq(exmy_format_parse(names[k], &f), 0);
+      exmy_rounding_opts o = {0};
+      exmy_scaling sc = {0};
+      sc.kind = EXMY_SCALING_DELAYED;
+      sc.margin = 1;
+      sc.history_most_recent = recent;
+      exmy_delayed_state *cs = exmy_delayed_state_new(4);
+      exmy_cuda_delayed_state *gs = exmy_cuda_delayed_state_new(4);
+      ck_assert_ptr_nonnull(gs);
+      float *y = malloc(n * 4), *gy = malloc(n * 4);
+      float *dx = dev_alloc(n * 4), *dy = dev_alloc(n * 4);
+      for (int step = 0; step < 7; step++) {
+        float *x = test_tensor(n, 100 + step);
+        const float grow = ldexpf(1.0f, (step * 5) % 11 - 5);
+        for (size_t i = 0; i < n; i++) x[i] *= grow;
+        if (step == 3) memset(x, 0, n * 4); /* amax 0: the old scale stays */
+        CU(cudaMemcpy(dx, x, n * 4, cudaMemcpyHostToDevice));
+        ck_assert_int_eq(exmy_quantize_scaled_f32(&f, &o, &sc, cs, x, y, 1, n, NULL), 0);
+        CU(exmy_cuda_quantize_delayed_scaled_f32(&f, &o, sc.margin, sc.pow2, recent, gs, dx, dy, n, 0));
+        to_host(gy, dy, n * 4);
+        float gsc[2];
+        to_host(gsc, exmy_cuda_delayed_scale(gs), sizeof gsc);
+        size_t b = diff_floats(gy, y, n, "delayed y");
+        if (gsc[0] != cs->scale || gsc[1] != cs->scale_inv) {
+          printf("  next scale gpu %a cpu %a\n", gsc[0], cs->scale);
+          b++;
+        }
+        if (b) printf("  ^ %s step %d most_recent %d\n", f.name, step, recent);
+        bad += b;
+        free(x);
+      }
+      exmy_delayed_state_free(cs);
+      exmy_cuda_delayed_state_free(gs);
+      free(y); free(gy);
+      CU(cudaFree(dx)); CU(cudaFree(dy));
+    }
+  ck_assert_msg(bad == 0, "%zu delayed-scaling differences", bad);
+}
+END_TEST
+
 /* GROUP: bit-identical without COAT's expansion; with it, pow and log come
  * from different libms, so a few values may differ (counted, at most 0.1%). */
 START_TEST(group_scaling_matches_cpu) {
@@ -233,6 +282,7 @@ int main(void) {
   tcase_add_test(tc, mx_matches_cpu);
   tcase_add_test(tc, tensor_scaling_matches_cpu);
   tcase_add_test(tc, group_scaling_matches_cpu);
+  tcase_add_test(tc, delayed_scaling_matches_cpu);
   tcase_add_test(tc, stats_match_cpu);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -37,7 +37,14 @@ typedef enum {
   /* Finite only (OCP MX FP6/FP4): no inf, no NaN; every code is a number. */
   EXMY_SPECIALS_NONE,
   /* OCP MX scale E8M0 (float8_e8m0fnu): unsigned, no mantissa, no zero,
-   * code c means 2^(c-127), 0xFF is NaN. */
+   * code c means 2^(c-127), 0xFF is NaN.  Positive normal inputs convert as
+   * ml_dtypes does (rne: nearest power of two, ties up) and as CUDA's
+   * __nv_cvt_float_to_e8m0 does (rz, ru).  Our choices where they differ or
+   * are silent: zero and negative inputs give NaN (0xFF), or 0x00 (2^-127)
+   * when saturating (CUDA converts |x| and maps 0 to 0x00); float32
+   * subnormal inputs round to the nearest of 2^-127 and 2^-126 by the mode,
+   * everything below 2^-127 giving 2^-127 (ml_dtypes rounds (2^-127,
+   * 1.5*2^-127) up to 2^-126); +inf gives NaN, or 0xFE when saturating. */
   EXMY_SPECIALS_E8M0,
 } exmy_specials;
 

@@ -11,6 +11,9 @@
 # continues where it stopped. A diverged run is a result, not an error.
 # Bad input: one line on stderr, exit 2.
 set -u
+# The whole script is one { } block: bash parses it before running it, so editing
+# this file during a sweep cannot derail the running one.
+{
 
 die() { echo "sweep: $*" >&2; exit 2; }
 
@@ -141,6 +144,7 @@ progress() {
   local now el eta="?"
   now=$(date +%s) el=$((now - start))
   ((ran > 0)) && eta=$((el * (total - done_n) / ran))
+  ((done_n == total)) && eta=0
   [[ $eta != "?" ]] && eta=$(printf '%dm%02ds' $((eta / 60)) $((eta % 60)))
   local line
   line=$(printf 'sweep: %d/%d done, %d diverged, elapsed %dm%02ds, ETA %s' \
@@ -181,4 +185,6 @@ progress; [[ -t 2 ]] && echo >&2
 "$here/sweep_collect.sh" "$grid" "$runs" "$results" || exit 1
 "$here/sweep_plot.sh" "$results" "$plots" || exit 1
 echo "sweep: $done_n/$total runs, $div_n diverged; summary $results/summary.csv"
-echo "sweep: plots in $results/"
+for f in "$results"/*.png; do [[ -f $f ]] && echo "sweep: plot ${f#$ws/}"; done
+exit 0
+}

@@ -86,7 +86,7 @@ fi
 for r in $recipes; do [[ -r $ws/experiments/configs/$r.cfg ]] || die "$cfg: no recipe config experiments/configs/$r.cfg"; done
 for l in $lrs; do [[ $l =~ ^[0-9.]+([eE][-+]?[0-9]+)?$ ]] || die "$cfg: bad learning rate '$l'"; done
 for s in $seeds; do [[ $s =~ ^[0-9]+$ ]] || die "$cfg: bad seed '$s'"; done
-for p in $plots; do [[ $p =~ ^(curves|lr|debug|speed)$ ]] || die "$cfg: unknown plot '$p'"; done
+for p in $plots; do [[ $p =~ ^(curves|final|lr|debug|speed)$ ]] || die "$cfg: unknown plot '$p'"; done
 ((${#var_names[@]})) || { var_names=("-"); var_sets=(""); }
 
 runs=$ws/experiments/runs/sweeps/$study

@@ -4,6 +4,7 @@
 #   curves  loss_curves: training loss (running mean of 10 steps) per point; val_curves
 #   lr      final_val_vs_lr: mean final validation loss over the seeds that did not
 #           diverge, per group; diverged_fraction: diverged runs per group and lr
+#   final   final_val: final validation loss of every run, one column per group
 #   speed   tokens_per_s: mean throughput per group
 #   debug   stats_<metric>: per layer and operand, every statistic over the steps,
 #           one panel per (point, use): the tensor that goes bad first stands out
@@ -89,11 +90,22 @@ set logscale x; set xlabel 'peak learning rate'; set ylabel 'diverged fraction';
 plot $cmd_d"
 fi
 
+if [[ " $plots " == *" final "* ]]; then
+  # one column per group, one point per seed (and lr): the spread is the noise
+  awk -F, 'NR > 1 && $11 != "" { if (!($2 in idx)) idx[$2] = ++n; print idx[$2] "," $2 "," $11 }' \
+    "$results/summary.csv" >"$tmp/final.csv"
+  ndiv=$(awk -F, 'NR > 1 && $8 == "diverged"' "$results/summary.csv" | wc -l)
+  draw final_val "set title '$(basename "$results"): final validation loss per run ($ndiv diverged runs not shown)'
+set xtics rotate by -45; set rmargin 14; set bmargin 16; set ylabel 'final val loss'; set grid y
+set xrange [0.5:$(cut -d, -f1 "$tmp/final.csv" | sort -n | tail -1).5]
+plot '$tmp/final.csv' using 1:3:xtic(2) with points pt 7 ps 1.5 notitle"
+fi
+
 if [[ " $plots " == *" speed "* ]]; then
   awk -F, 'NR > 1 && $13 != "" { s[$2] += $13; c[$2]++ } END { for (g in s) printf "%s,%g\n", g, s[g] / c[g] }' \
     "$results/summary.csv" | sort >"$tmp/speed.csv"
   draw tokens_per_s "set title '$(basename "$results"): throughput (CPU emulation: the cost of rounding, not FP8 hardware speed)'
-set style data histograms; set style fill solid 0.6; set boxwidth 0.8; set xtics rotate by -45; set ylabel 'tokens/s'; set grid y
+set style data histograms; set style fill solid 0.6; set boxwidth 0.8; set xtics rotate by -45; set rmargin 14; set bmargin 14; set ylabel 'tokens/s'; set grid y
 set yrange [0:*]; plot '$tmp/speed.csv' using 2:xtic(1) notitle"
 fi
 

@@ -33,10 +33,11 @@ EOF
 # other overrides (e.g. rz dashed, rne solid), so that 10+ lines stay legible.
 colors=(black "#e41a1c" "#377eb8" "#4daf4a" "#984ea3" "#ff7f00" "#a65628" "#f781bf" "#999999" "#17becf" "#bcbd22" "#1f3f7f")
 declare -A color_of=() dash_of=()
-style() { # style COLOR_KEY DASH_KEY: sets STYLE
-  [[ -n ${color_of[$1]:-} ]] || color_of[$1]=${colors[${#color_of[@]} % ${#colors[@]}]}
-  [[ -n ${dash_of[$2]:-} ]] || dash_of[$2]=$((${#dash_of[@]} + 1))
-  STYLE="lw 1.5 lc rgb '${color_of[$1]}' dt ${dash_of[$2]}" # a variable, not output: no subshell loses the maps
+style() { # style COLOR_KEY DASH_KEY: sets STYLE (an empty key is a key: "-")
+  local c=${1:--} d=${2:--}
+  [[ -n ${color_of[$c]:-} ]] || color_of[$c]=${colors[${#color_of[@]} % ${#colors[@]}]}
+  [[ -n ${dash_of[$d]:-} ]] || dash_of[$d]=$((${#dash_of[@]} + 1))
+  STYLE="lw 1.5 lc rgb '${color_of[$c]}' dt ${dash_of[$d]}" # a variable, not output: no subshell loses the maps
 }
 
 # Lines are titled by what differs between points: the group alone when every
@@ -115,6 +116,7 @@ if [[ " $plots " == *" debug "* && -s $runs/stats.csv ]]; then
   sites=$(cut -d, -f3 "$runs/stats.csv" | tail -n +2 | sort -u)
   # one file per (point, use, site): step,amax,underflow,overflow,mse,cosine,scale,delayed_over_current
   awk -F, -v d="$tmp" 'NR > 1 { f = d "/st_" $1 "_" $4 "_" $3 ".csv"; print $2 "," $6 "," $7 "," $8 "," $9 "," $10 "," $11 "," $12 > f }' "$runs/stats.csv"
+  color_of=() dash_of=() # the GEMMs take the palette from its start
   col=2
   for metric in amax underflow overflow mse cosine scale delayed_over_current; do
     [[ $metric == scale ]] && { col=$((col + 1)); continue; } # the scale itself: delayed_over_current compares it with the current one

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The sweep runner on a 2-point grid of the `test` model (a few steps each):
 # it runs both points, a diverged point does not stop the sweep, a second
-# invocation skips finished points, the CSVs have the right rows, and bad input
-# exits 2 with one line on stderr.
+# invocation skips finished points and resumes an interrupted one, the CSVs
+# have the right rows, and bad input exits 2 with one line on stderr.
 set -u
 fail() { echo "FAIL: $*" >&2; exit 1; }
 rf=${RUNFILES_DIR:-$0.runfiles}/exmy
@@ -57,6 +57,21 @@ sum=$(cat "$runs"/*/log.jsonl | md5sum)
 "$sweep" "$ws/s.cfg" --quick >"$ws/out2" || fail "second sweep exited $?"
 [[ $(cat "$runs"/*/log.jsonl | md5sum) == "$sum" ]] || fail "finished points ran again"
 grep -q "2/2 done, 1 diverged" "$ws/out2" || fail "second progress line: $(cat "$ws/out2")"
+
+# an interrupted point (the trainer's interrupt_at stops it after step 3 with a
+# checkpoint) is resumed, not restarted, by the next invocation
+sed -e 's/^study = t$/study = r/' -e '/^vary/d' "$ws/s.cfg" >"$ws/r.cfg"
+echo "set interrupt_at = 3" >>"$ws/r.cfg"
+"$sweep" "$ws/r.cfg" >/dev/null 2>&1 || fail "interrupted sweep exited $?"
+rdir=$ws/experiments/runs/sweeps/r/bf16_lr1e-3_s1
+grep -q '"status":"interrupted","steps":3' "$rdir/summary.json" || fail "not interrupted: $(cat "$rdir/summary.json")"
+"$sweep" "$ws/r.cfg" >/dev/null 2>&1 || fail "resumed sweep exited $?"
+grep -q '"status":"completed","steps":6' "$rdir/summary.json" || fail "not resumed to the end: $(cat "$rdir/summary.json")"
+grep -q "resumed" "$rdir/train.out" || fail "the point was restarted, not resumed: $(cat "$rdir/train.out")"
+[[ $(grep -c '^bf16_lr1e-3_s1,' "$ws/experiments/results/r/curves.csv") == 6 ]] || fail "resumed curve: want 6 rows"
+if command -v gnuplot >/dev/null; then # a grid without `vary` axes plots too
+  [[ -s $ws/experiments/results/r/train_curves.png ]] || fail "no plot for a grid without vary axes"
+fi
 
 # bad input: exit 2, one line on stderr
 bad() { # bad DESCRIPTION CONFIG-TEXT [ARGS]

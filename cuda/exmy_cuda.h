@@ -152,6 +152,47 @@ cudaError_t exmy_cuda_qgemm_nt(exmy_cuda_gemm *g, exmy_cuda_gemm_path path,
                                const exmy_rounding_opts *ob, float *c,
                                exmy_cuda_gemm_path *used, cudaStream_t stream);
 
+/* ---- exmy_qgemm's twin: C = alpha . op(A) . op(B) + beta . C ----
+ * Same argument order and meaning as exmy_qgemm (lib/exmy.h), device
+ * pointers, row-major, plus the context g, *used and a stream.  Each operand
+ * is first copied K contiguous into a workspace of g (op(A) as m x k, op(B)^T
+ * as n x k) and quantized there with its recipe by the GPU recipe kernels
+ * (NONE / TENSOR / DELAYED / MX / GROUP along K; sr's index = position in
+ * that dense image + round.offset, as on the CPU), so the dequantized
+ * operands are bit-identical to the CPU's; cuBLAS then multiplies them with
+ * FP32 accumulation and applies alpha/beta to C (ldc), and C is quantized
+ * per qc (as a dense m x n image).
+ * Path (*used): BF16 when both operands' formats pass exmy_cuda_bf16_exact
+ * and their recipe dequantizes with a power-of-two factor (NONE, MX, or
+ * TENSOR/DELAYED/GROUP with pow2 and no dynamic range expansion) AND a device
+ * check finds every dequantized value unchanged by the conversion to bf16
+ * (it can fail only for values below 2^-126 whose float32 subnormal bits lie
+ * below bf16's 2^-133 grid); else FP32 (pedantic, never TF32).  That check
+ * is one 4-byte readback: the call synchronises `stream` once when the BF16
+ * path is a candidate.  Disabled or NULL quant: operand used as it is (FP32).
+ * DELAYED takes the device state `delayed` (exmy_cuda_delayed_state), not the
+ * CPU one.  stats must be NULL (not done on the GPU yet: the scaled recipes
+ * have no GPU statistics); MX needs a format of <= 8 bits.  Returns
+ * cudaSuccess, cudaErrorInvalidValue / cudaErrorNotSupported for arguments
+ * it cannot serve, cudaErrorUnknown when cuBLAS refuses. */
+typedef struct {
+  bool enabled;
+  exmy_format format;
+  exmy_rounding_opts round;
+  exmy_scaling scaling;
+  exmy_cuda_delayed_state *delayed; /* DELAYED only */
+  exmy_tensor_stats *stats;         /* must be NULL (not supported yet) */
+} exmy_cuda_operand_quant;
+
+cudaError_t exmy_cuda_qgemm(exmy_cuda_gemm *g, bool trans_a, bool trans_b,
+                            size_t m, size_t n, size_t k, float alpha,
+                            const float *a, size_t lda,
+                            const exmy_cuda_operand_quant *qa, const float *b,
+                            size_t ldb, const exmy_cuda_operand_quant *qb,
+                            float beta, float *c, size_t ldc,
+                            const exmy_cuda_operand_quant *qc,
+                            exmy_cuda_gemm_path *used, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

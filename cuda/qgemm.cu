@@ -21,6 +21,11 @@ struct exmy_cuda_gemm {
   void *buf_a, *buf_b; /* quantized operands */
   size_t cap_a, cap_b;
   float *one;          /* device 1.0f for the FP8 scales */
+  /* exmy_cuda_qgemm: dense float32 images of op(A), op(B)^T, C; their bf16
+   * copies; MX codes/scales; the bf16-exactness flag */
+  void *ws[3], *bf[2], *codes, *scales;
+  size_t cap_ws[3], cap_bf[2], cap_codes, cap_scales;
+  int *flag;
 };
 
 namespace {
@@ -183,6 +188,11 @@ extern "C" void exmy_cuda_gemm_free(exmy_cuda_gemm *g) {
   cudaFree(g->buf_a);
   cudaFree(g->buf_b);
   cudaFree(g->one);
+  for (int i = 0; i < 3; i++) cudaFree(g->ws[i]);
+  for (int i = 0; i < 2; i++) cudaFree(g->bf[i]);
+  cudaFree(g->codes);
+  cudaFree(g->scales);
+  cudaFree(g->flag);
   free(g);
 }
 
@@ -236,5 +246,174 @@ extern "C" cudaError_t exmy_cuda_qgemm_nt(
   BLAS_TRY(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &alpha, qb, CUDA_R_32F, K,
                         qa, CUDA_R_32F, K, &beta, c, CUDA_R_32F, M,
                         CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+  return cudaSuccess;
+}
+
+/* ---- exmy_cuda_qgemm: the full exmy_qgemm on the GPU ---- */
+namespace {
+
+/* dst (rows x cols, dense) = src or its transpose (src with leading
+ * dimension ld), as cpu/qgemm.c's gather. */
+__global__ void k_gather(const float *__restrict__ src, size_t ld, bool transpose, size_t rows,
+                         size_t cols, float *__restrict__ dst) {
+  const size_t total = rows * cols;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (size_t)gridDim.x * blockDim.x) {
+    const size_t r = i / cols, c = i % cols;
+    dst[i] = transpose ? src[c * ld + r] : src[r * ld + c];
+  }
+}
+
+/* y = bf16(x); *flag = 1 if any non-NaN value changes. */
+__global__ void k_to_bf16_checked(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y,
+                                  size_t n, int *flag) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    const float v = x[i];
+    const __nv_bfloat16 b = __float2bfloat16_rn(v);
+    if (__bfloat162float(b) != v && v == v) *flag = 1;
+    y[i] = b;
+  }
+}
+
+unsigned grid_for(size_t n) {
+  size_t b = (n + 255) / 256;
+  if (b > 65535u * 8) b = 65535u * 8;
+  return (unsigned)(b ? b : 1);
+}
+
+bool enabled(const exmy_cuda_operand_quant *q) { return q && q->enabled; }
+
+/* Whether the dequantized values of q are exactly bf16 values by the format
+ * rule: an exact format, and a recipe that multiplies by a power of two. */
+bool bf16_candidate(const exmy_cuda_operand_quant *q) {
+  if (!enabled(q) || !exmy_cuda_bf16_exact(&q->format)) return false;
+  switch (q->scaling.kind) {
+    case EXMY_SCALING_NONE:
+    case EXMY_SCALING_MX:
+      return true;
+    case EXMY_SCALING_TENSOR:
+    case EXMY_SCALING_DELAYED:
+      return q->scaling.pow2;
+    case EXMY_SCALING_GROUP:
+      return q->scaling.pow2 && !q->scaling.dynamic_range_expansion;
+  }
+  return false;
+}
+
+/* t (rows x cols, dense, device) = dequant(Q(t)) per q, in place. */
+cudaError_t quantize_operand(exmy_cuda_gemm *g, const exmy_cuda_operand_quant *q, float *t,
+                             size_t rows, size_t cols, cudaStream_t s) {
+  const size_t n = rows * cols;
+  if (!n) return cudaSuccess;
+  const exmy_scaling &sc = q->scaling;
+  switch (sc.kind) {
+    case EXMY_SCALING_NONE:
+      return exmy_cuda_quantize_f32(&q->format, &q->round, t, t, n, s);
+    case EXMY_SCALING_TENSOR:
+      return exmy_cuda_quantize_tensor_scaled_f32(&q->format, &q->round, sc.margin, sc.pow2, t,
+                                                  t, n, NULL, s);
+    case EXMY_SCALING_DELAYED:
+      if (!q->delayed) return cudaErrorInvalidValue;
+      return exmy_cuda_quantize_delayed_scaled_f32(&q->format, &q->round, sc.margin, sc.pow2,
+                                                   sc.history_most_recent, q->delayed, t, t, n,
+                                                   s);
+    case EXMY_SCALING_MX: {
+      if (sc.group < 0 || exmy_code_bytes(&q->format) != 1) return cudaErrorNotSupported;
+      const int block = sc.group ? sc.group : 32;
+      const size_t nb = (cols + block - 1) / block;
+      EXMY_CUDA_TRY(reserve(&g->codes, &g->cap_codes, n));
+      EXMY_CUDA_TRY(reserve(&g->scales, &g->cap_scales, rows * nb));
+      EXMY_CUDA_TRY(exmy_cuda_mx_encode_f32(&q->format, &q->round, block, t, rows, cols,
+                                            (uint8_t *)g->codes, (uint8_t *)g->scales, s));
+      return exmy_cuda_mx_decode_f32(&q->format, block, (const uint8_t *)g->codes,
+                                     (const uint8_t *)g->scales, rows, cols, t, s);
+    }
+    case EXMY_SCALING_GROUP:
+      if (sc.group < 0) return cudaErrorInvalidValue;
+      return exmy_cuda_quantize_group_scaled_f32(&q->format, &q->round, sc.group, sc.margin,
+                                                 sc.pow2, sc.dynamic_range_expansion, t, t,
+                                                 rows, cols, s);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+extern "C" cudaError_t exmy_cuda_qgemm(exmy_cuda_gemm *g, bool trans_a, bool trans_b, size_t m,
+                                       size_t n, size_t k, float alpha, const float *a,
+                                       size_t lda, const exmy_cuda_operand_quant *qa,
+                                       const float *b, size_t ldb,
+                                       const exmy_cuda_operand_quant *qb, float beta, float *c,
+                                       size_t ldc, const exmy_cuda_operand_quant *qc,
+                                       exmy_cuda_gemm_path *used, cudaStream_t s) {
+  if (!g || ldc < n) return cudaErrorInvalidValue;
+  if ((qa && qa->stats) || (qb && qb->stats) || (qc && qc->stats)) return cudaErrorNotSupported;
+  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || ldc > INT32_MAX)
+    return cudaErrorInvalidValue;
+  float *ta = NULL, *tb = NULL;
+  exmy_cuda_gemm_path path = EXMY_CUDA_GEMM_FP32;
+  if (m && n && k) {
+    EXMY_CUDA_TRY(reserve(&g->ws[0], &g->cap_ws[0], m * k * 4));
+    EXMY_CUDA_TRY(reserve(&g->ws[1], &g->cap_ws[1], n * k * 4));
+    ta = (float *)g->ws[0];
+    tb = (float *)g->ws[1];
+    /* op(A) as m x k and op(B)^T as n x k, K contiguous (cpu/qgemm.c) */
+    k_gather<<<grid_for(m * k), 256, 0, s>>>(a, lda, trans_a, m, k, ta);
+    k_gather<<<grid_for(n * k), 256, 0, s>>>(b, ldb, !trans_b, n, k, tb);
+    EXMY_CUDA_TRY(cudaGetLastError());
+    if (enabled(qa)) EXMY_CUDA_TRY(quantize_operand(g, qa, ta, m, k, s));
+    if (enabled(qb)) EXMY_CUDA_TRY(quantize_operand(g, qb, tb, n, k, s));
+    if (bf16_candidate(qa) && bf16_candidate(qb)) {
+      if (!g->flag) EXMY_CUDA_TRY(cudaMalloc((void **)&g->flag, sizeof(int)));
+      EXMY_CUDA_TRY(reserve(&g->bf[0], &g->cap_bf[0], m * k * 2));
+      EXMY_CUDA_TRY(reserve(&g->bf[1], &g->cap_bf[1], n * k * 2));
+      EXMY_CUDA_TRY(cudaMemsetAsync(g->flag, 0, sizeof(int), s));
+      k_to_bf16_checked<<<grid_for(m * k), 256, 0, s>>>(ta, (__nv_bfloat16 *)g->bf[0], m * k,
+                                                         g->flag);
+      k_to_bf16_checked<<<grid_for(n * k), 256, 0, s>>>(tb, (__nv_bfloat16 *)g->bf[1], n * k,
+                                                         g->flag);
+      EXMY_CUDA_TRY(cudaGetLastError());
+      int inexact = 1;
+      EXMY_CUDA_TRY(cudaMemcpyAsync(&inexact, g->flag, sizeof inexact, cudaMemcpyDeviceToHost, s));
+      EXMY_CUDA_TRY(cudaStreamSynchronize(s));
+      if (!inexact) path = EXMY_CUDA_GEMM_BF16;
+    }
+  }
+  if (used) *used = path;
+  if (m && n) {
+    BLAS_TRY(cublasSetStream(g->blas, s));
+    /* column-major: C^T (n x m, ld ldc) = (op(B)^T as k x n)^T . (op(A)^T as k x m) */
+    const int M = (int)n, N = (int)m, K = (int)k, LDC = (int)ldc;
+    if (k == 0) {
+      /* C = beta . C (beta == 0: C = 0, not read), as the CPU */
+      if (beta == 0.0f) {
+        EXMY_CUDA_TRY(cudaMemset2DAsync(c, ldc * 4, 0, n * 4, m, s));
+      } else {
+        const float zero = 0.0f;
+        BLAS_TRY(cublasSgeam(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, M, N, &beta, c, LDC, &zero, c,
+                             LDC, c, LDC));
+      }
+    } else if (path == EXMY_CUDA_GEMM_BF16) {
+      BLAS_TRY(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &alpha, g->bf[1],
+                            CUDA_R_16BF, K, g->bf[0], CUDA_R_16BF, K, &beta, c, CUDA_R_32F, LDC,
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else {
+      BLAS_TRY(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &alpha, tb, CUDA_R_32F,
+                            K, ta, CUDA_R_32F, K, &beta, c, CUDA_R_32F, LDC,
+                            CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+    }
+  }
+  if (enabled(qc) && m && n) {
+    if (ldc == n) {
+      EXMY_CUDA_TRY(quantize_operand(g, qc, c, m, n, s));
+    } else {
+      EXMY_CUDA_TRY(reserve(&g->ws[2], &g->cap_ws[2], m * n * 4));
+      float *tc = (float *)g->ws[2];
+      EXMY_CUDA_TRY(cudaMemcpy2DAsync(tc, n * 4, c, ldc * 4, n * 4, m, cudaMemcpyDeviceToDevice, s));
+      EXMY_CUDA_TRY(quantize_operand(g, qc, tc, m, n, s));
+      EXMY_CUDA_TRY(cudaMemcpy2DAsync(c, ldc * 4, tc, n * 4, n * 4, m, cudaMemcpyDeviceToDevice, s));
+    }
+  }
   return cudaSuccess;
 }

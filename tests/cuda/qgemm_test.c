@@ -100,11 +100,148 @@ START_TEST(paths_agree_with_cpu) {
 }
 END_TEST
 
+
+/* exmy_cuda_qgemm vs exmy_qgemm: 4 transposes x NONE/TENSOR/DELAYED(3
+ * calls)/MX/GROUP x e4m3 rne, e5m2 sr; odd sizes, padded leading dimensions,
+ * alpha/beta; each call once without qc (C within 1e-5 of max |C|) and once
+ * with qc = bf16 (an element may differ by one bf16 ulp where the float32
+ * sums straddle a rounding boundary). */
+enum { QM = 67, QN = 45, QK = 131, PAD = 3 };
+
+START_TEST(full_qgemm_matches_cpu) {
+  const char *fmts[2] = {"float8_e4m3fn", "float8_e5m2"};
+  const exmy_rounding modes[2] = {EXMY_RNE, EXMY_SR};
+  const exmy_scaling_kind kinds[5] = {EXMY_SCALING_NONE, EXMY_SCALING_TENSOR,
+                                      EXMY_SCALING_DELAYED, EXMY_SCALING_MX, EXMY_SCALING_GROUP};
+  const char *kname[5] = {"NONE", "TENSOR", "DELAYED", "MX", "GROUP"};
+  exmy_cuda_gemm *ctx = exmy_cuda_gemm_new();
+  ck_assert_ptr_nonnull(ctx);
+  exmy_format bf16;
+  ck_assert_int_eq(exmy_format_parse("bfloat16", &bf16), 0);
+  const size_t cap = (size_t)(QK + PAD) * (QM + QN + PAD);
+  float *a = malloc(cap * 4), *b = malloc(cap * 4);
+  const size_t ldc = QN + PAD, csz = (size_t)QM * ldc;
+  float *c0 = random_matrix(csz, 99), *c = malloc(csz * 4), *gc = malloc(csz * 4);
+  float *da = dev_alloc(cap * 4), *db = dev_alloc(cap * 4), *dc = dev_alloc(csz * 4);
+  int bad = 0, cases = 0;
+  double worst = 0, worst_qc = 0;
+  size_t qc_diff = 0, bf16_used = 0, fp32_used = 0;
+  for (int t = 0; t < 4; t++) {
+    const bool ta = t & 1, tb = t & 2;
+    /* A: m x k (or k x m if ta); B: k x n (or n x k if tb) */
+    const size_t lda = (ta ? QM : QK) + PAD, ldb = (tb ? QK : QN) + PAD;
+    const size_t arows = ta ? QK : QM, brows = tb ? QN : QK;
+    for (int f = 0; f < 2; f++)
+      for (int r = 0; r < 5; r++) {
+        exmy_operand_quant cq[2] = {{0}};
+        exmy_cuda_operand_quant gq[2] = {{0}};
+        exmy_delayed_state *cs[2] = {NULL, NULL};
+        exmy_cuda_delayed_state *gs[2] = {NULL, NULL};
+        for (int o = 0; o < 2; o++) {
+          cq[o].enabled = true;
+          ck_assert_int_eq(exmy_format_parse(fmts[f], &cq[o].format), 0);
+          cq[o].round.mode = modes[f];
+          cq[o].round.seed = 7 + o;
+          cq[o].round.offset = o ? 1000003 : 5;
+          /* saturating, as Transformer Engine's casts: DELAYED's lagging scale
+           * (inputs grow 8x per call) would otherwise overflow to NaN/inf */
+          cq[o].round.saturate = true;
+          cq[o].scaling.kind = kinds[r];
+          /* TENSOR: non-pow2 scale (FP32 path); DELAYED/GROUP: pow2 (BF16) */
+          cq[o].scaling.pow2 = kinds[r] != EXMY_SCALING_TENSOR;
+          cq[o].scaling.margin = kinds[r] == EXMY_SCALING_GROUP ? 1 : 0;
+          cq[o].scaling.group = kinds[r] == EXMY_SCALING_GROUP ? 32 : 0;
+          cq[o].scaling.history_len = 4;
+          if (kinds[r] == EXMY_SCALING_DELAYED) {
+            cs[o] = exmy_delayed_state_new(4);
+            gs[o] = exmy_cuda_delayed_state_new(4);
+            ck_assert(cs[o] && gs[o]);
+          }
+          cq[o].delayed = cs[o];
+          gq[o].enabled = true;
+          gq[o].format = cq[o].format;
+          gq[o].round = cq[o].round;
+          gq[o].scaling = cq[o].scaling;
+          gq[o].delayed = gs[o];
+        }
+        exmy_operand_quant cqc = {0};
+        exmy_cuda_operand_quant gqc = {0};
+        cqc.enabled = gqc.enabled = true;
+        cqc.format = gqc.format = bf16;
+        const int calls = kinds[r] == EXMY_SCALING_DELAYED ? 3 : 1;
+        for (int call = 0; call < calls; call++) {
+          uint64_t sd = 1000 + 10 * t + call;
+          for (size_t i = 0; i < cap; i++) {
+            a[i] = ((float)(splitmix32(&sd) >> 8) / 16777216.0f - 0.5f) * ldexpf(1.0f, 3 * call);
+            b[i] = ((float)(splitmix32(&sd) >> 8) / 16777216.0f - 0.5f) * 3.0f;
+          }
+          CU(cudaMemcpy(da, a, arows * lda * 4, cudaMemcpyHostToDevice));
+          CU(cudaMemcpy(db, b, brows * ldb * 4, cudaMemcpyHostToDevice));
+          for (int withqc = 0; withqc < 2; withqc++) {
+            memcpy(c, c0, csz * 4);
+            CU(cudaMemcpy(dc, c0, csz * 4, cudaMemcpyHostToDevice));
+            ck_assert_int_eq(exmy_qgemm(ta, tb, QM, QN, QK, 0.75f, a, lda, &cq[0], b, ldb, &cq[1],
+                                        -0.5f, c, ldc, withqc ? &cqc : NULL),
+                             0);
+            exmy_cuda_gemm_path used;
+            CU(exmy_cuda_qgemm(ctx, ta, tb, QM, QN, QK, 0.75f, da, lda, &gq[0], db, ldb, &gq[1],
+                               -0.5f, dc, ldc, withqc ? &gqc : NULL, &used, 0));
+            to_host(gc, dc, csz * 4);
+            if (used == EXMY_CUDA_GEMM_BF16) bf16_used++; else fp32_used++;
+            double d = 0, mx = 0;
+            size_t nd = 0, over = 0;
+            for (size_t i = 0; i < QM; i++)
+              for (size_t j = 0; j < ldc; j++) {
+                const float x = c[i * ldc + j], y = gc[i * ldc + j];
+                if (j >= QN) { if (memcmp(&x, &y, 4)) over++; continue; } /* padding untouched */
+                d = fmax(d, fabs((double)x - y));
+                mx = fmax(mx, fabs((double)x));
+                if (x != y && !(isnan(x) && isnan(y))) nd++;
+              }
+            int ok = over == 0 && mx > 0;
+            if (!withqc) {
+              worst = fmax(worst, d / mx);
+              ok = ok && d / mx < 1e-5;
+            } else {
+              qc_diff += nd;
+              worst_qc = fmax(worst_qc, d / mx);
+              for (size_t i = 0; i < QM; i++)
+                for (size_t j = 0; j < QN; j++) {
+                  const float x = c[i * ldc + j], y = gc[i * ldc + j];
+                  if (fabs((double)x - y) > 1e-5 * mx + ldexp(fabs((double)x), -7)) ok = 0;
+                }
+            }
+            cases++;
+            if (!ok) bad++;
+            printf("qgemm ta=%d tb=%d %-13s %-3s %-7s call %d qc=%s path %-4s: max|diff|/max|C| %.3g, %zu differ%s\n",
+                   ta, tb, fmts[f], exmy_rounding_name(modes[f]), kname[r], call,
+                   withqc ? "bf16" : "none", used == EXMY_CUDA_GEMM_BF16 ? "bf16" : "fp32", d / mx,
+                   nd, ok ? "" : "  FAIL");
+          }
+        }
+        for (int o = 0; o < 2; o++) {
+          exmy_delayed_state_free(cs[o]);
+          exmy_cuda_delayed_state_free(gs[o]);
+        }
+      }
+  }
+  printf("exmy_cuda_qgemm: %d calls, %d bad; bf16 path %zu, fp32 path %zu; worst rel diff "
+         "without qc %.3g, with qc=bf16 %.3g (%zu elements differ by one bf16 ulp)\n",
+         cases, bad, bf16_used, fp32_used, worst, worst_qc, qc_diff);
+  exmy_cuda_gemm_free(ctx);
+  free(a); free(b); free(c0); free(c); free(gc);
+  CU(cudaFree(da)); CU(cudaFree(db)); CU(cudaFree(dc));
+  ck_assert_msg(bad == 0, "%d exmy_cuda_qgemm calls differ from exmy_qgemm", bad);
+  ck_assert(bf16_used > 0 && fp32_used > 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("cuda_qgemm");
   TCase *tc = tcase_create("qgemm");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, paths_agree_with_cpu);
+  tcase_add_test(tc, full_qgemm_matches_cpu);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);

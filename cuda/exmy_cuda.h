@@ -96,6 +96,25 @@ cudaError_t exmy_cuda_quantize_delayed_scaled_f32(
     bool history_most_recent, exmy_cuda_delayed_state *state, const float *x,
     float *y, size_t n, cudaStream_t stream);
 
+/* The delayed state between the device and a host exmy_delayed_state of the
+ * same history length (checkpoints; synchronous). */
+cudaError_t exmy_cuda_delayed_state_download(const exmy_cuda_delayed_state *s,
+                                             exmy_delayed_state *host);
+cudaError_t exmy_cuda_delayed_state_upload(exmy_cuda_delayed_state *s,
+                                           const exmy_delayed_state *host);
+
+/* exmy_tensor_stats_f32 of a per-tensor-scaled quantization: x the input, y
+ * its dequantized image, scale_inv (device) the {s, 1/s} that was used (NULL:
+ * no scaling, as exmy_cuda_tensor_stats_f32).  The ratios are judged on x·s
+ * and Q(x·s), as the CPU does; stats->scale = s, and with `delayed`
+ * stats->delayed_over_current = s / exmy_scale_from_amax(f, amax, margin,
+ * pow2).  *stats is a device pointer. */
+cudaError_t exmy_cuda_tensor_stats_scaled_f32(const exmy_format *f, const float *x,
+                                              const float *y, size_t n,
+                                              const float *scale_inv, int margin, bool pow2,
+                                              bool delayed, exmy_tensor_stats *stats,
+                                              cudaStream_t stream);
+
 /* Per-group scaling (EXMY_SCALING_GROUP) of a row-major rows x cols tensor:
  * each group of `group` consecutive elements of a row (0 = the whole row; the
  * last group of a row may be shorter) gets the TENSOR-formula scale of its
@@ -140,6 +159,13 @@ void exmy_cuda_gemm_free(exmy_cuda_gemm *g);
 
 /* Whether every value of f is a bfloat16 value (the BF16 path is exact). */
 bool exmy_cuda_bf16_exact(const exmy_format *f);
+
+/* Round x into f (exmy_cuda_bf16_exact(f) must hold) and store each value as
+ * bfloat16 (uint16_t bits): the operand of the BF16 path in one pass; the
+ * values are those of exmy_cuda_quantize_f32 with the same options. */
+cudaError_t exmy_cuda_quantize_bf16(const exmy_format *f, const exmy_rounding_opts *o,
+                                    const float *x, void *y, size_t n,
+                                    cudaStream_t stream);
 
 /* Returns cudaSuccess, cudaErrorInvalidValue for a path that cannot serve
  * these operands, or cudaErrorUnknown when cuBLAS refuses (message on

@@ -31,52 +31,6 @@ struct exmy_cuda_gemm {
 namespace {
 using namespace exmy_cuda;
 
-/* Round in format f and store the value as bfloat16 (exact by the caller's
- * check, so __float2bfloat16_rn only changes the storage). */
-template <int ID, int MODE>
-__global__ void __launch_bounds__(kThreads)
-    k_quantize_bf16(const __grid_constant__ exmy_format rt, const __grid_constant__ KOpts o, const float *__restrict__ x,
-                    uint16_t *__restrict__ y, size_t n, int vec) {
-  const auto &f = kernel_format<ID>(rt);
-  const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
-  if (base >= n) return;
-  float v[kPer];
-  uint32_t c[kPer];
-  const bool full = load8(x, base, n, vec, v);
-  encode8<ID, MODE>(f, o, base, v, c);
-#pragma unroll
-  for (int k = 0; k < kPer; k++)
-    c[k] = __bfloat16_as_ushort(__float2bfloat16_rn(decode_one<ID>(f, c[k])));
-  store8<uint16_t>(y, base, n, full, c);
-}
-
-template <int ID, int MODE>
-void launch_bf16(const exmy_format &f, const KOpts &o, const float *x, uint16_t *y,
-                 size_t n, cudaStream_t s) {
-  const int vec = (((uintptr_t)x | (uintptr_t)y) & 15u) == 0;
-  k_quantize_bf16<ID, MODE><<<blocks_for((n + kPer - 1) / kPer, kThreads), kThreads, 0, s>>>(
-      f, o, x, y, n, vec);
-}
-
-cudaError_t quantize_bf16(const exmy_format &f, const exmy_rounding_opts *o,
-                          const float *x, uint16_t *y, size_t n, cudaStream_t s) {
-  const KOpts k = kopts_of(o);
-  const bool rne = k.mode == EXMY_RNE;
-  switch (spec_id(&f)) {
-    case SPEC_E4M3FN:
-      rne ? launch_bf16<SPEC_E4M3FN, EXMY_RNE>(f, k, x, y, n, s)
-          : launch_bf16<SPEC_E4M3FN, kRuntimeMode>(f, k, x, y, n, s);
-      break;
-    case SPEC_E5M2:
-      rne ? launch_bf16<SPEC_E5M2, EXMY_RNE>(f, k, x, y, n, s)
-          : launch_bf16<SPEC_E5M2, kRuntimeMode>(f, k, x, y, n, s);
-      break;
-    default:
-      launch_bf16<SPEC_GENERIC, kRuntimeMode>(f, k, x, y, n, s);
-  }
-  return cudaGetLastError();
-}
-
 cudaError_t reserve(void **buf, size_t *cap, size_t bytes) {
   if (*cap >= bytes) return cudaSuccess;
   if (*buf) cudaFree(*buf);
@@ -217,8 +171,8 @@ extern "C" cudaError_t exmy_cuda_qgemm_nt(
   if (path == EXMY_CUDA_GEMM_BF16) {
     EXMY_CUDA_TRY(reserve(&g->buf_a, &g->cap_a, m * k * 2));
     EXMY_CUDA_TRY(reserve(&g->buf_b, &g->cap_b, n * k * 2));
-    EXMY_CUDA_TRY(quantize_bf16(*fa, oa, a, (uint16_t *)g->buf_a, m * k, s));
-    EXMY_CUDA_TRY(quantize_bf16(*fb, ob, bt, (uint16_t *)g->buf_b, n * k, s));
+    EXMY_CUDA_TRY(exmy_cuda_quantize_bf16(fa, oa, a, g->buf_a, m * k, s));
+    EXMY_CUDA_TRY(exmy_cuda_quantize_bf16(fb, ob, bt, g->buf_b, n * k, s));
     BLAS_TRY(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, &alpha, g->buf_b,
                           CUDA_R_16BF, K, g->buf_a, CUDA_R_16BF, K, &beta, c, CUDA_R_32F, M,
                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));

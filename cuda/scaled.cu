@@ -32,20 +32,22 @@ __device__ __forceinline__ void acc_init(Acc &a) {
   a.sxx = a.syy = a.sxy = a.see = 0.0;
 }
 
-/* cpu/stats_acc.h's exmy_stats_acc_add with xs = x and q = y. */
+/* cpu/stats_acc.h's exmy_stats_acc_add: x the input, xs = x·s, q = Q(xs), y
+ * the dequantized output (without scaling xs = x and q = y). */
 __device__ __forceinline__ void acc_add(Acc &a, float fmax_f, float fmin_normal,
-                                        float x, float y) {
+                                        float x, float xs, float q, float y) {
   a.n++;
-  const float ax = fabsf(x), ay = fabsf(y);
-  const bool xf = isfinite(x), yf = isfinite(y);
-  if (xf) {
+  const float ax = fabsf(x), axs = fabsf(xs), aq = fabsf(q);
+  if (isfinite(x)) {
     a.amax = fmax(a.amax, (double)ax);
     if (ax != 0.0f && ax < a.minnz) a.minnz = ax;
-    if (x != 0.0f && y == 0.0f) a.under++;
-    if (ax > fmax_f || !yf) a.over++;
   }
-  if (ay > 0.0f && ay < fmin_normal) a.sub++;
-  if (xf && yf) {
+  if (isfinite(xs)) {
+    if (xs != 0.0f && q == 0.0f) a.under++;
+    if (axs > fmax_f || !isfinite(q)) a.over++;
+  }
+  if (aq > 0.0f && aq < fmin_normal) a.sub++;
+  if (isfinite(x) && isfinite(y)) {
     const double dx = x, dy = y, e = dx - dy;
     a.pairs++;
     /* products rounded, then added, as the CPU's C (no contraction) */
@@ -54,6 +56,11 @@ __device__ __forceinline__ void acc_add(Acc &a, float fmax_f, float fmin_normal,
     a.sxy = __dadd_rn(a.sxy, __dmul_rn(dx, dy));
     a.see = __dadd_rn(a.see, __dmul_rn(e, e));
   }
+}
+
+__device__ __forceinline__ void acc_add(Acc &a, float fmax_f, float fmin_normal, float x,
+                                        float y) {
+  acc_add(a, fmax_f, fmin_normal, x, x, y, y);
 }
 
 __device__ __forceinline__ void acc_merge(Acc &a, const Acc &b) {
@@ -105,6 +112,49 @@ __global__ void __launch_bounds__(kStatThreads)
   }
   block_reduce(a);
   if (threadIdx.x == 0) partial[blockIdx.x] = a;
+}
+
+/* The same with a per-tensor scale {s, 1/s} (device): xs = x·s (float, as
+ * the CPU), and q = Q(xs) recovered from y = fl(q·(1/s)) as the format's
+ * nearest value of y·s: y·s lies within a few float ulps of q, far inside
+ * half a step of any format of <= 23 mantissa bits, so the recovery is exact
+ * (statistics steps only: the generic core is slow but runs once per tensor). */
+__global__ void __launch_bounds__(kStatThreads)
+    k_stats_partial_scaled(const __grid_constant__ exmy_format f, const float *x, const float *y,
+                           size_t n, const float *scale_inv, float fmax_f, float fmin_normal,
+                           Acc *partial) {
+  Acc a;
+  acc_init(a);
+  const float s = scale_inv[0];
+  const size_t stride = (size_t)gridDim.x * kStatThreads;
+  for (size_t i = (size_t)blockIdx.x * kStatThreads + threadIdx.x; i < n; i += stride) {
+    const float xi = x[i], yi = y[i], xs = xi * s;
+    const float q = exmy_core_decode(&f, exmy_core_encode(&f, EXMY_RNE, false, false, 32,
+                                                          yi * s, 0));
+    acc_add(a, fmax_f, fmin_normal, xi, xs, q, yi);
+  }
+  block_reduce(a);
+  if (threadIdx.x == 0) partial[blockIdx.x] = a;
+}
+
+/* stats->scale and, for delayed scaling, stats->delayed_over_current = the
+ * scale used over exmy_scale_from_amax of this tensor's amax. */
+__global__ void k_stats_scale(exmy_tensor_stats *st, const float *scale_inv, float fmax,
+                              int margin, int pow2, int delayed) {
+  st->scale = scale_inv[0];
+  if (!delayed) return;
+  const float amax = (float)st->amax;
+  float cur = 1.0f;
+  if (amax > 0.0f && isfinite(amax)) {
+    cur = (float)((double)__fdiv_rn(fmax, amax) * exp2((double)-margin));
+    if (!isfinite(cur) || !(cur > 0.0f)) cur = 1.0f;
+    if (pow2) {
+      const uint32_t b = __float_as_uint(cur);
+      cur = b >= 0x00800000u ? __uint_as_float(b & 0xFF800000u)
+                             : __uint_as_float(1u << (31 - __clz(b)));
+    }
+  }
+  st->delayed_over_current = (double)scale_inv[0] / (double)cur;
 }
 
 /* exmy_stats_acc_finish on the device. */
@@ -353,4 +403,47 @@ extern "C" cudaError_t exmy_cuda_quantize_tensor_scaled_f32(
     EXMY_CUDA_TRY(cudaMemcpyAsync(scale_out, si, sizeof(float),
                                   cudaMemcpyDeviceToDevice, stream));
   return cudaFreeAsync(scratch, stream);
+}
+
+extern "C" cudaError_t exmy_cuda_tensor_stats_scaled_f32(
+    const exmy_format *f, const float *x, const float *y, size_t n, const float *scale_inv,
+    int margin, bool pow2, bool delayed, exmy_tensor_stats *stats, cudaStream_t stream) {
+  if (!scale_inv) return exmy_cuda_tensor_stats_f32(f, x, y, n, stats, stream);
+  exmy_format_info info;
+  exmy_format_get_info(f, &info);
+  const int nb = stat_blocks();
+  Acc *partial;
+  EXMY_CUDA_TRY(cudaMallocAsync((void **)&partial, sizeof(Acc) * nb, stream));
+  k_stats_partial_scaled<<<nb, kStatThreads, 0, stream>>>(*f, x, y, n, scale_inv, info.max,
+                                                          info.min_normal, partial);
+  k_stats_finish<<<1, kStatThreads, 0, stream>>>(partial, nb, stats);
+  k_stats_scale<<<1, 1, 0, stream>>>(stats, scale_inv, info.max, margin, pow2, delayed);
+  EXMY_CUDA_TRY(cudaGetLastError());
+  return cudaFreeAsync(partial, stream);
+}
+
+extern "C" cudaError_t exmy_cuda_delayed_state_download(const exmy_cuda_delayed_state *s,
+                                                        exmy_delayed_state *host) {
+  if (!s || !host || host->history_len != s->history_len) return cudaErrorInvalidValue;
+  float si[2];
+  EXMY_CUDA_TRY(cudaMemcpy(si, s->scale_inv, sizeof si, cudaMemcpyDeviceToHost));
+  EXMY_CUDA_TRY(cudaMemcpy(host->amax_history, s->history, sizeof(float) * s->history_len,
+                           cudaMemcpyDeviceToHost));
+  host->count = s->count;
+  host->latest = s->latest;
+  host->scale = si[0];
+  host->scale_inv = si[1];
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t exmy_cuda_delayed_state_upload(exmy_cuda_delayed_state *s,
+                                                      const exmy_delayed_state *host) {
+  if (!s || !host || host->history_len != s->history_len) return cudaErrorInvalidValue;
+  const float si[2] = {host->scale, host->scale_inv};
+  EXMY_CUDA_TRY(cudaMemcpy(s->scale_inv, si, sizeof si, cudaMemcpyHostToDevice));
+  EXMY_CUDA_TRY(cudaMemcpy(s->history, host->amax_history, sizeof(float) * s->history_len,
+                           cudaMemcpyHostToDevice));
+  s->count = host->count;
+  s->latest = host->latest;
+  return cudaSuccess;
 }

@@ -1,0 +1,527 @@
+/*
+ * The GPU twins of model.c's non-matmul layers and of optim.c's update (see
+ * layers.h).
+ *
+ * Float arithmetic: the CPU build (-march=x86-64-v2) has no FMA, so each
+ * a * b + c there rounds twice.  nvcc would contract such expressions into
+ * fused multiply-adds; the elementwise formulas below therefore spell their
+ * operations with the _rn intrinsics, which are never contracted, in the CPU's
+ * order.  Where the CPU goes through double (exp, 1/sqrt, the loss sums) so do
+ * these kernels.  What still differs from the CPU is only the order of the
+ * row and column sums (a warp or a block tree here, a serial loop there).
+ *
+ * Determinism: no atomics.  Every sum has a shape fixed by the problem size
+ * alone (lane strides of 32, blocks of a compile-time size, row chunks of
+ * DW_ROWS, SUMSQ_BLOCKS partials), so a launch on any GPU, repeated, gives the
+ * same bits.
+ */
+#include "experiments/gpu/layers.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+namespace {
+
+constexpr int kThreads = 256;        /* elementwise kernels */
+constexpr int kWarpsPerBlock = 8;    /* warp-per-row kernels: 256 threads */
+constexpr unsigned kFull = 0xffffffffu;
+
+/* Blocks for a grid-stride loop over n elements (any cap is correct; this one
+ * fills an H100 many times over). */
+unsigned grid_for(size_t n) {
+  size_t b = (n + kThreads - 1) / kThreads;
+  if (b > 32768) b = 32768;
+  return (unsigned)(b ? b : 1);
+}
+
+/* Blocks for a block-per-row kernel (grid-stride over rows beyond the cap). */
+unsigned grid_rows(long rows) { return (unsigned)(rows < 65536 ? (rows > 0 ? rows : 1) : 65536); }
+
+/* Blocks for a warp-per-row kernel. */
+unsigned grid_for_rows(long rows) {
+  return (unsigned)((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+}
+
+__device__ __forceinline__ size_t global_index() {
+  return (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ size_t global_stride() { return (size_t)gridDim.x * blockDim.x; }
+
+/* Butterfly sums: lane and partner add the same two values (addition
+ * commutes), so every lane ends with the same bits. */
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = __fadd_rn(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = __dadd_rn(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+
+/* Sum over a block of NT threads (power of two), in a fixed tree. */
+template <int NT>
+__device__ double block_sum(double v) {
+  __shared__ double sh[NT];
+  sh[threadIdx.x] = v;
+  __syncthreads();
+#pragma unroll
+  for (int s = NT / 2; s > 0; s >>= 1) {
+    if ((int)threadIdx.x < s) sh[threadIdx.x] = __dadd_rn(sh[threadIdx.x], sh[threadIdx.x + s]);
+    __syncthreads();
+  }
+  return sh[0];
+}
+
+/* The CPU's sigmoid: (real)(1.0 / (1.0 + exp(-(double)a))). */
+__device__ __forceinline__ float sigmoid_as_cpu(float a) {
+  return (float)(1.0 / (1.0 + exp(-(double)a)));
+}
+
+/* A device buffer kept between calls, grown on demand (cudaFree synchronizes
+ * the device, so a growth never frees memory a queued kernel still reads). */
+void *cached_scratch(void **buf, size_t *cap, size_t bytes) {
+  if (bytes > *cap) {
+    if (*buf) cudaFree(*buf);
+    *buf = NULL;
+    *cap = 0;
+    cudaError_t e = cudaMalloc(buf, bytes);
+    if (e != cudaSuccess) {
+      fprintf(stderr, "experiments/gpu/layers: cudaMalloc(%zu): %s\n", bytes,
+              cudaGetErrorString(e));
+      abort();
+    }
+    *cap = bytes;
+  }
+  return *buf;
+}
+
+/* ------------------------------------------------------------- encoder */
+
+/* A block per row (grid-stride over rows): no 64-bit division per element. */
+__global__ void encoder_forward_kernel(float *out, const int *tokens, const float *wte, int N,
+                                       int C) {
+  for (int i = blockIdx.x; i < N; i += gridDim.x) {
+    const float *src = wte + (size_t)tokens[i] * C;
+    float *dst = out + (size_t)i * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dst[c] = src[c];
+  }
+}
+
+/* Thread (v, c) adds the bucket's rows in increasing position: the CPU's
+ * order of additions into dwte[v][c], so the result is bit-identical. */
+__global__ void encoder_backward_kernel(float *dwte, const float *dout, const int *bucket_start,
+                                        const int *bucket_pos, int V, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  for (int v = blockIdx.y; v < V; v += gridDim.y) {
+    const int k0 = bucket_start[v], k1 = bucket_start[v + 1];
+    if (k0 == k1) continue;
+    float acc = dwte[(size_t)v * C + c];
+#pragma unroll 8
+    for (int k = k0; k < k1; k++) acc = __fadd_rn(acc, dout[(size_t)bucket_pos[k] * C + c]);
+    dwte[(size_t)v * C + c] = acc;
+  }
+}
+
+/* ------------------------------------------------------------- RMSNorm */
+
+constexpr double kRmsEps = 1e-5; /* model.c's RMS_EPS */
+
+/* One warp per row. */
+__global__ void rmsnorm_forward_kernel(float *out, float *rstd, const float *inp, const float *w,
+                                       int N, int C) {
+  const int lane = threadIdx.x & 31;
+  const long row = (long)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= N) return;
+  const float *x = inp + (size_t)row * C;
+  float *y = out + (size_t)row * C;
+  float ss = 0;
+  for (int c = lane; c < C; c += 32) ss = __fadd_rn(ss, __fmul_rn(x[c], x[c]));
+  ss = warp_sum(ss);
+  const float r = (float)(1.0 / sqrt((double)__fdiv_rn(ss, (float)C) + kRmsEps));
+  for (int c = lane; c < C; c += 32) y[c] = __fmul_rn(__fmul_rn(x[c], r), w[c]);
+  if (lane == 0) rstd[row] = r;
+}
+
+/* dinp += r (dy w - x k), k = r^2 mean(dy w x); one warp per row. */
+__global__ void rmsnorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
+                                             const float *w, const float *rstd, int N, int C) {
+  const int lane = threadIdx.x & 31;
+  const long row = (long)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= N) return;
+  const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+  float *dx = dinp + (size_t)row * C;
+  const float r = rstd[row];
+  float dot = 0;
+  for (int c = lane; c < C; c += 32) dot = __fadd_rn(dot, __fmul_rn(__fmul_rn(dy[c], w[c]), x[c]));
+  dot = warp_sum(dot);
+  const float k = __fdiv_rn(__fmul_rn(__fmul_rn(r, r), dot), (float)C);
+  for (int c = lane; c < C; c += 32)
+    dx[c] = __fadd_rn(dx[c], __fmul_rn(r, __fsub_rn(__fmul_rn(dy[c], w[c]), __fmul_rn(x[c], k))));
+}
+
+/* dw, stage 1: block (32 columns x DW_GROUPS row groups) sums the rows of one
+ * chunk of DW_ROWS rows into partial[chunk][c]; stage 2 adds the chunks in
+ * order.  The chunking depends on N only. */
+constexpr int DW_ROWS = 128, DW_GROUPS = 8;
+
+__global__ void rmsnorm_dw_partial_kernel(float *partial, const float *dout, const float *inp,
+                                          const float *rstd, int N, int C, int chunks) {
+  __shared__ float sh[DW_GROUPS][33];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int c = blockIdx.x * 32 + tx;
+  for (int chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {
+    const int r0 = chunk * DW_ROWS, r1 = min(r0 + DW_ROWS, N);
+    float s = 0;
+    if (c < C)
+      for (int r = r0 + ty; r < r1; r += DW_GROUPS)
+        s = __fadd_rn(s, __fmul_rn(__fmul_rn(dout[(size_t)r * C + c], inp[(size_t)r * C + c]),
+                                   rstd[r]));
+    sh[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+      float t = sh[0][tx];
+#pragma unroll
+      for (int g = 1; g < DW_GROUPS; g++) t = __fadd_rn(t, sh[g][tx]);
+      partial[(size_t)chunk * C + c] = t;
+    }
+    __syncthreads();
+  }
+}
+
+__global__ void rmsnorm_dw_final_kernel(float *dw, const float *partial, int C, int chunks) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float t = 0;
+  for (int k = 0; k < chunks; k++) t = __fadd_rn(t, partial[(size_t)k * C + c]);
+  dw[c] = __fadd_rn(dw[c], t);
+}
+
+void *dw_scratch = NULL;
+size_t dw_scratch_cap = 0;
+
+/* ---------------------------------------------------------------- RoPE */
+
+/* A block per row bt of B * T (grid-stride); pair k of the row is
+ * (x[2k], x[2k+1]), frequency i = k % half of head k / half. */
+__global__ void rope_kernel(float *x, const float *cos_t, const float *sin_t, long rows, int T,
+                            int nh, int half, float sign) {
+  const int pairs = nh * half;
+  for (long bt = blockIdx.x; bt < rows; bt += gridDim.x) {
+    const float *cs = cos_t + (size_t)(bt % T) * half, *sn = sin_t + (size_t)(bt % T) * half;
+    float *row = x + (size_t)bt * 2 * pairs;
+    for (int k = threadIdx.x; k < pairs; k += blockDim.x) {
+      const int i = k % half;
+      const float c = cs[i], s = sign * sn[i];
+      const float x0 = row[2 * k], x1 = row[2 * k + 1];
+      row[2 * k] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+      row[2 * k + 1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    }
+  }
+}
+
+/* -------------------------------------------------------------- SwiGLU */
+
+__global__ void swiglu_forward_kernel(float *out, const float *h1, const float *h3, size_t n) {
+  for (size_t i = global_index(); i < n; i += global_stride()) {
+    const float a = h1[i], sig = sigmoid_as_cpu(a);
+    out[i] = __fmul_rn(__fmul_rn(a, sig), h3[i]);
+  }
+}
+
+__global__ void swiglu_backward_kernel(float *dh1, float *dh3, const float *dout, const float *h1,
+                                       const float *h3, size_t n) {
+  for (size_t i = global_index(); i < n; i += global_stride()) {
+    const float a = h1[i], sig = sigmoid_as_cpu(a), d = dout[i], b = h3[i];
+    dh3[i] = __fmul_rn(__fmul_rn(d, a), sig);
+    dh1[i] = __fmul_rn(__fmul_rn(__fmul_rn(d, b), sig),
+                       __fadd_rn(1.0f, __fmul_rn(a, __fsub_rn(1.0f, sig))));
+  }
+}
+
+__global__ void add_inplace_kernel(float *y, const float *x, size_t n) {
+  for (size_t i = global_index(); i < n; i += global_stride()) y[i] = __fadd_rn(y[i], x[i]);
+}
+
+/* ----------------------------------------------------- causal softmax */
+
+/* One warp per row; the row's query sits at t = row % T. */
+__global__ void causal_softmax_forward_kernel(float *att, long rows, int T) {
+  const int lane = threadIdx.x & 31;
+  const long row = (long)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int t = (int)(row % T);
+  float *a = att + (size_t)row * T;
+  float mx = -INFINITY;
+  for (int j = lane; j <= t; j += 32) mx = fmaxf(mx, a[j]);
+  mx = warp_max(mx);
+  float sum = 0;
+  for (int j = lane; j <= t; j += 32) {
+    const float e = (float)exp((double)__fsub_rn(a[j], mx));
+    a[j] = e;
+    sum = __fadd_rn(sum, e);
+  }
+  sum = warp_sum(sum);
+  const float inv = __fdiv_rn(1.0f, sum);
+  for (int j = lane; j < T; j += 32) a[j] = j <= t ? __fmul_rn(a[j], inv) : 0.0f;
+}
+
+/* d = scale P (dP - rowsum(dP P)) on and below the diagonal, 0 above. */
+__global__ void causal_softmax_backward_kernel(float *datt, const float *att, long rows, int T,
+                                               float scale) {
+  const int lane = threadIdx.x & 31;
+  const long row = (long)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int t = (int)(row % T);
+  float *d = datt + (size_t)row * T;
+  const float *p = att + (size_t)row * T;
+  float dot = 0;
+  for (int j = lane; j <= t; j += 32) dot = __fadd_rn(dot, __fmul_rn(d[j], p[j]));
+  dot = warp_sum(dot);
+  for (int j = lane; j < T; j += 32)
+    d[j] = j <= t ? __fmul_rn(__fmul_rn(scale, p[j]), __fsub_rn(d[j], dot)) : 0.0f;
+}
+
+/* -------------------------------------------------------- cross-entropy */
+
+/* One warp per row; the exponentials summed in double as on the CPU. */
+__global__ void crossentropy_forward_kernel(float *probs, float *losses, const int *targets, int N,
+                                            int V) {
+  const int lane = threadIdx.x & 31;
+  const long row = (long)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= N) return;
+  float *p = probs + (size_t)row * V;
+  float mx = -INFINITY;
+  for (int j = lane; j < V; j += 32) mx = fmaxf(mx, p[j]);
+  mx = warp_max(mx);
+  double sum = 0;
+  for (int j = lane; j < V; j += 32) {
+    const float e = (float)exp((double)__fsub_rn(p[j], mx));
+    p[j] = e;
+    sum = __dadd_rn(sum, (double)e);
+  }
+  sum = warp_sum(sum);
+  const float inv = (float)(1.0 / sum);
+  for (int j = lane; j < V; j += 32) p[j] = __fmul_rn(p[j], inv);
+  __syncwarp(); /* lane 0 reads the target's probability another lane wrote */
+  if (lane == 0) losses[row] = (float)-log((double)p[targets[row]]);
+}
+
+/* A block per row (grid-stride); dlogits may alias probs (same index read,
+ * then written). */
+__global__ void crossentropy_backward_kernel(float *dlogits, const float *probs,
+                                             const int *targets, int N, int V, float scale) {
+  for (int i = blockIdx.x; i < N; i += gridDim.x) {
+    const int target = targets[i];
+    const float *p = probs + (size_t)i * V;
+    float *d = dlogits + (size_t)i * V;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+      float v = __fmul_rn(p[j], scale);
+      if (j == target) v = __fsub_rn(v, scale);
+      d[j] = v;
+    }
+  }
+}
+
+/* ------------------------------------------------------------ reductions */
+
+constexpr int kMeanThreads = 1024;
+
+__global__ void mean_kernel(const float *x, int n, double *out) {
+  double s = 0;
+  for (int i = threadIdx.x; i < n; i += kMeanThreads) s = __dadd_rn(s, (double)x[i]);
+  s = block_sum<kMeanThreads>(s);
+  if (threadIdx.x == 0) *out = s / n;
+}
+
+/* Stage 1: SUMSQ_BLOCKS(n) blocks of kSumsqThreads, each a grid-stride sum into
+ * scratch[block]; stage 2: one block adds the partials. */
+constexpr int kSumsqThreads = 256, kSumsqMaxBlocks = 1024;
+
+size_t sumsq_blocks(size_t n) {
+  size_t b = (n + kSumsqThreads - 1) / kSumsqThreads;
+  if (b > kSumsqMaxBlocks) b = kSumsqMaxBlocks;
+  return b ? b : 1;
+}
+
+__global__ void sumsq_partial_kernel(const float *g, size_t n, double *partial) {
+  double s = 0;
+  for (size_t i = global_index(); i < n; i += global_stride()) {
+    const double x = g[i];
+    s = __dadd_rn(s, __dmul_rn(x, x));
+  }
+  s = block_sum<kSumsqThreads>(s);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void sumsq_final_kernel(const double *partial, int blocks, double *out) {
+  double s = 0;
+  for (int i = threadIdx.x; i < blocks; i += kSumsqMaxBlocks) s = __dadd_rn(s, partial[i]);
+  s = block_sum<kSumsqMaxBlocks>(s);
+  if (threadIdx.x == 0) *out = s;
+}
+
+/* ---------------------------------------------------------------- AdamW */
+
+__global__ void adamw_kernel(float *p, float *g, float *m, float *v, size_t n, const double *sumsq,
+                             double max_norm, float b1, float b2, float eps, float step_size,
+                             float bc2_sqrt, float decay) {
+  /* grad_clip: coef = max_norm / (norm + 1e-6), applied when < 1 */
+  float coef = 1.0f;
+  bool clip = false;
+  if (max_norm > 0) {
+    coef = (float)(max_norm / (sqrt(*sumsq) + 1e-6));
+    clip = coef < 1.0f;
+  }
+  const float one_b1 = __fsub_rn(1.0f, b1), one_b2 = __fsub_rn(1.0f, b2);
+  for (size_t i = global_index(); i < n; i += global_stride()) {
+    float gi = g[i];
+    if (clip) {
+      gi = __fmul_rn(gi, coef);
+      g[i] = gi;
+    }
+    const float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(one_b1, gi));
+    const float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(one_b2, gi), gi));
+    m[i] = mi;
+    v[i] = vi;
+    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
+    p[i] = __fsub_rn(__fmul_rn(p[i], decay), __fdiv_rn(__fmul_rn(step_size, mi), denom));
+  }
+}
+
+}  // namespace
+
+/* ================================================================ API */
+
+extern "C" {
+
+void gpu_encoder_forward(float *out, const int *tokens, const float *wte, int N, int C,
+                         cudaStream_t s) {
+  if (N <= 0 || C <= 0) return;
+  encoder_forward_kernel<<<grid_rows(N), kThreads, 0, s>>>(out, tokens, wte, N, C);
+}
+
+void gpu_encoder_backward(float *dwte, const float *dout, const int *bucket_start,
+                          const int *bucket_pos, int V, int C, cudaStream_t s) {
+  if (V <= 0 || C <= 0) return;
+  dim3 grid((C + 127) / 128, V < 65535 ? V : 65535);
+  encoder_backward_kernel<<<grid, 128, 0, s>>>(dwte, dout, bucket_start, bucket_pos, V, C);
+}
+
+void gpu_token_buckets(const int *tokens, int N, int V, int *bucket_start, int *bucket_pos) {
+  for (int v = 0; v <= V; v++) bucket_start[v] = 0;
+  for (int i = 0; i < N; i++) bucket_start[tokens[i] + 1]++;
+  for (int v = 0; v < V; v++) bucket_start[v + 1] += bucket_start[v];
+  /* bucket_start[v] doubles as bucket v's fill cursor, then is shifted back */
+  for (int i = 0; i < N; i++) bucket_pos[bucket_start[tokens[i]]++] = i;
+  for (int v = V; v > 0; v--) bucket_start[v] = bucket_start[v - 1];
+  bucket_start[0] = 0;
+}
+
+void gpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                         cudaStream_t s) {
+  if (N <= 0) return;
+  rmsnorm_forward_kernel<<<grid_for_rows(N), 32 * kWarpsPerBlock, 0, s>>>(out, rstd, inp, w, N, C);
+}
+
+void gpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                          const float *w, const float *rstd, int N, int C, cudaStream_t s) {
+  if (N <= 0 || C <= 0) return;
+  rmsnorm_backward_dinp_kernel<<<grid_for_rows(N), 32 * kWarpsPerBlock, 0, s>>>(dinp, dout, inp, w,
+                                                                               rstd, N, C);
+  const int chunks = (N + DW_ROWS - 1) / DW_ROWS;
+  float *partial = (float *)cached_scratch(&dw_scratch, &dw_scratch_cap,
+                                           (size_t)chunks * C * sizeof(float));
+  dim3 grid((C + 31) / 32, chunks < 65535 ? chunks : 65535);
+  rmsnorm_dw_partial_kernel<<<grid, dim3(32, DW_GROUPS), 0, s>>>(partial, dout, inp, rstd, N, C,
+                                                                 chunks);
+  rmsnorm_dw_final_kernel<<<(C + 127) / 128, 128, 0, s>>>(dw, partial, C, chunks);
+}
+
+void gpu_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int nh,
+                      int hs, cudaStream_t s) {
+  const long rows = (long)B * T;
+  if (rows <= 0 || nh * (hs / 2) <= 0) return;
+  rope_kernel<<<grid_rows(rows), kThreads, 0, s>>>(x, cos_t, sin_t, rows, T, nh, hs / 2, 1.0f);
+}
+
+/* The rotation is orthogonal: its gradient is the inverse rotation. */
+void gpu_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int nh,
+                       int hs, cudaStream_t s) {
+  const long rows = (long)B * T;
+  if (rows <= 0 || nh * (hs / 2) <= 0) return;
+  rope_kernel<<<grid_rows(rows), kThreads, 0, s>>>(dx, cos_t, sin_t, rows, T, nh, hs / 2, -1.0f);
+}
+
+void gpu_swiglu_forward(float *out, const float *h1, const float *h3, size_t n, cudaStream_t s) {
+  if (!n) return;
+  swiglu_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(out, h1, h3, n);
+}
+
+void gpu_swiglu_backward(float *dh1, float *dh3, const float *dout, const float *h1,
+                         const float *h3, size_t n, cudaStream_t s) {
+  if (!n) return;
+  swiglu_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(dh1, dh3, dout, h1, h3, n);
+}
+
+void gpu_add_inplace(float *y, const float *x, size_t n, cudaStream_t s) {
+  if (!n) return;
+  add_inplace_kernel<<<grid_for(n), kThreads, 0, s>>>(y, x, n);
+}
+
+void gpu_causal_softmax_forward(float *att, long rows, int T, cudaStream_t s) {
+  if (rows <= 0) return;
+  causal_softmax_forward_kernel<<<grid_for_rows(rows), 32 * kWarpsPerBlock, 0, s>>>(att, rows, T);
+}
+
+void gpu_causal_softmax_backward(float *datt, const float *att, long rows, int T, float scale,
+                                 cudaStream_t s) {
+  if (rows <= 0) return;
+  causal_softmax_backward_kernel<<<grid_for_rows(rows), 32 * kWarpsPerBlock, 0, s>>>(datt, att,
+                                                                                    rows, T, scale);
+}
+
+void gpu_crossentropy_forward(float *probs, float *losses, const int *targets, int N, int V,
+                              cudaStream_t s) {
+  if (N <= 0) return;
+  crossentropy_forward_kernel<<<grid_for_rows(N), 32 * kWarpsPerBlock, 0, s>>>(probs, losses,
+                                                                              targets, N, V);
+}
+
+void gpu_crossentropy_backward(float *dlogits, const float *probs, const int *targets, int N,
+                               int V, float scale, cudaStream_t s) {
+  if (N <= 0 || V <= 0) return;
+  crossentropy_backward_kernel<<<grid_rows(N), kThreads, 0, s>>>(dlogits, probs, targets, N, V,
+                                                                 scale);
+}
+
+void gpu_mean(const float *x, int n, double *out, cudaStream_t s) {
+  mean_kernel<<<1, kMeanThreads, 0, s>>>(x, n, out);
+}
+
+size_t gpu_sumsq_scratch(size_t n) { return sumsq_blocks(n); }
+
+void gpu_sumsq(const float *g, size_t n, double *scratch, double *out, cudaStream_t s) {
+  const size_t blocks = sumsq_blocks(n);
+  sumsq_partial_kernel<<<(unsigned)blocks, kSumsqThreads, 0, s>>>(g, n, scratch);
+  sumsq_final_kernel<<<1, kSumsqMaxBlocks, 0, s>>>(scratch, (int)blocks, out);
+}
+
+void gpu_adamw(float *p, float *g, float *m, float *v, size_t n, const double *sumsq,
+               double max_norm, float b1, float b2, float eps, float step_size, float bc2_sqrt,
+               float decay, cudaStream_t s) {
+  if (!n) return;
+  adamw_kernel<<<grid_for(n), kThreads, 0, s>>>(p, g, m, v, n, sumsq, max_norm, b1, b2, eps,
+                                               step_size, bc2_sqrt, decay);
+}
+
+}  /* extern "C" */

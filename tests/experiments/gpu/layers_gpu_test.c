@@ -1,0 +1,748 @@
+/* Each GPU layer of experiments/gpu/layers.h against its CPU twin in
+ * experiments/model.c and optim.c, on random inputs of three shapes (the tiny
+ * model, a grouped-query shape with sizes that are not multiples of a warp,
+ * and a 120M-model slice), plus the reductions at full 120M scale for
+ * determinism and speed.
+ *
+ * Criterion (issue 6): max |gpu - cpu| / max |cpu| < 1e-5 for every output.
+ * Elementwise layers do the CPU's float operations in its order and come out
+ * bit-identical; the row and column sums differ from the CPU only in the order
+ * of their additions.  Every reduction is also run twice and must repeat bit
+ * for bit.  Needs a GPU (tag "gpu"). */
+#include <check.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "experiments/gpu/layers.h"
+#include "experiments/model.h"
+#include "experiments/optim.h"
+
+/* ------------------------------------------------------------ helpers */
+
+#define CU(call)                                                                          \
+  do {                                                                                    \
+    cudaError_t err_ = (call);                                                            \
+    ck_assert_msg(err_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(err_));        \
+  } while (0)
+
+/* after every launch: the launch itself, then its execution */
+#define LAUNCHED()                    \
+  do {                                \
+    CU(cudaGetLastError());           \
+    CU(cudaDeviceSynchronize());      \
+  } while (0)
+
+static void *dev_alloc(size_t bytes) {
+  void *p = NULL;
+  CU(cudaMalloc(&p, bytes ? bytes : 1));
+  return p;
+}
+static void *dev_from(const void *host, size_t bytes) {
+  void *p = dev_alloc(bytes);
+  CU(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
+  return p;
+}
+static void to_dev(void *dev, const void *host, size_t bytes) {
+  CU(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
+}
+static void to_host(void *host, const void *dev, size_t bytes) {
+  CU(cudaDeviceSynchronize());
+  CU(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
+}
+
+static uint64_t splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static double uniform01(uint64_t *s) { return (splitmix64(s) >> 11) * (1.0 / 9007199254740992.0); }
+
+/* n floats uniform in [lo, hi) */
+static float *rand_floats(size_t n, double lo, double hi, uint64_t seed) {
+  float *x = malloc(n * sizeof *x);
+  for (size_t i = 0; i < n; i++) x[i] = (float)(lo + (hi - lo) * uniform01(&seed));
+  return x;
+}
+static float *copy_floats(const float *x, size_t n) {
+  float *y = malloc(n * sizeof *y);
+  memcpy(y, x, n * sizeof *y);
+  return y;
+}
+/* Ids in [0, V), a third of them one frequent id (a byte vocabulary's space),
+ * so that one bucket of the embedding gradient is long. */
+static int *rand_tokens(size_t n, int V, uint64_t seed) {
+  int *t = malloc(n * sizeof *t);
+  for (size_t i = 0; i < n; i++)
+    t[i] = uniform01(&seed) < 1.0 / 3 ? V / 8 : (int)(uniform01(&seed) * V) % V;
+  return t;
+}
+
+/* The worst relative error seen per function, for the summary in main. */
+static struct {
+  const char *fn;
+  double worst;
+} worst_table[32];
+static int n_worst;
+
+/* max |gpu - cpu| / max |cpu|, printed, recorded, and held under 1e-5. */
+static void check_close(const char *fn, const char *what, const char *shape, const float *gpu,
+                        const float *cpu, size_t n) {
+  double d = 0, m = 0;
+  size_t differ = 0;
+  for (size_t i = 0; i < n; i++) {
+    double e = fabs((double)gpu[i] - cpu[i]);
+    if (!(e <= d)) d = e; /* NaN too */
+    m = fmax(m, fabs((double)cpu[i]));
+    differ += memcmp(&gpu[i], &cpu[i], sizeof(float)) != 0;
+  }
+  const double rel = m > 0 ? d / m : d;
+  printf("  %-26s %-8s %-28s rel err %.3g (%zu of %zu differ)\n", fn, what, shape, rel, differ, n);
+  int k = 0;
+  while (k < n_worst && strcmp(worst_table[k].fn, fn)) k++;
+  if (k == n_worst && n_worst < 32) {
+    worst_table[k].fn = fn;
+    worst_table[k].worst = 0;
+    n_worst++;
+  }
+  if (k < n_worst && !(rel <= worst_table[k].worst)) worst_table[k].worst = rel;
+  ck_assert_msg(rel < 1e-5, "%s %s (%s): relative error %g", fn, what, shape, rel);
+}
+
+static void check_same_bits(const char *fn, const char *what, const void *a, const void *b,
+                            size_t bytes) {
+  ck_assert_msg(!memcmp(a, b, bytes), "%s %s: two runs differ", fn, what);
+}
+
+typedef struct {
+  const char *name;
+  int B, T, C, NH, NKV, H, V;
+} shape;
+
+static const shape shapes[] = {
+    {"tiny B4 T64 C128 H384", 4, 64, 128, 4, 4, 384, 256},
+    {"gqa B3 T50 C96 NH6 NKV2", 3, 50, 96, 6, 2, 260, 100},
+    {"120m slice B2 T1024 C768", 2, 1024, 768, 12, 12, 2048, 256},
+};
+enum { NSHAPES = sizeof shapes / sizeof shapes[0] };
+
+/* ------------------------------------------------------------- encoder */
+
+START_TEST(encoder) {
+  for (int si = 0; si < NSHAPES; si++) {
+    const shape *sh = &shapes[si];
+    const int N = sh->B * sh->T, C = sh->C, V = sh->V;
+    const size_t NC = (size_t)N * C, VC = (size_t)V * C;
+    int *tokens = rand_tokens(N, V, 1 + si);
+    float *wte = rand_floats(VC, -1, 1, 2), *out = malloc(NC * sizeof(float)),
+          *g = malloc(NC * sizeof(float));
+    encoder_forward(out, tokens, wte, N, C);
+    int *d_tokens = dev_from(tokens, N * sizeof(int));
+    float *d_wte = dev_from(wte, VC * sizeof(float)), *d_out = dev_alloc(NC * sizeof(float));
+    gpu_encoder_forward(d_out, d_tokens, d_wte, N, C, 0);
+    LAUNCHED();
+    to_host(g, d_out, NC * sizeof(float));
+    check_close("encoder_forward", "out", sh->name, g, out, NC);
+
+    /* backward into a gradient that is not zero: the GPU must add, as the CPU does */
+    float *dout = rand_floats(NC, -1, 1, 3), *dwte0 = rand_floats(VC, -1, 1, 4);
+    float *dwte = copy_floats(dwte0, VC), *g1 = malloc(VC * sizeof(float)),
+          *g2 = malloc(VC * sizeof(float));
+    encoder_backward(dwte, dout, tokens, N, C);
+    int *start = malloc((V + 1) * sizeof(int)), *pos = malloc(N * sizeof(int));
+    gpu_token_buckets(tokens, N, V, start, pos);
+    ck_assert_int_eq(start[0], 0);
+    ck_assert_int_eq(start[V], N);
+    for (int v = 0; v < V; v++)
+      for (int k = start[v]; k < start[v + 1]; k++) {
+        ck_assert_int_eq(tokens[pos[k]], v);
+        if (k > start[v]) ck_assert_int_lt(pos[k - 1], pos[k]);
+      }
+    int *d_start = dev_from(start, (V + 1) * sizeof(int)), *d_pos = dev_from(pos, N * sizeof(int));
+    float *d_dout = dev_from(dout, NC * sizeof(float)), *d_dwte = dev_from(dwte0, VC * sizeof(float));
+    gpu_encoder_backward(d_dwte, d_dout, d_start, d_pos, V, C, 0);
+    LAUNCHED();
+    to_host(g1, d_dwte, VC * sizeof(float));
+    check_close("encoder_backward", "dwte+=", sh->name, g1, dwte, VC);
+    to_dev(d_dwte, dwte0, VC * sizeof(float));
+    gpu_encoder_backward(d_dwte, d_dout, d_start, d_pos, V, C, 0);
+    LAUNCHED();
+    to_host(g2, d_dwte, VC * sizeof(float));
+    check_same_bits("encoder_backward", "dwte", g1, g2, VC * sizeof(float));
+
+    CU(cudaFree(d_tokens)); CU(cudaFree(d_wte)); CU(cudaFree(d_out)); CU(cudaFree(d_start));
+    CU(cudaFree(d_pos)); CU(cudaFree(d_dout)); CU(cudaFree(d_dwte));
+    free(tokens); free(wte); free(out); free(g); free(dout); free(dwte0); free(dwte); free(g1);
+    free(g2); free(start); free(pos);
+  }
+}
+END_TEST
+
+/* ------------------------------------------------------------- RMSNorm */
+
+static void rmsnorm_case(const char *name, int N, int C, uint64_t seed) {
+  const size_t NC = (size_t)N * C;
+  float *inp = rand_floats(NC, -2, 2, seed), *w = rand_floats(C, 0.5, 1.5, seed + 1);
+  float *out = malloc(NC * sizeof(float)), *rstd = malloc(N * sizeof(float));
+  float *g_out = malloc(NC * sizeof(float)), *g_rstd = malloc(N * sizeof(float));
+  float *g_out2 = malloc(NC * sizeof(float)), *g_rstd2 = malloc(N * sizeof(float));
+  rmsnorm_forward(out, rstd, inp, w, N, C);
+  float *d_inp = dev_from(inp, NC * sizeof(float)), *d_w = dev_from(w, C * sizeof(float));
+  float *d_out = dev_alloc(NC * sizeof(float)), *d_rstd = dev_alloc(N * sizeof(float));
+  gpu_rmsnorm_forward(d_out, d_rstd, d_inp, d_w, N, C, 0);
+  LAUNCHED();
+  to_host(g_out, d_out, NC * sizeof(float));
+  to_host(g_rstd, d_rstd, N * sizeof(float));
+  check_close("rmsnorm_forward", "out", name, g_out, out, NC);
+  check_close("rmsnorm_forward", "rstd", name, g_rstd, rstd, N);
+  gpu_rmsnorm_forward(d_out, d_rstd, d_inp, d_w, N, C, 0);
+  LAUNCHED();
+  to_host(g_out2, d_out, NC * sizeof(float));
+  to_host(g_rstd2, d_rstd, N * sizeof(float));
+  check_same_bits("rmsnorm_forward", "out", g_out, g_out2, NC * sizeof(float));
+  check_same_bits("rmsnorm_forward", "rstd", g_rstd, g_rstd2, N * sizeof(float));
+
+  /* backward from the CPU's rstd, into nonzero dinp and dw: both accumulate */
+  float *dout = rand_floats(NC, -1, 1, seed + 2), *dinp0 = rand_floats(NC, -1, 1, seed + 3);
+  float *dw0 = rand_floats(C, -1, 1, seed + 4);
+  float *dinp = copy_floats(dinp0, NC), *dw = copy_floats(dw0, C);
+  rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+  float *d_dout = dev_from(dout, NC * sizeof(float)), *d_dinp = dev_from(dinp0, NC * sizeof(float));
+  float *d_dw = dev_from(dw0, C * sizeof(float));
+  to_dev(d_rstd, rstd, N * sizeof(float));
+  float *g_dw = malloc(C * sizeof(float)), *g_dw2 = malloc(C * sizeof(float));
+  gpu_rmsnorm_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, N, C, 0);
+  LAUNCHED();
+  to_host(g_out, d_dinp, NC * sizeof(float));
+  to_host(g_dw, d_dw, C * sizeof(float));
+  check_close("rmsnorm_backward", "dinp+=", name, g_out, dinp, NC);
+  check_close("rmsnorm_backward", "dw+=", name, g_dw, dw, C);
+  to_dev(d_dinp, dinp0, NC * sizeof(float));
+  to_dev(d_dw, dw0, C * sizeof(float));
+  gpu_rmsnorm_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, N, C, 0);
+  LAUNCHED();
+  to_host(g_out2, d_dinp, NC * sizeof(float));
+  to_host(g_dw2, d_dw, C * sizeof(float));
+  check_same_bits("rmsnorm_backward", "dinp", g_out, g_out2, NC * sizeof(float));
+  check_same_bits("rmsnorm_backward", "dw", g_dw, g_dw2, C * sizeof(float));
+
+  CU(cudaFree(d_inp)); CU(cudaFree(d_w)); CU(cudaFree(d_out)); CU(cudaFree(d_rstd));
+  CU(cudaFree(d_dout)); CU(cudaFree(d_dinp)); CU(cudaFree(d_dw));
+  free(inp); free(w); free(out); free(rstd); free(g_out); free(g_rstd); free(g_out2);
+  free(g_rstd2); free(dout); free(dinp0); free(dw0); free(dinp); free(dw); free(g_dw); free(g_dw2);
+}
+
+START_TEST(rmsnorm) {
+  for (int si = 0; si < NSHAPES; si++)
+    rmsnorm_case(shapes[si].name, shapes[si].B * shapes[si].T, shapes[si].C, 10 + 10 * si);
+  /* many row chunks of the weight gradient, the last one partial */
+  rmsnorm_case("N4100 C768", 4100, 768, 100);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- RoPE */
+
+START_TEST(rope) {
+  for (int si = 0; si < NSHAPES; si++) {
+    const shape *sh = &shapes[si];
+    const int B = sh->B, T = sh->T, hs = sh->C / sh->NH;
+    float *cs = malloc((size_t)T * hs / 2 * sizeof(float)),
+          *sn = malloc((size_t)T * hs / 2 * sizeof(float));
+    rope_tables(cs, sn, T, hs, 10000.0);
+    float *d_cs = dev_from(cs, (size_t)T * hs / 2 * sizeof(float)),
+          *d_sn = dev_from(sn, (size_t)T * hs / 2 * sizeof(float));
+    const int heads[2] = {sh->NH, sh->NKV}; /* q, then k */
+    for (int q = 0; q < 2; q++) {
+      const int nh = heads[q];
+      const size_t n = (size_t)B * T * nh * hs;
+      float *x = rand_floats(n, -2, 2, 20 + si), *cpu = copy_floats(x, n), *g = malloc(n * sizeof(float));
+      float *d_x = dev_from(x, n * sizeof(float));
+      rope_forward(cpu, cs, sn, B, T, nh, hs);
+      gpu_rope_forward(d_x, d_cs, d_sn, B, T, nh, hs, 0);
+      LAUNCHED();
+      to_host(g, d_x, n * sizeof(float));
+      check_close("rope_forward", q ? "k" : "q", sh->name, g, cpu, n);
+      memcpy(cpu, x, n * sizeof(float));
+      to_dev(d_x, x, n * sizeof(float));
+      rope_backward(cpu, cs, sn, B, T, nh, hs);
+      gpu_rope_backward(d_x, d_cs, d_sn, B, T, nh, hs, 0);
+      LAUNCHED();
+      to_host(g, d_x, n * sizeof(float));
+      check_close("rope_backward", q ? "dk" : "dq", sh->name, g, cpu, n);
+      CU(cudaFree(d_x));
+      free(x); free(cpu); free(g);
+    }
+    CU(cudaFree(d_cs)); CU(cudaFree(d_sn));
+    free(cs); free(sn);
+  }
+}
+END_TEST
+
+/* ------------------------------------------------- SwiGLU, residual add */
+
+START_TEST(swiglu_and_add) {
+  for (int si = 0; si < NSHAPES; si++) {
+    const shape *sh = &shapes[si];
+    const size_t n = (size_t)sh->B * sh->T * sh->H;
+    /* wide enough for the sigmoid's tails */
+    float *h1 = rand_floats(n, -10, 10, 30 + si), *h3 = rand_floats(n, -2, 2, 40 + si);
+    float *dout = rand_floats(n, -1, 1, 50 + si);
+    float *out = malloc(n * sizeof(float)), *dh1 = malloc(n * sizeof(float)),
+          *dh3 = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
+    float *d_h1 = dev_from(h1, n * sizeof(float)), *d_h3 = dev_from(h3, n * sizeof(float));
+    float *d_dout = dev_from(dout, n * sizeof(float)), *d_out = dev_alloc(n * sizeof(float));
+    float *d_dh1 = dev_alloc(n * sizeof(float)), *d_dh3 = dev_alloc(n * sizeof(float));
+    swiglu_forward(out, h1, h3, n);
+    swiglu_backward(dh1, dh3, dout, h1, h3, n);
+    gpu_swiglu_forward(d_out, d_h1, d_h3, n, 0);
+    LAUNCHED();
+    to_host(g, d_out, n * sizeof(float));
+    check_close("swiglu_forward", "out", sh->name, g, out, n);
+    gpu_swiglu_backward(d_dh1, d_dh3, d_dout, d_h1, d_h3, n, 0);
+    LAUNCHED();
+    to_host(g, d_dh1, n * sizeof(float));
+    check_close("swiglu_backward", "dh1", sh->name, g, dh1, n);
+    to_host(g, d_dh3, n * sizeof(float));
+    check_close("swiglu_backward", "dh3", sh->name, g, dh3, n);
+
+    /* y += x (the residual add of model_forward) */
+    gpu_add_inplace(d_h1, d_h3, n, 0);
+    LAUNCHED();
+    for (size_t i = 0; i < n; i++) h1[i] += h3[i];
+    to_host(g, d_h1, n * sizeof(float));
+    check_close("add_inplace", "y", sh->name, g, h1, n);
+
+    CU(cudaFree(d_h1)); CU(cudaFree(d_h3)); CU(cudaFree(d_dout)); CU(cudaFree(d_out));
+    CU(cudaFree(d_dh1)); CU(cudaFree(d_dh3));
+    free(h1); free(h3); free(dout); free(out); free(dh1); free(dh3); free(g);
+  }
+}
+END_TEST
+
+/* ------------------------------------------------------ causal softmax */
+
+/* The loops of attention_forward / attention_backward in model.c. */
+static void cpu_causal_softmax_forward(float *att, long rows, int T) {
+  for (long r = 0; r < rows; r++) {
+    int t = (int)(r % T);
+    float *row = att + (size_t)r * T;
+    float mx = row[0];
+    for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
+    float sum = 0;
+    for (int j = 0; j <= t; j++) {
+      row[j] = (float)exp((double)(row[j] - mx));
+      sum += row[j];
+    }
+    float inv = 1 / sum;
+    for (int j = 0; j <= t; j++) row[j] *= inv;
+    for (int j = t + 1; j < T; j++) row[j] = 0;
+  }
+}
+static void cpu_causal_softmax_backward(float *datt, const float *att, long rows, int T,
+                                        float scale) {
+  for (long r = 0; r < rows; r++) {
+    int t = (int)(r % T);
+    float *d = datt + (size_t)r * T;
+    const float *p = att + (size_t)r * T;
+    float dot = 0;
+    for (int j = 0; j <= t; j++) dot += d[j] * p[j];
+    for (int j = 0; j <= t; j++) d[j] = scale * p[j] * (d[j] - dot);
+    for (int j = t + 1; j < T; j++) d[j] = 0;
+  }
+}
+
+START_TEST(causal_softmax) {
+  for (int si = 0; si < NSHAPES; si++) {
+    const shape *sh = &shapes[si];
+    const int T = sh->T, hs = sh->C / sh->NH;
+    const long rows = (long)sh->B * sh->NH * T;
+    const size_t n = (size_t)rows * T;
+    const float scale = (float)(1.0 / sqrt((double)hs));
+    float *att0 = rand_floats(n, -6, 6, 60 + si), *att = copy_floats(att0, n);
+    float *g = malloc(n * sizeof(float)), *g2 = malloc(n * sizeof(float));
+    cpu_causal_softmax_forward(att, rows, T);
+    float *d_att = dev_from(att0, n * sizeof(float));
+    gpu_causal_softmax_forward(d_att, rows, T, 0);
+    LAUNCHED();
+    to_host(g, d_att, n * sizeof(float));
+    check_close("causal_softmax_forward", "P", sh->name, g, att, n);
+    to_dev(d_att, att0, n * sizeof(float));
+    gpu_causal_softmax_forward(d_att, rows, T, 0);
+    LAUNCHED();
+    to_host(g2, d_att, n * sizeof(float));
+    check_same_bits("causal_softmax_forward", "P", g, g2, n * sizeof(float));
+
+    /* backward from the CPU's P */
+    float *dp0 = rand_floats(n, -1, 1, 70 + si), *dp = copy_floats(dp0, n);
+    cpu_causal_softmax_backward(dp, att, rows, T, scale);
+    to_dev(d_att, att, n * sizeof(float));
+    float *d_datt = dev_from(dp0, n * sizeof(float));
+    gpu_causal_softmax_backward(d_datt, d_att, rows, T, scale, 0);
+    LAUNCHED();
+    to_host(g, d_datt, n * sizeof(float));
+    check_close("causal_softmax_backward", "dS", sh->name, g, dp, n);
+    to_dev(d_datt, dp0, n * sizeof(float));
+    gpu_causal_softmax_backward(d_datt, d_att, rows, T, scale, 0);
+    LAUNCHED();
+    to_host(g2, d_datt, n * sizeof(float));
+    check_same_bits("causal_softmax_backward", "dS", g, g2, n * sizeof(float));
+
+    CU(cudaFree(d_att)); CU(cudaFree(d_datt));
+    free(att0); free(att); free(g); free(g2); free(dp0); free(dp);
+  }
+}
+END_TEST
+
+/* -------------------------------------------------------- cross-entropy */
+
+START_TEST(crossentropy) {
+  for (int si = 0; si < NSHAPES; si++) {
+    const shape *sh = &shapes[si];
+    const int N = sh->B * sh->T, V = sh->V;
+    const size_t NV = (size_t)N * V;
+    const float scale = 1.0f / N;
+    float *logits = rand_floats(NV, -8, 8, 80 + si), *probs = copy_floats(logits, NV);
+    float *losses = malloc(N * sizeof(float)), *g = malloc(NV * sizeof(float)),
+          *g2 = malloc(NV * sizeof(float)), *g_losses = malloc(N * sizeof(float)),
+          *g_losses2 = malloc(N * sizeof(float));
+    int *targets = rand_tokens(N, V, 90 + si);
+    crossentropy_softmax_forward(probs, losses, targets, N, V);
+    int *d_targets = dev_from(targets, N * sizeof(int));
+    float *d_probs = dev_from(logits, NV * sizeof(float)), *d_losses = dev_alloc(N * sizeof(float));
+    gpu_crossentropy_forward(d_probs, d_losses, d_targets, N, V, 0);
+    LAUNCHED();
+    to_host(g, d_probs, NV * sizeof(float));
+    to_host(g_losses, d_losses, N * sizeof(float));
+    check_close("crossentropy_forward", "probs", sh->name, g, probs, NV);
+    check_close("crossentropy_forward", "losses", sh->name, g_losses, losses, N);
+    to_dev(d_probs, logits, NV * sizeof(float));
+    gpu_crossentropy_forward(d_probs, d_losses, d_targets, N, V, 0);
+    LAUNCHED();
+    to_host(g2, d_probs, NV * sizeof(float));
+    to_host(g_losses2, d_losses, N * sizeof(float));
+    check_same_bits("crossentropy_forward", "probs", g, g2, NV * sizeof(float));
+    check_same_bits("crossentropy_forward", "losses", g_losses, g_losses2, N * sizeof(float));
+
+    /* the mean loss, as model_forward sums it (double, in order) */
+    double sum = 0, mean[2];
+    for (int i = 0; i < N; i++) sum += losses[i];
+    const float cpu_mean = (float)(sum / N);
+    double *d_mean = dev_alloc(sizeof(double));
+    to_dev(d_losses, losses, N * sizeof(float));
+    for (int rep = 0; rep < 2; rep++) {
+      gpu_mean(d_losses, N, d_mean, 0);
+      LAUNCHED();
+      to_host(&mean[rep], d_mean, sizeof(double));
+    }
+    const float gpu_mean_f = (float)mean[0];
+    check_close("mean", "loss", sh->name, &gpu_mean_f, &cpu_mean, 1);
+    check_same_bits("mean", "loss", &mean[0], &mean[1], sizeof(double));
+
+    /* backward from the CPU's probabilities, out of place and in place */
+    float *dlogits = malloc(NV * sizeof(float));
+    crossentropy_softmax_backward(dlogits, probs, targets, N, V, scale);
+    to_dev(d_probs, probs, NV * sizeof(float));
+    float *d_dlogits = dev_alloc(NV * sizeof(float));
+    gpu_crossentropy_backward(d_dlogits, d_probs, d_targets, N, V, scale, 0);
+    LAUNCHED();
+    to_host(g, d_dlogits, NV * sizeof(float));
+    check_close("crossentropy_backward", "dlogits", sh->name, g, dlogits, NV);
+    gpu_crossentropy_backward(d_probs, d_probs, d_targets, N, V, scale, 0);
+    LAUNCHED();
+    to_host(g, d_probs, NV * sizeof(float));
+    check_close("crossentropy_backward", "in place", sh->name, g, dlogits, NV);
+
+    CU(cudaFree(d_targets)); CU(cudaFree(d_probs)); CU(cudaFree(d_losses)); CU(cudaFree(d_mean));
+    CU(cudaFree(d_dlogits));
+    free(logits); free(probs); free(losses); free(g); free(g2); free(g_losses); free(g_losses2);
+    free(targets); free(dlogits);
+  }
+}
+END_TEST
+
+/* ------------------------------------------------- gradient norm, AdamW */
+
+START_TEST(sumsq) {
+  const size_t sizes[] = {1, 1000, 3000017};
+  for (int k = 0; k < 3; k++) {
+    const size_t n = sizes[k];
+    float *x = rand_floats(n, -0.1, 0.1, 110 + k);
+    const double norm = grad_global_norm(x, n);
+    float *d_x = dev_from(x, n * sizeof(float));
+    double *d_scratch = dev_alloc(gpu_sumsq_scratch(n) * sizeof(double)),
+           *d_out = dev_alloc(sizeof(double)), s[2];
+    for (int rep = 0; rep < 2; rep++) {
+      gpu_sumsq(d_x, n, d_scratch, d_out, 0);
+      LAUNCHED();
+      to_host(&s[rep], d_out, sizeof(double));
+    }
+    const double rel = fabs(s[0] - norm * norm) / (norm * norm);
+    char name[32];
+    snprintf(name, sizeof name, "n=%zu", n);
+    printf("  %-26s %-8s %-28s rel err %.3g\n", "sumsq", "norm^2", name, rel);
+    ck_assert_msg(rel < 1e-9, "sumsq n=%zu: %.17g vs %.17g", n, s[0], norm * norm);
+    check_same_bits("sumsq", "norm^2", &s[0], &s[1], sizeof(double));
+    CU(cudaFree(d_x)); CU(cudaFree(d_scratch)); CU(cudaFree(d_out));
+    free(x);
+  }
+}
+END_TEST
+
+static int decayed(int tensor) { return !(tensor == 1 || tensor == 6 || tensor == 10); }
+
+/* gpu_sumsq + gpu_adamw per tensor against grad_global_norm + grad_clip +
+ * adamw_update on the tiny model: clipping active, inactive, and off. */
+START_TEST(adamw) {
+  model_config cfg;
+  ck_assert_int_eq(model_named_size("tiny", &cfg), 0);
+  const double max_norms[3] = {1e-3, 1e9, 0};
+  const char *names[3] = {"clip on", "clip off", "no clip"};
+  const adamw_hparams h = {6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  const int t = 7;
+  for (int c = 0; c < 3; c++) {
+    model m;
+    model_init(&m, &cfg, 5);
+    const size_t n = m.num_params;
+    uint64_t seed = 120;
+    for (size_t i = 0; i < n; i++) m.grads_mem[i] = (float)(0.02 * (uniform01(&seed) - 0.5));
+    float *m1 = rand_floats(n, -0.01, 0.01, 121), *m2 = rand_floats(n, 0, 1e-4, 122);
+    float *d_p = dev_from(m.params_mem, n * sizeof(float)), *d_g = dev_from(m.grads_mem, n * sizeof(float));
+    float *d_m = dev_from(m1, n * sizeof(float)), *d_v = dev_from(m2, n * sizeof(float));
+    double *d_scratch = dev_alloc(gpu_sumsq_scratch(n) * sizeof(double)),
+           *d_sumsq = dev_alloc(sizeof(double));
+
+    const float bc1 = 1.0f - powf(h.beta1, (float)t), bc2 = 1.0f - powf(h.beta2, (float)t);
+    const float step_size = h.lr / bc1, bc2_sqrt = sqrtf(bc2);
+    gpu_sumsq(d_g, n, d_scratch, d_sumsq, 0);
+    LAUNCHED();
+    size_t off = 0;
+    for (int ti = 0; ti < NUM_PARAM_TENSORS; ti++) {
+      const float decay = decayed(ti) ? 1.0f - h.lr * h.weight_decay : 1.0f;
+      const size_t k = m.param_sizes[ti];
+      gpu_adamw(d_p + off, d_g + off, d_m + off, d_v + off, k, d_sumsq, max_norms[c], h.beta1,
+                h.beta2, h.eps, step_size, bc2_sqrt, decay, 0);
+      LAUNCHED();
+      off += k;
+    }
+
+    const double norm = grad_global_norm(m.grads_mem, n);
+    grad_clip(m.grads_mem, n, norm, max_norms[c]);
+    adamw_update(&m, m1, m2, &h, t);
+    float *g = malloc(n * sizeof(float));
+    to_host(g, d_p, n * sizeof(float));
+    check_close("adamw", "p", names[c], g, m.params_mem, n);
+    to_host(g, d_g, n * sizeof(float));
+    check_close("adamw", "g (clip)", names[c], g, m.grads_mem, n);
+    to_host(g, d_m, n * sizeof(float));
+    check_close("adamw", "m", names[c], g, m1, n);
+    to_host(g, d_v, n * sizeof(float));
+    check_close("adamw", "v", names[c], g, m2, n);
+
+    CU(cudaFree(d_p)); CU(cudaFree(d_g)); CU(cudaFree(d_m)); CU(cudaFree(d_v));
+    CU(cudaFree(d_scratch)); CU(cudaFree(d_sumsq));
+    free(g); free(m1); free(m2);
+    model_free(&m);
+  }
+}
+END_TEST
+
+/* ---------------------------------------------- 120M scale: repeat, time */
+
+/* Fills a device buffer of n floats with a random pattern (16M random values
+ * tiled) in [lo, hi). */
+static void dev_fill(float *d, size_t n, double lo, double hi, uint64_t seed) {
+  const size_t tile = (size_t)1 << 24;
+  float *r = rand_floats(n < tile ? n : tile, lo, hi, seed);
+  for (size_t i = 0; i < n; i += tile)
+    to_dev(d + i, r, (n - i < tile ? n - i : tile) * sizeof(float));
+  free(r);
+}
+
+static cudaEvent_t ev0, ev1;
+static void timer_start(void) { CU(cudaEventRecord(ev0, 0)); }
+/* milliseconds per call over `reps` calls, and the bandwidth of `bytes` per call */
+static void timer_report(const char *fn, int reps, double bytes) {
+  float ms;
+  CU(cudaEventRecord(ev1, 0));
+  LAUNCHED();
+  CU(cudaEventElapsedTime(&ms, ev0, ev1));
+  ms /= reps;
+  printf("  %-26s %8.3f ms  %7.0f GB/s\n", fn, ms, bytes / (ms * 1e6));
+}
+
+START_TEST(scale_120m) {
+  model_config cfg;
+  ck_assert_int_eq(model_named_size("120m", &cfg), 0);
+  const int B = 32, T = cfg.seq_len, C = cfg.dim, H = cfg.hidden, V = cfg.vocab, NH = cfg.n_heads,
+            hs = C / NH, N = B * T;
+  const size_t NC = (size_t)N * C, NH_ = (size_t)N * H, NV = (size_t)N * V;
+  const long rows = (long)B * NH * T;
+  const size_t natt = (size_t)rows * T;
+  size_t psizes[NUM_PARAM_TENSORS];
+  const size_t P = model_param_sizes(&cfg, psizes);
+  printf("  B=%d T=%d C=%d H=%d V=%d NH=%d, %zu parameters\n", B, T, C, H, V, NH, P);
+  CU(cudaEventCreate(&ev0));
+  CU(cudaEventCreate(&ev1));
+  const int R = 5;
+
+  /* parameters, gradients, moments */
+  float *d_p = dev_alloc(P * sizeof(float)), *d_g = dev_alloc(P * sizeof(float));
+  float *d_m = dev_alloc(P * sizeof(float)), *d_v = dev_alloc(P * sizeof(float));
+  dev_fill(d_p, P, -0.05, 0.05, 1); dev_fill(d_g, P, -1e-3, 1e-3, 2);
+  dev_fill(d_m, P, -1e-3, 1e-3, 3); dev_fill(d_v, P, 0, 1e-6, 4);
+  double *d_scratch = dev_alloc(gpu_sumsq_scratch(P) * sizeof(double)),
+         *d_sumsq = dev_alloc(sizeof(double)), s[2];
+  for (int rep = 0; rep < 2; rep++) {
+    gpu_sumsq(d_g, P, d_scratch, d_sumsq, 0);
+    LAUNCHED();
+    to_host(&s[rep], d_sumsq, sizeof(double));
+  }
+  check_same_bits("sumsq", "120m grads", &s[0], &s[1], sizeof(double));
+  timer_start();
+  for (int r = 0; r < R; r++) gpu_sumsq(d_g, P, d_scratch, d_sumsq, 0);
+  timer_report("sumsq (all grads)", R, 4.0 * P);
+  timer_start();
+  for (int r = 0; r < R; r++)
+    gpu_adamw(d_p, d_g, d_m, d_v, P, d_sumsq, 1e9, 0.9f, 0.95f, 1e-8f, 1e-3f, 0.5f, 0.9999f, 0);
+  timer_report("adamw (all params)", R, 7.0 * 4 * P);
+  CU(cudaFree(d_p)); CU(cudaFree(d_g)); CU(cudaFree(d_m)); CU(cudaFree(d_v));
+  CU(cudaFree(d_scratch)); CU(cudaFree(d_sumsq));
+
+  /* the layers of one block */
+  float *a = dev_alloc(NH_ * sizeof(float)), *b = dev_alloc(NH_ * sizeof(float));
+  float *c = dev_alloc(NH_ * sizeof(float)), *d = dev_alloc(NH_ * sizeof(float));
+  float *w = dev_alloc(C * sizeof(float)), *rstd = dev_alloc(N * sizeof(float));
+  float *dw = dev_alloc(C * sizeof(float)), *wte = dev_alloc((size_t)V * C * sizeof(float));
+  dev_fill(a, NH_, -3, 3, 5); dev_fill(b, NH_, -1, 1, 6); dev_fill(c, NH_, -1, 1, 7);
+  dev_fill(w, C, 0.5, 1.5, 8); dev_fill(wte, (size_t)V * C, -1, 1, 9);
+  int *tokens = rand_tokens(N, V, 10), *start = malloc((V + 1) * sizeof(int)),
+      *pos = malloc(N * sizeof(int));
+  int *d_tokens = dev_from(tokens, N * sizeof(int));
+  gpu_token_buckets(tokens, N, V, start, pos);
+  int *d_start = dev_from(start, (V + 1) * sizeof(int)), *d_pos = dev_from(pos, N * sizeof(int));
+
+  timer_start();
+  for (int r = 0; r < R; r++) gpu_encoder_forward(d, d_tokens, wte, N, C, 0);
+  timer_report("encoder_forward", R, 8.0 * NC);
+  float *wte1 = malloc((size_t)V * C * sizeof(float)), *wte2 = malloc((size_t)V * C * sizeof(float));
+  CU(cudaMemset(dw, 0, C * sizeof(float)));
+  for (int rep = 0; rep < 2; rep++) {
+    dev_fill(wte, (size_t)V * C, -1, 1, 9);
+    gpu_encoder_backward(wte, b, d_start, d_pos, V, C, 0);
+    LAUNCHED();
+    to_host(rep ? wte2 : wte1, wte, (size_t)V * C * sizeof(float));
+  }
+  check_same_bits("encoder_backward", "120m", wte1, wte2, (size_t)V * C * sizeof(float));
+  timer_start();
+  for (int r = 0; r < R; r++) gpu_encoder_backward(wte, b, d_start, d_pos, V, C, 0);
+  timer_report("encoder_backward", R, 4.0 * NC);
+
+  timer_start();
+  for (int r = 0; r < R; r++) gpu_rmsnorm_forward(d, rstd, a, w, N, C, 0);
+  timer_report("rmsnorm_forward", R, 8.0 * NC);
+  float dw1[768], dw2[768];
+  ck_assert_int_le(C, 768);
+  for (int rep = 0; rep < 2; rep++) {
+    CU(cudaMemset(dw, 0, C * sizeof(float)));
+    gpu_rmsnorm_backward(c, dw, b, a, w, rstd, N, C, 0);
+    LAUNCHED();
+    to_host(rep ? dw2 : dw1, dw, C * sizeof(float));
+  }
+  check_same_bits("rmsnorm_backward", "120m dw", dw1, dw2, C * sizeof(float));
+  timer_start();
+  for (int r = 0; r < R; r++) gpu_rmsnorm_backward(c, dw, b, a, w, rstd, N, C, 0);
+  timer_report("rmsnorm_backward", R, 4.0 * 5 * NC);
+
+  float *cs = dev_alloc((size_t)T * hs / 2 * sizeof(float)),
+        *sn = dev_alloc((size_t)T * hs / 2 * sizeof(float));
+  dev_fill(cs, (size_t)T * hs / 2, -1, 1, 11); dev_fill(sn, (size_t)T * hs / 2, -1, 1, 12);
+  timer_start();
+  for (int r = 0; r < R; r++) gpu_rope_forward(d, cs, sn, B, T, NH, hs, 0);
+  timer_report("rope_forward (q)", R, 8.0 * NC);
+
+  timer_start();
+  for (int r = 0; r < R; r++) gpu_swiglu_forward(d, a, b, NH_, 0);
+  timer_report("swiglu_forward", R, 12.0 * NH_);
+  timer_start();
+  for (int r = 0; r < R; r++) gpu_swiglu_backward(c, d, b, a, b, NH_, 0);
+  timer_report("swiglu_backward", R, 20.0 * NH_);
+  timer_start();
+  for (int r = 0; r < R; r++) gpu_add_inplace(c, d, NC, 0);
+  timer_report("add_inplace (N*C)", R, 12.0 * NC);
+
+  int *d_targets = d_tokens;
+  float *losses = dev_alloc(N * sizeof(float));
+  double *d_mean = dev_alloc(sizeof(double)), mean[2];
+  dev_fill(d, NV, -8, 8, 13);
+  timer_start(); /* later calls see probabilities as logits: as good an input */
+  for (int r = 0; r < R; r++) gpu_crossentropy_forward(d, losses, d_targets, N, V, 0);
+  timer_report("crossentropy_forward", R, 8.0 * NV);
+  for (int rep = 0; rep < 2; rep++) {
+    gpu_mean(losses, N, d_mean, 0);
+    LAUNCHED();
+    to_host(&mean[rep], d_mean, sizeof(double));
+  }
+  check_same_bits("mean", "120m losses", &mean[0], &mean[1], sizeof(double));
+  timer_start();
+  for (int r = 0; r < R; r++) gpu_mean(losses, N, d_mean, 0);
+  timer_report("mean (N losses)", R, 4.0 * N);
+  timer_start();
+  for (int r = 0; r < R; r++) gpu_crossentropy_backward(c, d, d_targets, N, V, 1.0f / N, 0);
+  timer_report("crossentropy_backward", R, 8.0 * NV);
+  CU(cudaFree(a)); CU(cudaFree(b)); CU(cudaFree(c)); CU(cudaFree(d)); CU(cudaFree(w));
+  CU(cudaFree(rstd)); CU(cudaFree(dw)); CU(cudaFree(wte)); CU(cudaFree(d_tokens));
+  CU(cudaFree(d_start)); CU(cudaFree(d_pos)); CU(cudaFree(cs)); CU(cudaFree(sn));
+  CU(cudaFree(losses)); CU(cudaFree(d_mean));
+
+  /* the materialised attention's softmax: B * NH * T rows of T */
+  float *att = dev_alloc(natt * sizeof(float)), *datt = dev_alloc(natt * sizeof(float));
+  dev_fill(att, natt, -6, 6, 14); dev_fill(datt, natt, -1, 1, 15);
+  timer_start();
+  gpu_causal_softmax_forward(att, rows, T, 0);
+  timer_report("causal_softmax_forward", 1, 8.0 * natt);
+  timer_start();
+  gpu_causal_softmax_backward(datt, att, rows, T, 0.125f, 0);
+  timer_report("causal_softmax_backward", 1, 12.0 * natt);
+  CU(cudaFree(att)); CU(cudaFree(datt));
+  CU(cudaEventDestroy(ev0)); CU(cudaEventDestroy(ev1));
+  free(tokens); free(start); free(pos); free(wte1); free(wte2);
+}
+END_TEST
+
+int main(void) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    fprintf(stderr, "layers_gpu_test: no GPU\n");
+    return 1;
+  }
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  Suite *s = suite_create("gpu_layers");
+  TCase *tc = tcase_create("layers");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, encoder);
+  tcase_add_test(tc, rmsnorm);
+  tcase_add_test(tc, rope);
+  tcase_add_test(tc, swiglu_and_add);
+  tcase_add_test(tc, causal_softmax);
+  tcase_add_test(tc, crossentropy);
+  tcase_add_test(tc, sumsq);
+  tcase_add_test(tc, adamw);
+  tcase_add_test(tc, scale_120m);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  const int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  printf("worst max|gpu - cpu| / max|cpu| per function (criterion < 1e-5):\n");
+  for (int k = 0; k < n_worst; k++) printf("  %-26s %.3g\n", worst_table[k].fn, worst_table[k].worst);
+  printf("total %.1f s\n", (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));
+  return failed ? 1 : 0;
+}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the bundle made by cuda/bundle.sh on a GPU machine without Bazel.
-#   ./gpu_run.sh [tests|bench|verify|all] [outdir]   (default: all, .)
+#   ./gpu_run.sh [tests|bench|verify|trainer|trainer-bench|all] [outdir]   (default: all, .)
 # Logs go to outdir; the exit status is non-zero if a test or check failed.
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -24,6 +24,19 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
     echo "$t: exit $rc; $(grep -E '^[0-9]+%' "$out/$t.log" | tail -1)"
     [ $rc -ne 0 ] && status=1 && grep -E "differ|gpu|Fail|fail|Error" "$out/$t.log" | head -20
   done
+fi
+if [ "$what" = trainer ] || [ "$what" = all ]; then
+  for t in layers_gpu_test flash_attention_gpu_test trainer_gpu_test; do
+    ./$t > "$out/$t.log" 2>&1
+    rc=$?
+    echo "$t: exit $rc; $(grep -E '^[0-9]+%' "$out/$t.log" | tail -1)"
+    [ $rc -ne 0 ] && status=1 && grep -E "Fail|fail|Error|error" "$out/$t.log" | head -20
+  done
+  ./train_gpu_test.sh ./train ./configs > "$out/train_gpu_test.log" 2>&1 || status=1
+  grep -E "^(ok|FAIL)|passed," "$out/train_gpu_test.log"
+fi
+if [ "$what" = trainer-bench ]; then
+  ./bench_gpu.sh "$out" || status=1
 fi
 if [ "$what" = verify ] || [ "$what" = all ]; then
   ./verify_hw > "$out/verify_hw.log" 2>&1 || status=1

@@ -45,6 +45,8 @@ static const config_key keys[] = {
     {"run_dir", "", "output directory (default experiments/runs/<recipe>-<size>-s<seed>)"},
     {"progress", "1", "live progress line on stderr"},
     {"interrupt_at", "0", "testing: raise SIGINT after this step"},
+    {"device", "cpu", "cpu | gpu (CUDA: the same model, recipes, logs and checkpoints)"},
+    {"attention_kernel", "materialized", "gpu: materialized (scores stored, every product through the recipe, as on the CPU) | flash (fused bf16 kernel)"},
     /* precision recipe */
     {"recipe", "fp32", "recipe name (informational)"},
     {"format_w", "fp32", "format of weights in GEMMs (fp32: not quantized)"},

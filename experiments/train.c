@@ -3,6 +3,7 @@
  *
  *   bazel run //experiments:train -- --config experiments/configs/<recipe>.cfg [--set key=value]...
  *   ... --resume [RUN_DIR]      continue from RUN_DIR/ckpt.bin bit-identically
+ *   ... --set device=gpu        the same run on a CUDA GPU (experiments/gpu/)
  *
  * Writes into the run directory: config.cfg (as resolved), log.jsonl (one line
  * per step, validation and statistics lines), ckpt.bin, summary.json.
@@ -22,6 +23,7 @@
 #include "experiments/checkpoint.h"
 #include "experiments/config.h"
 #include "experiments/data.h"
+#include "experiments/gpu/model_gpu.h"
 #include "experiments/model.h"
 #include "experiments/optim.h"
 #include "experiments/qgemm.h"
@@ -123,21 +125,28 @@ static void restore_states(tq_site *sites, int n, state_snapshot *s) {
   free(s->buf);
 }
 
-static double validate(model *m, dataset *val, int B, int T, int batches, int *in, int *tg,
-                       tq_site *sites, int n_sites) {
+static double validate(model *m, gpu_model *gpu, dataset *val, int B, int T, int batches,
+                       int *in, int *tg, tq_site *sites, int n_sites) {
+  if (gpu) gpu_model_states_download(gpu); /* the host sites now hold the training states */
   state_snapshot snap = snapshot_states(sites, n_sites);
   uint64_t sr = tq_sr_counter;
   bool stats = tq_collect_stats;
   tq_collect_stats = false;
   tq_sr_counter = (uint64_t)1 << 62;
+  if (gpu) gpu_model_begin_step(gpu, tq_sr_counter, false);
   dataset_seek(val, 0, 0);
   double sum = 0;
   for (int i = 0; i < batches; i++) {
     dataset_next_batch(val, B, in, tg);
-    model_forward(m, in, tg, B, T);
-    sum += m->loss;
+    if (gpu) {
+      sum += gpu_model_forward(gpu, in, tg);
+    } else {
+      model_forward(m, in, tg, B, T);
+      sum += m->loss;
+    }
   }
   restore_states(sites, n_sites, &snap);
+  if (gpu) gpu_model_states_upload(gpu);
   tq_sr_counter = sr;
   tq_collect_stats = stats;
   return sum / batches;
@@ -252,6 +261,11 @@ int main(int argc, char **argv) {
   const int progress = (int)config_int(&cfg, "progress", err, sizeof err);
   const int interrupt_at = (int)config_int(&cfg, "interrupt_at", err, sizeof err);
   if (*err) die(2, "%s", err);
+  const char *device = config_str(&cfg, "device"), *attn = config_str(&cfg, "attention_kernel");
+  const bool on_gpu = !strcmp(device, "gpu");
+  if (!on_gpu && strcmp(device, "cpu")) die(2, "device must be cpu or gpu, not '%s'", device);
+  if (strcmp(attn, "materialized") && strcmp(attn, "flash"))
+    die(2, "attention_kernel must be materialized or flash, not '%s'", attn);
   if (B < 1 || accum < 1 || steps < 1 || val_batches < 1)
     die(2, "%s", "batch_size, grad_accum, steps and val_batches must be >= 1");
   const int T = mc.seq_len;
@@ -259,30 +273,6 @@ int main(int argc, char **argv) {
 
   recipe rc;
   if (recipe_from_config(&rc, &cfg, seed, err, sizeof err)) die(2, "%s", err);
-
-  /* ---- run directory ---- */
-  char run_dir[4096];
-  if (*config_str(&cfg, "run_dir")) {
-    snprintf(run_dir, sizeof run_dir, "%s", in_workspace(config_str(&cfg, "run_dir"), pbuf, sizeof pbuf));
-  } else {
-    snprintf(pbuf2, sizeof pbuf2, "experiments/runs/%s-%s-s%llu", config_str(&cfg, "recipe"),
-             config_str(&cfg, "size"), (unsigned long long)seed);
-    snprintf(run_dir, sizeof run_dir, "%s", in_workspace(pbuf2, pbuf, sizeof pbuf));
-    config_set(&cfg, "run_dir", pbuf2, err, sizeof err);
-  }
-  if (mkdir_p(run_dir)) die(2, "cannot create run directory '%s'", run_dir);
-  char *config_text = NULL;
-  size_t config_len = 0;
-  {
-    FILE *f = open_memstream(&config_text, &config_len);
-    config_write(&cfg, f);
-    fclose(f);
-    snprintf(pbuf, sizeof pbuf, "%s/config.cfg", run_dir);
-    f = fopen(pbuf, "w");
-    if (!f) die(2, "cannot write '%s'", pbuf);
-    fputs(config_text, f);
-    fclose(f);
-  }
 
   /* ---- data ---- */
   dataset train, val;
@@ -309,6 +299,37 @@ int main(int argc, char **argv) {
   float *mom1 = calloc(m.num_params, sizeof(float)), *mom2 = calloc(m.num_params, sizeof(float));
   int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
   if (!mom1 || !mom2 || !in || !tg) die(1, "%s", "out of memory");
+  gpu_model *gpu = NULL;
+  if (on_gpu) {
+    gpu = gpu_model_new(&m, &rc, sites, n_sites, B, T,
+                        strcmp(attn, "flash") ? GPU_ATTENTION_MATERIALIZED : GPU_ATTENTION_FLASH,
+                        err, sizeof err);
+    if (!gpu) die(2, "%s", err);
+  }
+
+  /* ---- run directory (last: bad input above leaves no files) ---- */
+  char run_dir[4096];
+  if (*config_str(&cfg, "run_dir")) {
+    snprintf(run_dir, sizeof run_dir, "%s", in_workspace(config_str(&cfg, "run_dir"), pbuf, sizeof pbuf));
+  } else {
+    snprintf(pbuf2, sizeof pbuf2, "experiments/runs/%s-%s-s%llu", config_str(&cfg, "recipe"),
+             config_str(&cfg, "size"), (unsigned long long)seed);
+    snprintf(run_dir, sizeof run_dir, "%s", in_workspace(pbuf2, pbuf, sizeof pbuf));
+    config_set(&cfg, "run_dir", pbuf2, err, sizeof err);
+  }
+  if (mkdir_p(run_dir)) die(2, "cannot create run directory '%s'", run_dir);
+  char *config_text = NULL;
+  size_t config_len = 0;
+  {
+    FILE *f = open_memstream(&config_text, &config_len);
+    config_write(&cfg, f);
+    fclose(f);
+    snprintf(pbuf, sizeof pbuf, "%s/config.cfg", run_dir);
+    f = fopen(pbuf, "w");
+    if (!f) die(2, "cannot write '%s'", pbuf);
+    fputs(config_text, f);
+    fclose(f);
+  }
 
   int start = 0;
   double running_min = INFINITY, tokens_seen = 0;
@@ -319,6 +340,7 @@ int main(int argc, char **argv) {
     if (checkpoint_load(ckpt_path, &h, &m, mom1, mom2, sites, n_sites, err, sizeof err))
       die(2, "%s", err);
     start = (int)h.step;
+    if (gpu) gpu_model_upload(gpu, m.params_mem, mom1, mom2);
     dataset_seek(&train, h.data_epoch, h.data_index);
     running_min = h.running_min;
     tokens_seen = h.tokens_seen;
@@ -329,10 +351,10 @@ int main(int argc, char **argv) {
   signal(SIGINT, on_sigint);
   signal(SIGTERM, on_sigint);
 
-  printf("train: %s, %zu parameters (L=%d C=%d NH=%d NKV=%d H=%d T=%d V=%d), recipe %s, %d threads\n"
+  printf("train: %s, %zu parameters (L=%d C=%d NH=%d NKV=%d H=%d T=%d V=%d), recipe %s, %s\n"
          "train: run directory %s%s\n",
          config_str(&cfg, "size"), m.num_params, mc.n_layers, mc.dim, mc.n_heads, mc.n_kv_heads,
-         mc.hidden, T, mc.vocab, config_str(&cfg, "recipe"), omp_get_max_threads(), run_dir,
+         mc.hidden, T, mc.vocab, config_str(&cfg, "recipe"), on_gpu ? "GPU" : "CPU", run_dir,
          resume ? " (resumed)" : "");
   fflush(stdout);
 
@@ -348,6 +370,7 @@ int main(int argc, char **argv) {
     hdr.data_index = train.index;                                                           \
     hdr.running_min = running_min;                                                          \
     hdr.tokens_seen = tokens_seen;                                                          \
+    if (gpu) gpu_model_download(gpu, m.params_mem, mom1, mom2);                             \
     if (checkpoint_save(ckpt_path, &hdr, config_text, &m, mom1, mom2, sites, n_sites))      \
       fprintf(stderr, "train: warning: could not write checkpoint %s\n", ckpt_path);        \
   } while (0)
@@ -356,19 +379,27 @@ int main(int argc, char **argv) {
   double loss = NAN, val_loss = NAN, step_time_avg = 0, tok_s = 0;
   const char *status = "completed";
   int diverged_at = 0, done = start;
+  double gpu_mem_gib = NAN;
   for (int step = start; step < steps; step++) {
     const double t0 = now_s();
     tq_sr_counter = (uint64_t)step << 36;
     tq_collect_stats = stats_every > 0 && (step + 1) % stats_every == 0;
+    if (gpu) gpu_model_begin_step(gpu, tq_sr_counter, tq_collect_stats);
 
     /* forward and backward over the micro-batches */
-    model_zero_grad(&m);
+    if (gpu) gpu_model_zero_grad(gpu);
+    else model_zero_grad(&m);
     loss = 0;
     for (int micro = 0; micro < accum; micro++) {
       dataset_next_batch(&train, B, in, tg);
-      model_forward(&m, in, tg, B, T);
-      model_backward(&m, in, tg, 1.0f / accum);
-      loss += m.loss / accum;
+      if (gpu) {
+        loss += gpu_model_forward(gpu, in, tg) / accum;
+        gpu_model_backward(gpu, 1.0f / accum);
+      } else {
+        model_forward(&m, in, tg, B, T);
+        model_backward(&m, in, tg, 1.0f / accum);
+        loss += m.loss / accum;
+      }
     }
 
     /* divergence: stop cleanly, with the statistics of this step */
@@ -376,9 +407,16 @@ int main(int argc, char **argv) {
       if (!tq_collect_stats) { /* the last micro-batch again, now with statistics */
         tq_collect_stats = true;
         tq_sr_counter = ((uint64_t)step << 36) + ((uint64_t)1 << 35);
-        model_forward(&m, in, tg, B, T);
-        model_backward(&m, in, tg, 1.0f / accum);
+        if (gpu) {
+          gpu_model_begin_step(gpu, tq_sr_counter, true);
+          gpu_model_forward(gpu, in, tg);
+          gpu_model_backward(gpu, 1.0f / accum);
+        } else {
+          model_forward(&m, in, tg, B, T);
+          model_backward(&m, in, tg, 1.0f / accum);
+        }
       }
+      if (gpu) gpu_model_fetch_stats(gpu);
       fprintf(log, "{\"step\":%d,\"event\":\"diverged\",", step + 1);
       json_num(log, "loss", loss);
       fputc(',', log);
@@ -392,13 +430,19 @@ int main(int argc, char **argv) {
     if (loss < running_min) running_min = loss;
 
     /* update */
-    const double norm = grad_global_norm(m.grads_mem, m.num_params);
-    grad_clip(m.grads_mem, m.num_params, norm, clip);
     hp.lr = lr_schedule(step, steps, warmup, lr, min_frac);
-    adamw_update(&m, mom1, mom2, &hp, step + 1);
-    recipe_store_moments(&rc, mom1, mom2, m.num_params);
+    double norm;
+    if (gpu) {
+      norm = gpu_model_update(gpu, &hp, step + 1, clip);
+    } else {
+      norm = grad_global_norm(m.grads_mem, m.num_params);
+      grad_clip(m.grads_mem, m.num_params, norm, clip);
+      adamw_update(&m, mom1, mom2, &hp, step + 1);
+      recipe_store_moments(&rc, mom1, mom2, m.num_params);
+    }
     done = step + 1;
     tokens_seen += (double)B * T * accum;
+    if (gpu && step == start) gpu_mem_gib = gpu_memory_in_use_gib(); /* activations, caches, states */
 
     /* log */
     const double dt = now_s() - t0;
@@ -406,9 +450,12 @@ int main(int argc, char **argv) {
     tok_s = B * T * accum / dt;
     fprintf(log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,\"ms\":%.2f}\n",
             done, loss, hp.lr, norm, tok_s, dt * 1e3);
-    if (tq_collect_stats) log_stats(log, done, &mc, sites, n_sites);
+    if (tq_collect_stats) {
+      if (gpu) gpu_model_fetch_stats(gpu);
+      log_stats(log, done, &mc, sites, n_sites);
+    }
     if ((val_every > 0 && done % val_every == 0) || done == steps) {
-      val_loss = validate(&m, &val, B, T, val_batches, in, tg, sites, n_sites);
+      val_loss = validate(&m, gpu, &val, B, T, val_batches, in, tg, sites, n_sites);
       fprintf(log, "{\"step\":%d,\"val_loss\":%.9g}\n", done, val_loss);
     }
     fflush(log);
@@ -431,11 +478,13 @@ int main(int argc, char **argv) {
   double avg_tok_s = wall > 0 ? (done - start) * (double)B * T * accum / wall : 0;
   write_summary(run_dir, status, done, diverged_at, loss, running_min, val_loss, avg_tok_s, wall);
   fclose(log);
+  if (gpu) printf("train: GPU memory in use after the first step: %.2f GiB\n", gpu_mem_gib);
   if (diverged_at) printf("train: diverged at step %d (loss %g, running min %g)\n", diverged_at, loss, running_min);
   else if (!strcmp(status, "interrupted"))
     printf("train: interrupted after step %d; checkpoint written, continue with --resume %s\n", done, run_dir);
   else printf("train: completed %d steps, loss %.4f, val loss %.4f, %.0f tokens/s\n", done, loss, val_loss, avg_tok_s);
 
+  gpu_model_free(gpu);
   recipe_free_sites(sites, n_sites);
   model_free(&m);
   free(mom1);

@@ -39,6 +39,7 @@ class Llama(torch.nn.Module):
         super().__init__()
         self.V, self.C, self.L, self.NH, self.NKV, self.H, self.T = V, C, L, NH, NKV, H, T
         self.hs = C // NH
+        self.sdpa = False
         for name, shape in param_shapes(V, C, L, NH, NKV, H, T).items():
             self.register_parameter(name, torch.nn.Parameter(torch.zeros(shape)))
         # rotation angles computed in double, stored in float32, like rope_tables()
@@ -91,9 +92,13 @@ class Llama(torch.nn.Module):
             v = F.linear(h, self.wv[l]).view(B, T, NKV, hs).transpose(1, 2)
             k = k.repeat_interleave(NH // NKV, dim=1)
             v = v.repeat_interleave(NH // NKV, dim=1)
-            att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
-            att = att.masked_fill(mask, float("-inf")).softmax(-1)
-            y = (att @ v).transpose(1, 2).reshape(B, T, self.C)
+            if self.sdpa:  # fused attention (the GPU speed reference)
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+                att = att.masked_fill(mask.to(att.device), float("-inf")).softmax(-1)
+                y = att @ v
+            y = y.transpose(1, 2).reshape(B, T, self.C)
             x = x + F.linear(y, self.wo[l])
             h = self.rmsnorm(x, self.rms2[l])
             x = x + F.linear(F.silu(F.linear(h, self.w1[l])) * F.linear(h, self.w3[l]), self.w2[l])

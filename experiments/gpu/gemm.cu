@@ -1,0 +1,420 @@
+/* The trainer's GEMM on the GPU (see gemm.h). */
+#include "experiments/gpu/gemm.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+namespace {
+
+struct Slot {
+  void *data = nullptr; /* bf16 or float, per the site's path */
+  size_t cap = 0;       /* bytes */
+  float *scale = nullptr; /* device s of the slot's quantization (scaled recipes) */
+  bool scaled = false;
+};
+
+struct Site {
+  Slot slot[SLOTS_PER_SITE];
+  exmy_cuda_delayed_state *delayed[USES_PER_SITE] = {};
+  exmy_tensor_stats *stats = nullptr; /* device, USES_PER_SITE */
+  bool filled_stats[USES_PER_SITE] = {};
+  bool bf16 = false;
+};
+
+__global__ void k_alpha(float alpha, const float *sa, const float *sb, float *out) {
+  float a = alpha;
+  if (sa) a *= __fdiv_rn(1.0f, *sa);
+  if (sb) a *= __fdiv_rn(1.0f, *sb);
+  *out = a;
+}
+
+/* bf16 copy of a dequantized float tensor; with a scale, of the scaled values
+ * y s, which lie within a few float ulps of the format's values Q(x s) and so
+ * round to them exactly (the formats of this path have <= 8 significant bits). */
+__global__ void k_to_bf16(const float *__restrict__ y, const float *scale, __nv_bfloat16 *out,
+                          size_t n) {
+  const float s = scale ? *scale : 1.0f;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    out[i] = __float2bfloat16_rn(scale ? y[i] * s : y[i]);
+}
+
+__global__ void k_batch_pointers(const char *a, long a_sb, long a_sh, int a_div, const char *b,
+                                 long b_sb, long b_sh, int b_div, char *c, long c_sb, long c_sh,
+                                 int nb, int nh, size_t ea, size_t eb, const void **pa,
+                                 const void **pb, void **pc) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= nb * nh) return;
+  const long bi = i / nh, h = i % nh;
+  pa[i] = a + (bi * a_sb + (h / a_div) * a_sh) * (long)ea;
+  pb[i] = b + (bi * b_sb + (h / b_div) * b_sh) * (long)eb;
+  pc[i] = c + (bi * c_sb + h * c_sh) * (long)sizeof(float);
+}
+
+unsigned grid_for(size_t n) {
+  size_t b = (n + 255) / 256;
+  if (b > 65535u * 8) b = 65535u * 8;
+  return (unsigned)(b ? b : 1);
+}
+
+void reserve(void **p, size_t *cap, size_t bytes) {
+  if (*cap >= bytes) return;
+  if (*p) gtq_check(cudaFree(*p), "cudaFree");
+  *p = nullptr;
+  gtq_check(cudaMalloc(p, bytes), "cudaMalloc (operand cache)");
+  *cap = bytes;
+}
+
+bool elementwise(const exmy_operand_quant &q) {
+  return q.scaling.kind == EXMY_SCALING_NONE || q.scaling.kind == EXMY_SCALING_TENSOR ||
+         q.scaling.kind == EXMY_SCALING_DELAYED;
+}
+
+/* Whether every enabled use of the site can feed the BF16 path. */
+bool site_bf16(const tq_site &s) {
+  for (int u = 0; u < USES_PER_SITE; u++) {
+    const exmy_operand_quant &q = s.op[u];
+    if (!q.enabled || !elementwise(q) || !exmy_cuda_bf16_exact(&q.format)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+struct gtq_ctx {
+  cublasHandle_t blas;
+  cudaStream_t stream;
+  exmy_cuda_gemm *mx = nullptr;
+  tq_site *host = nullptr;
+  int n_sites = 0;
+  Site *sites = nullptr;
+  bool collect = false;
+  uint64_t sr_counter = 0;
+  void *stage = nullptr; /* float staging: gathered rows, or the dequantized image */
+  size_t stage_cap = 0;
+  float *consts = nullptr; /* {0, 1} */
+  float *alphas = nullptr; /* a ring of device alphas for scaled GEMMs */
+  int alpha_next = 0;
+  void **ptrs = nullptr; /* batched GEMM pointer arrays */
+  size_t ptrs_cap = 0;
+};
+
+enum { kAlphaRing = 4096 };
+
+extern "C" void gtq_check(cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return;
+  fprintf(stderr, "train: GPU error in %s: %s\n", what, cudaGetErrorString(e));
+  exit(1);
+}
+
+static void blas_check(cublasStatus_t st, const char *what) {
+  if (st == CUBLAS_STATUS_SUCCESS) return;
+  fprintf(stderr, "train: cuBLAS error in %s: %s\n", what, cublasGetStatusString(st));
+  exit(1);
+}
+
+extern "C" gtq_ctx *gtq_new(tq_site *sites, int n_sites, cudaStream_t stream) {
+  gtq_ctx *g = new gtq_ctx;
+  g->stream = stream;
+  blas_check(cublasCreate(&g->blas), "cublasCreate");
+  blas_check(cublasSetStream(g->blas, stream), "cublasSetStream");
+  g->mx = exmy_cuda_gemm_new();
+  g->host = sites;
+  g->n_sites = sites ? n_sites : 0;
+  g->sites = new Site[g->n_sites > 0 ? g->n_sites : 1];
+  for (int i = 0; i < g->n_sites; i++) {
+    Site &s = g->sites[i];
+    s.bf16 = site_bf16(sites[i]);
+    gtq_check(cudaMalloc((void **)&s.stats, sizeof(exmy_tensor_stats) * USES_PER_SITE),
+              "cudaMalloc (stats)");
+    for (int u = 0; u < USES_PER_SITE; u++) {
+      const exmy_operand_quant &q = sites[i].op[u];
+      if (q.enabled && q.scaling.kind == EXMY_SCALING_DELAYED) {
+        s.delayed[u] = exmy_cuda_delayed_state_new(q.delayed->history_len);
+        if (!s.delayed[u]) gtq_check(cudaErrorMemoryAllocation, "delayed state");
+      }
+    }
+    for (int sl = 0; sl < SLOTS_PER_SITE; sl++)
+      gtq_check(cudaMalloc((void **)&s.slot[sl].scale, sizeof(float)), "cudaMalloc (scale)");
+  }
+  const float consts[2] = {0.0f, 1.0f};
+  gtq_check(cudaMalloc((void **)&g->consts, sizeof consts), "cudaMalloc");
+  gtq_check(cudaMemcpy(g->consts, consts, sizeof consts, cudaMemcpyHostToDevice), "consts");
+  gtq_check(cudaMalloc((void **)&g->alphas, sizeof(float) * kAlphaRing), "cudaMalloc");
+  gtq_states_upload(g);
+  return g;
+}
+
+extern "C" void gtq_free(gtq_ctx *g) {
+  if (!g) return;
+  for (int i = 0; i < g->n_sites; i++) {
+    Site &s = g->sites[i];
+    for (int sl = 0; sl < SLOTS_PER_SITE; sl++) {
+      cudaFree(s.slot[sl].data);
+      cudaFree(s.slot[sl].scale);
+    }
+    for (int u = 0; u < USES_PER_SITE; u++) exmy_cuda_delayed_state_free(s.delayed[u]);
+    cudaFree(s.stats);
+  }
+  delete[] g->sites;
+  cudaFree(g->stage);
+  cudaFree(g->consts);
+  cudaFree(g->alphas);
+  cudaFree(g->ptrs);
+  exmy_cuda_gemm_free(g->mx);
+  cublasDestroy(g->blas);
+  delete g;
+}
+
+extern "C" void gtq_begin_step(gtq_ctx *g, uint64_t sr_counter, bool collect_stats) {
+  g->sr_counter = sr_counter;
+  g->collect = collect_stats && g->n_sites > 0;
+  for (int i = 0; i < g->n_sites; i++)
+    memset(g->sites[i].filled_stats, 0, sizeof g->sites[i].filled_stats);
+}
+extern "C" uint64_t gtq_sr_counter(const gtq_ctx *g) { return g->sr_counter; }
+extern "C" bool gtq_collecting(const gtq_ctx *g) { return g->collect; }
+extern "C" bool gtq_site_bf16(const gtq_ctx *g, int site) {
+  return site >= 0 && site < g->n_sites && g->sites[site].bf16;
+}
+
+extern "C" void gtq_fetch_stats(gtq_ctx *g) {
+  for (int i = 0; i < g->n_sites; i++) {
+    exmy_tensor_stats st[USES_PER_SITE];
+    gtq_check(cudaMemcpyAsync(st, g->sites[i].stats, sizeof st, cudaMemcpyDeviceToHost,
+                              g->stream), "stats");
+    gtq_check(cudaStreamSynchronize(g->stream), "stats");
+    for (int u = 0; u < USES_PER_SITE; u++)
+      if (g->sites[i].filled_stats[u]) g->host[i].stats[u] = st[u];
+  }
+}
+
+extern "C" void gtq_states_download(gtq_ctx *g) {
+  gtq_check(cudaStreamSynchronize(g->stream), "sync");
+  for (int i = 0; i < g->n_sites; i++)
+    for (int u = 0; u < USES_PER_SITE; u++)
+      if (g->sites[i].delayed[u])
+        gtq_check(exmy_cuda_delayed_state_download(g->sites[i].delayed[u], g->host[i].op[u].delayed),
+                  "delayed state download");
+}
+
+extern "C" void gtq_states_upload(gtq_ctx *g) {
+  gtq_check(cudaStreamSynchronize(g->stream), "sync");
+  for (int i = 0; i < g->n_sites; i++)
+    for (int u = 0; u < USES_PER_SITE; u++)
+      if (g->sites[i].delayed[u])
+        gtq_check(exmy_cuda_delayed_state_upload(g->sites[i].delayed[u], g->host[i].op[u].delayed),
+                  "delayed state upload");
+}
+
+/* Quantizes x (dense rows x cols) per q into the float image y; records the
+ * scale used into *scale (scaled recipes) and the statistics if collecting. */
+static void quantize_into(gtq_ctx *g, Site &s, int use, const exmy_operand_quant &q,
+                          const float *x, float *y, size_t n, float *scale) {
+  exmy_rounding_opts o = q.round;
+  if (o.mode == EXMY_SR) {
+    o.offset = g->sr_counter;
+    g->sr_counter += n;
+  }
+  const exmy_scaling &sc = q.scaling;
+  cudaStream_t st = g->stream;
+  switch (sc.kind) {
+    case EXMY_SCALING_NONE:
+      gtq_check(exmy_cuda_quantize_f32(&q.format, &o, x, y, n, st), "quantize");
+      break;
+    case EXMY_SCALING_TENSOR:
+      gtq_check(exmy_cuda_quantize_tensor_scaled_f32(&q.format, &o, sc.margin, sc.pow2, x, y, n,
+                                                     scale, st),
+                "quantize (tensor scaling)");
+      break;
+    case EXMY_SCALING_DELAYED:
+      /* the scale this call uses: the state moves on to the next one */
+      gtq_check(cudaMemcpyAsync(scale, exmy_cuda_delayed_scale(s.delayed[use]), sizeof(float),
+                                cudaMemcpyDeviceToDevice, st), "delayed scale");
+      gtq_check(exmy_cuda_quantize_delayed_scaled_f32(&q.format, &o, sc.margin, sc.pow2,
+                                                      sc.history_most_recent, s.delayed[use], x,
+                                                      y, n, st),
+                "quantize (delayed scaling)");
+      break;
+    default:
+      gtq_check(cudaErrorNotSupported, "quantize (recipe)");
+  }
+  if (g->collect) {
+    const bool scaled = sc.kind != EXMY_SCALING_NONE;
+    gtq_check(exmy_cuda_tensor_stats_scaled_f32(&q.format, x, y, n, scaled ? scale : nullptr,
+                                                sc.margin, sc.pow2,
+                                                sc.kind == EXMY_SCALING_DELAYED,
+                                                &s.stats[use], st),
+              "statistics");
+    s.filled_stats[use] = true;
+  }
+}
+
+extern "C" gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int slot, bool fill,
+                                            const float *x, long ld, long rows, long cols) {
+  gtq_operand r = {x, ld, false, nullptr, nullptr};
+  if (site < 0 || site >= g->n_sites) return r;
+  const exmy_operand_quant &q = g->host[site].op[use];
+  if (!q.enabled) return r;
+  if (q.scaling.kind == EXMY_SCALING_MX) {
+    r.mx = &q;
+    return r;
+  }
+  if (q.scaling.kind == EXMY_SCALING_GROUP) gtq_check(cudaErrorNotSupported, "group-scaled GEMM operand");
+  Site &s = g->sites[site];
+  Slot &sl = s.slot[slot];
+  const size_t n = (size_t)rows * cols;
+  if (fill) {
+    cudaStream_t st = g->stream;
+    const float *src = x;
+    const bool need_stage = ld != cols;
+    if (need_stage || s.bf16) reserve(&g->stage, &g->stage_cap, n * sizeof(float) * (need_stage && s.bf16 ? 2 : 1));
+    if (need_stage) { /* gather the rows; dense tensors are read in place */
+      gtq_check(cudaMemcpy2DAsync(g->stage, cols * sizeof(float), x, ld * sizeof(float),
+                                  cols * sizeof(float), rows, cudaMemcpyDeviceToDevice, st),
+                "gather");
+      src = (const float *)g->stage;
+    }
+    reserve(&sl.data, &sl.cap, n * (s.bf16 ? 2 : 4));
+    sl.scaled = q.scaling.kind != EXMY_SCALING_NONE;
+    if (s.bf16 && !sl.scaled && !g->collect) {
+      /* the hot path: round and store as bf16 in one pass */
+      exmy_rounding_opts o = q.round;
+      if (o.mode == EXMY_SR) {
+        o.offset = g->sr_counter;
+        g->sr_counter += n;
+      }
+      gtq_check(exmy_cuda_quantize_bf16(&q.format, &o, src, sl.data, n, st), "quantize (bf16)");
+    } else if (s.bf16) {
+      float *y = (float *)g->stage + (need_stage ? n : 0);
+      quantize_into(g, s, use, q, src, y, n, sl.scale);
+      k_to_bf16<<<grid_for(n), 256, 0, st>>>(y, sl.scaled ? sl.scale : nullptr,
+                                             (__nv_bfloat16 *)sl.data, n);
+      gtq_check(cudaGetLastError(), "to bf16");
+    } else {
+      quantize_into(g, s, use, q, src, (float *)sl.data, n, sl.scale);
+    }
+  }
+  r.ptr = sl.data;
+  r.ld = cols;
+  r.bf16 = s.bf16;
+  /* the FP32 path holds dequantized values; only the bf16 copies are scaled */
+  r.scale = s.bf16 && sl.scaled ? sl.scale : nullptr;
+  return r;
+}
+
+static exmy_cuda_operand_quant mx_operand(gtq_ctx *g, const exmy_operand_quant *q, size_t n) {
+  exmy_cuda_operand_quant c = {};
+  if (!q) return c;
+  c.enabled = true;
+  c.format = q->format;
+  c.round = q->round;
+  c.scaling = q->scaling;
+  if (c.round.mode == EXMY_SR) {
+    c.round.offset = g->sr_counter;
+    g->sr_counter += n;
+  }
+  return c;
+}
+
+/* alpha (and beta) for cuBLAS: host values, or device values when a scale
+ * enters alpha (no synchronisation). */
+static bool device_alpha(gtq_ctx *g, float alpha, const gtq_operand &a, const gtq_operand &b,
+                         const float **pa) {
+  if (!a.scale && !b.scale) return false;
+  float *slot = g->alphas + g->alpha_next;
+  g->alpha_next = (g->alpha_next + 1) % kAlphaRing;
+  k_alpha<<<1, 1, 0, g->stream>>>(alpha, a.scale, b.scale, slot);
+  gtq_check(cudaGetLastError(), "alpha");
+  *pa = slot;
+  return true;
+}
+
+extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
+                         gtq_operand a, gtq_operand b, float beta, float *c, long ldc) {
+  if (a.mx || b.mx) {
+    exmy_cuda_operand_quant qa = mx_operand(g, a.mx, (size_t)m * k);
+    exmy_cuda_operand_quant qb = mx_operand(g, b.mx, (size_t)k * n);
+    gtq_check(exmy_cuda_qgemm(g->mx, ta, tb, m, n, k, alpha, (const float *)a.ptr, a.ld,
+                              a.mx ? &qa : nullptr, (const float *)b.ptr, b.ld,
+                              b.mx ? &qb : nullptr, beta, c, ldc, nullptr, nullptr, g->stream),
+              "exmy_cuda_qgemm (MX)");
+    return;
+  }
+  if (a.bf16 != b.bf16) gtq_check(cudaErrorInvalidValue, "gemm (mixed operand types)");
+  const cudaDataType t = a.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  /* float32 operands: pedantic, never TF32 (emulation needs the inputs as given) */
+  const cublasComputeType_t ct = a.bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC;
+  const float *pa = &alpha, *pb = &beta;
+  const bool dev = device_alpha(g, alpha, a, b, &pa);
+  if (dev) {
+    pb = g->consts + (beta == 0.0f ? 0 : 1);
+    if (beta != 0.0f && beta != 1.0f) gtq_check(cudaErrorInvalidValue, "gemm beta");
+    blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_DEVICE), "pointer mode");
+  }
+  /* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T */
+  blas_check(cublasGemmEx(g->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                          n, m, k, pa, b.ptr, t, (int)b.ld, a.ptr, t, (int)a.ld, pb, c,
+                          CUDA_R_32F, (int)ldc, ct, CUBLAS_GEMM_DEFAULT),
+             "cublasGemmEx");
+  if (dev) blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_HOST), "pointer mode");
+}
+
+extern "C" void gtq_gemm_batched(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
+                                 gtq_operand a, gtq_stride sa, gtq_operand b, gtq_stride sb,
+                                 float beta, float *c, long ldc, gtq_stride sc, int nb, int nh) {
+  if (a.mx || b.mx) gtq_check(cudaErrorNotSupported, "MX-quantized attention products on the GPU");
+  if (a.bf16 != b.bf16) gtq_check(cudaErrorInvalidValue, "batched gemm (mixed operand types)");
+  const int batch = nb * nh;
+  reserve((void **)&g->ptrs, &g->ptrs_cap, sizeof(void *) * 3 * (size_t)batch);
+  const void **pa_arr = (const void **)g->ptrs, **pb_arr = pa_arr + batch;
+  void **pc_arr = g->ptrs + 2 * batch;
+  const size_t e = a.bf16 ? 2 : 4;
+  k_batch_pointers<<<(batch + 127) / 128, 128, 0, g->stream>>>(
+      (const char *)a.ptr, sa.sb, sa.sh, sa.div, (const char *)b.ptr, sb.sb, sb.sh, sb.div,
+      (char *)c, sc.sb, sc.sh, nb, nh, e, e, pa_arr, pb_arr, pc_arr);
+  gtq_check(cudaGetLastError(), "batch pointers");
+  const cudaDataType t = a.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const cublasComputeType_t ct = a.bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC;
+  const float *palpha = &alpha, *pbeta = &beta;
+  const bool dev = device_alpha(g, alpha, a, b, &palpha);
+  if (dev) {
+    pbeta = g->consts + (beta == 0.0f ? 0 : 1);
+    if (beta != 0.0f && beta != 1.0f) gtq_check(cudaErrorInvalidValue, "gemm beta");
+    blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_DEVICE), "pointer mode");
+  }
+  blas_check(cublasGemmBatchedEx(g->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, palpha, pb_arr, t,
+                                 (int)b.ld, pa_arr, t, (int)a.ld, pbeta, (void *const *)pc_arr,
+                                 CUDA_R_32F, (int)ldc, batch, ct, CUBLAS_GEMM_DEFAULT),
+             "cublasGemmBatchedEx");
+  if (dev) blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_HOST), "pointer mode");
+}
+
+extern "C" void gtq_slot_download(gtq_ctx *g, int site, int slot, float *out, size_t n) {
+  const Site &s = g->sites[site];
+  const Slot &sl = s.slot[slot];
+  gtq_check(cudaStreamSynchronize(g->stream), "sync");
+  if (!s.bf16) {
+    gtq_check(cudaMemcpy(out, sl.data, n * sizeof(float), cudaMemcpyDeviceToHost), "slot");
+    return;
+  }
+  uint16_t *b = (uint16_t *)malloc(n * sizeof(uint16_t));
+  gtq_check(cudaMemcpy(b, sl.data, n * sizeof(uint16_t), cudaMemcpyDeviceToHost), "slot");
+  float inv = 1.0f;
+  if (sl.scaled) {
+    float sc;
+    gtq_check(cudaMemcpy(&sc, sl.scale, sizeof sc, cudaMemcpyDeviceToHost), "slot scale");
+    inv = 1.0f / sc;
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint32_t bits = (uint32_t)b[i] << 16;
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    out[i] = sl.scaled ? v * inv : v;
+  }
+  free(b);
+}

@@ -1,0 +1,98 @@
+/*
+ * The trainer's GEMM on the GPU: the twin of experiments/qgemm.h.
+ *
+ * Each GEMM site keeps, per tensor slot (X, W, dY), the quantized copy its
+ * GEMMs of the step read: filled by the first use (X and W in the forward, dY
+ * in dX = dY W) and reused by the later ones, exactly as the CPU's cache, with
+ * the same recipe, sr stream offsets and delayed-scaling sequence, so that the
+ * quantized operands are bit-identical to the CPU's (the recipe kernels of
+ * cuda/ are).  Products:
+ *   BF16 path: when every operand of the site is in a format whose values are
+ *     bfloat16 values and is unscaled or per-tensor scaled, the slots hold
+ *     bfloat16 copies (for scaled operands the scaled values Q(x s), the
+ *     factors 1/s going into alpha, as Transformer Engine does) and cuBLAS
+ *     multiplies them on the tensor cores with FP32 accumulation: exact
+ *     products, so the emulated GEMM up to the order of FP32 additions;
+ *   FP32 path: otherwise, float32 slots and pedantic SGEMM (never TF32);
+ *   MX operands: quantized along K at every use by exmy_cuda_qgemm.
+ * Statistics (stats steps) are reduced on the device into per-use
+ * exmy_tensor_stats and copied to the host sites once per step.
+ */
+#ifndef EXPERIMENTS_GPU_GEMM_H
+#define EXPERIMENTS_GPU_GEMM_H
+
+#include <cuda_runtime_api.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda/exmy_cuda.h"
+
+#ifdef __cplusplus
+extern "C" { /* the C headers of experiments/ have no guards of their own */
+#endif
+#include "experiments/qgemm.h"
+
+typedef struct gtq_ctx gtq_ctx;
+
+/* sites: the host sites of recipe_make_sites (their op[] is the recipe; their
+ * stats[] receive the statistics; their delayed states are mirrored on the
+ * device, see gtq_states_*); NULL: every GEMM in float32. */
+gtq_ctx *gtq_new(tq_site *sites, int n_sites, cudaStream_t stream);
+void gtq_free(gtq_ctx *g);
+
+/* Per step, as tq_collect_stats / tq_sr_counter on the CPU. */
+void gtq_begin_step(gtq_ctx *g, uint64_t sr_counter, bool collect_stats);
+uint64_t gtq_sr_counter(const gtq_ctx *g);
+bool gtq_collecting(const gtq_ctx *g);
+/* Copies the device statistics of this step into the host sites (sync). */
+void gtq_fetch_stats(gtq_ctx *g);
+/* Delayed-scaling states: device -> host sites (for a checkpoint) and back. */
+void gtq_states_download(gtq_ctx *g);
+void gtq_states_upload(gtq_ctx *g);
+/* Whether site i runs on the BF16 path (for logs and tests). */
+bool gtq_site_bf16(const gtq_ctx *g, int site);
+
+/* An operand as a GEMM reads it. */
+typedef struct {
+  const void *ptr;
+  long ld;
+  bool bf16;                          /* else float32 */
+  const float *scale;                 /* device s of a scaled bf16 operand, or NULL */
+  const exmy_operand_quant *mx;       /* MX: quantize at this use (ptr is the float tensor) */
+} gtq_operand;
+
+/* The operand `use` of site `site` for a GEMM: fill = quantize x (rows x
+ * cols, leading dimension ld, device) into the slot; !fill = take the slot an
+ * earlier use of this step filled.  site < 0: the plain tensor. */
+gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int slot, bool fill,
+                                 const float *x, long ld, long rows, long cols);
+
+/* C = alpha op(A) op(B) + beta C, row-major as cblas_sgemm. */
+void gtq_gemm(gtq_ctx *g, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+              gtq_operand a, gtq_operand b, float beta, float *c, long ldc);
+
+/* The same for `batch` = nb * nh GEMMs (attention, per sequence and head):
+ * matrix (i, j) of A starts at element i * a_sb + (j / a_div) * a_sh of A,
+ * likewise B and C (div 1 for C); all share ld, op and the recipe. */
+typedef struct {
+  long sb, sh;
+  int div;
+} gtq_stride;
+void gtq_gemm_batched(gtq_ctx *g, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                      gtq_operand a, gtq_stride sa, gtq_operand b, gtq_stride sb, float beta,
+                      float *c, long ldc, gtq_stride sc, int nb, int nh);
+
+/* For tests: the dequantized values of slot `slot` of site `site` (n
+ * elements) as the GEMMs of this step read them, on the host: bf16 copies
+ * widened, scaled copies times 1/s in float32 (as the CPU dequantizes). */
+void gtq_slot_download(gtq_ctx *g, int site, int slot, float *out, size_t n);
+
+/* Aborts with a message on a CUDA or cuBLAS error (the trainer cannot go on). */
+void gtq_check(cudaError_t e, const char *what);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EXPERIMENTS_GPU_GEMM_H */

@@ -1,0 +1,93 @@
+/*
+ * The GPU twins of model.c's layers that are not matrix products, and of
+ * optim.c's update: one function per layer and direction, each a kernel launch
+ * on `s` over DEVICE pointers, with the arguments and the accumulate/overwrite
+ * contract of its CPU twin in experiments/model.h / optim.h.
+ *
+ * Determinism: every reduction (RMSNorm's weight gradient, the embedding
+ * gradient, the gradient norm, the mean loss) runs in a fixed order that does
+ * not depend on the launch or the GPU, so that a run repeated, or resumed from
+ * a checkpoint, reproduces its losses bit for bit.
+ */
+#ifndef EXPERIMENTS_GPU_LAYERS_H
+#define EXPERIMENTS_GPU_LAYERS_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* out (N, C) = wte[tokens[i]] */
+void gpu_encoder_forward(float *out, const int *tokens, const float *wte, int N, int C,
+                         cudaStream_t s);
+/* dwte[v] += sum of dout[i] over the positions i with tokens[i] == v, added in
+ * increasing i (the CPU's order).  The positions come bucketed by token id,
+ * built on the host by gpu_token_buckets: bucket v is
+ * bucket_pos[bucket_start[v] .. bucket_start[v+1]), increasing. */
+void gpu_encoder_backward(float *dwte, const float *dout, const int *bucket_start,
+                          const int *bucket_pos, int V, int C, cudaStream_t s);
+/* Host helper: bucket_start (V+1) and bucket_pos (N) of tokens (N, host). */
+void gpu_token_buckets(const int *tokens, int N, int V, int *bucket_start, int *bucket_pos);
+
+/* RMSNorm (eps 1e-5): out = inp * rstd * w, rstd (N) = (mean inp^2 + eps)^-1/2. */
+void gpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                         cudaStream_t s);
+/* dinp += ..., dw += ... (as rmsnorm_backward). */
+void gpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                          const float *w, const float *rstd, int N, int C, cudaStream_t s);
+
+/* RoPE on x (B, T, nh*hs), pairs (2i, 2i+1) of each head, in place; tables (T, hs/2). */
+void gpu_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int nh,
+                      int hs, cudaStream_t s);
+void gpu_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int nh,
+                       int hs, cudaStream_t s);
+
+/* out = silu(h1) * h3 ; backward overwrites dh1 and dh3. */
+void gpu_swiglu_forward(float *out, const float *h1, const float *h3, size_t n, cudaStream_t s);
+void gpu_swiglu_backward(float *dh1, float *dh3, const float *dout, const float *h1,
+                         const float *h3, size_t n, cudaStream_t s);
+
+/* y += x */
+void gpu_add_inplace(float *y, const float *x, size_t n, cudaStream_t s);
+
+/* Attention's causal softmax over rows of length T, in place: row r has its
+ * query at t = r % T, entries j <= t become softmax, j > t become 0.
+ * rows = B * NH * T. */
+void gpu_causal_softmax_forward(float *att, long rows, int T, cudaStream_t s);
+/* datt (in place, holds dP on entry) = scale * P * (dP - rowsum(dP * P)) for
+ * j <= t, 0 above the diagonal. */
+void gpu_causal_softmax_backward(float *datt, const float *att, long rows, int T, float scale,
+                                 cudaStream_t s);
+
+/* probs (N, V) holds the logits on entry and the softmax on exit; losses (N). */
+void gpu_crossentropy_forward(float *probs, float *losses, const int *targets, int N, int V,
+                              cudaStream_t s);
+/* dlogits (N, V) = (probs - onehot(targets)) * scale; dlogits may alias probs. */
+void gpu_crossentropy_backward(float *dlogits, const float *probs, const int *targets, int N,
+                               int V, float scale, cudaStream_t s);
+/* *out (device) = mean of x (n values), summed in double in a fixed order. */
+void gpu_mean(const float *x, int n, double *out, cudaStream_t s);
+
+/* *out (device) = sum of g[i]^2 in double, in a fixed order (the global
+ * gradient norm's square).  scratch: at least gpu_sumsq_scratch(n) doubles. */
+size_t gpu_sumsq_scratch(size_t n);
+void gpu_sumsq(const float *g, size_t n, double *scratch, double *out, cudaStream_t s);
+
+/* Clipping and AdamW in one pass, as grad_clip + adamw_update (optim.c):
+ * coef = max_norm / (sqrt(*sumsq) + 1e-6) in double, cast to float, applied
+ * to g (g is scaled in place) when max_norm > 0 and coef < 1; then
+ * m = b1 m + (1-b1) g, v = b2 v + (1-b2) g^2,
+ * p = p * decay - step_size * m / (sqrt(v) / bc2_sqrt + eps)
+ * with decay = 1 - lr * wd for this tensor (the caller passes 1 for norms).
+ * All float arithmetic in the CPU's order. */
+void gpu_adamw(float *p, float *g, float *m, float *v, size_t n, const double *sumsq,
+               double max_norm, float b1, float b2, float eps, float step_size, float bc2_sqrt,
+               float decay, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EXPERIMENTS_GPU_LAYERS_H */

@@ -1,0 +1,550 @@
+/* LLaMA forward and backward on the GPU (see model_gpu.h and model.c). */
+#include "experiments/gpu/model_gpu.h"
+
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "experiments/gpu/flash_attention.h"
+#include "experiments/gpu/gemm.h"
+#include "experiments/gpu/layers.h"
+
+namespace {
+enum { REUSE = 0, FILL = 1 };
+
+template <typename T>
+T *dalloc(size_t n) {
+  void *p = nullptr;
+  gtq_check(cudaMalloc(&p, (n ? n : 1) * sizeof(T)), "cudaMalloc (model)");
+  gtq_check(cudaMemset(p, 0, (n ? n : 1) * sizeof(T)), "cudaMemset (model)");
+  return (T *)p;
+}
+
+/* Plain bf16 copy of a float tensor (the unquantized inputs of the fused attention). */
+__global__ void k_bf16(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y, size_t n) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    y[i] = __float2bfloat16_rn(x[i]);
+}
+
+}  // namespace
+
+struct gpu_model {
+  model_config cfg;
+  int B, T;
+  size_t num_params, param_sizes[NUM_PARAM_TENSORS];
+  float *params_mem, *grads_mem, *mom1, *mom2;
+  param_tensors p, gr;
+  /* activations, as model.c's (att only for materialized attention; lse for flash) */
+  float *res, *ln1, *ln1_rstd, *q, *k, *v, *att, *atty, *res_mid, *ln2, *ln2_rstd, *h1, *h3, *hg,
+      *lnf, *lnf_rstd, *probs, *losses, *lse;
+  /* backward scratch */
+  float *dres, *dln, *datty, *dq, *dk, *dv, *datt, *dh1, *dh3, *dhg;
+  float *rope_cos, *rope_sin;
+  int *tokens, *targets, *bucket_start, *bucket_pos;
+  int *h_bucket_start, *h_bucket_pos;
+  double *loss_dev, *sumsq, *sumsq_scratch;
+  /* fused attention: bf16 operands and scratch */
+  gpu_attention_kind attention;
+  int p_bits;
+  __nv_bfloat16 *fq, *fk, *fv, *fdo;
+  void *flash_scratch;
+  const recipe *rc;
+  tq_site *sites;
+  gtq_ctx *gq;
+  cudaStream_t s;
+};
+
+static int site_index(const gpu_model *g, int layer, int kind) {
+  return g->sites ? layer * SITES_PER_LAYER + kind : -1;
+}
+
+/* -------------------------------------------------------------- linear */
+
+static void linear_forward(gpu_model *g, float *out, const float *inp, const float *w, int N,
+                           int C, int OC, int site) {
+  gtq_operand x = gtq_operand_for_gemm(g->gq, site, USE_FWD_X, SLOT_X, FILL, inp, C, N, C);
+  gtq_operand wq = gtq_operand_for_gemm(g->gq, site, USE_FWD_W, SLOT_W, FILL, w, C, OC, C);
+  gtq_gemm(g->gq, false, true, N, OC, C, 1.0f, x, wq, 0.0f, out, OC); /* Y = X W^T */
+}
+
+static void linear_backward(gpu_model *g, float *dinp, float *dw, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC, int site) {
+  gtq_operand dy = gtq_operand_for_gemm(g->gq, site, USE_DX_DY, SLOT_DY, FILL, dout, OC, N, OC);
+  gtq_operand wq = gtq_operand_for_gemm(g->gq, site, USE_DX_W, SLOT_W, REUSE, w, C, OC, C);
+  gtq_operand dy2 = gtq_operand_for_gemm(g->gq, site, USE_DW_DY, SLOT_DY, REUSE, dout, OC, N, OC);
+  gtq_operand x = gtq_operand_for_gemm(g->gq, site, USE_DW_X, SLOT_X, REUSE, inp, C, N, C);
+  gtq_gemm(g->gq, false, false, N, C, OC, 1.0f, dy, wq, 1.0f, dinp, C); /* dX += dY W */
+  gtq_gemm(g->gq, true, false, OC, C, N, 1.0f, dy2, x, 1.0f, dw, C);    /* dW += dY^T X */
+}
+
+/* ----------------------------------------------------------- attention */
+
+/* Materialised, as model.c: per (sequence, head) products batched in one
+ * cuBLAS call each; products that accumulate into a shared key/value head
+ * (grouped-query attention) go in `group` calls so no two matrices of one
+ * call write the same block. */
+static void attention_forward(gpu_model *g, float *out, float *att, const float *q,
+                              const float *k, const float *v, int l) {
+  const model_config &c = g->cfg;
+  const int B = g->B, T = g->T, NH = c.n_heads, NKV = c.n_kv_heads, hs = c.dim / NH,
+            C = c.dim, KVC = NKV * hs, group = NH / NKV, N = B * T;
+  const float scale = (float)(1.0 / sqrt((double)hs));
+  const int qk = site_index(g, l, SITE_ATT_QK), pv = site_index(g, l, SITE_ATT_PV);
+  gtq_operand Q = gtq_operand_for_gemm(g->gq, qk, USE_FWD_X, SLOT_X, FILL, q, C, N, C);
+  gtq_operand K = gtq_operand_for_gemm(g->gq, qk, USE_FWD_W, SLOT_W, FILL, k, KVC, N, KVC);
+  const long TT = (long)T * T;
+  gtq_gemm_batched(g->gq, false, true, T, T, hs, scale, Q, {T * Q.ld, hs, 1}, K,
+                   {T * K.ld, hs, group}, 0.0f, att, T, {NH * TT, TT, 1}, B, NH);
+  gpu_causal_softmax_forward(att, (long)B * NH * T, T, g->s);
+  gtq_operand P = gtq_operand_for_gemm(g->gq, pv, USE_FWD_X, SLOT_X, FILL, att, T, (long)B * NH * T, T);
+  gtq_operand V = gtq_operand_for_gemm(g->gq, pv, USE_FWD_W, SLOT_W, FILL, v, KVC, N, KVC);
+  gtq_gemm_batched(g->gq, false, false, T, hs, T, 1.0f, P, {NH * TT, TT, 1}, V,
+                   {T * V.ld, hs, group}, 0.0f, out, C, {(long)T * C, hs, 1}, B, NH);
+}
+
+/* One accumulating product per member j of each key/value group: head
+ * h = kv * group + j. */
+static gtq_operand shifted(gtq_operand o, long elements) {
+  o.ptr = (const char *)o.ptr + elements * (o.bf16 ? 2 : 4);
+  return o;
+}
+
+static void attention_backward(gpu_model *g, float *dq, float *dk, float *dv, float *datt,
+                               const float *dout, const float *att, const float *q,
+                               const float *k, const float *v, int l) {
+  const model_config &c = g->cfg;
+  const int B = g->B, T = g->T, NH = c.n_heads, NKV = c.n_kv_heads, hs = c.dim / NH,
+            C = c.dim, KVC = NKV * hs, group = NH / NKV, N = B * T;
+  const float scale = (float)(1.0 / sqrt((double)hs));
+  const long TT = (long)T * T, rows = (long)B * NH * T;
+  const int qk = site_index(g, l, SITE_ATT_QK), pv = site_index(g, l, SITE_ATT_PV);
+  gtq_ctx *gq = g->gq;
+  gtq_operand dO = gtq_operand_for_gemm(gq, pv, USE_DX_DY, SLOT_DY, FILL, dout, C, N, C);
+  gtq_operand V = gtq_operand_for_gemm(gq, pv, USE_DX_W, SLOT_W, REUSE, v, KVC, N, KVC);
+  gtq_operand dO2 = gtq_operand_for_gemm(gq, pv, USE_DW_DY, SLOT_DY, REUSE, dout, C, N, C);
+  gtq_operand P = gtq_operand_for_gemm(gq, pv, USE_DW_X, SLOT_X, REUSE, att, T, rows, T);
+  /* dP = dO V^T */
+  gtq_gemm_batched(gq, false, true, T, T, hs, 1.0f, dO, {T * dO.ld, hs, 1}, V,
+                   {T * V.ld, hs, group}, 0.0f, datt, T, {NH * TT, TT, 1}, B, NH);
+  /* dV += P^T dO */
+  for (int j = 0; j < group; j++)
+    gtq_gemm_batched(gq, true, false, T, hs, T, 1.0f, shifted(P, j * TT), {NH * TT, group * TT, 1},
+                     shifted(dO2, (long)j * hs), {T * dO2.ld, (long)group * hs, 1}, 1.0f, dv, KVC,
+                     {(long)T * KVC, hs, 1}, B, NKV);
+  gpu_causal_softmax_backward(datt, att, rows, T, scale, g->s);
+  gtq_operand dS = gtq_operand_for_gemm(gq, qk, USE_DX_DY, SLOT_DY, FILL, datt, T, rows, T);
+  gtq_operand K = gtq_operand_for_gemm(gq, qk, USE_DX_W, SLOT_W, REUSE, k, KVC, N, KVC);
+  gtq_operand dS2 = gtq_operand_for_gemm(gq, qk, USE_DW_DY, SLOT_DY, REUSE, datt, T, rows, T);
+  gtq_operand Q = gtq_operand_for_gemm(gq, qk, USE_DW_X, SLOT_X, REUSE, q, C, N, C);
+  /* dQ = dS K */
+  gtq_gemm_batched(gq, false, false, T, hs, T, 1.0f, dS, {NH * TT, TT, 1}, K,
+                   {T * K.ld, hs, group}, 0.0f, dq, C, {(long)T * C, hs, 1}, B, NH);
+  /* dK += dS^T Q */
+  for (int j = 0; j < group; j++)
+    gtq_gemm_batched(gq, true, false, T, hs, T, 1.0f, shifted(dS2, j * TT), {NH * TT, group * TT, 1},
+                     shifted(Q, (long)j * hs), {T * Q.ld, (long)group * hs, 1}, 1.0f, dk, KVC,
+                     {(long)T * KVC, hs, 1}, B, NKV);
+}
+
+/* The fused kernel's bf16 inputs: the site's quantized copy when the recipe
+ * quantizes attention (a bf16 slot, checked at construction), else plain bf16. */
+static const __nv_bfloat16 *flash_input(gpu_model *g, int site, int use, int slot,
+                                        const float *x, long rows, long cols,
+                                        __nv_bfloat16 *plain) {
+  if (site >= 0 && g->sites[site].op[use].enabled) {
+    gtq_operand o = gtq_operand_for_gemm(g->gq, site, use, slot, FILL, x, cols, rows, cols);
+    return (const __nv_bfloat16 *)o.ptr;
+  }
+  const size_t n = (size_t)rows * cols;
+  k_bf16<<<(unsigned)((n + 255) / 256 < 65535u * 8 ? (n + 255) / 256 : 65535u * 8), 256, 0, g->s>>>(
+      x, plain, n);
+  gtq_check(cudaGetLastError(), "bf16");
+  return plain;
+}
+
+static void flash_forward(gpu_model *g, float *out, float *lse, const float *q, const float *k,
+                          const float *v, int l) {
+  const model_config &c = g->cfg;
+  const int N = g->B * g->T, hs = c.dim / c.n_heads, KVC = c.n_kv_heads * hs;
+  const int qk = site_index(g, l, SITE_ATT_QK), pv = site_index(g, l, SITE_ATT_PV);
+  const size_t BTC = (size_t)N * c.dim, BTK = (size_t)N * KVC;
+  const __nv_bfloat16 *Q = flash_input(g, qk, USE_FWD_X, SLOT_X, q, N, c.dim, g->fq + l * BTC);
+  const __nv_bfloat16 *K = flash_input(g, qk, USE_FWD_W, SLOT_W, k, N, KVC, g->fk + l * BTK);
+  const __nv_bfloat16 *V = flash_input(g, pv, USE_FWD_W, SLOT_W, v, N, KVC, g->fv + l * BTK);
+  gtq_check(flash_attention_forward(out, lse, Q, K, V, g->B, g->T, c.n_heads, c.n_kv_heads, hs,
+                                    g->p_bits, g->s),
+            "flash_attention_forward");
+}
+
+static void flash_backward(gpu_model *g, float *dq, float *dk, float *dv, const float *dout,
+                           const float *out, const float *lse, const float *q, const float *k,
+                           const float *v, int l) {
+  const model_config &c = g->cfg;
+  const int N = g->B * g->T, hs = c.dim / c.n_heads, KVC = c.n_kv_heads * hs;
+  const int qk = site_index(g, l, SITE_ATT_QK), pv = site_index(g, l, SITE_ATT_PV);
+  const size_t BTC = (size_t)N * c.dim, BTK = (size_t)N * KVC;
+  /* the quantized copies of the forward, or the plain ones kept per layer */
+  auto kept = [&](int site, int use, int slot, __nv_bfloat16 *plain) -> const __nv_bfloat16 * {
+    if (site >= 0 && g->sites[site].op[use].enabled)
+      return (const __nv_bfloat16 *)gtq_operand_for_gemm(g->gq, site, use, slot, REUSE, nullptr, 0,
+                                                         0, 0).ptr;
+    return plain;
+  };
+  (void)q, (void)k, (void)v;
+  const __nv_bfloat16 *Q = kept(qk, USE_DW_X, SLOT_X, g->fq + l * BTC);
+  const __nv_bfloat16 *K = kept(qk, USE_DX_W, SLOT_W, g->fk + l * BTK);
+  const __nv_bfloat16 *V = kept(pv, USE_DX_W, SLOT_W, g->fv + l * BTK);
+  const __nv_bfloat16 *dO = flash_input(g, pv, USE_DX_DY, SLOT_DY, dout, N, c.dim, g->fdo);
+  gtq_check(flash_attention_backward(dq, dk, dv, dO, out, lse, Q, K, V, g->B, g->T, c.n_heads,
+                                     c.n_kv_heads, hs, g->p_bits, g->flash_scratch, g->s),
+            "flash_attention_backward");
+}
+
+/* --------------------------------------------------------------- model */
+
+static void point_params(param_tensors *p, float *mem, const size_t *sizes) {
+  float **ptrs[NUM_PARAM_TENSORS] = {&p->wte, &p->rms1, &p->wq, &p->wk, &p->wv, &p->wo,
+                                     &p->rms2, &p->w1, &p->w3, &p->w2, &p->rmsf, &p->lm_head};
+  for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
+    *ptrs[i] = mem;
+    mem += sizes[i];
+  }
+}
+
+/* Whether the fused kernel can stand for the attention sites of this recipe:
+ * unquantized attention (bf16 inputs, as a bf16 model computes it), or every
+ * attention operand unscaled, round-to-nearest-even, in a format of the BF16
+ * path with float32's exponent range (bf16, E8M3..E8M6), whose mantissa width
+ * the kernel then applies to P and dS too. */
+static const char *flash_recipe_check(const tq_site *sites, const model_config &c, int *p_bits) {
+  *p_bits = 7;
+  if (!sites) return NULL;
+  int bits = -1;
+  for (int l = 0; l < c.n_layers; l++)
+    for (int kind = SITE_ATT_QK; kind <= SITE_ATT_PV; kind++)
+      for (int u = 0; u < USES_PER_SITE; u++) {
+        const exmy_operand_quant &q = sites[l * SITES_PER_LAYER + kind].op[u];
+        if (!q.enabled) {
+          if (bits >= 0) return "attention operands partly quantized";
+          bits = -2;
+          continue;
+        }
+        if (bits == -2) return "attention operands partly quantized";
+        if (q.scaling.kind != EXMY_SCALING_NONE || q.round.mode != EXMY_RNE ||
+            q.format.exp_bits != 8 || q.format.man_bits > 7 || q.round.flush_subnormals ||
+            !exmy_cuda_bf16_exact(&q.format))
+          return "attention_kernel = flash needs the attention operands unquantized or in an "
+                 "E8 format of <= 7 mantissa bits, unscaled, rne";
+        if (bits >= 0 && bits != q.format.man_bits) return "attention formats differ";
+        bits = q.format.man_bits;
+      }
+  if (bits >= 0) *p_bits = bits;
+  return NULL;
+}
+
+extern "C" gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *sites,
+                                    int n_sites, int B, int T, gpu_attention_kind attention,
+                                    char *err, size_t errlen) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 1) {
+    snprintf(err, errlen, "no CUDA GPU found (device = gpu)");
+    return NULL;
+  }
+  const model_config &c = m->cfg;
+  int p_bits = 7;
+  if (attention == GPU_ATTENTION_FLASH) {
+    const int hs = c.dim / c.n_heads;
+    if (!flash_attention_supported(hs, T)) {
+      snprintf(err, errlen, "attention_kernel = flash does not serve head size %d, T = %d", hs, T);
+      return NULL;
+    }
+    const char *why = flash_recipe_check(sites, c, &p_bits);
+    if (why) {
+      snprintf(err, errlen, "%s", why);
+      return NULL;
+    }
+  }
+  gpu_model *g = new gpu_model();
+  g->cfg = c;
+  g->B = B;
+  g->T = T;
+  g->attention = attention;
+  g->p_bits = p_bits;
+  g->rc = rc;
+  g->sites = sites;
+  gtq_check(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking), "stream");
+  g->num_params = m->num_params;
+  memcpy(g->param_sizes, m->param_sizes, sizeof g->param_sizes);
+  g->params_mem = dalloc<float>(g->num_params);
+  g->grads_mem = dalloc<float>(g->num_params);
+  g->mom1 = dalloc<float>(g->num_params);
+  g->mom2 = dalloc<float>(g->num_params);
+  point_params(&g->p, g->params_mem, g->param_sizes);
+  point_params(&g->gr, g->grads_mem, g->param_sizes);
+
+  const size_t L = c.n_layers, C = c.dim, H = c.hidden, V = c.vocab, NH = c.n_heads;
+  const size_t hs = C / NH, KVC = c.n_kv_heads * hs, BT = (size_t)B * T;
+  g->res = dalloc<float>((L + 1) * BT * C);
+  g->ln1 = dalloc<float>(L * BT * C);
+  g->ln1_rstd = dalloc<float>(L * BT);
+  g->q = dalloc<float>(L * BT * C);
+  g->k = dalloc<float>(L * BT * KVC);
+  g->v = dalloc<float>(L * BT * KVC);
+  if (attention == GPU_ATTENTION_MATERIALIZED) {
+    g->att = dalloc<float>(L * B * NH * T * T);
+    g->datt = dalloc<float>((size_t)B * NH * T * T);
+  } else {
+    g->lse = dalloc<float>(L * B * NH * T);
+    const bool quantized = sites && sites[SITE_ATT_QK].op[USE_FWD_X].enabled;
+    /* plain bf16 copies kept per layer for the backward (unquantized attention) */
+    g->fq = dalloc<__nv_bfloat16>(quantized ? 1 : L * BT * C);
+    g->fk = dalloc<__nv_bfloat16>(quantized ? 1 : L * BT * KVC);
+    g->fv = dalloc<__nv_bfloat16>(quantized ? 1 : L * BT * KVC);
+    g->fdo = dalloc<__nv_bfloat16>(BT * C);
+    g->flash_scratch = dalloc<char>(flash_attention_scratch_bytes(B, T, NH, c.n_kv_heads, hs));
+  }
+  g->atty = dalloc<float>(L * BT * C);
+  g->res_mid = dalloc<float>(L * BT * C);
+  g->ln2 = dalloc<float>(L * BT * C);
+  g->ln2_rstd = dalloc<float>(L * BT);
+  g->h1 = dalloc<float>(L * BT * H);
+  g->h3 = dalloc<float>(L * BT * H);
+  g->hg = dalloc<float>(L * BT * H);
+  g->lnf = dalloc<float>(BT * C);
+  g->lnf_rstd = dalloc<float>(BT);
+  g->probs = dalloc<float>(BT * V);
+  g->losses = dalloc<float>(BT);
+  g->dres = dalloc<float>(BT * C);
+  g->dln = dalloc<float>(BT * C);
+  g->datty = dalloc<float>(BT * C);
+  g->dq = dalloc<float>(BT * C);
+  g->dk = dalloc<float>(BT * KVC);
+  g->dv = dalloc<float>(BT * KVC);
+  g->dh1 = dalloc<float>(BT * H);
+  g->dh3 = dalloc<float>(BT * H);
+  g->dhg = dalloc<float>(BT * H);
+  /* RoPE tables computed by the host code of model.c, so both devices rotate alike */
+  float *cos_t = (float *)malloc(sizeof(float) * T * hs / 2),
+        *sin_t = (float *)malloc(sizeof(float) * T * hs / 2);
+  rope_tables(cos_t, sin_t, T, (int)hs, 10000.0);
+  g->rope_cos = dalloc<float>((size_t)T * hs / 2);
+  g->rope_sin = dalloc<float>((size_t)T * hs / 2);
+  gtq_check(cudaMemcpy(g->rope_cos, cos_t, sizeof(float) * T * hs / 2, cudaMemcpyHostToDevice), "rope");
+  gtq_check(cudaMemcpy(g->rope_sin, sin_t, sizeof(float) * T * hs / 2, cudaMemcpyHostToDevice), "rope");
+  free(cos_t);
+  free(sin_t);
+  g->tokens = dalloc<int>(BT);
+  g->targets = dalloc<int>(BT);
+  g->bucket_start = dalloc<int>(V + 1);
+  g->bucket_pos = dalloc<int>(BT);
+  g->h_bucket_start = (int *)malloc(sizeof(int) * (V + 1));
+  g->h_bucket_pos = (int *)malloc(sizeof(int) * BT);
+  g->loss_dev = dalloc<double>(1);
+  g->sumsq = dalloc<double>(1);
+  g->sumsq_scratch = dalloc<double>(gpu_sumsq_scratch(g->num_params));
+  g->gq = gtq_new(sites, n_sites, g->s);
+  gpu_model_upload(g, m->params_mem, NULL, NULL);
+  return g;
+}
+
+extern "C" void gpu_model_free(gpu_model *g) {
+  if (!g) return;
+  gtq_free(g->gq);
+  void *bufs[] = {g->params_mem, g->grads_mem, g->mom1, g->mom2, g->res, g->ln1, g->ln1_rstd,
+                  g->q, g->k, g->v, g->att, g->atty, g->res_mid, g->ln2, g->ln2_rstd, g->h1,
+                  g->h3, g->hg, g->lnf, g->lnf_rstd, g->probs, g->losses, g->lse, g->dres,
+                  g->dln, g->datty, g->dq, g->dk, g->dv, g->datt, g->dh1, g->dh3, g->dhg,
+                  g->rope_cos, g->rope_sin, g->tokens, g->targets, g->bucket_start,
+                  g->bucket_pos, g->loss_dev, g->sumsq, g->sumsq_scratch, g->fq, g->fk, g->fv,
+                  g->fdo, g->flash_scratch};
+  for (void *b : bufs) cudaFree(b);
+  free(g->h_bucket_start);
+  free(g->h_bucket_pos);
+  cudaStreamDestroy(g->s);
+  delete g;
+}
+
+extern "C" void gpu_model_upload(gpu_model *g, const float *params, const float *mom1,
+                                 const float *mom2) {
+  const size_t bytes = g->num_params * sizeof(float);
+  gtq_check(cudaStreamSynchronize(g->s), "sync");
+  if (params) gtq_check(cudaMemcpy(g->params_mem, params, bytes, cudaMemcpyHostToDevice), "upload");
+  if (mom1) gtq_check(cudaMemcpy(g->mom1, mom1, bytes, cudaMemcpyHostToDevice), "upload");
+  if (mom2) gtq_check(cudaMemcpy(g->mom2, mom2, bytes, cudaMemcpyHostToDevice), "upload");
+  gtq_states_upload(g->gq);
+}
+
+extern "C" void gpu_model_download(gpu_model *g, float *params, float *mom1, float *mom2) {
+  const size_t bytes = g->num_params * sizeof(float);
+  gtq_check(cudaStreamSynchronize(g->s), "sync");
+  if (params) gtq_check(cudaMemcpy(params, g->params_mem, bytes, cudaMemcpyDeviceToHost), "download");
+  if (mom1) gtq_check(cudaMemcpy(mom1, g->mom1, bytes, cudaMemcpyDeviceToHost), "download");
+  if (mom2) gtq_check(cudaMemcpy(mom2, g->mom2, bytes, cudaMemcpyDeviceToHost), "download");
+  gtq_states_download(g->gq);
+}
+
+extern "C" void gpu_model_states_download(gpu_model *g) { gtq_states_download(g->gq); }
+extern "C" void gpu_model_states_upload(gpu_model *g) { gtq_states_upload(g->gq); }
+
+extern "C" void gpu_model_begin_step(gpu_model *g, uint64_t sr_counter, bool collect_stats) {
+  gtq_begin_step(g->gq, sr_counter, collect_stats);
+}
+extern "C" void gpu_model_fetch_stats(gpu_model *g) { gtq_fetch_stats(g->gq); }
+extern "C" float *gpu_model_params(gpu_model *g) { return g->params_mem; }
+extern "C" float *gpu_model_grads(gpu_model *g) { return g->grads_mem; }
+extern "C" const float *gpu_model_probs(gpu_model *g) { return g->probs; }
+extern "C" gtq_ctx *gpu_model_gemm(gpu_model *g) { return g->gq; }
+extern "C" double gpu_memory_in_use_gib(void) {
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return NAN;
+  return (double)(total_b - free_b) / (1024.0 * 1024.0 * 1024.0);
+}
+
+extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *targets) {
+  const model_config &c = g->cfg;
+  const int B = g->B, T = g->T, L = c.n_layers, C = c.dim, H = c.hidden, V = c.vocab,
+            NH = c.n_heads, NKV = c.n_kv_heads, hs = C / NH, KVC = NKV * hs, N = B * T;
+  const size_t BTC = (size_t)N * C, BTK = (size_t)N * KVC, BTH = (size_t)N * H;
+  cudaStream_t s = g->s;
+  gtq_check(cudaMemcpyAsync(g->tokens, tokens, sizeof(int) * N, cudaMemcpyHostToDevice, s), "tokens");
+  gtq_check(cudaMemcpyAsync(g->targets, targets, sizeof(int) * N, cudaMemcpyHostToDevice, s), "targets");
+  /* the embedding gradient's buckets, built now while the GPU works */
+  gpu_token_buckets(tokens, N, V, g->h_bucket_start, g->h_bucket_pos);
+  gtq_check(cudaMemcpyAsync(g->bucket_start, g->h_bucket_start, sizeof(int) * (V + 1),
+                            cudaMemcpyHostToDevice, s), "buckets");
+  gtq_check(cudaMemcpyAsync(g->bucket_pos, g->h_bucket_pos, sizeof(int) * N,
+                            cudaMemcpyHostToDevice, s), "buckets");
+  const param_tensors &p = g->p;
+  gpu_encoder_forward(g->res, g->tokens, p.wte, N, C, s);
+  for (int l = 0; l < L; l++) {
+    const float *res = g->res + l * BTC;
+    float *ln1 = g->ln1 + l * BTC, *q = g->q + l * BTC, *k = g->k + l * BTK, *v = g->v + l * BTK;
+    float *atty = g->atty + l * BTC, *res_mid = g->res_mid + l * BTC, *ln2 = g->ln2 + l * BTC;
+    float *h1 = g->h1 + l * BTH, *h3 = g->h3 + l * BTH, *hg = g->hg + l * BTH;
+    float *res_out = g->res + (l + 1) * BTC;
+    gpu_rmsnorm_forward(ln1, g->ln1_rstd + (size_t)l * N, res, p.rms1 + (size_t)l * C, N, C, s);
+    linear_forward(g, q, ln1, p.wq + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_Q));
+    linear_forward(g, k, ln1, p.wk + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_K));
+    linear_forward(g, v, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V));
+    gpu_rope_forward(q, g->rope_cos, g->rope_sin, B, T, NH, hs, s);
+    gpu_rope_forward(k, g->rope_cos, g->rope_sin, B, T, NKV, hs, s);
+    if (g->attention == GPU_ATTENTION_FLASH)
+      flash_forward(g, atty, g->lse + (size_t)l * B * NH * T, q, k, v, l);
+    else
+      attention_forward(g, atty, g->att + (size_t)l * B * NH * T * T, q, k, v, l);
+    linear_forward(g, res_mid, atty, p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O));
+    gpu_add_inplace(res_mid, res, BTC, s);
+    gpu_rmsnorm_forward(ln2, g->ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, N, C, s);
+    linear_forward(g, h1, ln2, p.w1 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W1));
+    linear_forward(g, h3, ln2, p.w3 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W3));
+    gpu_swiglu_forward(hg, h1, h3, BTH, s);
+    linear_forward(g, res_out, hg, p.w2 + (size_t)l * C * H, N, H, C, site_index(g, l, SITE_W2));
+    gpu_add_inplace(res_out, res_mid, BTC, s);
+  }
+  gpu_rmsnorm_forward(g->lnf, g->lnf_rstd, g->res + L * BTC, p.rmsf, N, C, s);
+  linear_forward(g, g->probs, g->lnf, p.lm_head, N, C, V, site_index(g, L, 0));
+  gpu_crossentropy_forward(g->probs, g->losses, g->targets, N, V, s);
+  gpu_mean(g->losses, N, g->loss_dev, s);
+  double loss = 0;
+  gtq_check(cudaMemcpyAsync(&loss, g->loss_dev, sizeof loss, cudaMemcpyDeviceToHost, s), "loss");
+  gtq_check(cudaStreamSynchronize(s), "forward");
+  return (float)loss;
+}
+
+extern "C" void gpu_model_zero_grad(gpu_model *g) {
+  gtq_check(cudaMemsetAsync(g->grads_mem, 0, g->num_params * sizeof(float), g->s), "zero grad");
+}
+
+extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
+  const model_config &c = g->cfg;
+  const int B = g->B, T = g->T, L = c.n_layers, C = c.dim, H = c.hidden, V = c.vocab,
+            NH = c.n_heads, NKV = c.n_kv_heads, hs = C / NH, KVC = NKV * hs, N = B * T;
+  const size_t BTC = (size_t)N * C, BTK = (size_t)N * KVC, BTH = (size_t)N * H;
+  cudaStream_t s = g->s;
+  const param_tensors &p = g->p, &gr = g->gr;
+  float *dlogits = g->probs;
+  gpu_crossentropy_backward(dlogits, g->probs, g->targets, N, V, loss_scale / N, s);
+  gtq_check(cudaMemsetAsync(g->dln, 0, BTC * sizeof(float), s), "memset");
+  linear_backward(g, g->dln, gr.lm_head, dlogits, g->lnf, p.lm_head, N, C, V, site_index(g, L, 0));
+  gtq_check(cudaMemsetAsync(g->dres, 0, BTC * sizeof(float), s), "memset");
+  gpu_rmsnorm_backward(g->dres, gr.rmsf, g->dln, g->res + L * BTC, p.rmsf, g->lnf_rstd, N, C, s);
+  for (int l = L - 1; l >= 0; l--) {
+    const float *res = g->res + l * BTC, *ln1 = g->ln1 + l * BTC, *q = g->q + l * BTC,
+                *k = g->k + l * BTK, *v = g->v + l * BTK, *atty = g->atty + l * BTC,
+                *res_mid = g->res_mid + l * BTC, *ln2 = g->ln2 + l * BTC, *h1 = g->h1 + l * BTH,
+                *h3 = g->h3 + l * BTH, *hg = g->hg + l * BTH;
+    gtq_check(cudaMemsetAsync(g->dhg, 0, BTH * sizeof(float), s), "memset");
+    linear_backward(g, g->dhg, gr.w2 + (size_t)l * C * H, g->dres, hg, p.w2 + (size_t)l * C * H,
+                    N, H, C, site_index(g, l, SITE_W2));
+    gpu_swiglu_backward(g->dh1, g->dh3, g->dhg, h1, h3, BTH, s);
+    gtq_check(cudaMemsetAsync(g->dln, 0, BTC * sizeof(float), s), "memset");
+    linear_backward(g, g->dln, gr.w1 + (size_t)l * H * C, g->dh1, ln2, p.w1 + (size_t)l * H * C,
+                    N, C, H, site_index(g, l, SITE_W1));
+    linear_backward(g, g->dln, gr.w3 + (size_t)l * H * C, g->dh3, ln2, p.w3 + (size_t)l * H * C,
+                    N, C, H, site_index(g, l, SITE_W3));
+    gpu_rmsnorm_backward(g->dres, gr.rms2 + (size_t)l * C, g->dln, res_mid,
+                         p.rms2 + (size_t)l * C, g->ln2_rstd + (size_t)l * N, N, C, s);
+    gtq_check(cudaMemsetAsync(g->datty, 0, BTC * sizeof(float), s), "memset");
+    linear_backward(g, g->datty, gr.wo + (size_t)l * C * C, g->dres, atty,
+                    p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O));
+    gtq_check(cudaMemsetAsync(g->dk, 0, BTK * sizeof(float), s), "memset");
+    gtq_check(cudaMemsetAsync(g->dv, 0, BTK * sizeof(float), s), "memset");
+    if (g->attention == GPU_ATTENTION_FLASH)
+      flash_backward(g, g->dq, g->dk, g->dv, g->datty, atty, g->lse + (size_t)l * B * NH * T, q,
+                     k, v, l);
+    else
+      attention_backward(g, g->dq, g->dk, g->dv, g->datt, g->datty,
+                         g->att + (size_t)l * B * NH * T * T, q, k, v, l);
+    gpu_rope_backward(g->dq, g->rope_cos, g->rope_sin, B, T, NH, hs, s);
+    gpu_rope_backward(g->dk, g->rope_cos, g->rope_sin, B, T, NKV, hs, s);
+    gtq_check(cudaMemsetAsync(g->dln, 0, BTC * sizeof(float), s), "memset");
+    linear_backward(g, g->dln, gr.wq + (size_t)l * C * C, g->dq, ln1, p.wq + (size_t)l * C * C,
+                    N, C, C, site_index(g, l, SITE_Q));
+    linear_backward(g, g->dln, gr.wk + (size_t)l * KVC * C, g->dk, ln1,
+                    p.wk + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_K));
+    linear_backward(g, g->dln, gr.wv + (size_t)l * KVC * C, g->dv, ln1,
+                    p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V));
+    gpu_rmsnorm_backward(g->dres, gr.rms1 + (size_t)l * C, g->dln, res, p.rms1 + (size_t)l * C,
+                         g->ln1_rstd + (size_t)l * N, N, C, s);
+  }
+  gpu_encoder_backward(gr.wte, g->dres, g->bucket_start, g->bucket_pos, V, C, s);
+  gtq_check(cudaGetLastError(), "backward");
+}
+
+static bool decayed(int tensor) { return !(tensor == 1 || tensor == 6 || tensor == 10); }
+
+extern "C" double gpu_model_update(gpu_model *g, const adamw_hparams *h, int t, double max_norm) {
+  cudaStream_t s = g->s;
+  gpu_sumsq(g->grads_mem, g->num_params, g->sumsq_scratch, g->sumsq, s);
+  const float b1 = h->beta1, b2 = h->beta2;
+  /* the host's powf, as optim.c */
+  const float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
+  const float step_size = h->lr / bc1, bc2_sqrt = sqrtf(bc2);
+  size_t off = 0;
+  for (int ti = 0; ti < NUM_PARAM_TENSORS; ti++) {
+    const size_t n = g->param_sizes[ti];
+    const float decay = decayed(ti) ? 1.0f - h->lr * h->weight_decay : 1.0f;
+    gpu_adamw(g->params_mem + off, g->grads_mem + off, g->mom1 + off, g->mom2 + off, n, g->sumsq,
+              max_norm, b1, b2, h->eps, step_size, bc2_sqrt, decay, s);
+    off += n;
+  }
+  if (g->rc && g->rc->coat) {
+    /* recipe_store_moments: the moments as COAT stores them */
+    const recipe *r = g->rc;
+    exmy_rounding_opts o = {};
+    o.mode = EXMY_RNE;
+    o.saturate = true;
+    for (int i = 0; i < 2; i++)
+      gtq_check(exmy_cuda_quantize_group_scaled_f32(&r->moment_format[i], &o, r->moment_group, 0,
+                                                    false, r->moment_dre, i ? g->mom2 : g->mom1,
+                                                    i ? g->mom2 : g->mom1, 1, g->num_params, s),
+                "COAT moments");
+  }
+  double sumsq = 0;
+  gtq_check(cudaMemcpyAsync(&sumsq, g->sumsq, sizeof sumsq, cudaMemcpyDeviceToHost, s), "norm");
+  gtq_check(cudaStreamSynchronize(s), "update");
+  return sqrt(sumsq);
+}

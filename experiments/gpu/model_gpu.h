@@ -1,0 +1,77 @@
+/*
+ * The LLaMA model of experiments/model.h on the GPU: the same layers in the
+ * same order, every matrix product through the recipe's GEMM (gemm.h), all
+ * state on the device between steps; the host sees the loss, the gradient
+ * norm, the statistics of stats steps and, for checkpoints, the parameters.
+ *
+ * Parameters, gradients, AdamW moments: one device allocation each, in the
+ * host model's storage order (model_param_sizes), so a checkpoint is the same
+ * bytes whichever device wrote it.
+ */
+#ifndef EXPERIMENTS_GPU_MODEL_GPU_H
+#define EXPERIMENTS_GPU_MODEL_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" { /* the C headers of experiments/ have no guards of their own */
+#endif
+#include "experiments/model.h"
+#include "experiments/optim.h"
+#include "experiments/recipe.h"
+
+typedef enum {
+  GPU_ATTENTION_MATERIALIZED = 0, /* scores stored, each product through the recipe: model.c exactly */
+  GPU_ATTENTION_FLASH,            /* fused bf16 kernel (flash_attention.h) */
+} gpu_attention_kind;
+
+typedef struct gpu_model gpu_model;
+
+/* A device copy of host model m (its configuration and parameters) for
+ * micro-batches of B x T, with the recipe's sites (NULL: float32 throughout;
+ * their delayed states are copied to the device).  NULL with a message in err
+ * when the GPU or the configuration cannot serve. */
+gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *sites, int n_sites, int B,
+                         int T, gpu_attention_kind attention, char *err, size_t errlen);
+void gpu_model_free(gpu_model *g);
+
+/* Host <-> device: parameters, AdamW moments and the delayed-scaling states
+ * of the sites (synchronous). */
+void gpu_model_upload(gpu_model *g, const float *params, const float *mom1, const float *mom2);
+void gpu_model_download(gpu_model *g, float *params, float *mom1, float *mom2);
+/* Only the delayed-scaling states (validation must leave them untouched). */
+void gpu_model_states_download(gpu_model *g);
+void gpu_model_states_upload(gpu_model *g);
+
+/* As tq_sr_counter / tq_collect_stats at the start of a step. */
+void gpu_model_begin_step(gpu_model *g, uint64_t sr_counter, bool collect_stats);
+/* Copies this step's statistics into the host sites. */
+void gpu_model_fetch_stats(gpu_model *g);
+
+/* model_forward: tokens and targets (B x T) on the host; returns the mean
+ * loss (float, as m->loss; synchronises). */
+float gpu_model_forward(gpu_model *g, const int *tokens, const int *targets);
+void gpu_model_zero_grad(gpu_model *g);
+/* model_backward of the last forward. */
+void gpu_model_backward(gpu_model *g, float loss_scale);
+/* grad_global_norm, grad_clip (max_norm > 0), adamw_update and
+ * recipe_store_moments; returns the norm before clipping. */
+double gpu_model_update(gpu_model *g, const adamw_hparams *h, int t, double max_norm);
+
+/* For tests: device pointers of the parameter and gradient blocks, and the
+ * logits/probabilities of the last forward (B*T x V, device). */
+float *gpu_model_params(gpu_model *g);
+float *gpu_model_grads(gpu_model *g);
+const float *gpu_model_probs(gpu_model *g);
+/* Device memory in use now (all of this process's allocations), GiB. */
+double gpu_memory_in_use_gib(void);
+/* The recipe's GEMM context (gemm.h), to read its operand slots. */
+struct gtq_ctx *gpu_model_gemm(gpu_model *g);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EXPERIMENTS_GPU_MODEL_GPU_H */

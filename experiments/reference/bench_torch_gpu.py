@@ -1,0 +1,56 @@
+"""The GPU speed reference of issue 6: the model of llama_torch.py trained in
+PyTorch the way a practitioner would on an H100 (bf16 autocast,
+scaled_dot_product_attention, fused AdamW, gradient clipping), eager and
+torch.compile'd.  Writes one line per mode: MODE MS_PER_STEP TOKENS_PER_S PEAK_GIB.
+
+usage: bench_torch_gpu.py [--size 120m] [--batch 32] [--steps 20] [--out FILE]
+"""
+import argparse
+import time
+
+import torch
+
+from llama_torch import SIZES, Llama
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--size", default="120m")
+ap.add_argument("--batch", type=int, default=32)
+ap.add_argument("--steps", type=int, default=20)
+ap.add_argument("--out", default="/dev/stdout")
+a = ap.parse_args()
+V, C, L, NH, NKV, H, T = SIZES[a.size]
+B = a.batch
+torch.backends.cuda.matmul.allow_tf32 = True
+lines = []
+for mode in ("eager", "compiled"):
+    torch.manual_seed(0)
+    model = Llama(V, C, L, NH, NKV, H, T)
+    model.init_weights(1337)
+    model.sdpa = True
+    model = model.cuda()
+    opt = torch.optim.AdamW(model.param_groups(0.1), lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    fwd = torch.compile(model) if mode == "compiled" else model
+    torch.cuda.reset_peak_memory_stats()
+    x = torch.randint(0, V, (B, T + 1), device="cuda")
+    times = []
+    for step in range(a.steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            _, loss = fwd(x[:, :-1], x[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    warm = sorted(times[5:])
+    ms = warm[len(warm) // 2] * 1e3
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    print(f"torch {torch.__version__} {mode}: {ms:.1f} ms/step, {B * T / ms * 1e3:.0f} tokens/s, "
+          f"peak {peak:.1f} GiB, loss {loss.item():.4f}", flush=True)
+    lines.append(f"{mode} {ms:.2f} {B * T / ms * 1e3:.0f} {peak:.2f}")
+    del model, opt, fwd
+    torch.cuda.empty_cache()
+with open(a.out, "w") as f:
+    f.write("\n".join(lines) + "\n")

@@ -1,0 +1,844 @@
+/*
+ * Fused causal attention, FlashAttention-2 style (see flash_attention.h for
+ * the contract).  Tensor-core products are mma.sync.m16n8k16 (bf16 in, fp32
+ * accumulate) with operands fetched from shared memory by ldmatrix.
+ *
+ * Fragment layouts of m16n8k16 (lane = 4 * g + t):
+ *   A (16x16, row-major)  a0:(g, 2t..2t+1) a1:(g+8, 2t..) a2:(g, 2t+8..) a3:(g+8, 2t+8..)
+ *   B (16x8, "col")       b0:(k 2t..2t+1, n g)  b1:(k 2t+8.., n g)
+ *   C (16x8)              c0,c1:(g, 2t..2t+1)   c2,c3:(g+8, 2t..2t+1)
+ * so the accumulators of two adjacent 8-column tiles of S are, element for
+ * element, the A fragment of the 16-wide k step of P: P never leaves the
+ * registers.
+ *
+ * Forward: one CTA per (batch, head, block of query rows); each warp owns
+ * MT x 16 rows and walks the key blocks from 0 to the diagonal with an online
+ * softmax in the log2 domain.  As in FlashAttention-2 the row sum l is the
+ * sum of the fp32 P; P is rounded only as an operand of P V.
+ *
+ * Backward (deterministic, no atomics), three kernels:
+ *   prep: D = rowsum(dO * O) and lse * log2(e), both padded to Tp rows
+ *         (D = 0, lse = +inf past T, so padded query rows have P = 0);
+ *   dkdv: one CTA per (batch, kv head, 64 keys); loops over every head of the
+ *         group and every query block at or after the diagonal, holding dK
+ *         and dV in registers; computes the transposed products
+ *         S^T = K Q^T, dV += P^T dO, dP^T = V dO^T, dK += dS^T Q;
+ *   dq:   one CTA per (batch, head, 64 queries); recomputes S and dP and
+ *         accumulates dQ += dS K over the key blocks.
+ * dS = P (dP - D) scale, with P the fp32 probabilities, rounded like P.
+ *
+ * Shared-memory tiles have rows of hs + 8 bf16 (16 bytes of padding), which
+ * makes the 8 row addresses of every ldmatrix fall in distinct banks.
+ * Rows past T are zero-filled on load and never stored, so any T >= 1 works.
+ */
+#include "experiments/gpu/flash_attention.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+namespace {
+
+typedef __nv_bfloat16 bf16;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kTpad = 128; /* lse2 / D rows are padded to a multiple of this */
+
+/* ------------------------------------------------------------ primitives */
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16-byte copy global -> shared; pred false writes zeros (src-size 0). */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool pred) {
+  const int n = pred ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* Round to nearest even keeping 23 - shift mantissa bits (bf16's exponent
+ * range, subnormals included).  The result is a bf16 value for shift >= 16,
+ * so the conversion that follows is exact. */
+__device__ __forceinline__ float round_mantissa(float x, int shift) {
+  uint32_t u = __float_as_uint(x);
+  u += ((1u << (shift - 1)) - 1u) + ((u >> shift) & 1u);
+  u &= ~((1u << shift) - 1u);
+  return __uint_as_float(u);
+}
+
+/* Two floats -> bf16x2 (lo in the low half), rounded to nearest even; with
+ * kRound, first to 23 - shift mantissa bits. */
+template <bool kRound>
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi, int shift) {
+  if constexpr (kRound) {
+    lo = round_mantissa(lo, shift);
+    hi = round_mantissa(hi, shift);
+  }
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+/* Accumulators of 8-column tiles 2kk and 2kk+1 -> A fragment of k step kk. */
+template <bool kRound>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4],
+                                         const float (&c1)[4], int shift) {
+  a[0] = pack_bf16x2<kRound>(c0[0], c0[1], shift);
+  a[1] = pack_bf16x2<kRound>(c0[2], c0[3], shift);
+  a[2] = pack_bf16x2<kRound>(c1[0], c1[1], shift);
+  a[3] = pack_bf16x2<kRound>(c1[2], c1[3], shift);
+}
+
+/* ldmatrix addresses inside a tile with row stride LD (elements).
+ * A operand, 16x16 at (r0, c0), row-major tile: */
+template <int LD>
+__device__ __forceinline__ uint32_t a_addr(const bf16 *s, int r0, int c0, int lane) {
+  return smem_addr(s + (r0 + (lane & 15)) * LD + c0 + (lane >> 4) * 8);
+}
+/* B operands of two 8-wide n tiles (n0, n0+8) over k step k0, from a tile
+ * stored n-major (row = n, column = k), e.g. K for S = Q K^T:
+ * r[0], r[1] = b0, b1 of tile n0; r[2], r[3] = those of tile n0 + 8. */
+template <int LD>
+__device__ __forceinline__ uint32_t b_addr(const bf16 *s, int n0, int k0, int lane) {
+  return smem_addr(s + (n0 + (lane & 7) + ((lane >> 4) << 3)) * LD + k0 + ((lane >> 3) & 1) * 8);
+}
+/* The same from a tile stored k-major (row = k, column = n), e.g. V for
+ * P V; used with ldmatrix .trans. */
+template <int LD>
+__device__ __forceinline__ uint32_t bt_addr(const bf16 *s, int k0, int n0, int lane) {
+  return smem_addr(s + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + n0 + (lane >> 4) * 8);
+}
+
+/* ROWS x HS tile of a (T, ld) bf16 matrix starting at row r0 -> shared
+ * memory with row stride HS + 8; rows >= T become zeros. */
+template <int ROWS, int HS, int NTHREADS>
+__device__ __forceinline__ void load_tile(bf16 *s, const bf16 *g, size_t ld, int r0, int T,
+                                          int tid) {
+  constexpr int CH = HS / 8, LD = HS + 8;
+#pragma unroll
+  for (int i = tid; i < ROWS * CH; i += NTHREADS) {
+    const int r = i / CH, c = i % CH;
+    const bool ok = r0 + r < T;
+    const bf16 *src = ok ? g + (size_t)(r0 + r) * ld + c * 8 : g;
+    cp_async16(smem_addr(s + r * LD + c * 8), src, ok);
+  }
+}
+
+/* N floats (N % 4 == 0, always in bounds: the arrays are padded). */
+template <int N>
+__device__ __forceinline__ void load_vec(float *s, const float *g, int tid) {
+  if (tid < N / 4) cp_async16(smem_addr(s + tid * 4), g + tid * 4, true);
+}
+
+/* --------------------------------------------------------------- forward */
+
+template <int HS, int WARPS, int MT, int BC>
+struct FwdCfg {
+  static constexpr int kThreads = WARPS * 32, kBR = WARPS * MT * 16, kLD = HS + 8;
+  static constexpr size_t kSmem = (size_t)(kBR + 4 * BC) * kLD * sizeof(bf16);
+};
+
+template <int HS, int WARPS, int MT, int BC, bool kRound>
+__global__ void __launch_bounds__(WARPS * 32)
+    flash_fwd_kernel(float *__restrict__ out, float *__restrict__ lse,
+                     const bf16 *__restrict__ q, const bf16 *__restrict__ k,
+                     const bf16 *__restrict__ v, int T, int NH, int NKV, float scale_log2,
+                     int shift) {
+  typedef FwdCfg<HS, WARPS, MT, BC> C;
+  constexpr int NT = C::kThreads, BR = C::kBR, LD = C::kLD, KS = HS / 16;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16 *sQ = (bf16 *)smem, *sK = sQ + BR * LD, *sV = sK + 2 * BC * LD;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
+  const int nqb = (T + BR - 1) / BR, q0 = (nqb - 1 - (int)blockIdx.y) * BR;
+  const size_t ldq = (size_t)NH * HS, ldkv = (size_t)NKV * HS;
+  const bf16 *qg = q + (size_t)b * T * ldq + (size_t)h * HS;
+  const bf16 *kg = k + (size_t)b * T * ldkv + (size_t)kvh * HS;
+  const bf16 *vg = v + (size_t)b * T * ldkv + (size_t)kvh * HS;
+  const int nkb = (min(q0 + BR, T) + BC - 1) / BC;
+  const int row0 = q0 + warp * MT * 16; /* first query row of this warp */
+
+  load_tile<BR, HS, NT>(sQ, qg, ldq, q0, T, tid);
+  load_tile<BC, HS, NT>(sK, kg, ldkv, 0, T, tid);
+  load_tile<BC, HS, NT>(sV, vg, ldkv, 0, T, tid);
+  cp_async_commit();
+
+  uint32_t qf[MT][KS][4];
+  float o[MT][HS / 8][4];
+  float mrow[MT][2], lrow[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+    for (int d = 0; d < HS / 8; d++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) o[mt][d][e] = 0.f;
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+      mrow[mt][hf] = -INFINITY;
+      lrow[mt][hf] = 0.f;
+    }
+  }
+
+  for (int kb = 0; kb < nkb; kb++) {
+    const int st = kb & 1;
+    if (kb + 1 < nkb) {
+      load_tile<BC, HS, NT>(sK + (st ^ 1) * BC * LD, kg, ldkv, (kb + 1) * BC, T, tid);
+      load_tile<BC, HS, NT>(sV + (st ^ 1) * BC * LD, vg, ldkv, (kb + 1) * BC, T, tid);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    if (kb == 0) {
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++)
+          ldsm_x4(qf[mt][kk], a_addr<LD>(sQ, warp * MT * 16 + mt * 16, kk * 16, lane));
+    }
+    const bf16 *cK = sK + st * BC * LD, *cV = sV + st * BC * LD;
+
+    /* S = Q K^T (raw dot products) */
+    float s[MT][BC / 8][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+      for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[mt][n][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+      for (int np = 0; np < BC / 16; np++) {
+        uint32_t bfr[4];
+        ldsm_x4(bfr, b_addr<LD>(cK, np * 16, kk * 16, lane));
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+          mma_bf16(s[mt][2 * np], qf[mt][kk], bfr[0], bfr[1]);
+          mma_bf16(s[mt][2 * np + 1], qf[mt][kk], bfr[2], bfr[3]);
+        }
+      }
+
+    /* causal mask where this key block reaches past the warp's first row */
+    if (kb * BC + BC - 1 > row0) {
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const int col = kb * BC + n * 8 + 2 * t4 + (e & 1);
+            const int row = row0 + mt * 16 + g + (e >> 1) * 8;
+            if (col > row) s[mt][n][e] = -INFINITY;
+          }
+    }
+
+    /* online softmax (log2 domain); key 0 is in every row's first block, so
+     * the running max is finite from the first block on */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+      for (int hf = 0; hf < 2; hf++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < BC / 8; n++)
+          mx = fmaxf(mx, fmaxf(s[mt][n][2 * hf], s[mt][n][2 * hf + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mnew = fmaxf(mrow[mt][hf], mx * scale_log2);
+        const float alpha = ex2(mrow[mt][hf] - mnew);
+        mrow[mt][hf] = mnew;
+#pragma unroll
+        for (int d = 0; d < HS / 8; d++) {
+          o[mt][d][2 * hf] *= alpha;
+          o[mt][d][2 * hf + 1] *= alpha;
+        }
+        float sum = 0.f;
+#pragma unroll
+        for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+          for (int e = 0; e < 2; e++) {
+            const float p = ex2(fmaf(s[mt][n][2 * hf + e], scale_log2, -mnew));
+            s[mt][n][2 * hf + e] = p;
+            sum += p;
+          }
+        lrow[mt][hf] = lrow[mt][hf] * alpha + sum;
+      }
+
+    /* O += P V */
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; kk++) {
+      uint32_t pa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++)
+        acc_to_a<kRound>(pa[mt], s[mt][2 * kk], s[mt][2 * kk + 1], shift);
+#pragma unroll
+      for (int dp = 0; dp < HS / 16; dp++) {
+        uint32_t bfr[4];
+        ldsm_x4_t(bfr, bt_addr<LD>(cV, kk * 16, dp * 16, lane));
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+          mma_bf16(o[mt][2 * dp], pa[mt], bfr[0], bfr[1]);
+          mma_bf16(o[mt][2 * dp + 1], pa[mt], bfr[2], bfr[3]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+      float l = lrow[mt][hf];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int row = row0 + mt * 16 + g + hf * 8;
+      if (row < T) {
+        const float inv = 1.f / l;
+        float *og = out + ((size_t)b * T + row) * ldq + (size_t)h * HS + 2 * t4;
+#pragma unroll
+        for (int d = 0; d < HS / 8; d++)
+          *(float2 *)(og + d * 8) = make_float2(o[mt][d][2 * hf] * inv, o[mt][d][2 * hf + 1] * inv);
+        if (t4 == 0) lse[((size_t)b * NH + h) * T + row] = (mrow[mt][hf] + log2f(l)) * kLn2;
+      }
+    }
+}
+
+/* -------------------------------------------------------------- backward */
+
+/* D = rowsum(dO * O) and lse2 = lse * log2(e), laid out (B, NH, Tp); rows
+ * t >= T get D = 0 and lse2 = +inf.  HS / 8 threads per row, rows ordered as
+ * in memory (b, t, h). */
+template <int HS>
+__global__ void flash_bwd_prep_kernel(float *__restrict__ lse2, float *__restrict__ Dd,
+                                      const float *__restrict__ out,
+                                      const bf16 *__restrict__ dout,
+                                      const float *__restrict__ lse, int B, int T, int Tp,
+                                      int NH) {
+  constexpr int TPR = HS / 8;
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const size_t r = i / TPR, nrows = (size_t)B * Tp * NH;
+  const int sub = (int)(i % TPR);
+  const int h = (int)(r % NH), t = (int)((r / NH) % Tp), b = (int)(r / ((size_t)NH * Tp));
+  float acc = 0.f;
+  if (r < nrows && t < T) {
+    const size_t off = (((size_t)b * T + t) * NH + h) * HS + sub * 8;
+    const uint4 dv = *(const uint4 *)(dout + off);
+    const float4 o0 = *(const float4 *)(out + off), o1 = *(const float4 *)(out + off + 4);
+    const __nv_bfloat162 *d2 = (const __nv_bfloat162 *)&dv;
+    float2 f;
+    f = __bfloat1622float2(d2[0]);
+    acc = f.x * o0.x + f.y * o0.y;
+    f = __bfloat1622float2(d2[1]);
+    acc += f.x * o0.z + f.y * o0.w;
+    f = __bfloat1622float2(d2[2]);
+    acc += f.x * o1.x + f.y * o1.y;
+    f = __bfloat1622float2(d2[3]);
+    acc += f.x * o1.z + f.y * o1.w;
+  }
+#pragma unroll
+  for (int off = TPR / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (r < nrows && sub == 0) {
+    const size_t dst = ((size_t)b * NH + h) * Tp + t;
+    Dd[dst] = t < T ? acc : 0.f;
+    lse2[dst] = t < T ? lse[((size_t)b * NH + h) * T + t] * kLog2e : INFINITY;
+  }
+}
+
+template <int HS, int WARPS, int BR>
+struct DkdvCfg {
+  static constexpr int kThreads = WARPS * 32, kBC = WARPS * 16, kLD = HS + 8;
+  static constexpr size_t kSmem =
+      (size_t)(2 * kBC + 4 * BR) * kLD * sizeof(bf16) + 4 * BR * sizeof(float);
+};
+
+/* dK, dV for 16 * WARPS keys of one kv head.  kKVRegs: K and V fragments
+ * stay in registers (hs <= 64), else they are re-read from shared memory. */
+template <int HS, int WARPS, int BR, bool kKVRegs, bool kRound>
+__global__ void __launch_bounds__(WARPS * 32)
+    flash_bwd_dkdv_kernel(float *__restrict__ dk, float *__restrict__ dv,
+                          const bf16 *__restrict__ q, const bf16 *__restrict__ k,
+                          const bf16 *__restrict__ v, const bf16 *__restrict__ dout,
+                          const float *__restrict__ lse2, const float *__restrict__ Dd, int T,
+                          int Tp, int NH, int NKV, float scale_log2, float scale, int shift) {
+  typedef DkdvCfg<HS, WARPS, BR> C;
+  constexpr int NT = C::kThreads, BC = C::kBC, LD = C::kLD, KS = HS / 16;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16 *sK = (bf16 *)smem, *sV = sK + BC * LD, *sQ = sV + BC * LD, *sdO = sQ + 2 * BR * LD;
+  float *sL = (float *)(sdO + 2 * BR * LD), *sD = sL + 2 * BR;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV, group = NH / NKV;
+  const int k0 = blockIdx.y * BC; /* low key blocks have the most work: first */
+  const int qb0 = k0 / BR, nq = (T + BR - 1) / BR - qb0, nit = group * nq;
+  const size_t ldq = (size_t)NH * HS, ldkv = (size_t)NKV * HS;
+  const bf16 *kg = k + (size_t)b * T * ldkv + (size_t)kvh * HS;
+  const bf16 *vg = v + (size_t)b * T * ldkv + (size_t)kvh * HS;
+  const bf16 *qg = q + (size_t)b * T * ldq, *dog = dout + (size_t)b * T * ldq;
+  const int j0 = k0 + warp * 16; /* first key row of this warp */
+
+  auto load_q = [&](int it, int st) {
+    const int h = kvh * group + it / nq, q0 = (qb0 + it % nq) * BR;
+    load_tile<BR, HS, NT>(sQ + st * BR * LD, qg + (size_t)h * HS, ldq, q0, T, tid);
+    load_tile<BR, HS, NT>(sdO + st * BR * LD, dog + (size_t)h * HS, ldq, q0, T, tid);
+    const size_t ro = ((size_t)b * NH + h) * Tp + q0;
+    load_vec<BR>(sL + st * BR, lse2 + ro, tid);
+    load_vec<BR>(sD + st * BR, Dd + ro, tid);
+  };
+
+  load_tile<BC, HS, NT>(sK, kg, ldkv, k0, T, tid);
+  load_tile<BC, HS, NT>(sV, vg, ldkv, k0, T, tid);
+  load_q(0, 0);
+  cp_async_commit();
+
+  uint32_t kf[kKVRegs ? KS : 1][4], vf[kKVRegs ? KS : 1][4];
+  float dka[HS / 8][4], dva[HS / 8][4];
+#pragma unroll
+  for (int d = 0; d < HS / 8; d++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) dka[d][e] = dva[d][e] = 0.f;
+
+  for (int it = 0; it < nit; it++) {
+    const int st = it & 1;
+    if (it + 1 < nit) load_q(it + 1, st ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    if constexpr (kKVRegs) {
+      if (it == 0) {
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+          ldsm_x4(kf[kk], a_addr<LD>(sK, warp * 16, kk * 16, lane));
+          ldsm_x4(vf[kk], a_addr<LD>(sV, warp * 16, kk * 16, lane));
+        }
+      }
+    }
+    const int q0 = (qb0 + it % nq) * BR;
+    const bf16 *cQ = sQ + st * BR * LD, *cdO = sdO + st * BR * LD;
+    const float *cL = sL + st * BR, *cD = sD + st * BR;
+
+    /* S^T = K Q^T, 16 keys x BR queries per warp */
+    float sa[BR / 8][4];
+#pragma unroll
+    for (int n = 0; n < BR / 8; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) sa[n][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+      uint32_t a[4];
+      if constexpr (kKVRegs) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) a[e] = kf[kk][e];
+      } else {
+        ldsm_x4(a, a_addr<LD>(sK, warp * 16, kk * 16, lane));
+      }
+#pragma unroll
+      for (int np = 0; np < BR / 16; np++) {
+        uint32_t bfr[4];
+        ldsm_x4(bfr, b_addr<LD>(cQ, np * 16, kk * 16, lane));
+        mma_bf16(sa[2 * np], a, bfr[0], bfr[1]);
+        mma_bf16(sa[2 * np + 1], a, bfr[2], bfr[3]);
+      }
+    }
+
+    /* P^T = exp(S^T scale - lse[query]); zero where query < key */
+    const bool diag = q0 < j0 + 15;
+#pragma unroll
+    for (int n = 0; n < BR / 8; n++) {
+      const float2 L = *(const float2 *)(cL + n * 8 + 2 * t4);
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        float p = ex2(fmaf(sa[n][e], scale_log2, -((e & 1) ? L.y : L.x)));
+        if (diag && q0 + n * 8 + 2 * t4 + (e & 1) < j0 + g + (e >> 1) * 8) p = 0.f;
+        sa[n][e] = p;
+      }
+    }
+
+    /* dV += P^T dO */
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; kk++) {
+      uint32_t pa[4];
+      acc_to_a<kRound>(pa, sa[2 * kk], sa[2 * kk + 1], shift);
+#pragma unroll
+      for (int dp = 0; dp < HS / 16; dp++) {
+        uint32_t bfr[4];
+        ldsm_x4_t(bfr, bt_addr<LD>(cdO, kk * 16, dp * 16, lane));
+        mma_bf16(dva[2 * dp], pa, bfr[0], bfr[1]);
+        mma_bf16(dva[2 * dp + 1], pa, bfr[2], bfr[3]);
+      }
+    }
+
+    /* dP^T = V dO^T */
+    float dpa[BR / 8][4];
+#pragma unroll
+    for (int n = 0; n < BR / 8; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) dpa[n][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+      uint32_t a[4];
+      if constexpr (kKVRegs) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) a[e] = vf[kk][e];
+      } else {
+        ldsm_x4(a, a_addr<LD>(sV, warp * 16, kk * 16, lane));
+      }
+#pragma unroll
+      for (int np = 0; np < BR / 16; np++) {
+        uint32_t bfr[4];
+        ldsm_x4(bfr, b_addr<LD>(cdO, np * 16, kk * 16, lane));
+        mma_bf16(dpa[2 * np], a, bfr[0], bfr[1]);
+        mma_bf16(dpa[2 * np + 1], a, bfr[2], bfr[3]);
+      }
+    }
+
+    /* dS^T = P^T (dP^T - D[query]) scale */
+#pragma unroll
+    for (int n = 0; n < BR / 8; n++) {
+      const float2 D = *(const float2 *)(cD + n * 8 + 2 * t4);
+#pragma unroll
+      for (int e = 0; e < 4; e++)
+        dpa[n][e] = sa[n][e] * (dpa[n][e] - ((e & 1) ? D.y : D.x)) * scale;
+    }
+
+    /* dK += dS^T Q */
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; kk++) {
+      uint32_t da[4];
+      acc_to_a<kRound>(da, dpa[2 * kk], dpa[2 * kk + 1], shift);
+#pragma unroll
+      for (int dp = 0; dp < HS / 16; dp++) {
+        uint32_t bfr[4];
+        ldsm_x4_t(bfr, bt_addr<LD>(cQ, kk * 16, dp * 16, lane));
+        mma_bf16(dka[2 * dp], da, bfr[0], bfr[1]);
+        mma_bf16(dka[2 * dp + 1], da, bfr[2], bfr[3]);
+      }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int hf = 0; hf < 2; hf++) {
+    const int row = j0 + g + hf * 8;
+    if (row < T) {
+      const size_t off = ((size_t)b * T + row) * ldkv + (size_t)kvh * HS + 2 * t4;
+#pragma unroll
+      for (int d = 0; d < HS / 8; d++) {
+        *(float2 *)(dk + off + d * 8) = make_float2(dka[d][2 * hf], dka[d][2 * hf + 1]);
+        *(float2 *)(dv + off + d * 8) = make_float2(dva[d][2 * hf], dva[d][2 * hf + 1]);
+      }
+    }
+  }
+}
+
+template <int HS, int WARPS, int BC>
+struct DqCfg {
+  static constexpr int kThreads = WARPS * 32, kBR = WARPS * 16, kLD = HS + 8;
+  static constexpr size_t kSmem = (size_t)(2 * kBR + 4 * BC) * kLD * sizeof(bf16);
+};
+
+/* dQ for 16 * WARPS query rows of one head.  kQRegs: Q and dO fragments stay
+ * in registers (hs <= 64), else they are re-read from shared memory. */
+template <int HS, int WARPS, int BC, bool kQRegs, bool kRound>
+__global__ void __launch_bounds__(WARPS * 32)
+    flash_bwd_dq_kernel(float *__restrict__ dq, const bf16 *__restrict__ q,
+                        const bf16 *__restrict__ k, const bf16 *__restrict__ v,
+                        const bf16 *__restrict__ dout, const float *__restrict__ lse2,
+                        const float *__restrict__ Dd, int T, int Tp, int NH, int NKV,
+                        float scale_log2, float scale, int shift) {
+  typedef DqCfg<HS, WARPS, BC> C;
+  constexpr int NT = C::kThreads, BR = C::kBR, LD = C::kLD, KS = HS / 16;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16 *sQ = (bf16 *)smem, *sdO = sQ + BR * LD, *sK = sdO + BR * LD, *sV = sK + 2 * BC * LD;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
+  const int nqb = (T + BR - 1) / BR, q0 = (nqb - 1 - (int)blockIdx.y) * BR;
+  const size_t ldq = (size_t)NH * HS, ldkv = (size_t)NKV * HS;
+  const bf16 *qg = q + (size_t)b * T * ldq + (size_t)h * HS;
+  const bf16 *dog = dout + (size_t)b * T * ldq + (size_t)h * HS;
+  const bf16 *kg = k + (size_t)b * T * ldkv + (size_t)kvh * HS;
+  const bf16 *vg = v + (size_t)b * T * ldkv + (size_t)kvh * HS;
+  const int nkb = (min(q0 + BR, T) + BC - 1) / BC;
+  const int row0 = q0 + warp * 16;
+
+  float L[2], D[2];
+#pragma unroll
+  for (int hf = 0; hf < 2; hf++) {
+    const size_t ri = ((size_t)b * NH + h) * Tp + row0 + g + hf * 8;
+    L[hf] = lse2[ri];
+    D[hf] = Dd[ri];
+  }
+
+  load_tile<BR, HS, NT>(sQ, qg, ldq, q0, T, tid);
+  load_tile<BR, HS, NT>(sdO, dog, ldq, q0, T, tid);
+  load_tile<BC, HS, NT>(sK, kg, ldkv, 0, T, tid);
+  load_tile<BC, HS, NT>(sV, vg, ldkv, 0, T, tid);
+  cp_async_commit();
+
+  uint32_t qf[kQRegs ? KS : 1][4], df[kQRegs ? KS : 1][4];
+  float dqa[HS / 8][4];
+#pragma unroll
+  for (int d = 0; d < HS / 8; d++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) dqa[d][e] = 0.f;
+
+  for (int kb = 0; kb < nkb; kb++) {
+    const int st = kb & 1;
+    if (kb + 1 < nkb) {
+      load_tile<BC, HS, NT>(sK + (st ^ 1) * BC * LD, kg, ldkv, (kb + 1) * BC, T, tid);
+      load_tile<BC, HS, NT>(sV + (st ^ 1) * BC * LD, vg, ldkv, (kb + 1) * BC, T, tid);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    if constexpr (kQRegs) {
+      if (kb == 0) {
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+          ldsm_x4(qf[kk], a_addr<LD>(sQ, warp * 16, kk * 16, lane));
+          ldsm_x4(df[kk], a_addr<LD>(sdO, warp * 16, kk * 16, lane));
+        }
+      }
+    }
+    const bf16 *cK = sK + st * BC * LD, *cV = sV + st * BC * LD;
+
+    /* S = Q K^T and dP = dO V^T */
+    float sa[BC / 8][4], dpa[BC / 8][4];
+#pragma unroll
+    for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) sa[n][e] = dpa[n][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+      uint32_t a[4], c[4];
+      if constexpr (kQRegs) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          a[e] = qf[kk][e];
+          c[e] = df[kk][e];
+        }
+      } else {
+        ldsm_x4(a, a_addr<LD>(sQ, warp * 16, kk * 16, lane));
+        ldsm_x4(c, a_addr<LD>(sdO, warp * 16, kk * 16, lane));
+      }
+#pragma unroll
+      for (int np = 0; np < BC / 16; np++) {
+        uint32_t bfr[4];
+        ldsm_x4(bfr, b_addr<LD>(cK, np * 16, kk * 16, lane));
+        mma_bf16(sa[2 * np], a, bfr[0], bfr[1]);
+        mma_bf16(sa[2 * np + 1], a, bfr[2], bfr[3]);
+        ldsm_x4(bfr, b_addr<LD>(cV, np * 16, kk * 16, lane));
+        mma_bf16(dpa[2 * np], c, bfr[0], bfr[1]);
+        mma_bf16(dpa[2 * np + 1], c, bfr[2], bfr[3]);
+      }
+    }
+
+    /* P and dS = P (dP - D) scale, zero where key > query */
+    const bool diag = kb * BC + BC - 1 > row0;
+#pragma unroll
+    for (int n = 0; n < BC / 8; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        float p = ex2(fmaf(sa[n][e], scale_log2, -L[e >> 1]));
+        if (diag && kb * BC + n * 8 + 2 * t4 + (e & 1) > row0 + g + (e >> 1) * 8) p = 0.f;
+        dpa[n][e] = p * (dpa[n][e] - D[e >> 1]) * scale;
+      }
+
+    /* dQ += dS K */
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; kk++) {
+      uint32_t da[4];
+      acc_to_a<kRound>(da, dpa[2 * kk], dpa[2 * kk + 1], shift);
+#pragma unroll
+      for (int dp = 0; dp < HS / 16; dp++) {
+        uint32_t bfr[4];
+        ldsm_x4_t(bfr, bt_addr<LD>(cK, kk * 16, dp * 16, lane));
+        mma_bf16(dqa[2 * dp], da, bfr[0], bfr[1]);
+        mma_bf16(dqa[2 * dp + 1], da, bfr[2], bfr[3]);
+      }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int hf = 0; hf < 2; hf++) {
+    const int row = row0 + g + hf * 8;
+    if (row < T) {
+      float *dg = dq + ((size_t)b * T + row) * ldq + (size_t)h * HS + 2 * t4;
+#pragma unroll
+      for (int d = 0; d < HS / 8; d++)
+        *(float2 *)(dg + d * 8) = make_float2(dqa[d][2 * hf], dqa[d][2 * hf + 1]);
+    }
+  }
+}
+
+/* -------------------------------------------------------------- launchers */
+
+/* Tile shapes per head size: forward (warps, m16 tiles per warp, keys per
+ * block), backward (warps; queries per dK/dV step; keys per dQ step). */
+template <int HS>
+struct Tiles;
+template <>
+struct Tiles<32> {
+  static constexpr int kFwdWarps = 4, kFwdMT = 2, kFwdBC = 64;
+  static constexpr int kBwdWarps = 4, kDkdvBR = 64, kDqBC = 64;
+  static constexpr bool kRegs = true;
+};
+template <>
+struct Tiles<64> {
+  static constexpr int kFwdWarps = 4, kFwdMT = 2, kFwdBC = 64;
+  static constexpr int kBwdWarps = 4, kDkdvBR = 64, kDqBC = 64;
+  static constexpr bool kRegs = true;
+};
+template <>
+struct Tiles<128> {
+  static constexpr int kFwdWarps = 4, kFwdMT = 1, kFwdBC = 64;
+  static constexpr int kBwdWarps = 4, kDkdvBR = 64, kDqBC = 64;
+  static constexpr bool kRegs = false;
+};
+
+template <typename K>
+cudaError_t prepare(K kernel, size_t smem) {
+  if (smem <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+}
+
+template <int HS, bool kRound>
+cudaError_t forward(float *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
+                    int T, int NH, int NKV, int shift, cudaStream_t s) {
+  typedef Tiles<HS> X;
+  typedef FwdCfg<HS, X::kFwdWarps, X::kFwdMT, X::kFwdBC> C;
+  auto kernel = flash_fwd_kernel<HS, X::kFwdWarps, X::kFwdMT, X::kFwdBC, kRound>;
+  cudaError_t e = prepare(kernel, C::kSmem);
+  if (e != cudaSuccess) return e;
+  const float scale_log2 = (float)(kLog2e / sqrt((double)HS));
+  dim3 grid(B * NH, (T + C::kBR - 1) / C::kBR);
+  kernel<<<grid, C::kThreads, C::kSmem, s>>>(out, lse, q, k, v, T, NH, NKV, scale_log2, shift);
+  return cudaGetLastError();
+}
+
+size_t padded_T(int T) { return ((size_t)T + kTpad - 1) / kTpad * kTpad; }
+
+template <int HS, bool kRound>
+cudaError_t backward(float *dq, float *dk, float *dv, const bf16 *dout, const float *out,
+                     const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B, int T,
+                     int NH, int NKV, int shift, void *scratch, cudaStream_t s) {
+  typedef Tiles<HS> X;
+  const int Tp = (int)padded_T(T);
+  float *lse2 = (float *)scratch, *Dd = lse2 + (size_t)B * NH * Tp;
+  const float scale = (float)(1.0 / sqrt((double)HS)), scale_log2 = scale * kLog2e;
+
+  const size_t threads = (size_t)B * Tp * NH * (HS / 8);
+  flash_bwd_prep_kernel<HS><<<(unsigned)((threads + 255) / 256), 256, 0, s>>>(
+      lse2, Dd, out, dout, lse, B, T, Tp, NH);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+
+  typedef DkdvCfg<HS, X::kBwdWarps, X::kDkdvBR> C2;
+  auto k2 = flash_bwd_dkdv_kernel<HS, X::kBwdWarps, X::kDkdvBR, X::kRegs, kRound>;
+  if ((e = prepare(k2, C2::kSmem)) != cudaSuccess) return e;
+  dim3 g2(B * NKV, (T + C2::kBC - 1) / C2::kBC);
+  k2<<<g2, C2::kThreads, C2::kSmem, s>>>(dk, dv, q, k, v, dout, lse2, Dd, T, Tp, NH, NKV,
+                                         scale_log2, scale, shift);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+
+  typedef DqCfg<HS, X::kBwdWarps, X::kDqBC> C3;
+  auto k3 = flash_bwd_dq_kernel<HS, X::kBwdWarps, X::kDqBC, X::kRegs, kRound>;
+  if ((e = prepare(k3, C3::kSmem)) != cudaSuccess) return e;
+  dim3 g3(B * NH, (T + C3::kBR - 1) / C3::kBR);
+  k3<<<g3, C3::kThreads, C3::kSmem, s>>>(dq, q, k, v, dout, lse2, Dd, T, Tp, NH, NKV,
+                                         scale_log2, scale, shift);
+  return cudaGetLastError();
+}
+
+bool args_ok(int B, int T, int NH, int NKV, int hs, int p_mantissa_bits) {
+  return B >= 1 && NH >= 1 && NKV >= 1 && NH % NKV == 0 && p_mantissa_bits >= 0 &&
+         p_mantissa_bits <= 7 && flash_attention_supported(hs, T);
+}
+
+}  // namespace
+
+extern "C" int flash_attention_supported(int hs, int T) {
+  /* grid.y holds T / 64 blocks (at most 65535) */
+  return (hs == 32 || hs == 64 || hs == 128) && T >= 1 && T <= 65535 * 64;
+}
+
+extern "C" cudaError_t flash_attention_forward(float *out, float *lse, const __nv_bfloat16 *q,
+                                               const __nv_bfloat16 *k, const __nv_bfloat16 *v,
+                                               int B, int T, int NH, int NKV, int hs,
+                                               int p_mantissa_bits, cudaStream_t s) {
+  if (!args_ok(B, T, NH, NKV, hs, p_mantissa_bits)) return cudaErrorInvalidValue;
+  const int shift = 23 - p_mantissa_bits;
+  const bool rnd = p_mantissa_bits < 7;
+  switch (hs) {
+    case 32:
+      return rnd ? forward<32, true>(out, lse, q, k, v, B, T, NH, NKV, shift, s)
+                 : forward<32, false>(out, lse, q, k, v, B, T, NH, NKV, shift, s);
+    case 64:
+      return rnd ? forward<64, true>(out, lse, q, k, v, B, T, NH, NKV, shift, s)
+                 : forward<64, false>(out, lse, q, k, v, B, T, NH, NKV, shift, s);
+    default:
+      return rnd ? forward<128, true>(out, lse, q, k, v, B, T, NH, NKV, shift, s)
+                 : forward<128, false>(out, lse, q, k, v, B, T, NH, NKV, shift, s);
+  }
+}
+
+extern "C" size_t flash_attention_scratch_bytes(int B, int T, int NH, int NKV, int hs) {
+  (void)NKV;
+  (void)hs;
+  return 2 * (size_t)B * NH * padded_T(T) * sizeof(float);
+}
+
+extern "C" cudaError_t flash_attention_backward(float *dq, float *dk, float *dv,
+                                                const __nv_bfloat16 *dout, const float *out,
+                                                const float *lse, const __nv_bfloat16 *q,
+                                                const __nv_bfloat16 *k, const __nv_bfloat16 *v,
+                                                int B, int T, int NH, int NKV, int hs,
+                                                int p_mantissa_bits, void *scratch,
+                                                cudaStream_t s) {
+  if (!args_ok(B, T, NH, NKV, hs, p_mantissa_bits) || !scratch) return cudaErrorInvalidValue;
+  const int shift = 23 - p_mantissa_bits;
+  const bool rnd = p_mantissa_bits < 7;
+#define FLASH_BWD(HS, R) \
+  backward<HS, R>(dq, dk, dv, dout, out, lse, q, k, v, B, T, NH, NKV, shift, scratch, s)
+  switch (hs) {
+    case 32: return rnd ? FLASH_BWD(32, true) : FLASH_BWD(32, false);
+    case 64: return rnd ? FLASH_BWD(64, true) : FLASH_BWD(64, false);
+    default: return rnd ? FLASH_BWD(128, true) : FLASH_BWD(128, false);
+  }
+#undef FLASH_BWD
+}

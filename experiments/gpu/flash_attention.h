@@ -38,7 +38,10 @@ typedef struct __nv_bfloat16 __nv_bfloat16;
 extern "C" {
 #endif
 
-/* Whether the kernels serve this head size (e.g. 32, 64, 128) and T. */
+/* Whether the kernels serve this head size and T: hs 32, 64 or 128, any T
+ * from 1 to 65535 * 64 (T need not be a multiple of a block).  The calls
+ * below also need NH % NKV == 0 and p_mantissa_bits in 0..7; otherwise they
+ * return cudaErrorInvalidValue and launch nothing. */
 int flash_attention_supported(int hs, int T);
 
 /* out (float32) and lse (float32, log-sum-exp of each query row's scaled

@@ -11,9 +11,11 @@
  * weighted by values of both signs, so its error is of order 2^-9 times the
  * size of the terms, which the worst element over a tensor can push to a few
  * 2^-8 of the tensor's largest element.  Bound: max|gpu - cpu| / max|cpu|
- * < 1e-2 (observed: see the printed table, about 2e-3 at worst).  With 3
- * mantissa bits the rounding errors grow 16-fold, which the test also checks,
- * so that the rounding is known to act at the requested precision.
+ * < 1e-2.  Observed on an H100 over the 42 shapes: out 0.9e-3 .. 1.3e-3,
+ * dq, dk, dv up to 3.2e-3; lse within 1e-6 of the double reference.  With 3
+ * mantissa bits the rounding errors should grow 16-fold (observed 18.5 at
+ * T 256), which the test checks (between 4 and 64), so that the rounding is
+ * known to act at the requested precision.
  *
  * Also: lse against a double-precision reference; determinism (two runs into
  * NaN-filled buffers give the same bits); causality (changing k and v after

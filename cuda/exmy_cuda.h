@@ -115,6 +115,15 @@ cudaError_t exmy_cuda_tensor_stats_scaled_f32(const exmy_format *f, const float 
                                               bool delayed, exmy_tensor_stats *stats,
                                               cudaStream_t stream);
 
+/* The statistics of an MX quantization: x (rows x cols) the input, y its
+ * dequantized image, scales the E8M0 codes of exmy_cuda_mx_encode_f32
+ * (blocks of `block` along a row, 0 = 32).  Ratios judged on x·2^-e and
+ * Q(x·2^-e) per block, as the CPU; scale NAN.  *stats is a device pointer. */
+cudaError_t exmy_cuda_tensor_stats_mx_f32(const exmy_format *f, int block, const float *x,
+                                          const float *y, const uint8_t *scales, size_t rows,
+                                          size_t cols, exmy_tensor_stats *stats,
+                                          cudaStream_t stream);
+
 /* Per-group scaling (EXMY_SCALING_GROUP) of a row-major rows x cols tensor:
  * each group of `group` consecutive elements of a row (0 = the whole row; the
  * last group of a row may be shorter) gets the TENSOR-formula scale of its

@@ -137,6 +137,30 @@ __global__ void __launch_bounds__(kStatThreads)
   if (threadIdx.x == 0) partial[blockIdx.x] = a;
 }
 
+/* The same for OCP MX blocks: element (r, c) has the E8M0 scale code
+ * scales[r * nblocks + c / block] = e + 127, so xs = x·2^-e and q = y·2^-e,
+ * exact (powers of two), as cpu/quantize_scaled.c's quantize_grouped sees them. */
+__global__ void __launch_bounds__(kStatThreads)
+    k_stats_partial_mx(const float *x, const float *y, const uint8_t *scales, size_t rows,
+                       size_t cols, int block, float fmax_f, float fmin_normal, Acc *partial) {
+  Acc a;
+  acc_init(a);
+  const size_t n = rows * cols, nb = (cols + block - 1) / block;
+  const size_t stride = (size_t)gridDim.x * kStatThreads;
+  for (size_t i = (size_t)blockIdx.x * kStatThreads + threadIdx.x; i < n; i += stride) {
+    const size_t r = i / cols, c = i % cols;
+    const int e = (int)scales[r * nb + c / block] - 127;
+    const float s = ldexpf(1.0f, -e);
+    acc_add(a, fmax_f, fmin_normal, x[i], x[i] * s, y[i] * s, y[i]);
+  }
+  block_reduce(a);
+  if (threadIdx.x == 0) partial[blockIdx.x] = a;
+}
+
+__global__ void k_stats_nan_scale(exmy_tensor_stats *st) {
+  st->scale = NAN; /* one scale per block */
+}
+
 /* stats->scale and, for delayed scaling, stats->delayed_over_current = the
  * scale used over exmy_scale_from_amax of this tensor's amax. */
 __global__ void k_stats_scale(exmy_tensor_stats *st, const float *scale_inv, float fmax,
@@ -446,4 +470,23 @@ extern "C" cudaError_t exmy_cuda_delayed_state_upload(exmy_cuda_delayed_state *s
   s->count = host->count;
   s->latest = host->latest;
   return cudaSuccess;
+}
+
+extern "C" cudaError_t exmy_cuda_tensor_stats_mx_f32(const exmy_format *f, int block,
+                                                     const float *x, const float *y,
+                                                     const uint8_t *scales, size_t rows,
+                                                     size_t cols, exmy_tensor_stats *stats,
+                                                     cudaStream_t stream) {
+  if (block <= 0) block = 32;
+  exmy_format_info info;
+  exmy_format_get_info(f, &info);
+  const int nb = stat_blocks();
+  Acc *partial;
+  EXMY_CUDA_TRY(cudaMallocAsync((void **)&partial, sizeof(Acc) * nb, stream));
+  k_stats_partial_mx<<<nb, kStatThreads, 0, stream>>>(x, y, scales, rows, cols, block, info.max,
+                                                      info.min_normal, partial);
+  k_stats_finish<<<1, kStatThreads, 0, stream>>>(partial, nb, stats);
+  k_stats_nan_scale<<<1, 1, 0, stream>>>(stats);
+  EXMY_CUDA_TRY(cudaGetLastError());
+  return cudaFreeAsync(partial, stream);
 }

@@ -42,6 +42,17 @@ __global__ void k_to_bf16(const float *__restrict__ y, const float *scale, __nv_
     out[i] = __float2bfloat16_rn(scale ? y[i] * s : y[i]);
 }
 
+/* dst (rows x cols, dense) = src or its transpose (leading dimension ld). */
+__global__ void k_gather(const float *__restrict__ src, long ld, bool transpose, size_t rows,
+                         size_t cols, float *__restrict__ dst) {
+  const size_t total = rows * cols;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (size_t)gridDim.x * blockDim.x) {
+    const size_t r = i / cols, c = i % cols;
+    dst[i] = transpose ? src[c * ld + r] : src[r * ld + c];
+  }
+}
+
 __global__ void k_batch_pointers(const char *a, long a_sb, long a_sh, int a_div, const char *b,
                                  long b_sb, long b_sh, int b_div, char *c, long c_sb, long c_sh,
                                  int nb, int nh, size_t ea, size_t eb, const void **pa,
@@ -100,6 +111,8 @@ struct gtq_ctx {
   int alpha_next = 0;
   void **ptrs = nullptr; /* batched GEMM pointer arrays */
   size_t ptrs_cap = 0;
+  void *mx_codes = nullptr, *mx_scales = nullptr; /* MX statistics */
+  size_t mx_codes_cap = 0, mx_scales_cap = 0;
 };
 
 enum { kAlphaRing = 4096 };
@@ -164,6 +177,8 @@ extern "C" void gtq_free(gtq_ctx *g) {
   cudaFree(g->consts);
   cudaFree(g->alphas);
   cudaFree(g->ptrs);
+  cudaFree(g->mx_codes);
+  cudaFree(g->mx_scales);
   exmy_cuda_gemm_free(g->mx);
   cublasDestroy(g->blas);
   delete g;
@@ -255,7 +270,7 @@ static void quantize_into(gtq_ctx *g, Site &s, int use, const exmy_operand_quant
 
 extern "C" gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int slot, bool fill,
                                             const float *x, long ld, long rows, long cols) {
-  gtq_operand r = {x, ld, false, nullptr, nullptr};
+  gtq_operand r = {x, ld, false, nullptr, nullptr, site, use};
   if (site < 0 || site >= g->n_sites) return r;
   const exmy_operand_quant &q = g->host[site].op[use];
   if (!q.enabled) return r;
@@ -333,11 +348,39 @@ static bool device_alpha(gtq_ctx *g, float alpha, const gtq_operand &a, const gt
   return true;
 }
 
+/* Statistics steps: the MX image of an operand as exmy_cuda_qgemm quantizes
+ * it (dense, K contiguous: rows x k), again, for its statistics. */
+static void mx_stats(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_operand_quant &q,
+                     bool transpose, size_t rows, size_t k) {
+  const size_t n = rows * k;
+  const int block = q.scaling.group > 0 ? q.scaling.group : 32;
+  const size_t nb = (k + block - 1) / block;
+  reserve(&g->stage, &g->stage_cap, 2 * n * sizeof(float));
+  reserve(&g->mx_codes, &g->mx_codes_cap, n);
+  reserve(&g->mx_scales, &g->mx_scales_cap, rows * nb);
+  float *x = (float *)g->stage, *y = x + n;
+  k_gather<<<grid_for(n), 256, 0, g->stream>>>((const float *)o.ptr, o.ld, transpose, rows, k, x);
+  gtq_check(cudaGetLastError(), "gather");
+  gtq_check(exmy_cuda_mx_encode_f32(&q.format, &q.round, block, x, rows, k,
+                                    (uint8_t *)g->mx_codes, (uint8_t *)g->mx_scales, g->stream),
+            "MX encode (statistics)");
+  gtq_check(exmy_cuda_mx_decode_f32(&q.format, block, (const uint8_t *)g->mx_codes,
+                                    (const uint8_t *)g->mx_scales, rows, k, y, g->stream),
+            "MX decode (statistics)");
+  Site &s = g->sites[o.site];
+  gtq_check(exmy_cuda_tensor_stats_mx_f32(&q.format, block, x, y, (const uint8_t *)g->mx_scales,
+                                          rows, k, &s.stats[o.use], g->stream),
+            "MX statistics");
+  s.filled_stats[o.use] = true;
+}
+
 extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
                          gtq_operand a, gtq_operand b, float beta, float *c, long ldc) {
   if (a.mx || b.mx) {
     exmy_cuda_operand_quant qa = mx_operand(g, a.mx, (size_t)m * k);
     exmy_cuda_operand_quant qb = mx_operand(g, b.mx, (size_t)k * n);
+    if (g->collect && a.mx) mx_stats(g, a, qa, ta, m, k);  /* op(A) as m x k */
+    if (g->collect && b.mx) mx_stats(g, b, qb, !tb, n, k); /* op(B)^T as n x k */
     gtq_check(exmy_cuda_qgemm(g->mx, ta, tb, m, n, k, alpha, (const float *)a.ptr, a.ld,
                               a.mx ? &qa : nullptr, (const float *)b.ptr, b.ld,
                               b.mx ? &qb : nullptr, beta, c, ldc, nullptr, nullptr, g->stream),

@@ -60,6 +60,7 @@ typedef struct {
   bool bf16;                          /* else float32 */
   const float *scale;                 /* device s of a scaled bf16 operand, or NULL */
   const exmy_operand_quant *mx;       /* MX: quantize at this use (ptr is the float tensor) */
+  int site, use;                      /* MX: whose statistics this use fills */
 } gtq_operand;
 
 /* The operand `use` of site `site` for a GEMM: fill = quantize x (rows x

@@ -36,8 +36,8 @@ maxrel() {
 
 # 1. CPU vs GPU, fp32 and bf16
 for r in fp32 bf16; do
-  run "cpu-$r" "$r" --set size=tiny --set steps=50 --set warmup=10 --set lr=3e-3 &&
-    run "gpu-$r" "$r" --set size=tiny --set steps=50 --set warmup=10 --set lr=3e-3 --set device=gpu ||
+  run "cpu-$r" "$r" --set size=tiny --set steps=50 --set warmup=10 --set lr=1e-3 &&
+    run "gpu-$r" "$r" --set size=tiny --set steps=50 --set warmup=10 --set lr=1e-3 --set device=gpu ||
     { bad "$r: run failed: $(tail -2 "$tmp"/*-$r.out)"; continue; }
   read -r m n < <(maxrel "cpu-$r" "gpu-$r")
   if [ "$n" = 50 ] && awk -v m="$m" 'BEGIN { exit !(m <= 1e-3) }'; then
@@ -60,7 +60,7 @@ for cfgfile in "$configs"/*.cfg; do
 done
 
 # 3. checkpoints across devices
-common=(--set size=tiny --set steps=20 --set warmup=5 --set lr=3e-3)
+common=(--set size=tiny --set steps=20 --set warmup=5 --set lr=1e-3)
 run full-gpu bf16 "${common[@]}" --set device=gpu
 run full-cpu bf16 "${common[@]}"
 run int-gpu bf16 "${common[@]}" --set device=gpu --set interrupt_at=10

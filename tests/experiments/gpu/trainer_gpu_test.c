@@ -81,7 +81,7 @@ START_TEST(operands_match_cpu) {
   /* a linear site: X (N x C, stored with ld C + 3), W (OC x C), dY (N x OC) */
   const int site = SITE_W1, N = 96, C = 40, OC = 72, ldx = C + 3;
   float *x = malloc(sizeof(float) * N * ldx), *w = malloc(sizeof(float) * OC * C),
-        *dy = malloc(sizeof(float) * N * OC), *got = malloc(sizeof(float) * N * ldx);
+        *dy = malloc(sizeof(float) * N * OC), *got = malloc(sizeof(float) * N * (OC > ldx ? OC : ldx));
   for (int step = 0; step < 3; step++) {
     /* growing tensors: delayed scaling lags behind, and may overflow */
     fill(x, (size_t)N * ldx, 4.0 * (1 << (3 * step)));
@@ -159,12 +159,17 @@ END_TEST
 
 /* ------------------------------------------------------------ the model */
 
-static double rel_diff(const float *a, const float *b, size_t n) {
-  double mx = 0, md = 0;
+/* max |a - b| / max |a| (l2 = 0), or ||a - b|| / ||a|| (l2 = 1) */
+static double rel_diff(const float *a, const float *b, size_t n, int l2) {
+  double mx = 0, md = 0, sa = 0, sd = 0;
   for (size_t i = 0; i < n; i++) {
+    const double d = (double)a[i] - (double)b[i];
     mx = fmax(mx, fabs((double)a[i]));
-    md = fmax(md, fabs((double)a[i] - (double)b[i]));
+    md = fmax(md, fabs(d));
+    sa += (double)a[i] * a[i];
+    sd += d * d;
   }
+  if (l2) return sa > 0 ? sqrt(sd / sa) : sqrt(sd);
   return mx > 0 ? md / mx : md;
 }
 
@@ -202,12 +207,13 @@ static void model_step_compare(const char *const *sets, const char *size, double
   double worst = 0;
   size_t off = 0;
   for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
-    const double r = rel_diff(m.grads_mem + off, gg + off, m.param_sizes[t]);
+    const double r = rel_diff(m.grads_mem + off, gg + off, m.param_sizes[t], check_weights);
     if (r > worst) worst = r;
     off += m.param_sizes[t];
   }
-  printf("model %s %s: loss cpu %.7f gpu %.7f (rel %.2e), worst gradient rel err %.2e\n", size,
-         sets[0] ? sets[0] : "fp32", m.loss, gl, dl, worst);
+  printf("model %s %s: loss cpu %.7f gpu %.7f (rel %.2e), worst gradient rel err %.2e (%s)\n", size,
+         sets[0] ? sets[0] : "fp32", m.loss, gl, dl, worst,
+         check_weights ? "relative l2 per tensor" : "max abs / max per tensor");
   ck_assert_msg(dl <= loss_tol, "loss rel %.3e > %.1e", dl, loss_tol);
   ck_assert_msg(worst <= grad_tol, "gradient rel %.3e > %.1e", worst, grad_tol);
   if (check_weights) {
@@ -251,11 +257,13 @@ START_TEST(model_e8m3_weights_bit_identical) {
                                         "quant_attention=1", "quant_lm_head=1", "rounding=sr",
                                         NULL};
   /* quantized: a float32 difference in an activation can move one value to
-   * the next E8M3 neighbour, so the loss agrees to 1e-4 and the gradients to
-   * a few E8M3 steps, while the weights, identical floats, round identically */
-  model_step_compare(e8m3, "test", 1e-4, 5e-2, 1);
-  model_step_compare(e8m3_sr, "test", 1e-4, 5e-2, 1);
-  model_step_compare(e8m3, "tiny", 1e-4, 5e-2, 1);
+   * its E8M3 neighbour (a step of 2^-3 relative), so single gradient entries
+   * may differ by that much; the loss agrees to 1e-4 and each gradient
+   * tensor to 1e-2 in relative l2 norm, while the weights, identical floats,
+   * round identically */
+  model_step_compare(e8m3, "test", 1e-4, 1e-2, 1);
+  model_step_compare(e8m3_sr, "test", 1e-4, 1e-2, 1);
+  model_step_compare(e8m3, "tiny", 1e-4, 1e-2, 1);
 }
 END_TEST
 

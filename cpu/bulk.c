@@ -1,27 +1,38 @@
 /*
  * The bulk conversions: exmy_quantize_f32, exmy_encode_f32, exmy_decode_f32.
  *
- * Each (rounding mode, flush, output type) has its own loop, instantiated from
- * cpu/bulk_kernel.h with those as constants, so that the hot loop holds no
- * switch and vectorises.  The loops are compiled three times (target_clones):
- * for x86-64-v4 (AVX-512: twice as fast again here, mostly Philox's 32x32->64
- * multiplies and ternary logic), x86-64-v3 (AVX2: 8 lanes and per-lane
- * variable shifts) and the baseline, chosen at load time, so the library never
- * executes an instruction the CPU lacks.  //tests/cpu holds each variant equal
- * to the reference (the _baseline / _avx2 test builds pin one clone).  OpenMP splits arrays above EXMY_OMP_THRESHOLD (cpu/omp_threshold.h,
- * measured by //cpu:threshold_probe) into one contiguous slice per thread.
+ * Two implementations of quantize / encode, held equal to the reference by
+ * //tests/cpu:
+ *  - on CPUs with AVX-512 (x86-64-v4), the intrinsics loops of
+ *    cpu/bulk_avx512.c for every signed format without flush (and E8M0),
+ *    chosen per call by avx512_kernel();
+ *  - everywhere else (flush, other CPUs), one C loop per (rounding mode,
+ *    flush, output type), instantiated from cpu/bulk_kernel.h with those as
+ *    constants so that the hot loop holds no switch and vectorises, compiled
+ *    three times (target_clones: x86-64-v4, x86-64-v3 with 8 lanes and
+ *    per-lane variable shifts, and the baseline) and chosen at load time, so
+ *    the library never executes an instruction the CPU lacks.  The _baseline
+ *    / _avx2 test builds pin one clone (and leave the AVX-512 loops out).
+ * OpenMP splits arrays above EXMY_OMP_THRESHOLD (cpu/omp_threshold.h, measured
+ * by //cpu:threshold_probe) into one contiguous slice per thread; arrays
+ * larger than the cache get non-temporal stores (cpu/bulk_dispatch.h).
  *
  * Stochastic rounding draws element i's word from Philox block (offset+i)/4:
- * the loops generate the blocks of a tile of elements in one vectorised pass,
- * then round the tile, so that each block is computed once for its 4 words
- * whatever the alignment of offset.
+ * the loops generate the blocks of a tile of elements in one vectorised pass
+ * (AVX-512 intrinsics where the CPU has them), then round the tile, so that
+ * each block is computed once for its 4 words whatever the alignment of
+ * offset.
  */
+#define _GNU_SOURCE /* sysconf(_SC_LEVEL3_CACHE_SIZE) */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "cpu/bulk_avx512.h"
 #include "cpu/bulk_kernel.h"
+#include "cpu/bulk_dispatch.h"
 #include "cpu/omp_threshold.h"
 #include "lib/exmy.h"
 #include "lib/philox.h"
@@ -33,10 +44,6 @@
 #else
 #define EXMY_CLONES
 #endif
-
-typedef void (*exmy_kernel_fn)(const exmy_kparams *p, const float *x,
-                               void *out, size_t n, uint64_t seed,
-                               uint64_t j0);
 
 enum { SR_TILE = 512 }; /* elements per tile of random words */
 
@@ -69,88 +76,12 @@ EXMY_CLONES static void philox_words(uint64_t seed, uint64_t b0, size_t nb,
   }
 }
 
-/* Philox over 16 blocks at a time with AVX-512 intrinsics: the compiler's
- * own vectorisation of the widening multiplies above costs twice as much, and
- * sr is bound by Philox.  Same words as philox_words (tested bit for bit). */
-#if defined(__x86_64__) && !defined(EXMY_NO_CLONES)
-#include <immintrin.h>
-#define EXMY_HAVE_PHILOX_AVX512 1
-
-/* hi and lo 32-bit halves of the 16 products m * c */
-__attribute__((target("avx512f"))) static inline void mul_hilo16(
-    __m512i c, __m512i m, __m512i *hi, __m512i *lo) {
-  const __m512i even = _mm512_mul_epu32(c, m);
-  const __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(c, 32), m);
-  *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
-  *lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
-}
-
-/* Blocks b0 + i + 16g .. for g < G (G = 1 or 2: two independent chains
- * hide the multiplies' latency, which otherwise bounds the loop). */
-#define EXMY_PHILOX16_BODY(G)                                                    \
-  {                                                                              \
-    __m512i c0[G], c1[G], c2[G], c3[G];                                          \
-    for (int g = 0; g < G; g++) {                                                \
-      c0[g] = _mm512_add_epi32(_mm512_set1_epi32((int)(lo0 + (uint32_t)(i + 16 * g))), lane); \
-      __mmask16 carry = _mm512_cmplt_epu32_mask(c0[g], _mm512_set1_epi32((int)lo0)); \
-      c1[g] = _mm512_mask_add_epi32(_mm512_set1_epi32((int)hi0), carry,          \
-                                    _mm512_set1_epi32((int)hi0), _mm512_set1_epi32(1)); \
-      c2[g] = c3[g] = _mm512_setzero_si512();                                    \
-    }                                                                            \
-    uint32_t ka = (uint32_t)seed, kb = (uint32_t)(seed >> 32);                   \
-    for (int round = 0; round < 10; round++) {                                   \
-      const __m512i kav = _mm512_set1_epi32((int)ka), kbv = _mm512_set1_epi32((int)kb); \
-      for (int g = 0; g < G; g++) {                                              \
-        __m512i h0, l0, h1, l1;                                                  \
-        mul_hilo16(c0[g], m0, &h0, &l0);                                         \
-        mul_hilo16(c2[g], m1, &h1, &l1);                                         \
-        /* 0x96: a ^ b ^ c */                                                    \
-        c0[g] = _mm512_ternarylogic_epi32(h1, c1[g], kav, 0x96);                 \
-        c2[g] = _mm512_ternarylogic_epi32(h0, c3[g], kbv, 0x96);                 \
-        c1[g] = l1;                                                              \
-        c3[g] = l0;                                                              \
-      }                                                                          \
-      ka += EXMY_PHILOX_W0;                                                      \
-      kb += EXMY_PHILOX_W1;                                                      \
-    }                                                                            \
-    for (int g = 0; g < G; g++) store_blocks16(w + 4 * (i + 16 * g), c0[g], c1[g], c2[g], c3[g]); \
-  }
-
-/* Words k = 0..3 of 16 blocks, to stream order: word k of block b at w[4b+k]. */
-__attribute__((target("avx512f"))) static inline void store_blocks16(
-    uint32_t *o, __m512i c0, __m512i c1, __m512i c2, __m512i c3) {
-  const __m512i t0 = _mm512_unpacklo_epi32(c0, c1), t1 = _mm512_unpackhi_epi32(c0, c1);
-  const __m512i t2 = _mm512_unpacklo_epi32(c2, c3), t3 = _mm512_unpackhi_epi32(c2, c3);
-  const __m512i u[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2),
-                        _mm512_unpacklo_epi64(t1, t3), _mm512_unpackhi_epi64(t1, t3)};
-  /* 128-bit lane L of u[k] holds block 4L + k */
-  for (int k = 0; k < 4; k++) {
-    _mm_storeu_si128((__m128i *)(o + 4 * k), _mm512_castsi512_si128(u[k]));
-    _mm_storeu_si128((__m128i *)(o + 4 * (4 + k)), _mm512_extracti32x4_epi32(u[k], 1));
-    _mm_storeu_si128((__m128i *)(o + 4 * (8 + k)), _mm512_extracti32x4_epi32(u[k], 2));
-    _mm_storeu_si128((__m128i *)(o + 4 * (12 + k)), _mm512_extracti32x4_epi32(u[k], 3));
-  }
-}
-
-__attribute__((target("avx512f"))) static void philox_words_avx512(
-    uint64_t seed, uint64_t b0, size_t nb, uint32_t *w) {
-  const uint32_t lo0 = (uint32_t)b0, hi0 = (uint32_t)(b0 >> 32);
-  const __m512i m0 = _mm512_set1_epi32((int)EXMY_PHILOX_M0);
-  const __m512i m1 = _mm512_set1_epi32((int)EXMY_PHILOX_M1);
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  size_t i = 0;
-  for (; i + 32 <= nb; i += 32) EXMY_PHILOX16_BODY(2)
-  for (; i + 16 <= nb; i += 16) EXMY_PHILOX16_BODY(1)
-  if (i < nb) philox_words(seed, b0 + i, nb - i, w + 4 * i);
-}
-#endif
-
-/* The words for a tile: AVX-512 where the CPU has it. */
+/* The words for a tile: AVX-512 where the CPU has it (cpu/bulk_avx512.c). */
 static inline void philox_tile(uint64_t seed, uint64_t b0, size_t nb,
                                uint32_t *w, int avx512) {
-#ifdef EXMY_HAVE_PHILOX_AVX512
+#if EXMY_HAVE_AVX512_KERNELS
   if (avx512) {
-    philox_words_avx512(seed, b0, nb, w);
+    exmy_avx512_philox_words(seed, b0, nb, w);
     return;
   }
 #endif
@@ -158,9 +89,16 @@ static inline void philox_tile(uint64_t seed, uint64_t b0, size_t nb,
   philox_words(seed, b0, nb, w);
 }
 
+/* 1 if the AVX-512 kernels run here; asked once. */
 static int cpu_has_avx512(void) {
-#ifdef EXMY_HAVE_PHILOX_AVX512
-  return __builtin_cpu_supports("avx512f");
+#if EXMY_HAVE_AVX512_KERNELS
+  static int known = -1;
+  int v = __atomic_load_n(&known, __ATOMIC_RELAXED);
+  if (v < 0) {
+    v = exmy_avx512_usable();
+    __atomic_store_n(&known, v, __ATOMIC_RELAXED);
+  }
+  return v;
 #else
   return 0;
 #endif
@@ -326,6 +264,51 @@ static int kparams_make(const exmy_format *f, const exmy_rounding_opts *o,
   return 0;
 }
 
+/* Input plus output bytes of a call from which its output goes out by
+ * non-temporal stores (cpu/bulk_dispatch.h); 0: not asked yet. */
+static size_t stream_min = 0;
+
+size_t exmy_bulk_stream_min_bytes(void) {
+  size_t v = __atomic_load_n(&stream_min, __ATOMIC_RELAXED);
+  if (v == 0) {
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    v = llc > 0 ? (size_t)llc / 2 : EXMY_STREAM_MIN_BYTES_UNKNOWN;
+    if (v < EXMY_STREAM_MIN_BYTES_FLOOR) v = EXMY_STREAM_MIN_BYTES_FLOOR;
+    __atomic_store_n(&stream_min, v, __ATOMIC_RELAXED);
+  }
+  return v;
+}
+
+void exmy_bulk_set_stream_min_bytes(size_t bytes) {
+  __atomic_store_n(&stream_min, bytes, __ATOMIC_RELAXED);
+}
+
+/* The AVX-512 kernel for these options (and p->stream set for n elements),
+ * or NULL where the C loops run: no AVX-512, flush (but for E8M0, which has
+ * no subnormals to flush), or a format whose subnormal range is wider than
+ * its mantissa (p->fast = 0). */
+static exmy_kernel_fn avx512_kernel(const exmy_format *f, const exmy_rounding_opts *o,
+                                    exmy_kparams *p, size_t n, size_t out_bytes) {
+#if EXMY_HAVE_AVX512_KERNELS
+  const int e8m0 = f->specials == EXMY_SPECIALS_E8M0;
+  if ((e8m0 || (p->fast && !o->flush_subnormals)) && cpu_has_avx512()) {
+    const size_t io = sizeof(float) + (out_bytes ? out_bytes : sizeof(float));
+    p->stream = n >= exmy_bulk_stream_min_bytes() / io;
+    return exmy_avx512_kernel(o->mode, (int)out_bytes,
+                              e8m0 ? EXMY_K512_E8M0 : p->sub_linear ? EXMY_K512_LINEAR : EXMY_K512_SUB);
+  }
+#endif
+  (void)f, (void)o, (void)p, (void)n, (void)out_bytes;
+  return NULL;
+}
+
+const char *exmy_bulk_kernel_path(const exmy_format *f, const exmy_rounding_opts *o) {
+  exmy_kparams p;
+  if (kparams_make(f, o, &p)) return "reference";
+  return avx512_kernel(f, o, &p, 0, 0) ? "avx512" : "c";
+}
+
 /* Runs a loop over n elements, one contiguous slice per thread above the
  * threshold; slices start on multiples of 64 elements (whole cache lines). */
 static void run_parallel(exmy_kernel_fn fn, const exmy_kparams *p,
@@ -368,10 +351,14 @@ void exmy_quantize_f32(const exmy_format *f, const exmy_rounding_opts *o,
     reference_loop(f, o, x, y, n, 1);
     return;
   }
-  const exmy_kernel_fn *row = f->specials == EXMY_SPECIALS_E8M0 ? row_q_e8m0
-                              : o->flush_subnormals            ? row_q_flush
-                                                               : row_q_keep;
-  run_parallel(row[o->mode], &p, x, y, sizeof(float), n, o->seed, o->offset);
+  exmy_kernel_fn fn = avx512_kernel(f, o, &p, n, 0);
+  if (!fn) {
+    const exmy_kernel_fn *row = f->specials == EXMY_SPECIALS_E8M0 ? row_q_e8m0
+                                : o->flush_subnormals            ? row_q_flush
+                                                                 : row_q_keep;
+    fn = row[o->mode];
+  }
+  run_parallel(fn, &p, x, y, sizeof(float), n, o->seed, o->offset);
 }
 
 void exmy_encode_f32(const exmy_format *f, const exmy_rounding_opts *o,
@@ -383,12 +370,16 @@ void exmy_encode_f32(const exmy_format *f, const exmy_rounding_opts *o,
   }
   const size_t bytes = exmy_code_bytes(f);
   const int flush = o->flush_subnormals;
-  const exmy_kernel_fn *row =
-      f->specials == EXMY_SPECIALS_E8M0 ? row_c8_e8m0
-      : bytes == 1                      ? (flush ? row_c8_flush : row_c8_keep)
-      : bytes == 2                      ? (flush ? row_c16_flush : row_c16_keep)
-                                        : (flush ? row_c32_flush : row_c32_keep);
-  run_parallel(row[o->mode], &p, x, codes, bytes, n, o->seed, o->offset);
+  exmy_kernel_fn fn = avx512_kernel(f, o, &p, n, bytes);
+  if (!fn) {
+    const exmy_kernel_fn *row =
+        f->specials == EXMY_SPECIALS_E8M0 ? row_c8_e8m0
+        : bytes == 1                      ? (flush ? row_c8_flush : row_c8_keep)
+        : bytes == 2                      ? (flush ? row_c16_flush : row_c16_keep)
+                                          : (flush ? row_c32_flush : row_c32_keep);
+    fn = row[o->mode];
+  }
+  run_parallel(fn, &p, x, codes, bytes, n, o->seed, o->offset);
 }
 
 /* ------------------------------------------------------------------ decode */

@@ -19,6 +19,7 @@
 #ifndef EXMY_CPU_BULK_KERNEL_H
 #define EXMY_CPU_BULK_KERNEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "lib/exmy.h"
@@ -58,7 +59,16 @@ typedef struct {
   uint32_t sr_keep;       /* normal range: bits of |x| that sr looks at */
   uint32_t sr_rshift, sr_lshift, sr_add_mask; /* rnd -> addend (see below) */
   float sub_sr_scale;     /* 2^R */
+  /* 1: store the output with non-temporal stores where the kernel can (the
+   * call's arrays are larger than the cache, see cpu/bulk.c) */
+  uint32_t stream;
 } exmy_kparams;
+
+/* One loop over n elements: x -> out (float32 values or codes), with the
+ * stream index of x[0] at j0 under key `seed` (sr only). */
+typedef void (*exmy_kernel_fn)(const exmy_kparams *p, const float *x,
+                               void *out, size_t n, uint64_t seed,
+                               uint64_t j0);
 
 #define EXMY_ALWAYS_INLINE static inline __attribute__((always_inline))
 

@@ -5,7 +5,10 @@
  * and stream offsets not divisible by 4.  Inputs: every value of the format
  * (or a sample for wide ones), the midpoints between neighbours, float32
  * neighbours of both, the underflow/overflow boundaries, specials, float32
- * subnormals, and random bit patterns.  Prints the first mismatch. */
+ * subnormals, and random bit patterns.  Also: outputs written by
+ * non-temporal stores at every alignment, and which loop runs (the AVX-512
+ * loops where the CPU has them, in the shipped build).  Prints the first
+ * mismatch. */
 #include <check.h>
 #include <math.h>
 #include <omp.h>
@@ -13,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/bulk_dispatch.h"
 #include "lib/exmy.h"
 
 static uint32_t bits_of(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
@@ -217,6 +221,102 @@ START_TEST(exotic_bias_takes_reference_path) {
 }
 END_TEST
 
+/* The same comparisons with the output forced through the non-temporal
+ * stores (normally only for arrays larger than the cache): outputs starting
+ * across a cache line, so that the unaligned heads and the tile seams of sr
+ * are exercised, lengths from 1 to a few sr tiles, and in place. */
+START_TEST(streaming_stores) {
+  static const char *names[] = {"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "bfloat16",
+                                "e8m3", "float8_e3m4", "float4_e2m1fn", "float8_e8m0fnu",
+                                "float32", "float16"};
+  n_fail = 0;
+  exmy_bulk_set_stream_min_bytes(1);
+  for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+    exmy_format f;
+    ck_assert_int_eq(exmy_format_parse(names[k], &f), 0);
+    vec in = inputs_for(&f, 9001);
+    const size_t bytes = exmy_code_bytes(&f), n = in.n;
+    uint32_t *want = malloc(n * 4);
+    const size_t room = (n * 4 + 64 + 63) & ~(size_t)63; /* whole lines, one spare */
+    char *ybuf = aligned_alloc(64, room), *cbuf = aligned_alloc(64, room);
+    for (int mode = EXMY_RNE; mode <= EXMY_SR; mode++)
+      for (int sat = 0; sat < 2; sat++) {
+        exmy_rounding_opts o = {.mode = (exmy_rounding)mode, .saturate = sat, .seed = 77 + k,
+                                .offset = 5 + k, .sr_bits = sat ? 13 : 0};
+        for (size_t i = 0; i < n; i++)
+          want[i] = exmy_ref_encode(&f, &o, in.v[i], mode == EXMY_SR ? exmy_sr_random(o.seed, o.offset + i) : 0);
+        /* outputs starting at these elements of a line */
+        static const size_t starts[] = {0, 1, 2, 3, 7, 15, 31, 33, 63};
+        for (size_t st = 0; st < sizeof starts / sizeof *starts; st++) {
+          float *y = (float *)(void *)(ybuf + 4 * (starts[st] % 16));
+          void *c = cbuf + bytes * (starts[st] % (64 / bytes));
+          const size_t lens[] = {1, 17, 63, 64, 65, 200, 2500, n};
+          for (int threads = 1; threads <= 2; threads++) {
+            omp_set_num_threads(threads);
+            for (size_t l = 0; l < sizeof lens / sizeof *lens; l++) {
+              const size_t len = lens[l] < n ? lens[l] : n;
+              exmy_quantize_f32(&f, &o, in.v, y, len);
+              for (size_t i = 0; i < len; i++) {
+                uint32_t w = bits_of(exmy_ref_decode(&f, want[i]));
+                if (bits_of(y[i]) != w && report(&f, &o, threads, "quantize-stream", i, in.v[i], bits_of(y[i]), w)) break;
+              }
+              exmy_encode_f32(&f, &o, in.v, c, len);
+              for (size_t i = 0; i < len; i++) {
+                uint32_t g = bytes == 1 ? ((uint8_t *)c)[i] : bytes == 2 ? ((uint16_t *)c)[i] : ((uint32_t *)c)[i];
+                if (g != want[i] && report(&f, &o, threads, "encode-stream", i, in.v[i], g, want[i])) break;
+              }
+              memcpy(y, in.v, len * 4);
+              exmy_quantize_f32(&f, &o, y, y, len);
+              for (size_t i = 0; i < len; i++) {
+                uint32_t w = bits_of(exmy_ref_decode(&f, want[i]));
+                if (bits_of(y[i]) != w && report(&f, &o, threads, "quantize-stream-in-place", i, in.v[i], bits_of(y[i]), w)) break;
+              }
+            }
+          }
+        }
+      }
+    free(want), free(ybuf), free(cbuf), free(in.v);
+  }
+  exmy_bulk_set_stream_min_bytes(0);
+  ck_assert_msg(n_fail == 0, "%d mismatches with streaming stores", n_fail);
+}
+END_TEST
+
+/* The shipped library must run the AVX-512 loops where the CPU has them: for
+ * the formats and options they cover, a slip in the dispatch would
+ * otherwise only show as a slow benchmark. */
+START_TEST(dispatch) {
+  static const char *names[] = {"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "bfloat16",
+                                "e8m3", "e8m6", "float8_e3m4", "float4_e2m1fn", "float16",
+                                "float32", "float8_e8m0fnu"};
+  const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                     __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+    exmy_format f;
+    ck_assert_int_eq(exmy_format_parse(names[k], &f), 0);
+    for (int mode = EXMY_RNE; mode <= EXMY_SR; mode++) {
+      exmy_rounding_opts o = {.mode = (exmy_rounding)mode};
+      const char *path = exmy_bulk_kernel_path(&f, &o);
+#if defined(EXMY_TEST_EXPECT_AVX512)
+      if (avx512) ck_assert_msg(strcmp(path, "avx512") == 0, "%s %s runs %s", f.name,
+                                exmy_rounding_name(o.mode), path);
+#else
+      (void)avx512;
+      ck_assert_msg(strcmp(path, "c") == 0, "%s %s runs %s in a one-clone build", f.name,
+                    exmy_rounding_name(o.mode), path);
+#endif
+    }
+  }
+  /* flush keeps the C loops (E8M0 has no subnormals: flush changes nothing) */
+  exmy_format f;
+  exmy_format_parse("float8_e4m3fn", &f);
+  exmy_rounding_opts o = {.flush_subnormals = true};
+  ck_assert_str_eq(exmy_bulk_kernel_path(&f, &o), "c");
+  exmy_format_make("e4m3b130", 4, 3, 130, EXMY_SPECIALS_FN, &f);
+  ck_assert_str_eq(exmy_bulk_kernel_path(&f, &o), "reference");
+}
+END_TEST
+
 int main(void) {
 #ifdef EXMY_TEST_NEEDS_AVX2
   if (!__builtin_cpu_supports("avx2")) {
@@ -229,6 +329,8 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_loop_test(tc, named_and_generic_formats, 0, sizeof kNames / sizeof *kNames);
   tcase_add_test(tc, exotic_bias_takes_reference_path);
+  tcase_add_test(tc, streaming_stores);
+  tcase_add_test(tc, dispatch);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);

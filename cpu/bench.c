@@ -2,8 +2,8 @@
  * Throughput of the bulk kernels against the memory-bandwidth reference: a
  * streaming copy of the same array by the same threads, measured in the same
  * run.  `bazel run //cpu:bench` (optionally: log2 of the element count).
- * Prints format, mode, op, Gelem/s, ratio to the copy; exits 0 whatever the
- * figures.  Each figure is the best of REPS runs, the spread (worst/best) is
+ * Prints format, mode, op, Gelem/s, ratio to the copy, and the loop that ran
+ * (cpu/bulk_dispatch.h); exits 0 whatever the figures.  Each figure is the best of REPS runs, the spread (worst/best) is
  * printed beside it: other processes on a small machine disturb timings.
  */
 #include <math.h>
@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "cpu/bulk_dispatch.h"
 #include "lib/exmy.h"
 
 enum { REPS = 5 };
@@ -71,7 +72,8 @@ int main(int argc, char **argv) {
          log2n, omp_get_max_threads(), REPS);
   timing copy = measure(OP_COPY, NULL, NULL, x, y, codes, n);
   const double copy_rate = n / copy.best / 1e9;
-  printf("%-14s %-4s %-9s %9s %7s %7s\n", "format", "mode", "op", "Gelem/s", "x copy", "spread");
+  printf("%-14s %-4s %-9s %9s %7s %7s  %s\n", "format", "mode", "op", "Gelem/s", "x copy", "spread",
+         "kernel");
   printf("%-14s %-4s %-9s %9.3f %7.2f %7.2f\n", "-", "-", "copy", copy_rate, 1.0,
          copy.worst / copy.best);
 
@@ -90,9 +92,10 @@ int main(int argc, char **argv) {
       if (rows[r].op == OP_DECODE) exmy_encode_f32(&f, &o, x, codes, n);
       timing t = measure(rows[r].op, &f, &o, x, y, codes, n);
       double rate = n / t.best / 1e9;
-      printf("%-14s %-4s %-9s %9.3f %7.2f %7.2f\n", f.name,
+      printf("%-14s %-4s %-9s %9.3f %7.2f %7.2f  %s\n", f.name,
              rows[r].op == OP_DECODE ? "-" : exmy_rounding_name(o.mode), kOpNames[rows[r].op],
-             rate, rate / copy_rate, t.worst / t.best);
+             rate, rate / copy_rate, t.worst / t.best,
+             rows[r].op == OP_DECODE ? "-" : exmy_bulk_kernel_path(&f, &o));
       fflush(stdout);
     }
     /* sr for the formats not swept over all modes */
@@ -100,8 +103,8 @@ int main(int argc, char **argv) {
       exmy_rounding_opts o = {.mode = EXMY_SR, .seed = 42, .offset = 3};
       timing t = measure(rows[r].op, &f, &o, x, y, codes, n);
       double rate = n / t.best / 1e9;
-      printf("%-14s %-4s %-9s %9.3f %7.2f %7.2f\n", f.name, "sr", kOpNames[rows[r].op], rate,
-             rate / copy_rate, t.worst / t.best);
+      printf("%-14s %-4s %-9s %9.3f %7.2f %7.2f  %s\n", f.name, "sr", kOpNames[rows[r].op], rate,
+             rate / copy_rate, t.worst / t.best, exmy_bulk_kernel_path(&f, &o));
     }
   }
   copy = measure(OP_COPY, NULL, NULL, x, y, codes, n);

@@ -124,6 +124,22 @@ cudaError_t exmy_cuda_tensor_stats_mx_f32(const exmy_format *f, int block, const
                                           size_t cols, exmy_tensor_stats *stats,
                                           cudaStream_t stream);
 
+/* The BF16 GEMM path's scaled operands in one pass over x (f must pass
+ * exmy_cuda_bf16_exact): y (uint16_t bf16 bits) = Q(x·s), the SCALED values,
+ * which are exactly those exmy_cuda_quantize_{delayed,tensor}_scaled_f32 round
+ * (their output is y·(1/s)); the GEMM applies 1/s itself.  Delayed: s is the
+ * state's current scale, copied to *scale_used (device, may be NULL), and the
+ * amax of x is recorded and the state updated as there.  Tensor: amax pass,
+ * then the rounding pass; s to *scale_out (device, may be NULL). */
+cudaError_t exmy_cuda_quantize_delayed_bf16(const exmy_format *f, const exmy_rounding_opts *o,
+                                            int margin, bool pow2, bool history_most_recent,
+                                            exmy_cuda_delayed_state *state, const float *x,
+                                            void *y, size_t n, float *scale_used,
+                                            cudaStream_t stream);
+cudaError_t exmy_cuda_quantize_tensor_bf16(const exmy_format *f, const exmy_rounding_opts *o,
+                                           int margin, bool pow2, const float *x, void *y,
+                                           size_t n, float *scale_out, cudaStream_t stream);
+
 /* Per-group scaling (EXMY_SCALING_GROUP) of a row-major rows x cols tensor:
  * each group of `group` consecutive elements of a row (0 = the whole row; the
  * last group of a row may be shorter) gets the TENSOR-formula scale of its

@@ -8,6 +8,7 @@
  * block over the block partials), so they are deterministic; their double
  * sums differ from the CPU's only by the order of additions.
  */
+#include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -302,6 +303,65 @@ void launch_scaled_any(const exmy_format &f, const KOpts &k, const float *x, flo
   }
 }
 
+/* The BF16 GEMM path's operand in one pass: q = Q(x·s) stored as bfloat16
+ * (the scaled value: the GEMM applies 1/s through alpha), and, if amax_bits,
+ * the finite max |x| folded in (max is order-free: deterministic). */
+template <int ID, int MODE>
+__global__ void __launch_bounds__(kThreads)
+    k_quantize_scaled_bf16(const __grid_constant__ exmy_format rt, const __grid_constant__ KOpts o,
+                           const float *__restrict__ x, uint16_t *__restrict__ y, size_t n,
+                           int vec, const float *scale_inv, unsigned int *amax_bits) {
+  const auto &f = kernel_format<ID>(rt);
+  const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
+  float m = 0.0f;
+  if (base < n) {
+    const float s = scale_inv[0];
+    float v[kPer];
+    uint32_t c[kPer];
+    const bool full = load8(x, base, n, vec, v);
+#pragma unroll
+    for (int k = 0; k < kPer; k++) {
+      const float a = fabsf(v[k]);
+      if (a > m && a <= 3.40282347e38f && base + k < n) m = a;
+      v[k] = mul_keep_nan(v[k], s);
+    }
+    encode8<ID, MODE>(f, o, base, v, c);
+#pragma unroll
+    for (int k = 0; k < kPer; k++)
+      c[k] = __bfloat16_as_ushort(__float2bfloat16_rn(decode_one<ID>(f, c[k])));
+    store8<uint16_t>(y, base, n, full, c);
+  }
+  if (amax_bits) {
+    for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
+    if ((threadIdx.x & 31) == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
+  }
+}
+
+template <int ID, int MODE>
+void launch_scaled_bf16(const exmy_format &f, const KOpts &o, const float *x, uint16_t *y,
+                        size_t n, const float *si, unsigned int *amax, cudaStream_t s) {
+  const int vec = (((uintptr_t)x | (uintptr_t)y) & 15u) == 0;
+  k_quantize_scaled_bf16<ID, MODE><<<blocks_for((n + kPer - 1) / kPer, kThreads), kThreads, 0, s>>>(
+      f, o, x, y, n, vec, si, amax);
+}
+
+void launch_scaled_bf16_any(const exmy_format &f, const KOpts &k, const float *x, uint16_t *y,
+                            size_t n, const float *si, unsigned int *amax, cudaStream_t s) {
+  switch (spec_id(&f)) {
+#define EXMY_SCB(ID)                                                                    \
+  case ID:                                                                              \
+    if (k.mode == EXMY_RNE) launch_scaled_bf16<ID, EXMY_RNE>(f, k, x, y, n, si, amax, s); \
+    else if (k.mode == EXMY_SR) launch_scaled_bf16<ID, EXMY_SR>(f, k, x, y, n, si, amax, s); \
+    else launch_scaled_bf16<ID, kRuntimeMode>(f, k, x, y, n, si, amax, s);             \
+    break;
+    EXMY_SCB(SPEC_E4M3FN)
+    EXMY_SCB(SPEC_E5M2)
+#undef EXMY_SCB
+    default:
+      launch_scaled_bf16<SPEC_GENERIC, kRuntimeMode>(f, k, x, y, n, si, amax, s);
+  }
+}
+
 void launch_amax(const float *x, size_t n, unsigned int *amax_bits, cudaStream_t stream) {
   int sms = 132;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
@@ -489,4 +549,49 @@ extern "C" cudaError_t exmy_cuda_tensor_stats_mx_f32(const exmy_format *f, int b
   k_stats_nan_scale<<<1, 1, 0, stream>>>(stats);
   EXMY_CUDA_TRY(cudaGetLastError());
   return cudaFreeAsync(partial, stream);
+}
+
+extern "C" cudaError_t exmy_cuda_quantize_delayed_bf16(
+    const exmy_format *f, const exmy_rounding_opts *o, int margin, bool pow2,
+    bool history_most_recent, exmy_cuda_delayed_state *state, const float *x, void *y,
+    size_t n, float *scale_used, cudaStream_t stream) {
+  if (!state || !exmy_cuda_bf16_exact(f) || exmy_rounding_opts_check(o) != 0)
+    return cudaErrorInvalidValue;
+  exmy_format_info info;
+  exmy_format_get_info(f, &info);
+  if (scale_used)
+    EXMY_CUDA_TRY(cudaMemcpyAsync(scale_used, state->scale_inv, sizeof(float),
+                                  cudaMemcpyDeviceToDevice, stream));
+  EXMY_CUDA_TRY(cudaMemsetAsync(state->amax_bits, 0, sizeof(unsigned int), stream));
+  if (n)
+    launch_scaled_bf16_any(*f, kopts_of(o), x, (uint16_t *)y, n, state->scale_inv,
+                           state->amax_bits, stream);
+  state->latest = (state->latest + 1) % state->history_len;
+  if (state->count < state->history_len) state->count++;
+  k_delayed_update<<<1, 1, 0, stream>>>(state->history, state->history_len, state->latest,
+                                        state->amax_bits, history_most_recent, info.max,
+                                        margin, pow2, state->scale_inv);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t exmy_cuda_quantize_tensor_bf16(const exmy_format *f,
+                                                      const exmy_rounding_opts *o, int margin,
+                                                      bool pow2, const float *x, void *y,
+                                                      size_t n, float *scale_out,
+                                                      cudaStream_t stream) {
+  if (!exmy_cuda_bf16_exact(f) || exmy_rounding_opts_check(o) != 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  exmy_format_info info;
+  exmy_format_get_info(f, &info);
+  unsigned int *scratch; /* [0] amax bits, [1..2] scale and 1/scale */
+  EXMY_CUDA_TRY(cudaMallocAsync((void **)&scratch, 3 * sizeof(unsigned int), stream));
+  EXMY_CUDA_TRY(cudaMemsetAsync(scratch, 0, sizeof(unsigned int), stream));
+  launch_amax(x, n, scratch, stream);
+  float *si = reinterpret_cast<float *>(scratch + 1);
+  k_scale<<<1, 1, 0, stream>>>(scratch, info.max, margin, pow2, si);
+  launch_scaled_bf16_any(*f, kopts_of(o), x, (uint16_t *)y, n, si, nullptr, stream);
+  EXMY_CUDA_TRY(cudaGetLastError());
+  if (scale_out)
+    EXMY_CUDA_TRY(cudaMemcpyAsync(scale_out, si, sizeof(float), cudaMemcpyDeviceToDevice, stream));
+  return cudaFreeAsync(scratch, stream);
 }

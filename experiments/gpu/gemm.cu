@@ -295,14 +295,26 @@ extern "C" gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int s
     }
     reserve(&sl.data, &sl.cap, n * (s.bf16 ? 2 : 4));
     sl.scaled = q.scaling.kind != EXMY_SCALING_NONE;
-    if (s.bf16 && !sl.scaled && !g->collect) {
-      /* the hot path: round and store as bf16 in one pass */
+    if (s.bf16 && !g->collect) {
+      /* the hot path: round and store as bf16 in one pass (scaled: Q(x s),
+       * with the delayed state's amax folded into the same pass) */
       exmy_rounding_opts o = q.round;
       if (o.mode == EXMY_SR) {
         o.offset = g->sr_counter;
         g->sr_counter += n;
       }
-      gtq_check(exmy_cuda_quantize_bf16(&q.format, &o, src, sl.data, n, st), "quantize (bf16)");
+      const exmy_scaling &sc = q.scaling;
+      if (sc.kind == EXMY_SCALING_NONE)
+        gtq_check(exmy_cuda_quantize_bf16(&q.format, &o, src, sl.data, n, st), "quantize (bf16)");
+      else if (sc.kind == EXMY_SCALING_TENSOR)
+        gtq_check(exmy_cuda_quantize_tensor_bf16(&q.format, &o, sc.margin, sc.pow2, src, sl.data,
+                                                 n, sl.scale, st),
+                  "quantize (bf16, tensor scaling)");
+      else
+        gtq_check(exmy_cuda_quantize_delayed_bf16(&q.format, &o, sc.margin, sc.pow2,
+                                                  sc.history_most_recent, s.delayed[use], src,
+                                                  sl.data, n, sl.scale, st),
+                  "quantize (bf16, delayed scaling)");
     } else if (s.bf16) {
       float *y = (float *)g->stage + (need_stage ? n : 0);
       quantize_into(g, s, use, q, src, y, n, sl.scale);

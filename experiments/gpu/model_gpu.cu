@@ -70,13 +70,16 @@ static void linear_forward(gpu_model *g, float *out, const float *inp, const flo
   gtq_gemm(g->gq, false, true, N, OC, C, 1.0f, x, wq, 0.0f, out, OC); /* Y = X W^T */
 }
 
+/* dX += dY W (overwrite: dX = dY W, which saves clearing dX first: the same
+ * values as adding to zeros), dW += dY^T X. */
 static void linear_backward(gpu_model *g, float *dinp, float *dw, const float *dout,
-                            const float *inp, const float *w, int N, int C, int OC, int site) {
+                            const float *inp, const float *w, int N, int C, int OC, int site,
+                            bool overwrite = false) {
   gtq_operand dy = gtq_operand_for_gemm(g->gq, site, USE_DX_DY, SLOT_DY, FILL, dout, OC, N, OC);
   gtq_operand wq = gtq_operand_for_gemm(g->gq, site, USE_DX_W, SLOT_W, REUSE, w, C, OC, C);
   gtq_operand dy2 = gtq_operand_for_gemm(g->gq, site, USE_DW_DY, SLOT_DY, REUSE, dout, OC, N, OC);
   gtq_operand x = gtq_operand_for_gemm(g->gq, site, USE_DW_X, SLOT_X, REUSE, inp, C, N, C);
-  gtq_gemm(g->gq, false, false, N, C, OC, 1.0f, dy, wq, 1.0f, dinp, C); /* dX += dY W */
+  gtq_gemm(g->gq, false, false, N, C, OC, 1.0f, dy, wq, overwrite ? 0.0f : 1.0f, dinp, C);
   gtq_gemm(g->gq, true, false, OC, C, N, 1.0f, dy2, x, 1.0f, dw, C);    /* dW += dY^T X */
 }
 
@@ -467,8 +470,8 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
   const param_tensors &p = g->p, &gr = g->gr;
   float *dlogits = g->probs;
   gpu_crossentropy_backward(dlogits, g->probs, g->targets, N, V, loss_scale / N, s);
-  gtq_check(cudaMemsetAsync(g->dln, 0, BTC * sizeof(float), s), "memset");
-  linear_backward(g, g->dln, gr.lm_head, dlogits, g->lnf, p.lm_head, N, C, V, site_index(g, L, 0));
+  linear_backward(g, g->dln, gr.lm_head, dlogits, g->lnf, p.lm_head, N, C, V, site_index(g, L, 0),
+                  true);
   gtq_check(cudaMemsetAsync(g->dres, 0, BTC * sizeof(float), s), "memset");
   gpu_rmsnorm_backward(g->dres, gr.rmsf, g->dln, g->res + L * BTC, p.rmsf, g->lnf_rstd, N, C, s);
   for (int l = L - 1; l >= 0; l--) {
@@ -476,22 +479,21 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
                 *k = g->k + l * BTK, *v = g->v + l * BTK, *atty = g->atty + l * BTC,
                 *res_mid = g->res_mid + l * BTC, *ln2 = g->ln2 + l * BTC, *h1 = g->h1 + l * BTH,
                 *h3 = g->h3 + l * BTH, *hg = g->hg + l * BTH;
-    gtq_check(cudaMemsetAsync(g->dhg, 0, BTH * sizeof(float), s), "memset");
     linear_backward(g, g->dhg, gr.w2 + (size_t)l * C * H, g->dres, hg, p.w2 + (size_t)l * C * H,
-                    N, H, C, site_index(g, l, SITE_W2));
+                    N, H, C, site_index(g, l, SITE_W2), true);
     gpu_swiglu_backward(g->dh1, g->dh3, g->dhg, h1, h3, BTH, s);
-    gtq_check(cudaMemsetAsync(g->dln, 0, BTC * sizeof(float), s), "memset");
     linear_backward(g, g->dln, gr.w1 + (size_t)l * H * C, g->dh1, ln2, p.w1 + (size_t)l * H * C,
-                    N, C, H, site_index(g, l, SITE_W1));
+                    N, C, H, site_index(g, l, SITE_W1), true);
     linear_backward(g, g->dln, gr.w3 + (size_t)l * H * C, g->dh3, ln2, p.w3 + (size_t)l * H * C,
                     N, C, H, site_index(g, l, SITE_W3));
     gpu_rmsnorm_backward(g->dres, gr.rms2 + (size_t)l * C, g->dln, res_mid,
                          p.rms2 + (size_t)l * C, g->ln2_rstd + (size_t)l * N, N, C, s);
-    gtq_check(cudaMemsetAsync(g->datty, 0, BTC * sizeof(float), s), "memset");
     linear_backward(g, g->datty, gr.wo + (size_t)l * C * C, g->dres, atty,
-                    p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O));
-    gtq_check(cudaMemsetAsync(g->dk, 0, BTK * sizeof(float), s), "memset");
-    gtq_check(cudaMemsetAsync(g->dv, 0, BTK * sizeof(float), s), "memset");
+                    p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O), true);
+    if (g->attention == GPU_ATTENTION_MATERIALIZED) { /* accumulated per head there */
+      gtq_check(cudaMemsetAsync(g->dk, 0, BTK * sizeof(float), s), "memset");
+      gtq_check(cudaMemsetAsync(g->dv, 0, BTK * sizeof(float), s), "memset");
+    }
     if (g->attention == GPU_ATTENTION_FLASH)
       flash_backward(g, g->dq, g->dk, g->dv, g->datty, atty, g->lse + (size_t)l * B * NH * T, q,
                      k, v, l);
@@ -500,9 +502,8 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
                          g->att + (size_t)l * B * NH * T * T, q, k, v, l);
     gpu_rope_backward(g->dq, g->rope_cos, g->rope_sin, B, T, NH, hs, s);
     gpu_rope_backward(g->dk, g->rope_cos, g->rope_sin, B, T, NKV, hs, s);
-    gtq_check(cudaMemsetAsync(g->dln, 0, BTC * sizeof(float), s), "memset");
     linear_backward(g, g->dln, gr.wq + (size_t)l * C * C, g->dq, ln1, p.wq + (size_t)l * C * C,
-                    N, C, C, site_index(g, l, SITE_Q));
+                    N, C, C, site_index(g, l, SITE_Q), true);
     linear_backward(g, g->dln, gr.wk + (size_t)l * KVC * C, g->dk, ln1,
                     p.wk + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_K));
     linear_backward(g, g->dln, gr.wv + (size_t)l * KVC * C, g->dv, ln1,

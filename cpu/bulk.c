@@ -285,18 +285,20 @@ void exmy_bulk_set_stream_min_bytes(size_t bytes) {
 }
 
 /* The AVX-512 kernel for these options (and p->stream set for n elements),
- * or NULL where the C loops run: no AVX-512, flush (but for E8M0, which has
- * no subnormals to flush), or a format whose subnormal range is wider than
- * its mantissa (p->fast = 0). */
+ * or NULL where the C loops run: no AVX-512, or, without flush, a format
+ * whose subnormal range is wider than its mantissa (p->fast = 0). */
 static exmy_kernel_fn avx512_kernel(const exmy_format *f, const exmy_rounding_opts *o,
                                     exmy_kparams *p, size_t n, size_t out_bytes) {
 #if EXMY_HAVE_AVX512_KERNELS
-  const int e8m0 = f->specials == EXMY_SPECIALS_E8M0;
-  if ((e8m0 || (p->fast && !o->flush_subnormals)) && cpu_has_avx512()) {
+  /* E8M0 has no subnormals: flush changes nothing */
+  const exmy_k512_kind kind = f->specials == EXMY_SPECIALS_E8M0 ? EXMY_K512_E8M0
+                              : o->flush_subnormals             ? EXMY_K512_FLUSH
+                              : p->sub_linear                   ? EXMY_K512_LINEAR
+                                                                : EXMY_K512_SUB;
+  if ((kind != EXMY_K512_SUB || p->fast) && cpu_has_avx512()) {
     const size_t io = sizeof(float) + (out_bytes ? out_bytes : sizeof(float));
     p->stream = n >= exmy_bulk_stream_min_bytes() / io;
-    return exmy_avx512_kernel(o->mode, (int)out_bytes,
-                              e8m0 ? EXMY_K512_E8M0 : p->sub_linear ? EXMY_K512_LINEAR : EXMY_K512_SUB);
+    return exmy_avx512_kernel(o->mode, (int)out_bytes, kind);
   }
 #endif
   (void)f, (void)o, (void)p, (void)n, (void)out_bytes;

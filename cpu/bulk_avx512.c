@@ -21,6 +21,9 @@
  *  - formats with emin = -126 (E8: bf16, E8M3..) need no second path: their
  *    subnormals are float32 subnormals, whose bits are linear in the value
  *    with the same spacing 2^d, so the integer arithmetic covers them.
+ *  - with flush, below 2^emin the result is 0 or 2^emin by a compare of |x|
+ *    (sr: the top R bits of |x| / 2^emin by per-lane shifts).
+ *  - E8M0: the exponent field plus the mode's carry from the fraction.
  * Then overflow (the result passed max), inf and NaN inputs take the
  * per-call results computed by cpu/bulk.c from the reference's own helpers,
  * by mask moves; no lane branches.
@@ -141,6 +144,7 @@ typedef struct {
   __m512i sr_keep, sr_rshift, sr_lshift, sr_add_mask, sr_mask, sr_lim_shift;
   __m512i ovf_pos, ovf_neg, inf_pos, inf_neg, nan_pos, nan_neg;
   __m512i e8_bad, e8_sr_r, e8_sr_l; /* E8M0: zero/negative result; sr shifts */
+  __m512i flush_half, flush_xmin, flush_drop_r, frac, implicit; /* flush */
   __m512 c, qh, sr_sa, sr_sb;
   __mmask16 fnuz;
 } vparams;
@@ -182,6 +186,16 @@ static void vparams_make(const exmy_kparams *p, int quant, vparams *v) {
   v->e8_bad = bc(quant ? p->q_e8m0_bad : p->c_e8m0_bad);
   v->e8_sr_r = bc(R < 23 ? (uint32_t)(23 - R) : 0u);
   v->e8_sr_l = bc(R > 23 ? (uint32_t)(R - 23) : 0u);
+  /* flush: 2^(emin - 1) (a float32 subnormal when emin = -126); xmin as a
+   * result; 23 + emin_b - R */
+  const float flush_half = ldexpf(1.0f, emin - 1);
+  uint32_t flush_half_bits;
+  memcpy(&flush_half_bits, &flush_half, 4);
+  v->flush_half = bc(flush_half_bits);
+  v->flush_xmin = bc(quant ? p->emin_bits : 1u << M);
+  v->flush_drop_r = bc((uint32_t)(23 + (int)p->emin_b - R));
+  v->frac = bc(0x7FFFFFu);
+  v->implicit = bc(0x800000u);
   /* below 2^emin (unused when emin = -126): C = 2^(emin - M + 23) is a
    * normal float32 (emin >= -125 and M >= emin here); q/2 may be subnormal */
   const float c = ldexpf(1.0f, emin - M + 23);
@@ -319,6 +333,36 @@ EXMY_AI __m512i round16(const vparams *v, __m512i x, __m512i rnd, const int MODE
     const __m512i ms = OUT ? _mm512_sub_epi32(_mm512_castps_si512(s), v->c_bits)
                            : _mm512_castps_si512(_mm512_sub_round_ps(s, v->c, RN_));
     m = _mm512_mask_mov_epi32(m, sub, ms);
+  } else if (KIND == EXMY_K512_FLUSH) {
+    /* below 2^emin the neighbours are 0 and xmin = 2^emin; the dropped
+     * fraction is |x| / xmin */
+    const __mmask16 sub = _mm512_cmplt_epu32_mask(a, v->emin_bits);
+    __mmask16 up = 0;
+    switch (MODE) {
+      case EXMY_RNE: /* ties go to xmin */
+      case EXMY_RNA: up = _mm512_cmpge_epu32_mask(a, v->flush_half); break;
+      case EXMY_RU: up = _mm512_mask_test_epi32_mask((__mmask16)~neg, a, a); break;
+      case EXMY_RD: up = _mm512_mask_test_epi32_mask(neg, a, a); break;
+      case EXMY_RO: up = _mm512_test_epi32_mask(a, a); break;
+      case EXMY_SR: {
+        /* |x| = sig * 2^-drop * xmin with sig the 24-bit significand (the
+         * fraction field of a float32 subnormal, with exponent -126) and
+         * drop = 23 + emin_b - max(E, 1) >= 23: top = sig * 2^(R - drop),
+         * below 2^32 (srlv by >= 32 gives 0) */
+        const __m512i e = _mm512_srli_epi32(a, 23);
+        const __m512i sig = _mm512_mask_or_epi32(_mm512_and_si512(a, v->frac), _mm512_test_epi32_mask(e, e),
+                                                 _mm512_and_si512(a, v->frac), v->implicit);
+        const __m512i drop_r = _mm512_sub_epi32(v->flush_drop_r, _mm512_max_epu32(e, v->one));
+        const __m512i zero = _mm512_setzero_si512();
+        const __m512i top = _mm512_sllv_epi32(_mm512_srlv_epi32(sig, _mm512_max_epi32(drop_r, zero)),
+                                              _mm512_max_epi32(_mm512_sub_epi32(zero, drop_r), zero));
+        const __m512i lim = _mm512_sub_epi32(v->sr_mask, _mm512_srlv_epi32(rnd, v->sr_lim_shift));
+        up = _mm512_cmpgt_epu32_mask(top, lim);
+        break;
+      }
+      default: break; /* rz */
+    }
+    m = _mm512_mask_mov_epi32(m, sub, _mm512_maskz_mov_epi32(up, v->flush_xmin));
   }
   /* sign (none on a fnuz zero), then overflow, inf, NaN */
   const __mmask16 ovf = _mm512_cmpgt_epu32_mask(m, OUT ? v->max_code : v->max_bits);
@@ -482,13 +526,17 @@ K512_MODES(c16, 2, EXMY_K512_SUB)
 K512_MODES(c16_lin, 2, EXMY_K512_LINEAR)
 K512_MODES(c32, 4, EXMY_K512_SUB)
 K512_MODES(c32_lin, 4, EXMY_K512_LINEAR)
+K512_MODES(q_flush, 0, EXMY_K512_FLUSH)
+K512_MODES(c8_flush, 1, EXMY_K512_FLUSH)
+K512_MODES(c16_flush, 2, EXMY_K512_FLUSH)
+K512_MODES(c32_flush, 4, EXMY_K512_FLUSH)
 
 exmy_kernel_fn exmy_avx512_kernel(int mode, int out_bytes, exmy_k512_kind kind) {
-  static const exmy_kernel_fn *const rows[4][3] = {
-      {row512_q, row512_q_lin, row512_q_e8m0},
-      {row512_c8, row512_c8_lin, row512_c8_e8m0},
-      {row512_c16, row512_c16_lin, NULL},
-      {row512_c32, row512_c32_lin, NULL}};
+  static const exmy_kernel_fn *const rows[4][4] = {
+      {row512_q, row512_q_lin, row512_q_e8m0, row512_q_flush},
+      {row512_c8, row512_c8_lin, row512_c8_e8m0, row512_c8_flush},
+      {row512_c16, row512_c16_lin, NULL, row512_c16_flush},
+      {row512_c32, row512_c32_lin, NULL, row512_c32_flush}};
   const int o = out_bytes == 0 ? 0 : out_bytes == 1 ? 1 : out_bytes == 2 ? 2 : 3;
   const exmy_kernel_fn *row = rows[o][kind];
   return row ? row[mode] : NULL;

@@ -30,6 +30,7 @@ typedef enum {
   EXMY_K512_SUB = 0,    /* exmy_k_round_fast's domain (p->fast, no flush) */
   EXMY_K512_LINEAR = 1, /* the same with emin = -126 (p->sub_linear) */
   EXMY_K512_E8M0 = 2,   /* the standard E8M0 (any flush) */
+  EXMY_K512_FLUSH = 3,  /* signed formats with flush_subnormals */
 } exmy_k512_kind;
 
 /* The kernel for one rounding mode, output and kind: out_bytes 0 stores

@@ -4,9 +4,10 @@
  * Two implementations of quantize / encode, held equal to the reference by
  * //tests/cpu:
  *  - on CPUs with AVX-512 (x86-64-v4), the intrinsics loops of
- *    cpu/bulk_avx512.c for every signed format without flush (and E8M0),
+ *    cpu/bulk_avx512.c, for every format kparams_make takes except those
+ *    whose subnormal range is wider than their mantissa without flush,
  *    chosen per call by avx512_kernel();
- *  - everywhere else (flush, other CPUs), one C loop per (rounding mode,
+ *  - everywhere else (those formats, other CPUs), one C loop per (rounding mode,
  *    flush, output type), instantiated from cpu/bulk_kernel.h with those as
  *    constants so that the hot loop holds no switch and vectorises, compiled
  *    three times (target_clones: x86-64-v4, x86-64-v3 with 8 lanes and

@@ -48,15 +48,15 @@
 
 enum { SR_TILE = 512 }; /* elements per tile of random words */
 
-/* The Philox words of stream indices 4*b0 .. 4*(b0+nb)-1, in order.  The loop
- * over blocks vectorises (32x32->64-bit multiplies). */
+/* The Philox words of blocks b0 .. b0+nb-1 (mod 2^62, as the block j >> 2 of
+ * a 64-bit stream index j wraps), in order.  The loop over blocks vectorises
+ * (32x32->64-bit multiplies). */
 EXMY_CLONES static void philox_words(uint64_t seed, uint64_t b0, size_t nb,
                                      uint32_t *w) {
   const uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-  const uint32_t lo0 = (uint32_t)b0, hi0 = (uint32_t)(b0 >> 32);
   for (size_t i = 0; i < nb; i++) {
-    uint32_t c0 = lo0 + (uint32_t)i;
-    uint32_t c1 = hi0 + (c0 < lo0), c2 = 0, c3 = 0;
+    const uint64_t block = (b0 + i) & EXMY_SR_BLOCK_MASK;
+    uint32_t c0 = (uint32_t)block, c1 = (uint32_t)(block >> 32), c2 = 0, c3 = 0;
     uint32_t ka = k0, kb = k1;
     for (int round = 0; round < 10; round++) {
       uint64_t p0 = (uint64_t)EXMY_PHILOX_M0 * c0;
@@ -121,8 +121,8 @@ typedef union { float f; uint32_t u; } f32u;
     const int avx512 = cpu_has_avx512();                                      \
     for (size_t t0 = 0; t0 < n; t0 += SR_TILE) {                              \
       size_t len = n - t0 < SR_TILE ? n - t0 : SR_TILE;                       \
-      uint64_t j = j0 + t0, b0 = j >> 2, b1 = (j + len - 1) >> 2;             \
-      philox_tile(seed, b0, (size_t)(b1 - b0 + 1), words, avx512);            \
+      const uint64_t j = j0 + t0;                                             \
+      philox_tile(seed, j >> 2, ((j & 3) + len + 3) >> 2, words, avx512);     \
       const uint32_t *w = words + (j & 3);                                    \
       const float *xt = x + t0;                                               \
       OUT_T *ot = out + t0;                                                   \

@@ -72,7 +72,8 @@ static inline __attribute__((always_inline)) void philox_groups(
   const __m512i m0 = _mm512_set1_epi32((int)EXMY_PHILOX_M0);
   const __m512i m1 = _mm512_set1_epi32((int)EXMY_PHILOX_M1);
   for (int g = 0; g < G; g++) {
-    const __m512i blk = _mm512_add_epi64(_mm512_set1_epi64((long long)(b0 + 8u * (unsigned)g)), lane);
+    const __m512i blk = _mm512_and_si512(_mm512_add_epi64(_mm512_set1_epi64((long long)(b0 + 8u * (unsigned)g)), lane),
+                                         _mm512_set1_epi64((long long)EXMY_SR_BLOCK_MASK));
     c[g][0] = blk;                         /* low half: lo32(block) */
     c[g][1] = _mm512_srli_epi64(blk, 32);  /* hi32(block) */
     c[g][2] = c[g][3] = _mm512_setzero_si512();
@@ -488,8 +489,8 @@ EXMY_AI void kernel(const exmy_kparams *p, const float *x, void *out, size_t n, 
     for (size_t t0 = 0, len; t0 < n; t0 += len) {
       len = t0 == 0 ? first : SR_TILE;
       if (len > n - t0) len = n - t0;
-      const uint64_t j = j0 + t0, b0 = j >> 2, b1 = (j + len - 1) >> 2;
-      philox_words_k(&k, b0, (size_t)(b1 - b0 + 1), words);
+      const uint64_t j = j0 + t0; /* may wrap: then so does the block number */
+      philox_words_k(&k, j >> 2, ((j & 3) + len + 3) >> 2, words);
       const float *xt = x + t0;
       void *ot = (char *)out + t0 * esize;
       if (stream) range(&v, xt, ot, len, words + (j & 3), MODE, OUT, KIND, 1);

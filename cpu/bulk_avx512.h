@@ -38,7 +38,7 @@ typedef enum {
  * 1 only; NULL otherwise).  Honours p->stream. */
 exmy_kernel_fn exmy_avx512_kernel(int mode, int out_bytes, exmy_k512_kind kind);
 
-/* The Philox words of stream indices 4*b0 .. 4*(b0+nb)-1, in order: exactly
+/* The Philox words of blocks b0 .. b0+nb-1 (mod 2^62), in order: exactly
  * 4*nb words, the same as lib/philox.h's exmy_sr_block. */
 void exmy_avx512_philox_words(uint64_t seed, uint64_t b0, size_t nb,
                               uint32_t *w);

@@ -64,6 +64,10 @@ typedef struct {
   uint32_t stream;
 } exmy_kparams;
 
+/* Philox block numbers of stream indices j (j >> 2, j a uint64_t) live mod
+ * 2^62: a stream that wraps past j = 2^64 - 1 restarts at block 0. */
+#define EXMY_SR_BLOCK_MASK ((UINT64_C(1) << 62) - 1u)
+
 /* One loop over n elements: x -> out (float32 values or codes), with the
  * stream index of x[0] at j0 under key `seed` (sr only). */
 typedef void (*exmy_kernel_fn)(const exmy_kparams *p, const float *x,

@@ -82,6 +82,13 @@ int recipe_from_config(recipe *r, const config *c, uint64_t seed, char *err, siz
       return -1;
     }
   }
+  const char *grad_format = config_str(c, "grad_format");
+  r->grad_quant = !is_fp32(grad_format);
+  r->grad_margin = margin;
+  if (r->grad_quant && exmy_format_parse(grad_format, &r->grad_format)) {
+    snprintf(err, errlen, "grad_format: unknown format '%s'", grad_format);
+    return -1;
+  }
   const char *moments = config_str(c, "moments");
   if (!strcmp(moments, "coat")) {
     r->coat = true;
@@ -185,4 +192,26 @@ void recipe_store_moments(const recipe *r, float *m, float *v, size_t n) {
                      .dynamic_range_expansion = r->moment_dre};
   exmy_quantize_scaled_f32(&r->moment_format[0], &o, &sc, NULL, m, m, 1, n, NULL);
   exmy_quantize_scaled_f32(&r->moment_format[1], &o, &sc, NULL, v, v, 1, n, NULL);
+}
+
+void recipe_round_grads(const recipe *r, model *m) {
+  if (!r->grad_quant) return;
+  const int L = m->cfg.n_layers;
+  const exmy_rounding_opts o = {.mode = EXMY_RNE, .saturate = true};
+  const exmy_scaling sc = {.kind = EXMY_SCALING_TENSOR, .margin = r->grad_margin};
+  param_tensors *g = &m->grads;
+  /* the stacked (L, out, in) tensors of the linear layers and their indices in param_sizes */
+  float *const stacked[7] = {g->wq, g->wk, g->wv, g->wo, g->w1, g->w3, g->w2};
+  static const int tensor_index[7] = {2, 3, 4, 5, 7, 8, 9};
+  for (int l = 0; l < L; l++) {
+    if (r->high_first_last && (l == 0 || l >= L - 1)) continue; /* kept in high_format */
+    for (int i = 0; i < 7; i++) {
+      size_t n = m->param_sizes[tensor_index[i]] / (size_t)L;
+      float *x = stacked[i] + (size_t)l * n;
+      exmy_quantize_scaled_f32(&r->grad_format, &o, &sc, NULL, x, x, 1, n, NULL);
+    }
+  }
+  if (r->quant_lm_head)
+    exmy_quantize_scaled_f32(&r->grad_format, &o, &sc, NULL, g->lm_head, g->lm_head, 1,
+                             m->param_sizes[11], NULL);
 }

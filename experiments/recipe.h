@@ -26,6 +26,10 @@ typedef struct {
   exmy_format moment_format[2];
   int moment_group;
   bool moment_dre;
+  /* weight gradients stored in a low-precision format (MS-AMP O1) */
+  bool grad_quant;
+  exmy_format grad_format;
+  int grad_margin;
 } recipe;
 
 /* 0, or -1 with a message. */
@@ -43,5 +47,13 @@ int sites_state_read(tq_site *sites, int n, FILE *f);
 
 /* COAT: the moments m and v rounded in place as they would be stored. */
 void recipe_store_moments(const recipe *r, float *m, float *v, size_t n);
+
+/* MS-AMP O1: the weight gradient of every quantized linear layer (each
+ * layer's wq, wk, wv, wo, w1, w3, w2; the LM head when quant_lm_head; not
+ * the blocks kept in high_format, the embedding or the RMSNorm gains) rounded
+ * in place, rne and saturating, with per-tensor current scaling, as MS-AMP
+ * casts each FP8 linear layer's weight gradient before the all-reduce.  Call
+ * between the backward and the clipping. */
+void recipe_round_grads(const recipe *r, model *m);
 
 #endif /* EXPERIMENTS_RECIPE_H */

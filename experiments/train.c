@@ -273,6 +273,8 @@ int main(int argc, char **argv) {
 
   recipe rc;
   if (recipe_from_config(&rc, &cfg, seed, err, sizeof err)) die(2, "%s", err);
+  if (on_gpu && rc.grad_quant)
+    die(2, "%s", "grad_format (low-precision weight gradients) is implemented for device = cpu only");
 
   /* ---- data ---- */
   dataset train, val;
@@ -435,6 +437,7 @@ int main(int argc, char **argv) {
     if (gpu) {
       norm = gpu_model_update(gpu, &hp, step + 1, clip);
     } else {
+      recipe_round_grads(&rc, &m); /* MS-AMP O1: gradients stored in FP8 */
       norm = grad_global_norm(m.grads_mem, m.num_params);
       grad_clip(m.grads_mem, m.num_params, norm, clip);
       adamw_update(&m, mom1, mom2, &hp, step + 1);

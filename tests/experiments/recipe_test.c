@@ -209,6 +209,72 @@ END_TEST
 START_TEST(test_spy_fp8_current) { spy_layer("fp8-current", 1); }
 END_TEST
 
+/* MS-AMP O1: each quantized linear layer's weight gradient, per layer, is the
+ * format's rounding of the float gradient under its own current scale; the
+ * embedding, the RMSNorm gains and the float32 LM head are left bit for bit. */
+static void round_grads_check(int high_first_last) {
+  model_config c;
+  model_named_size("test", &c);
+  model m;
+  model_init(&m, &c, 11);
+  config cfg;
+  config_defaults(&cfg);
+  char err[256] = "";
+  ck_assert_msg(config_load_file(&cfg, "experiments/configs/msamp-o1.cfg", err, sizeof err) == 0,
+                "%s", err);
+  config_set(&cfg, "high_precision_first_last", high_first_last ? "1" : "0", err, sizeof err);
+  config_set(&cfg, "high_format", "bf16", err, sizeof err);
+  recipe r;
+  ck_assert_msg(recipe_from_config(&r, &cfg, 1, err, sizeof err) == 0, "%s", err);
+  ck_assert(r.grad_quant);
+  float loss, *g = malloc(m.num_params * sizeof(float));
+  run_model(&m, NULL, &loss, g); /* float gradients in g and m.grads_mem */
+  recipe_round_grads(&r, &m);
+  exmy_format_info info;
+  exmy_format_get_info(&r.grad_format, &info);
+  const exmy_rounding_opts o = {.mode = EXMY_RNE, .saturate = true};
+  const int L = c.n_layers;
+  long bad = 0, changed = 0, untouched_changed = 0, slices = 0;
+  size_t off = 0;
+  for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+    const size_t n = m.param_sizes[t];
+    const int linear = t == 2 || t == 3 || t == 4 || t == 5 || t == 7 || t == 8 || t == 9;
+    for (int l = 0; l < (linear ? L : 1); l++) {
+      const size_t len = linear ? n / L : n, base = off + (size_t)l * len;
+      const float *x = g + base, *got = m.grads_mem + base;
+      if (!linear || high_first_last) { /* L = 2: both blocks are first or last */
+        untouched_changed += memcmp(x, got, len * sizeof(float)) != 0;
+        continue;
+      }
+      float amax = 0;
+      for (size_t i = 0; i < len; i++) amax = fmaxf(amax, fabsf(x[i]));
+      const float s = info.max / amax; /* TENSOR scaling, margin 0: amax -> the format's max */
+      for (size_t i = 0; i < len; i++) {
+        float want = exmy_ref_quantize(&r.grad_format, &o, x[i] * s, 0) * (1.0f / s);
+        if (memcmp(&want, &got[i], sizeof want)) bad++;
+        if (got[i] != x[i]) changed++;
+      }
+      slices++;
+    }
+    off += n;
+  }
+  printf("msamp-o1 grad_format %s%s: %ld per-layer gradient slices, %ld elements differ from "
+         "the scaled rounding, %ld changed by it; %ld other tensors changed\n", r.grad_format.name,
+         high_first_last ? " (first/last blocks in bf16)" : "", slices, bad, changed,
+         untouched_changed);
+  ck_assert_msg(bad == 0, "%ld gradient elements differ from the per-layer scaled rounding", bad);
+  ck_assert_msg(untouched_changed == 0, "%ld tensors outside the recipe were changed", untouched_changed);
+  ck_assert_int_eq(slices, high_first_last ? 0 : 7 * L);
+  if (!high_first_last) ck_assert_msg(changed > 0, "rounding changed nothing");
+  model_free(&m);
+  free(g);
+}
+
+START_TEST(test_msamp_grads_rounded) { round_grads_check(0); }
+END_TEST
+START_TEST(test_msamp_grads_high_first_last) { round_grads_check(1); }
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("recipes");
   TCase *tc = tcase_create("recipes");
@@ -217,6 +283,8 @@ int main(void) {
   tcase_add_test(tc, test_spy_e8m3);
   tcase_add_test(tc, test_spy_bf16);
   tcase_add_test(tc, test_spy_fp8_current);
+  tcase_add_test(tc, test_msamp_grads_rounded);
+  tcase_add_test(tc, test_msamp_grads_high_first_last);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);

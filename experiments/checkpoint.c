@@ -72,3 +72,30 @@ out:
   fclose(f);
   return rc;
 }
+
+int checkpoint_read_config(const char *path, ckpt_header *h, char **text, char *err,
+                           size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    snprintf(err, errlen, "cannot open checkpoint '%s': %s", path, strerror(errno));
+    return -1;
+  }
+  *text = NULL;
+  if (fread(h, sizeof *h, 1, f) != 1 || memcmp(h->magic, CKPT_MAGIC, 8) ||
+      h->version != CKPT_VERSION) {
+    snprintf(err, errlen, "'%s' is not an exmy checkpoint (version %d)", path, CKPT_VERSION);
+    fclose(f);
+    return -1;
+  }
+  *text = malloc((size_t)h->config_text_len + 1);
+  if (!*text || fread(*text, 1, h->config_text_len, f) != h->config_text_len) {
+    snprintf(err, errlen, "checkpoint '%s' is truncated", path);
+    free(*text);
+    *text = NULL;
+    fclose(f);
+    return -1;
+  }
+  (*text)[h->config_text_len] = 0;
+  fclose(f);
+  return 0;
+}

@@ -33,8 +33,15 @@ int checkpoint_save(const char *path, const ckpt_header *h, const char *config_t
                     const model *m, const float *mom1, const float *mom2, const tq_site *sites,
                     int n_sites);
 /* Loads into an initialised model/moments/sites of the same configuration.
+ * The delayed-scaling states are read into `sites` (n_sites 0: not read, the
+ * sites keep theirs: how a run resumes under another recipe).
  * 0, or -1 with a message. */
 int checkpoint_load(const char *path, ckpt_header *h, model *m, float *mom1, float *mom2,
                     tq_site *sites, int n_sites, char *err, size_t errlen);
+
+/* The header and the resolved config text stored in a checkpoint (*text:
+ * malloc'd, NUL-terminated).  0, or -1 with a message. */
+int checkpoint_read_config(const char *path, ckpt_header *h, char **text, char *err,
+                           size_t errlen);
 
 #endif /* EXPERIMENTS_CHECKPOINT_H */

@@ -39,6 +39,8 @@ static const config_key keys[] = {
     {"val_every", "100", "validation every K steps (0: only at the end)"},
     {"val_batches", "8", "micro-batches of validation"},
     {"ckpt_every", "200", "checkpoint every K steps (0: only at the end and on SIGINT)"},
+    {"ckpt_keep", "0", "also keep each periodic checkpoint, and the initial model, as ckpt-STEP.bin (hard links: for sharpness and shadow checks)"},
+    {"stop_at", "0", "stop after this optimizer step (0: run to `steps`); the schedule still follows `steps` (a shadow check's continuation)"},
     {"stats_every", "100", "quantization statistics in the log every K steps (0: never)"},
     {"diverge_delta", "2.0", "divergence: loss above its running minimum by this many nats (0: only non-finite)"},
     {"threads", "0", "OpenMP threads (0: default)"},
@@ -47,7 +49,7 @@ static const config_key keys[] = {
     {"interrupt_at", "0", "testing: raise SIGINT after this step"},
     {"device", "cpu", "cpu | gpu (CUDA: the same model, recipes, logs and checkpoints)"},
     {"attention_kernel", "materialized", "gpu: materialized (scores stored, every product through the recipe, as on the CPU) | flash (fused bf16 kernel)"},
-    /* precision recipe */
+    /* precision recipe: every key from here to the end of the table (`--recipe FILE` resets them) */
     {"recipe", "fp32", "recipe name (informational)"},
     {"format_w", "fp32", "format of weights in GEMMs (fp32: not quantized)"},
     {"format_a", "fp32", "format of activations in GEMMs"},
@@ -123,12 +125,7 @@ int config_set_assignment(config *c, const char *assignment, char *err, size_t e
   return config_set(c, trim(buf), trim(eq + 1), err, errlen);
 }
 
-int config_load_file(config *c, const char *path, char *err, size_t errlen) {
-  FILE *f = fopen(path, "r");
-  if (!f) {
-    snprintf(err, errlen, "cannot open config '%s': %s", path, strerror(errno));
-    return -1;
-  }
+static int load_stream(config *c, FILE *f, const char *name, char *err, size_t errlen) {
   char line[2 * CONFIG_VALUE_LEN];
   int lineno = 0;
   while (fgets(line, sizeof line, f)) {
@@ -139,17 +136,54 @@ int config_load_file(config *c, const char *path, char *err, size_t errlen) {
     if (!*s) continue;
     char msg[256];
     if (config_set_assignment(c, s, msg, sizeof msg)) {
-      snprintf(err, errlen, "%s:%d: %s", path, lineno, msg);
-      fclose(f);
+      snprintf(err, errlen, "%s:%d: %s", name, lineno, msg);
       return -1;
     }
   }
-  fclose(f);
   return 0;
+}
+
+int config_load_file(config *c, const char *path, char *err, size_t errlen) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    snprintf(err, errlen, "cannot open config '%s': %s", path, strerror(errno));
+    return -1;
+  }
+  int rc = load_stream(c, f, path, err, errlen);
+  fclose(f);
+  return rc;
+}
+
+int config_load_text(config *c, const char *text, char *err, size_t errlen) {
+  FILE *f = fmemopen((void *)text, strlen(text) ? strlen(text) : 1, "r");
+  if (!f) {
+    snprintf(err, errlen, "cannot read config text");
+    return -1;
+  }
+  int rc = load_stream(c, f, "(checkpoint config)", err, errlen);
+  fclose(f);
+  return rc;
 }
 
 void config_write(const config *c, FILE *f) {
   for (int i = 0; i < NKEYS; i++) fprintf(f, "%s = %s\n", keys[i].key, c->values[i]);
+}
+
+static int first_recipe_key(void) {
+  for (int i = 0; i < NKEYS; i++)
+    if (!strcmp(keys[i].key, "recipe")) return i;
+  return NKEYS;
+}
+
+void config_reset_recipe(config *c) {
+  for (int i = first_recipe_key(); i < NKEYS; i++)
+    snprintf(c->values[i], CONFIG_VALUE_LEN, "%s", keys[i].def);
+}
+
+const char *config_recipe_diff(const config *a, const config *b) {
+  for (int i = first_recipe_key() + 1; i < NKEYS; i++) /* + 1: the name is informational */
+    if (strcmp(a->values[i], b->values[i])) return keys[i].key;
+  return NULL;
 }
 
 const char *config_str(const config *c, const char *key) {

@@ -3,6 +3,8 @@
  *
  *   bazel run //experiments:train -- --config experiments/configs/<recipe>.cfg [--set key=value]...
  *   ... --resume [RUN_DIR]      continue from RUN_DIR/ckpt.bin bit-identically
+ *   ... --recipe FILE           replace the precision recipe (every recipe key reset, then
+ *                               FILE): e.g. a bf16 continuation of an FP8 checkpoint
  *   ... --set device=gpu        the same run on a CUDA GPU (experiments/gpu/)
  *
  * Writes into the run directory: config.cfg (as resolved), log.jsonl (one line
@@ -178,7 +180,7 @@ static void write_summary(const char *run_dir, const char *status, int steps_don
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: train --config FILE [--set key=value]... [--resume [RUN_DIR]]\n"
+          "usage: train --config FILE [--recipe FILE] [--set key=value]... [--resume [RUN_DIR]]\n"
           "  recipes: experiments/configs/*.cfg; keys and defaults: experiments/config.c\n");
 }
 
@@ -194,12 +196,13 @@ int main(int argc, char **argv) {
   char err[512] = "", pbuf[4400], pbuf2[4096];
   config cfg;
   config_defaults(&cfg);
-  const char *config_path = NULL, *resume_dir = NULL;
+  const char *config_path = NULL, *resume_dir = NULL, *recipe_path = NULL;
   int resume = 0;
   const char *sets[256];
   int n_sets = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--config") && i + 1 < argc) config_path = argv[++i];
+    else if (!strcmp(argv[i], "--recipe") && i + 1 < argc) recipe_path = argv[++i];
     else if (!strcmp(argv[i], "--set") && i + 1 < argc && n_sets < 256) sets[n_sets++] = argv[++i];
     else if (!strcmp(argv[i], "--resume")) {
       resume = 1;
@@ -220,6 +223,11 @@ int main(int argc, char **argv) {
   if (config_path && config_load_file(&cfg, in_workspace(config_path, pbuf, sizeof pbuf), err,
                                       sizeof err))
     die(2, "%s", err);
+  if (recipe_path) {
+    config_reset_recipe(&cfg);
+    if (config_load_file(&cfg, in_workspace(recipe_path, pbuf, sizeof pbuf), err, sizeof err))
+      die(2, "%s", err);
+  }
   for (int i = 0; i < n_sets; i++)
     if (config_set_assignment(&cfg, sets[i], err, sizeof err)) die(2, "%s", err);
   if (resume_dir) config_set(&cfg, "run_dir", resume_dir, err, sizeof err);
@@ -260,6 +268,8 @@ int main(int argc, char **argv) {
   const int threads = (int)config_int(&cfg, "threads", err, sizeof err);
   const int progress = (int)config_int(&cfg, "progress", err, sizeof err);
   const int interrupt_at = (int)config_int(&cfg, "interrupt_at", err, sizeof err);
+  const int ckpt_keep = (int)config_int(&cfg, "ckpt_keep", err, sizeof err);
+  const int stop_at = (int)config_int(&cfg, "stop_at", err, sizeof err);
   if (*err) die(2, "%s", err);
   const char *device = config_str(&cfg, "device"), *attn = config_str(&cfg, "attention_kernel");
   const bool on_gpu = !strcmp(device, "gpu");
@@ -338,8 +348,23 @@ int main(int argc, char **argv) {
   char ckpt_path[4200];
   snprintf(ckpt_path, sizeof ckpt_path, "%s/ckpt.bin", run_dir);
   if (resume) {
+    /* Under another recipe the checkpoint's delayed-scaling states belong to
+     * other operands: they are not read, the new recipe's start fresh. */
     ckpt_header h;
-    if (checkpoint_load(ckpt_path, &h, &m, mom1, mom2, sites, n_sites, err, sizeof err))
+    char *saved_text = NULL;
+    config saved;
+    config_defaults(&saved);
+    if (checkpoint_read_config(ckpt_path, &h, &saved_text, err, sizeof err) ||
+        config_load_text(&saved, saved_text, err, sizeof err))
+      die(2, "%s", err);
+    free(saved_text);
+    const char *changed = config_recipe_diff(&saved, &cfg);
+    if (changed)
+      fprintf(stderr, "train: resuming under another recipe (%s: %s -> %s): the checkpoint's "
+              "delayed-scaling states are dropped\n", changed, config_str(&saved, changed),
+              config_str(&cfg, changed));
+    if (checkpoint_load(ckpt_path, &h, &m, mom1, mom2, sites, changed ? 0 : n_sites, err,
+                        sizeof err))
       die(2, "%s", err);
     start = (int)h.step;
     if (gpu) gpu_model_upload(gpu, m.params_mem, mom1, mom2);
@@ -376,13 +401,28 @@ int main(int argc, char **argv) {
     if (checkpoint_save(ckpt_path, &hdr, config_text, &m, mom1, mom2, sites, n_sites))      \
       fprintf(stderr, "train: warning: could not write checkpoint %s\n", ckpt_path);        \
   } while (0)
+  /* ckpt-STEP.bin: a hard link to the checkpoint just written (a later save
+   * renames a new file over ckpt.bin, so the link keeps this one) */
+#define KEEP_CHECKPOINT(done)                                                               \
+  do {                                                                                      \
+    char keep_path[4300];                                                                   \
+    snprintf(keep_path, sizeof keep_path, "%s/ckpt-%d.bin", run_dir, (done));              \
+    unlink(keep_path);                                                                      \
+    if (link(ckpt_path, keep_path))                                                         \
+      fprintf(stderr, "train: warning: could not keep checkpoint %s\n", keep_path);         \
+  } while (0)
 
   const double t_start = now_s();
   double loss = NAN, val_loss = NAN, step_time_avg = 0, tok_s = 0;
   const char *status = "completed";
   int diverged_at = 0, done = start;
   double gpu_mem_gib = NAN;
-  for (int step = start; step < steps; step++) {
+  if (ckpt_keep && start == 0) { /* the initial model, step 0 */
+    SAVE_CHECKPOINT(0);
+    KEEP_CHECKPOINT(0);
+  }
+  const int last = stop_at > 0 && stop_at < steps ? stop_at : steps;
+  for (int step = start; step < last; step++) {
     const double t0 = now_s();
     tq_sr_counter = (uint64_t)step << 36;
     tq_collect_stats = stats_every > 0 && (step + 1) % stats_every == 0;
@@ -475,8 +515,11 @@ int main(int argc, char **argv) {
       if (progress) fputc('\n', stderr);
       break;
     }
-    if ((ckpt_every > 0 && done % ckpt_every == 0) || done == steps) SAVE_CHECKPOINT(done);
+    const bool periodic = ckpt_every > 0 && done % ckpt_every == 0;
+    if (periodic || done == last) SAVE_CHECKPOINT(done);
+    if (periodic && ckpt_keep) KEEP_CHECKPOINT(done);
   }
+  if (!strcmp(status, "completed") && done < steps) status = "stopped"; /* stop_at */
   const double wall = now_s() - t_start;
   double avg_tok_s = wall > 0 ? (done - start) * (double)B * T * accum / wall : 0;
   write_summary(run_dir, status, done, diverged_at, loss, running_min, val_loss, avg_tok_s, wall);
@@ -485,6 +528,8 @@ int main(int argc, char **argv) {
   if (diverged_at) printf("train: diverged at step %d (loss %g, running min %g)\n", diverged_at, loss, running_min);
   else if (!strcmp(status, "interrupted"))
     printf("train: interrupted after step %d; checkpoint written, continue with --resume %s\n", done, run_dir);
+  else if (!strcmp(status, "stopped"))
+    printf("train: stopped after step %d (stop_at), loss %.4f; continue with --resume %s --set stop_at=0\n", done, loss, run_dir);
   else printf("train: completed %d steps, loss %.4f, val loss %.4f, %.0f tokens/s\n", done, loss, val_loss, avg_tok_s);
 
   gpu_model_free(gpu);

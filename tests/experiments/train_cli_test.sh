@@ -4,7 +4,12 @@
 #    losses of an uninterrupted run bit for bit, for recipes with state
 #    (delayed scaling + COAT moments, stochastic rounding);
 #  - divergence ends the run with exit 0 and "diverged at step N";
-#  - bad input (unknown key, missing file) is one line on stderr and exit 2.
+#  - bad input (unknown key, missing file) is one line on stderr and exit 2;
+#  - ckpt_keep keeps ckpt-STEP.bin, stop_at stops early with the schedule of `steps`,
+#    --recipe resumes a checkpoint under another recipe (its delayed-scaling states
+#    dropped; under the same recipe they are kept and the losses bit-identical);
+#  - msamp-o1 (grad_format): the forward of step 1 is fp8-current's, the update is
+#    not; device = gpu rejects grad_format.
 set -euo pipefail
 train=experiments/train
 data=experiments/model.c
@@ -81,11 +86,53 @@ PY
   bad "shard token beyond vocab" --config experiments/configs/fp32.cfg --set size=test --set data="$tmp/shard.bin" --set run_dir="$tmp/bad"
 fi
 
+# ckpt_keep, stop_at, --recipe (the shadow check's continuation)
+"$train" --config experiments/configs/fp8-te.cfg "${common[@]}" --set ckpt_every=2 --set ckpt_keep=1 \
+  --set run_dir="$tmp/keep" >/dev/null
+kept=$(cd "$tmp/keep" && ls ckpt-*.bin | sort -V | tr '\n' ' ')
+if [ "$kept" = "ckpt-0.bin ckpt-2.bin ckpt-4.bin ckpt-6.bin ckpt-8.bin " ] && cmp -s "$tmp/keep/ckpt-8.bin" "$tmp/keep/ckpt.bin" \
+   && ! cmp -s "$tmp/keep/ckpt-4.bin" "$tmp/keep/ckpt.bin"; then
+  echo "ok   ckpt_keep: $kept"; passed=$((passed+1))
+else echo "FAIL ckpt_keep: $kept"; fail=$((fail+1)); fi
+cont() { # cont NAME RECIPE_FILE: ckpt-4 of the fp8-te run continued to step 6 under RECIPE_FILE
+  mkdir -p "$tmp/$1" && cp "$tmp/keep/config.cfg" "$tmp/$1/" && cp "$tmp/keep/ckpt-4.bin" "$tmp/$1/ckpt.bin"
+  "$train" --resume "$tmp/$1" --recipe "$2" --set stop_at=6 --set ckpt_keep=0 --set progress=0 2>"$tmp/$1.err" >/dev/null
+}
+cont same experiments/configs/fp8-te.cfg
+if diff <(losses "$tmp/keep" | sed -n '5,6p') <(losses "$tmp/same") >/dev/null && [ ! -s "$tmp/same.err" ] \
+   && grep -q '"status":"stopped","steps":6' "$tmp/same/summary.json"; then
+  echo "ok   --recipe of the run's own recipe, stop_at 6: steps 5-6 bit-identical, states kept"; passed=$((passed+1))
+else echo "FAIL same-recipe continuation: $(cat "$tmp/same.err")"; diff <(losses "$tmp/keep" | sed -n '5,6p') <(losses "$tmp/same"); fail=$((fail+1)); fi
+cont bf16 experiments/configs/bf16.cfg
+if grep -q "delayed-scaling states are dropped" "$tmp/bf16.err" && [ "$(losses "$tmp/bf16" | wc -l)" = 2 ] \
+   && ! diff <(losses "$tmp/keep" | sed -n '5,6p') <(losses "$tmp/bf16") >/dev/null \
+   && grep -q '^format_w = bf16$' "$tmp/bf16/config.cfg" && grep -q '^scaling = none$' "$tmp/bf16/config.cfg"; then
+  echo "ok   --recipe bf16 from an fp8-te checkpoint: $(cat "$tmp/bf16.err")"; passed=$((passed+1))
+else echo "FAIL bf16 continuation: $(cat "$tmp/bf16.err")"; fail=$((fail+1)); fi
+# and the other way: a bf16 checkpoint (no states) continued under delayed scaling
+"$train" --config experiments/configs/bf16.cfg "${common[@]}" --set steps=2 --set run_dir="$tmp/b2" >/dev/null
+if "$train" --resume "$tmp/b2" --recipe experiments/configs/fp8-te.cfg --set steps=4 --set progress=0 >/dev/null 2>&1 \
+   && grep -q '"status":"completed","steps":4' "$tmp/b2/summary.json"; then
+  echo "ok   --recipe fp8-te from a bf16 checkpoint"; passed=$((passed+1))
+else echo "FAIL fp8-te continuation of a bf16 checkpoint"; fail=$((fail+1)); fi
+
+# msamp-o1: same GEMM recipe as fp8-current, so step 1 (before any update) has its loss; then FP8
+# gradients (AdamW's first step is lr * sign(g), blind to their rounding: compare step 3)
+"$train" --config experiments/configs/msamp-o1.cfg "${common[@]}" --set steps=3 --set run_dir="$tmp/msamp" >/dev/null
+"$train" --config experiments/configs/fp8-current.cfg "${common[@]}" --set steps=3 --set run_dir="$tmp/cur" >/dev/null
+if [ "$(losses "$tmp/msamp" | head -1)" = "$(losses "$tmp/cur" | head -1)" ] &&
+   [ "$(losses "$tmp/msamp" | sed -n 3p)" != "$(losses "$tmp/cur" | sed -n 3p)" ]; then
+  echo "ok   msamp-o1: step 1 loss = fp8-current's, step 3 differs ($(losses "$tmp/msamp" | sed -n 3p) vs $(losses "$tmp/cur" | sed -n 3p | cut -d: -f3))"
+  passed=$((passed+1))
+else echo "FAIL msamp-o1 vs fp8-current: $(losses "$tmp/msamp") / $(losses "$tmp/cur")"; fail=$((fail+1)); fi
+
 # bad input: exit 2, one line
 bad "unknown key" --config experiments/configs/fp32.cfg --set no_such_key=1 --set run_dir="$tmp/bad"
 bad "missing config" --config /nonexistent.cfg
 bad "missing data" --config experiments/configs/fp32.cfg --set size=test --set data=/nonexistent --set run_dir="$tmp/bad"
 bad "unknown format" --config experiments/configs/fp32.cfg --set format_w=e9m9 --set run_dir="$tmp/bad"
+bad "grad_format on the GPU" --config experiments/configs/msamp-o1.cfg --set device=gpu --set run_dir="$tmp/bad"
+bad "missing --recipe file" --config experiments/configs/fp32.cfg --recipe /nonexistent.cfg --set run_dir="$tmp/bad"
 
 echo "$passed passed, $fail failed"
 [ $fail -eq 0 ]

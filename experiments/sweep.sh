@@ -8,7 +8,9 @@
 # (git-ignored); the CSVs and plots to experiments/results/<study>[-quick]/.
 # A point whose run finished (completed or diverged) with the same arguments is
 # skipped, an interrupted one is resumed from its checkpoint: an interrupted sweep
-# continues where it stopped. A diverged run is a result, not an error.
+# continues where it stopped. A diverged run is a result, not an error. Then the
+# evaluations of kept checkpoints the config asks for (sharpness, shadow check)
+# run on every finished point; they too are not repeated.
 # Bad input: one line on stderr, exit 2.
 set -u
 # The whole script is one { } block: bash parses it before running it, so editing
@@ -26,6 +28,10 @@ train=${SWEEP_TRAIN:-}
 for c in "${RUNFILES_DIR:-$0.runfiles}/exmy/experiments/train" "$here/train" "$ws/bazel-bin/experiments/train"; do
   [[ -z $train && -x $c ]] && train=$c
 done
+sharpness=${SWEEP_SHARPNESS:-}
+for c in "${RUNFILES_DIR:-$0.runfiles}/exmy/experiments/sharpness" "$here/sharpness" "$ws/bazel-bin/experiments/sharpness"; do
+  [[ -z $sharpness && -x $c ]] && sharpness=$c
+done
 
 cfg="" quick=0 jobs=1
 while (($#)); do
@@ -33,7 +39,7 @@ while (($#)); do
     --quick) quick=1 ;;
     --jobs) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || die "--jobs needs a positive integer"; jobs=$2; shift ;;
     --jobs=*) jobs=${1#--jobs=}; [[ $jobs =~ ^[1-9][0-9]*$ ]] || die "--jobs needs a positive integer" ;;
-    -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) die "unknown option '$1'" ;;
     *) [[ -z $cfg ]] || die "more than one sweep config ('$cfg', '$1')"; cfg=$1 ;;
   esac
@@ -47,7 +53,7 @@ done
 # ---- parse -------------------------------------------------------------------
 study="" recipes="" lrs="" seeds="1" plots="curves"
 declare -a sets=() qsets=() vary_keys=() vary_vals=() var_names=() var_sets=()
-q_recipes="" q_lrs="" q_seeds=""
+q_recipes="" q_lrs="" q_seeds="" sharp_args="" shadow_args="" q_sharp="" q_shadow=""
 lineno=0
 while IFS= read -r line || [[ -n $line ]]; do
   lineno=$((lineno + 1))
@@ -62,12 +68,15 @@ while IFS= read -r line || [[ -n $line ]]; do
     lrs:1) lrs=$rhs ;;
     seeds:1) seeds=$rhs ;;
     plots:1) plots=$rhs ;;
+    sharpness:1) sharp_args=$rhs ;;
+    shadow:1) shadow_args=$rhs ;;
     set:2) sets+=("${w[1]}=$rhs") ;;
     vary:2) [[ -n $rhs ]] || die "$cfg:$lineno: empty axis"; vary_keys+=("${w[1]}"); vary_vals+=("$rhs") ;;
     variant:2) [[ ${w[1]} =~ ^[A-Za-z0-9.+-]+$ ]] || die "$cfg:$lineno: bad variant name"
       var_names+=("${w[1]}"); var_sets+=("$rhs") ;;
     quick:2) case ${w[1]} in
         recipes) q_recipes=$rhs ;; lrs) q_lrs=$rhs ;; seeds) q_seeds=$rhs ;;
+        sharpness) q_sharp=$rhs ;; shadow) q_shadow=$rhs ;;
         *) qsets+=("${w[1]}=$rhs") ;;
       esac ;;
     *) die "$cfg:$lineno: unknown directive '$lhs'" ;;
@@ -78,6 +87,8 @@ if ((quick)); then
   [[ -n $q_recipes ]] && recipes=$q_recipes
   [[ -n $q_lrs ]] && lrs=$q_lrs
   [[ -n $q_seeds ]] && seeds=$q_seeds
+  [[ -n $q_sharp ]] && sharp_args=$q_sharp
+  [[ -n $q_shadow ]] && shadow_args=$q_shadow
   study=$study-quick
   sets+=("${qsets[@]}")
 fi
@@ -86,7 +97,8 @@ fi
 for r in $recipes; do [[ -r $ws/experiments/configs/$r.cfg ]] || die "$cfg: no recipe config experiments/configs/$r.cfg"; done
 for l in $lrs; do [[ $l =~ ^[0-9.]+([eE][-+]?[0-9]+)?$ ]] || die "$cfg: bad learning rate '$l'"; done
 for s in $seeds; do [[ $s =~ ^[0-9]+$ ]] || die "$cfg: bad seed '$s'"; done
-for p in $plots; do [[ $p =~ ^(curves|final|lr|debug|speed)$ ]] || die "$cfg: unknown plot '$p'"; done
+for p in $plots; do [[ $p =~ ^(curves|final|lr|debug|speed|sharpness|shadow)$ ]] || die "$cfg: unknown plot '$p'"; done
+[[ -z $sharp_args || -n $sharpness ]] || die "sharpness binary not found (set SWEEP_SHARPNESS)"
 ((${#var_names[@]})) || { var_names=("-"); var_sets=(""); }
 
 runs=$ws/experiments/runs/sweeps/$study
@@ -180,6 +192,34 @@ done <"$grid"
 while ((${#pid_name[@]})); do reap; done
 progress; [[ -t 2 ]] && echo >&2
 [[ -n $failed ]] && die "a run failed on bad input: $failed"
+
+# ---- evaluations of the kept checkpoints (ckpt_keep = 1) -------------------------
+kept() { ls "$1" | sed -n 's/^ckpt-\([0-9]*\)\.bin$/\1/p' | sort -n; }
+if [[ -n $sharp_args$shadow_args ]]; then
+  all_threads=$(nproc)
+  while IFS='|' read -r name _; do
+    dir=$runs/$name st=$(run_status "$runs/$name")
+    [[ $st == completed || $st == diverged ]] || continue
+    [[ -n $(kept "$dir") ]] || die "$name: no kept checkpoints (the study needs 'set ckpt_keep = 1')"
+    if [[ -n $sharp_args ]]; then
+      # one JSON line per kept checkpoint; computed again only when the arguments change
+      [[ $(cat "$dir/sharpness_args" 2>/dev/null) == "$sharp_args" ]] || { rm -f "$dir/sharpness.jsonl"; echo "$sharp_args" >"$dir/sharpness_args"; }
+      new=0
+      for s in $(kept "$dir"); do
+        grep -q "^{\"step\":$s," "$dir/sharpness.jsonl" 2>/dev/null && continue
+        line=$(OMP_NUM_THREADS=$all_threads "$sharpness" "$dir" --ckpt "$dir/ckpt-$s.bin" $sharp_args 2>"$dir/sharpness.err") ||
+          die "sharpness of $name step $s: $(tail -1 "$dir/sharpness.err")"
+        echo "$line" >>"$dir/sharpness.jsonl"; new=$((new + 1))
+      done
+      ((new)) && echo "sweep: sharpness of $name: $new checkpoint(s)"
+    fi
+    if [[ -n $shadow_args ]]; then
+      SHADOW_TRAIN=$train "$here/shadow.sh" "$dir" $shadow_args --threads "$all_threads" >"$dir/shadow.out" 2>&1 ||
+        die "shadow check of $name: $(tail -1 "$dir/shadow.out")"
+      echo "sweep: $(sed "s|; .*||" "$dir/shadow.out" | tail -1) ($name)"
+    fi
+  done <"$grid"
+fi
 
 # ---- aggregate and plot --------------------------------------------------------
 "$here/sweep_collect.sh" "$grid" "$runs" "$results" || exit 1

@@ -4,6 +4,10 @@
 #   RESULTS/summary.csv  one row per grid point (the grid's order)
 #   RESULTS/curves.csv   point,step,train_loss,val_loss (val_loss only on validation steps)
 #   RUNS/stats.csv       the quantization statistics lines (large: stays with the runs)
+#   RESULTS/sharpness.csv  point,step,rho,directions,loss,loss_perturbed,kl_mean,kl_max,sharpness
+#                          (when the runs have a sharpness.jsonl: `sharpness =` in the study)
+#   RESULTS/shadow.csv     point,step,steps,run_loss,shadow_loss,gap,threshold,flagged
+#                          (when the runs have a shadow.csv: `shadow =` in the study)
 #
 # awk, not jq: the trainer's JSON is flat and one object per line, and awk is
 # on every machine the sweep must run on.
@@ -51,3 +55,22 @@ cut -d'|' -f1 "$grid" | while read -r name; do
     END { for (s = 1; s <= maxs; s++) if (s in tr) printf "%s,%d,%s,%s\n", p, s, tr[s], (s in val) ? val[s] : "" }
   ' "$log" >>"$results/curves.csv"
 done
+
+# Evaluations of kept checkpoints, one row per (point, checkpoint step).
+rm -f "$results/sharpness.csv" "$results/shadow.csv"
+cut -d'|' -f1 "$grid" | while read -r name; do
+  f=$runs/$name/sharpness.jsonl
+  [[ -f $f ]] || continue
+  [[ -f $results/sharpness.csv ]] || echo "point,step,rho,directions,loss,loss_perturbed,kl_mean,kl_max,sharpness" >"$results/sharpness.csv"
+  awk -v p="$name" '
+    function field(s, k,   m) { if (match(s, "\"" k "\":[^,}]*")) { m = substr(s, RSTART + length(k) + 3, RLENGTH - length(k) - 3); gsub(/"/, "", m); return m } return "" }
+    { print field($0, "step") "," p "," field($0, "rho") "," field($0, "directions") "," field($0, "loss") "," field($0, "loss_perturbed") "," field($0, "kl_mean") "," field($0, "kl_max") "," field($0, "sharpness") }
+  ' "$f" | sort -t, -k1,1n | awk -F, -v OFS=, '{ s = $1; $1 = $2; $2 = s; print }' >>"$results/sharpness.csv"
+done
+cut -d'|' -f1 "$grid" | while read -r name; do
+  f=$runs/$name/shadow.csv
+  [[ -f $f ]] || continue
+  [[ -f $results/shadow.csv ]] || echo "point,$(head -1 "$f")" >"$results/shadow.csv"
+  tail -n +2 "$f" | sed "s|^|$name,|" >>"$results/shadow.csv"
+done
+exit 0

@@ -8,6 +8,11 @@
 #   speed   tokens_per_s: mean throughput per group
 #   debug   stats_<metric>: per layer and operand, every statistic over the steps,
 #           one panel per (point, use): the tensor that goes bad first stands out
+#   sharpness  sharpness: the logit sharpness (2 KL / rho^2) of every kept checkpoint
+#           against its step, per point, above the loss increase under the same
+#           perturbations (sharpness.csv)
+#   shadow  shadow_gap: the shadow check's loss gap (run - bf16 continuation)
+#           against the checkpoint step, per point, with the threshold (shadow.csv)
 # Without gnuplot the CSVs stay and a one-line warning says so.
 set -eu
 results=$1 plots=$2
@@ -20,12 +25,12 @@ draw() {
   local name=$1 body=$2
   gnuplot 2>"$tmp/gnuplot.err" <<EOF || { echo "sweep: no plot $name: $(grep -m1 -v '^ *$' "$tmp/gnuplot.err")" >&2; rm -f "$results/$name".{png,svg}; }
 set datafile separator ","
-set terminal pngcairo size 1100,700 noenhanced font ",10"
+set terminal pngcairo size ${WIDTH:-1100},700 noenhanced font ",10"
 set output "$results/$name.png"
 $body
-set terminal svg size 1100,700 noenhanced font ",10"
+set terminal svg size ${WIDTH:-1100},700 noenhanced font ",10"
 set output "$results/$name.svg"
-replot
+$body
 EOF
 }
 
@@ -149,4 +154,53 @@ set output "$results/stats_$metric.svg"
 $body
 EOF
   done
+fi
+
+if [[ " $plots " == *" sharpness "* && -s $results/sharpness.csv ]]; then
+  # one column of panels per learning rate (and seed): sharpness above, loss increase below
+  color_of=() dash_of=()
+  cols=$(awk -F, 'NR > 1 { print $6 "," $7 }' "$results/summary.csv" | sort -u -t, -k1,1g -k2,2n)
+  ncol=$(wc -l <<<"$cols")
+  rho=$(awk -F, 'NR == 2 { print $3 }' "$results/sharpness.csv")
+  body="set multiplot layout 2,$ncol title '$(basename "$results"): sharpness of the checkpoints (filter-normalised random directions, rho $rho)'
+set key top left font ',8'; set grid; set xlabel 'step'"
+  for what in sharpness loss; do
+    for lrseed in $cols; do
+      cmd="" i=0
+      while IFS=, read -r point group recipe variant overrides lr seed _; do
+        [[ $lr,$seed == "$lrseed" ]] || continue
+        f=$tmp/sh-$what-$lrseed-$i.dat i=$((i + 1))
+        if [[ $what == sharpness ]]; then awk -F, -v p="$point" '$1 == p { print $2 "," $9 }' "$results/sharpness.csv" >"$f"
+        else awk -F, -v p="$point" '$1 == p { print $2 "," $6 - $5 }' "$results/sharpness.csv" >"$f"; fi
+        [[ -s $f ]] || continue
+        style "$recipe $variant" "$overrides"
+        cmd+="${cmd:+, }'$f' using 1:2 with linespoints $STYLE pt 7 ps 0.5 title '$group'"
+      done < <(tail -n +2 "$results/summary.csv")
+      [[ -n $cmd ]] || continue
+      ylabel="logit sharpness 2 KL / rho^2"; [[ $what == loss ]] && ylabel="loss increase (nats)"
+      body+="
+set title 'lr ${lrseed%,*}, seed ${lrseed#*,}' font ',9'; set ylabel '$ylabel'
+plot $cmd"
+    done
+  done
+  WIDTH=$((550 * ncol + 200)) draw sharpness "$body
+unset multiplot"
+fi
+
+if [[ " $plots " == *" shadow "* && -s $results/shadow.csv ]]; then
+  color_of=() dash_of=()
+  cmd="" i=0
+  while IFS=, read -r point group recipe variant overrides lr seed status _ _ _ div _; do
+    f=$tmp/shadow-$i.dat i=$((i + 1))
+    awk -F, -v p="$point" '$1 == p && $6 != "" { print $2 "," $6 "," $8 }' "$results/shadow.csv" >"$f"
+    [[ -s $f ]] || continue
+    title=$point; [[ $status == diverged ]] && title+=" (diverged at $div)"
+    style "$recipe $variant" "$overrides lr$lr s$seed" # the dash tells the learning rates apart
+    cmd+="${cmd:+, }'$f' using 1:2 with linespoints $STYLE pt 7 ps 0.7 title '$title'"
+    cmd+=", '$f' using 1:(\$3 > 0 ? \$2 : 1/0) with points pt 6 ps 2.2 lc rgb 'red' notitle"
+  done < <(tail -n +2 "$results/summary.csv")
+  read -r thr steps < <(awk -F, 'NR == 2 { print $7, $3 }' "$results/shadow.csv")
+  [[ -n $cmd ]] && draw shadow_gap "set title '$(basename "$results"): shadow check: mean loss of the run - of its $steps-step bf16 continuation (circled: flagged)'
+set key outside right; set grid; set xlabel 'checkpoint step'; set ylabel 'loss gap (nats)'
+plot $cmd, $thr with lines lc rgb 'red' dt 2 title 'threshold $thr', 0 with lines lc rgb 'black' lw 0.5 notitle"
 fi

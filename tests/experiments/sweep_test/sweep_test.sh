@@ -73,6 +73,45 @@ if command -v gnuplot >/dev/null; then # a grid without `vary` axes plots too
   [[ -s $ws/experiments/results/r/train_curves.png ]] || fail "no plot for a grid without vary axes"
 fi
 
+# evaluations of kept checkpoints: the sharpness of each, shadow checks of those
+# followed by 2 logged steps; a second invocation repeats neither
+cat >"$ws/e.cfg" <<EOF
+study = e
+recipes = fp8-te
+lrs = 1e-3
+set size = test
+set steps = 6
+set warmup = 1
+set data = $ws/data/t.txt
+set val_data =
+set val_batches = 1
+set batch_size = 2
+set ckpt_every = 2
+set ckpt_keep = 1
+sharpness = --rho 0.05 --directions 2 --batches 1
+shadow = --steps 2 --threshold 0.5
+plots = sharpness shadow
+EOF
+"$sweep" "$ws/e.cfg" >"$ws/e.out" 2>&1 || fail "evaluation sweep exited $?: $(tail -3 "$ws/e.out")"
+eres=$ws/experiments/results/e edir=$ws/experiments/runs/sweeps/e/fp8-te_lr1e-3_s1
+[[ $(cut -d, -f1,2 "$eres/sharpness.csv" | tr '\n' ' ') == "point,step fp8-te_lr1e-3_s1,0 fp8-te_lr1e-3_s1,2 fp8-te_lr1e-3_s1,4 fp8-te_lr1e-3_s1,6 " ]] ||
+  fail "sharpness.csv: want steps 0 2 4 6: $(cat "$eres/sharpness.csv")"
+awk -F, 'NR > 1 && !($9 > 0 && $3 == 0.05 && $4 == 2) { exit 1 }' "$eres/sharpness.csv" ||
+  fail "sharpness.csv values: $(cat "$eres/sharpness.csv")"
+[[ $(cut -d, -f1-3 "$eres/shadow.csv" | tr '\n' ' ') == "point,step,steps fp8-te_lr1e-3_s1,0,2 fp8-te_lr1e-3_s1,2,2 fp8-te_lr1e-3_s1,4,2 " ]] ||
+  fail "shadow.csv: want checks at steps 0 2 4: $(cat "$eres/shadow.csv")"
+awk -F, 'NR > 1 && !($6 != "" && $7 == 0.5 && $8 == 0) { exit 1 }' "$eres/shadow.csv" ||
+  fail "shadow.csv values: $(cat "$eres/shadow.csv")"
+if command -v gnuplot >/dev/null; then
+  [[ -s $eres/sharpness.png && -s $eres/shadow_gap.svg ]] || fail "no sharpness or shadow plots"
+fi
+sum=$(cat "$edir/sharpness.jsonl" "$edir"/shadow/*/log.jsonl | md5sum)
+"$sweep" "$ws/e.cfg" >"$ws/e2.out" 2>&1 || fail "second evaluation sweep exited $?"
+[[ $(cat "$edir/sharpness.jsonl" "$edir"/shadow/*/log.jsonl | md5sum) == "$sum" ]] || fail "evaluations ran again"
+sed -e 's/^study = e$/study = e2/' -e '/^set ckpt_keep/d' "$ws/e.cfg" >"$ws/e2.cfg"
+"$sweep" "$ws/e2.cfg" >/dev/null 2>"$ws/e3.err"; rc=$?
+[[ $rc == 2 ]] && grep -q "ckpt_keep" "$ws/e3.err" || fail "evaluations without kept checkpoints: exit $rc: $(cat "$ws/e3.err")"
+
 # bad input: exit 2, one line on stderr
 bad() { # bad DESCRIPTION CONFIG-TEXT [ARGS]
   local what=$1 text=$2; shift 2

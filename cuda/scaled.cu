@@ -332,8 +332,17 @@ __global__ void __launch_bounds__(kThreads)
     store8<uint16_t>(y, base, n, full, c);
   }
   if (amax_bits) {
+    /* one atomic per block, not per warp: tens of thousands of atomics on one
+     * address would serialise in L2 and cost more than the pass itself */
+    __shared__ float warp_max[kThreads / 32];
     for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
-    if ((threadIdx.x & 31) == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
+    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x / 32] = m;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      m = threadIdx.x < kThreads / 32 ? warp_max[threadIdx.x] : 0.0f;
+      for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
+      if (threadIdx.x == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
+    }
   }
 }
 

@@ -384,7 +384,9 @@ void launch_amax(const float *x, size_t n, unsigned int *amax_bits, cudaStream_t
  * finite. */
 __global__ void k_delayed_update(float *history, int len, int latest,
                                  const unsigned int *amax_bits, int most_recent,
-                                 float fmax, int margin, int pow2, float *scale_inv) {
+                                 float fmax, int margin, int pow2, float *scale_inv,
+                                 float *scale_used = nullptr) {
+  if (scale_used) *scale_used = scale_inv[0]; /* the scale this call rounded with */
   const float amax = __uint_as_float(*amax_bits);
   history[latest] = amax;
   float use = amax;
@@ -568,9 +570,6 @@ extern "C" cudaError_t exmy_cuda_quantize_delayed_bf16(
     return cudaErrorInvalidValue;
   exmy_format_info info;
   exmy_format_get_info(f, &info);
-  if (scale_used)
-    EXMY_CUDA_TRY(cudaMemcpyAsync(scale_used, state->scale_inv, sizeof(float),
-                                  cudaMemcpyDeviceToDevice, stream));
   EXMY_CUDA_TRY(cudaMemsetAsync(state->amax_bits, 0, sizeof(unsigned int), stream));
   if (n)
     launch_scaled_bf16_any(*f, kopts_of(o), x, (uint16_t *)y, n, state->scale_inv,
@@ -579,7 +578,7 @@ extern "C" cudaError_t exmy_cuda_quantize_delayed_bf16(
   if (state->count < state->history_len) state->count++;
   k_delayed_update<<<1, 1, 0, stream>>>(state->history, state->history_len, state->latest,
                                         state->amax_bits, history_most_recent, info.max,
-                                        margin, pow2, state->scale_inv);
+                                        margin, pow2, state->scale_inv, scale_used);
   return cudaGetLastError();
 }
 

@@ -304,8 +304,10 @@ void launch_scaled_any(const exmy_format &f, const KOpts &k, const float *x, flo
 }
 
 /* The BF16 GEMM path's operand in one pass: q = Q(x·s) stored as bfloat16
- * (the scaled value: the GEMM applies 1/s through alpha), and, if amax_bits,
- * the finite max |x| folded in (max is order-free: deterministic). */
+ * (the scaled value: the GEMM applies 1/s through alpha; scale_inv NULL: no
+ * scaling), and, if amax_bits, the finite max |x| folded in (max is
+ * order-free: deterministic).  The codes are those of the float32 kernels
+ * (same core, same Philox stream for sr), so the values are bit-identical. */
 template <int ID, int MODE>
 __global__ void __launch_bounds__(kThreads)
     k_quantize_scaled_bf16(const __grid_constant__ exmy_format rt, const __grid_constant__ KOpts o,
@@ -315,7 +317,6 @@ __global__ void __launch_bounds__(kThreads)
   const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
   float m = 0.0f;
   if (base < n) {
-    const float s = scale_inv[0];
     float v[kPer];
     uint32_t c[kPer];
     const bool full = load8(x, base, n, vec, v);
@@ -323,7 +324,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = 0; k < kPer; k++) {
       const float a = fabsf(v[k]);
       if (a > m && a <= 3.40282347e38f && base + k < n) m = a;
-      v[k] = mul_keep_nan(v[k], s);
+      if (scale_inv) v[k] = mul_keep_nan(v[k], scale_inv[0]);
     }
     encode8<ID, MODE>(f, o, base, v, c);
 #pragma unroll
@@ -365,6 +366,11 @@ void launch_scaled_bf16_any(const exmy_format &f, const KOpts &k, const float *x
     break;
     EXMY_SCB(SPEC_E4M3FN)
     EXMY_SCB(SPEC_E5M2)
+    EXMY_SCB(SPEC_BF16)
+    EXMY_SCB(SPEC_E8M3)
+    EXMY_SCB(SPEC_E8M4)
+    EXMY_SCB(SPEC_E8M5)
+    EXMY_SCB(SPEC_E8M6)
 #undef EXMY_SCB
     default:
       launch_scaled_bf16<SPEC_GENERIC, kRuntimeMode>(f, k, x, y, n, si, amax, s);
@@ -479,19 +485,29 @@ extern "C" cudaError_t exmy_cuda_tensor_stats_f32(const exmy_format *f,
   return cudaFreeAsync(partial, stream);
 }
 
+/* Per-tensor current scaling's first pass: a stream-ordered scratch of {amax
+ * bits, s, 1/s} with s = exmy_scale_from_amax of x's amax; *si -> {s, 1/s}. */
+static cudaError_t current_scale(const exmy_format *f, int margin, bool pow2, const float *x,
+                                 size_t n, unsigned int **scratch, float **si,
+                                 cudaStream_t stream) {
+  exmy_format_info info;
+  exmy_format_get_info(f, &info);
+  EXMY_CUDA_TRY(cudaMallocAsync((void **)scratch, 3 * sizeof(unsigned int), stream));
+  EXMY_CUDA_TRY(cudaMemsetAsync(*scratch, 0, sizeof(unsigned int), stream));
+  launch_amax(x, n, *scratch, stream);
+  *si = reinterpret_cast<float *>(*scratch + 1);
+  k_scale<<<1, 1, 0, stream>>>(*scratch, info.max, margin, pow2, *si);
+  return cudaGetLastError();
+}
+
 extern "C" cudaError_t exmy_cuda_quantize_tensor_scaled_f32(
     const exmy_format *f, const exmy_rounding_opts *o, int margin, bool pow2,
     const float *x, float *y, size_t n, float *scale_out, cudaStream_t stream) {
   if (exmy_rounding_opts_check(o) != 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  exmy_format_info info;
-  exmy_format_get_info(f, &info);
-  unsigned int *scratch; /* [0] amax bits, [1..2] scale and 1/scale */
-  EXMY_CUDA_TRY(cudaMallocAsync((void **)&scratch, 3 * sizeof(unsigned int), stream));
-  EXMY_CUDA_TRY(cudaMemsetAsync(scratch, 0, sizeof(unsigned int), stream));
-  launch_amax(x, n, scratch, stream);
-  float *si = reinterpret_cast<float *>(scratch + 1);
-  k_scale<<<1, 1, 0, stream>>>(scratch, info.max, margin, pow2, si);
+  unsigned int *scratch;
+  float *si;
+  EXMY_CUDA_TRY(current_scale(f, margin, pow2, x, n, &scratch, &si, stream));
   launch_scaled_any(*f, kopts_of(o), x, y, n, si, stream);
   EXMY_CUDA_TRY(cudaGetLastError());
   if (scale_out)
@@ -589,17 +605,21 @@ extern "C" cudaError_t exmy_cuda_quantize_tensor_bf16(const exmy_format *f,
                                                       cudaStream_t stream) {
   if (!exmy_cuda_bf16_exact(f) || exmy_rounding_opts_check(o) != 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  exmy_format_info info;
-  exmy_format_get_info(f, &info);
-  unsigned int *scratch; /* [0] amax bits, [1..2] scale and 1/scale */
-  EXMY_CUDA_TRY(cudaMallocAsync((void **)&scratch, 3 * sizeof(unsigned int), stream));
-  EXMY_CUDA_TRY(cudaMemsetAsync(scratch, 0, sizeof(unsigned int), stream));
-  launch_amax(x, n, scratch, stream);
-  float *si = reinterpret_cast<float *>(scratch + 1);
-  k_scale<<<1, 1, 0, stream>>>(scratch, info.max, margin, pow2, si);
+  unsigned int *scratch;
+  float *si;
+  EXMY_CUDA_TRY(current_scale(f, margin, pow2, x, n, &scratch, &si, stream));
   launch_scaled_bf16_any(*f, kopts_of(o), x, (uint16_t *)y, n, si, nullptr, stream);
   EXMY_CUDA_TRY(cudaGetLastError());
   if (scale_out)
     EXMY_CUDA_TRY(cudaMemcpyAsync(scale_out, si, sizeof(float), cudaMemcpyDeviceToDevice, stream));
   return cudaFreeAsync(scratch, stream);
+}
+
+extern "C" cudaError_t exmy_cuda_quantize_bf16(const exmy_format *f, const exmy_rounding_opts *o,
+                                               const float *x, void *y, size_t n,
+                                               cudaStream_t stream) {
+  if (!exmy_cuda_bf16_exact(f) || exmy_rounding_opts_check(o) != 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  launch_scaled_bf16_any(*f, kopts_of(o), x, (uint16_t *)y, n, nullptr, nullptr, stream);
+  return cudaGetLastError();
 }

@@ -32,38 +32,9 @@
 #include <string.h>
 
 #include "experiments/gpu/flash_attention.h"
+#include "tests/cuda/gpu_check.h"
 #include "experiments/model.h"
 
-/* The helpers of tests/cuda/gpu_check.h, which that package does not export. */
-#define CU(call)                                                                    \
-  do {                                                                              \
-    cudaError_t err_ = (call);                                                      \
-    ck_assert_msg(err_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(err_)); \
-  } while (0)
-
-static void *dev_alloc(size_t bytes) {
-  void *p = NULL;
-  CU(cudaMalloc(&p, bytes ? bytes : 1));
-  return p;
-}
-
-static void *dev_from(const void *host, size_t bytes) {
-  void *p = dev_alloc(bytes);
-  CU(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
-  return p;
-}
-
-static void to_host(void *host, const void *dev, size_t bytes) {
-  CU(cudaDeviceSynchronize());
-  CU(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
-}
-
-static uint32_t splitmix32(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return (uint32_t)((z ^ (z >> 31)) >> 32);
-}
 
 typedef struct {
   int B, T, NH, NKV, hs;

@@ -21,14 +21,9 @@
 #include "experiments/gpu/layers.h"
 #include "experiments/model.h"
 #include "experiments/optim.h"
+#include "tests/cuda/gpu_check.h"
 
 /* ------------------------------------------------------------ helpers */
-
-#define CU(call)                                                                          \
-  do {                                                                                    \
-    cudaError_t err_ = (call);                                                            \
-    ck_assert_msg(err_ == cudaSuccess, "%s: %s", #call, cudaGetErrorString(err_));        \
-  } while (0)
 
 /* after every launch: the launch itself, then its execution */
 #define LAUNCHED()                    \
@@ -37,22 +32,8 @@
     CU(cudaDeviceSynchronize());      \
   } while (0)
 
-static void *dev_alloc(size_t bytes) {
-  void *p = NULL;
-  CU(cudaMalloc(&p, bytes ? bytes : 1));
-  return p;
-}
-static void *dev_from(const void *host, size_t bytes) {
-  void *p = dev_alloc(bytes);
-  CU(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice));
-  return p;
-}
 static void to_dev(void *dev, const void *host, size_t bytes) {
   CU(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
-}
-static void to_host(void *host, const void *dev, size_t bytes) {
-  CU(cudaDeviceSynchronize());
-  CU(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
 }
 
 static uint64_t splitmix64(uint64_t *s) {

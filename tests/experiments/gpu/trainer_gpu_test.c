@@ -18,6 +18,7 @@
 #include "experiments/gpu/model_gpu.h"
 #include "experiments/model.h"
 #include "experiments/recipe.h"
+#include "tests/cuda/gpu_check.h"
 
 static uint64_t rng_state = 12345;
 static double urand(void) {
@@ -41,12 +42,6 @@ static void make_recipe(recipe *rc, const char *const *sets) {
   ck_assert_msg(!recipe_from_config(rc, &cfg, 77, err, sizeof err), "%s", err);
 }
 
-static void *dev_from(const void *h, size_t bytes) {
-  void *d = NULL;
-  ck_assert(cudaMalloc(&d, bytes) == cudaSuccess);
-  ck_assert(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice) == cudaSuccess);
-  return d;
-}
 
 static size_t count_bit_diffs(const float *a, const float *b, size_t n) {
   size_t d = 0;

@@ -355,7 +355,7 @@ static void point_tensors(real *mem, const size_t *sizes, int n, real **ptrs[]) 
   }
 }
 
-static void point_params(param_tensors *p, real *mem, const size_t *sizes) {
+void model_point_params(param_tensors *p, real *mem, const size_t *sizes) {
   real **ptrs[NUM_PARAM_TENSORS] = {&p->wte, &p->rms1, &p->wq, &p->wk, &p->wv, &p->wo,
                                     &p->rms2, &p->w1, &p->w3, &p->w2, &p->rmsf, &p->lm_head};
   point_tensors(mem, sizes, NUM_PARAM_TENSORS, ptrs);
@@ -380,8 +380,8 @@ void model_init(model *m, const model_config *c, uint64_t seed) {
   m->num_params = model_param_sizes(c, m->param_sizes);
   m->params_mem = xcalloc(m->num_params, sizeof(real));
   m->grads_mem = xcalloc(m->num_params, sizeof(real));
-  point_params(&m->params, m->params_mem, m->param_sizes);
-  point_params(&m->grads, m->grads_mem, m->param_sizes);
+  model_point_params(&m->params, m->params_mem, m->param_sizes);
+  model_point_params(&m->grads, m->grads_mem, m->param_sizes);
   uint64_t state = seed;
   const double out_scale = 1.0 / sqrt(2.0 * c->n_layers);
   real *p = m->params_mem;

@@ -133,6 +133,8 @@ typedef struct {
 int model_named_size(const char *name, model_config *c);
 /* Fills the sizes of the parameter tensors; returns the total. */
 size_t model_param_sizes(const model_config *c, size_t sizes[NUM_PARAM_TENSORS]);
+/* Points the named tensors of p into one block `mem` laid out by `sizes`. */
+void model_point_params(param_tensors *p, real *mem, const size_t *sizes);
 /* Checks a configuration; returns NULL or a message. */
 const char *model_config_check(const model_config *c);
 /* Allocates parameters and gradients; initialises the parameters from seed:

@@ -27,7 +27,7 @@ void grad_clip(float *g, size_t n, double norm, double max_norm) {
   for (size_t i = 0; i < n; i++) g[i] *= coef;
 }
 
-static int decayed(int tensor) {
+int adamw_decays(int tensor) {
   return !(tensor == 1 || tensor == 6 || tensor == 10); /* rms1, rms2, rmsf */
 }
 
@@ -39,7 +39,7 @@ void adamw_update(model *m, float *mom1, float *mom2, const adamw_hparams *h, in
   for (int ti = 0; ti < NUM_PARAM_TENSORS; ti++) {
     const size_t n = m->param_sizes[ti];
     float *p = m->params_mem + off, *g = m->grads_mem + off, *mm = mom1 + off, *vv = mom2 + off;
-    const float decay = decayed(ti) ? 1.0f - h->lr * h->weight_decay : 1.0f;
+    const float decay = adamw_decays(ti) ? 1.0f - h->lr * h->weight_decay : 1.0f;
 #pragma omp parallel for schedule(static) if (n > 16384)
     for (size_t i = 0; i < n; i++) {
       float gi = g[i];

@@ -19,6 +19,10 @@ double grad_global_norm(const float *g, size_t n);
  * clip_grad_norm_: coef = max_norm / (norm + 1e-6), applied when < 1). */
 void grad_clip(float *g, size_t n, double norm, double max_norm);
 
+/* Whether parameter tensor i (model.h's order) takes weight decay: the
+ * matrices (embedding, projections, LM head), not the RMSNorm weights. */
+int adamw_decays(int tensor);
+
 /* One AdamW step t (1-based) over all parameters; weight decay only on the
  * matrices (2-D tensors: embedding, projections, LM head), not the norms. */
 void adamw_update(model *m, float *mom1, float *mom2, const adamw_hparams *h, int t);

@@ -208,14 +208,6 @@ static void flash_backward(gpu_model *g, float *dq, float *dk, float *dv, const 
 
 /* --------------------------------------------------------------- model */
 
-static void point_params(param_tensors *p, float *mem, const size_t *sizes) {
-  float **ptrs[NUM_PARAM_TENSORS] = {&p->wte, &p->rms1, &p->wq, &p->wk, &p->wv, &p->wo,
-                                     &p->rms2, &p->w1, &p->w3, &p->w2, &p->rmsf, &p->lm_head};
-  for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-    *ptrs[i] = mem;
-    mem += sizes[i];
-  }
-}
 
 /* Whether the fused kernel can stand for the attention sites of this recipe:
  * unquantized attention (bf16 inputs, as a bf16 model computes it), or every
@@ -285,8 +277,8 @@ extern "C" gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *s
   g->grads_mem = dalloc<float>(g->num_params);
   g->mom1 = dalloc<float>(g->num_params);
   g->mom2 = dalloc<float>(g->num_params);
-  point_params(&g->p, g->params_mem, g->param_sizes);
-  point_params(&g->gr, g->grads_mem, g->param_sizes);
+  model_point_params(&g->p, g->params_mem, g->param_sizes);
+  model_point_params(&g->gr, g->grads_mem, g->param_sizes);
 
   const size_t L = c.n_layers, C = c.dim, H = c.hidden, V = c.vocab, NH = c.n_heads;
   const size_t hs = C / NH, KVC = c.n_kv_heads * hs, BT = (size_t)B * T;
@@ -515,8 +507,6 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
   gtq_check(cudaGetLastError(), "backward");
 }
 
-static bool decayed(int tensor) { return !(tensor == 1 || tensor == 6 || tensor == 10); }
-
 extern "C" double gpu_model_update(gpu_model *g, const adamw_hparams *h, int t, double max_norm) {
   cudaStream_t s = g->s;
   gpu_sumsq(g->grads_mem, g->num_params, g->sumsq_scratch, g->sumsq, s);
@@ -527,7 +517,7 @@ extern "C" double gpu_model_update(gpu_model *g, const adamw_hparams *h, int t, 
   size_t off = 0;
   for (int ti = 0; ti < NUM_PARAM_TENSORS; ti++) {
     const size_t n = g->param_sizes[ti];
-    const float decay = decayed(ti) ? 1.0f - h->lr * h->weight_decay : 1.0f;
+    const float decay = adamw_decays(ti) ? 1.0f - h->lr * h->weight_decay : 1.0f;
     gpu_adamw(g->params_mem + off, g->grads_mem + off, g->mom1 + off, g->mom2 + off, n, g->sumsq,
               max_norm, b1, b2, h->eps, step_size, bc2_sqrt, decay, s);
     off += n;

@@ -127,6 +127,19 @@ static void restore_states(tq_site *sites, int n, state_snapshot *s) {
   free(s->buf);
 }
 
+/* One micro-batch forward and backward on the run's device; returns its loss. */
+static float forward_backward(model *m, gpu_model *gpu, const int *in, const int *tg, int B,
+                              int T, float loss_scale) {
+  if (gpu) {
+    const float loss = gpu_model_forward(gpu, in, tg);
+    gpu_model_backward(gpu, loss_scale);
+    return loss;
+  }
+  model_forward(m, in, tg, B, T);
+  model_backward(m, in, tg, loss_scale);
+  return m->loss;
+}
+
 static double validate(model *m, gpu_model *gpu, dataset *val, int B, int T, int batches,
                        int *in, int *tg, tq_site *sites, int n_sites) {
   if (gpu) gpu_model_states_download(gpu); /* the host sites now hold the training states */
@@ -434,14 +447,7 @@ int main(int argc, char **argv) {
     loss = 0;
     for (int micro = 0; micro < accum; micro++) {
       dataset_next_batch(&train, B, in, tg);
-      if (gpu) {
-        loss += gpu_model_forward(gpu, in, tg) / accum;
-        gpu_model_backward(gpu, 1.0f / accum);
-      } else {
-        model_forward(&m, in, tg, B, T);
-        model_backward(&m, in, tg, 1.0f / accum);
-        loss += m.loss / accum;
-      }
+      loss += forward_backward(&m, gpu, in, tg, B, T, 1.0f / accum) / accum;
     }
 
     /* divergence: stop cleanly, with the statistics of this step */
@@ -449,14 +455,8 @@ int main(int argc, char **argv) {
       if (!tq_collect_stats) { /* the last micro-batch again, now with statistics */
         tq_collect_stats = true;
         tq_sr_counter = ((uint64_t)step << 36) + ((uint64_t)1 << 35);
-        if (gpu) {
-          gpu_model_begin_step(gpu, tq_sr_counter, true);
-          gpu_model_forward(gpu, in, tg);
-          gpu_model_backward(gpu, 1.0f / accum);
-        } else {
-          model_forward(&m, in, tg, B, T);
-          model_backward(&m, in, tg, 1.0f / accum);
-        }
+        if (gpu) gpu_model_begin_step(gpu, tq_sr_counter, true);
+        forward_backward(&m, gpu, in, tg, B, T, 1.0f / accum);
       }
       if (gpu) gpu_model_fetch_stats(gpu);
       fprintf(log, "{\"step\":%d,\"event\":\"diverged\",", step + 1);

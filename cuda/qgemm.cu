@@ -11,6 +11,7 @@
 #include <stdlib.h>
 
 #include "cuda/elementwise.cuh"
+#include "cuda/gather.cuh"
 #include "cuda/exmy_cuda.h"
 
 struct exmy_cuda_gemm {
@@ -206,17 +207,6 @@ extern "C" cudaError_t exmy_cuda_qgemm_nt(
 /* ---- exmy_cuda_qgemm: the full exmy_qgemm on the GPU ---- */
 namespace {
 
-/* dst (rows x cols, dense) = src or its transpose (src with leading
- * dimension ld), as cpu/qgemm.c's gather. */
-__global__ void k_gather(const float *__restrict__ src, size_t ld, bool transpose, size_t rows,
-                         size_t cols, float *__restrict__ dst) {
-  const size_t total = rows * cols;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-       i += (size_t)gridDim.x * blockDim.x) {
-    const size_t r = i / cols, c = i % cols;
-    dst[i] = transpose ? src[c * ld + r] : src[r * ld + c];
-  }
-}
 
 /* y = bf16(x); *flag = 1 if any non-NaN value changes. */
 __global__ void k_to_bf16_checked(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y,
@@ -230,11 +220,6 @@ __global__ void k_to_bf16_checked(const float *__restrict__ x, __nv_bfloat16 *__
   }
 }
 
-unsigned grid_for(size_t n) {
-  size_t b = (n + 255) / 256;
-  if (b > 65535u * 8) b = 65535u * 8;
-  return (unsigned)(b ? b : 1);
-}
 
 bool enabled(const exmy_cuda_operand_quant *q) { return q && q->enabled; }
 

@@ -7,7 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/gather.cuh"
+
 namespace {
+using exmy_cuda::grid_for;
+using exmy_cuda::k_gather;
 
 struct Slot {
   void *data = nullptr; /* bf16 or float, per the site's path */
@@ -42,16 +46,6 @@ __global__ void k_to_bf16(const float *__restrict__ y, const float *scale, __nv_
     out[i] = __float2bfloat16_rn(scale ? y[i] * s : y[i]);
 }
 
-/* dst (rows x cols, dense) = src or its transpose (leading dimension ld). */
-__global__ void k_gather(const float *__restrict__ src, long ld, bool transpose, size_t rows,
-                         size_t cols, float *__restrict__ dst) {
-  const size_t total = rows * cols;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-       i += (size_t)gridDim.x * blockDim.x) {
-    const size_t r = i / cols, c = i % cols;
-    dst[i] = transpose ? src[c * ld + r] : src[r * ld + c];
-  }
-}
 
 __global__ void k_batch_pointers(const char *a, long a_sb, long a_sh, int a_div, const char *b,
                                  long b_sb, long b_sh, int b_div, char *c, long c_sb, long c_sh,
@@ -65,11 +59,6 @@ __global__ void k_batch_pointers(const char *a, long a_sb, long a_sh, int a_div,
   pc[i] = c + (bi * c_sb + h * c_sh) * (long)sizeof(float);
 }
 
-unsigned grid_for(size_t n) {
-  size_t b = (n + 255) / 256;
-  if (b > 65535u * 8) b = 65535u * 8;
-  return (unsigned)(b ? b : 1);
-}
 
 void reserve(void **p, size_t *cap, size_t bytes) {
   if (*cap >= bytes) return;
@@ -225,15 +214,22 @@ extern "C" void gtq_states_upload(gtq_ctx *g) {
                   "delayed state upload");
 }
 
-/* Quantizes x (dense rows x cols) per q into the float image y; records the
- * scale used into *scale (scaled recipes) and the statistics if collecting. */
-static void quantize_into(gtq_ctx *g, Site &s, int use, const exmy_operand_quant &q,
-                          const float *x, float *y, size_t n, float *scale) {
-  exmy_rounding_opts o = q.round;
+/* The operand's rounding options with its own stretch of the sr stream (n
+ * elements), as qgemm.c's prepare() on the CPU. */
+static exmy_rounding_opts stream_opts(gtq_ctx *g, const exmy_rounding_opts &round, size_t n) {
+  exmy_rounding_opts o = round;
   if (o.mode == EXMY_SR) {
     o.offset = g->sr_counter;
     g->sr_counter += n;
   }
+  return o;
+}
+
+/* Quantizes x (dense rows x cols) per q into the float image y; records the
+ * scale used into *scale (scaled recipes) and the statistics if collecting. */
+static void quantize_into(gtq_ctx *g, Site &s, int use, const exmy_operand_quant &q,
+                          const float *x, float *y, size_t n, float *scale) {
+  const exmy_rounding_opts o = stream_opts(g, q.round, n);
   const exmy_scaling &sc = q.scaling;
   cudaStream_t st = g->stream;
   switch (sc.kind) {
@@ -298,11 +294,7 @@ extern "C" gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int s
     if (s.bf16 && !g->collect) {
       /* the hot path: round and store as bf16 in one pass (scaled: Q(x s),
        * with the delayed state's amax folded into the same pass) */
-      exmy_rounding_opts o = q.round;
-      if (o.mode == EXMY_SR) {
-        o.offset = g->sr_counter;
-        g->sr_counter += n;
-      }
+      const exmy_rounding_opts o = stream_opts(g, q.round, n);
       const exmy_scaling &sc = q.scaling;
       if (sc.kind == EXMY_SCALING_NONE)
         gtq_check(exmy_cuda_quantize_bf16(&q.format, &o, src, sl.data, n, st), "quantize (bf16)");
@@ -338,12 +330,8 @@ static exmy_cuda_operand_quant mx_operand(gtq_ctx *g, const exmy_operand_quant *
   if (!q) return c;
   c.enabled = true;
   c.format = q->format;
-  c.round = q->round;
+  c.round = stream_opts(g, q->round, n);
   c.scaling = q->scaling;
-  if (c.round.mode == EXMY_SR) {
-    c.round.offset = g->sr_counter;
-    g->sr_counter += n;
-  }
   return c;
 }
 

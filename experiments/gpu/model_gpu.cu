@@ -22,13 +22,6 @@ T *dalloc(size_t n) {
   return (T *)p;
 }
 
-/* Plain bf16 copy of a float tensor (the unquantized inputs of the fused attention). */
-__global__ void k_bf16(const float *__restrict__ x, __nv_bfloat16 *__restrict__ y, size_t n) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    y[i] = __float2bfloat16_rn(x[i]);
-}
-
 }  // namespace
 
 struct gpu_model {
@@ -49,6 +42,7 @@ struct gpu_model {
   /* fused attention: bf16 operands and scratch */
   gpu_attention_kind attention;
   int p_bits;
+  exmy_format bf16; /* the plain bf16 inputs of unquantized attention */
   __nv_bfloat16 *fq, *fk, *fv, *fdo;
   void *flash_scratch;
   const recipe *rc;
@@ -161,10 +155,9 @@ static const __nv_bfloat16 *flash_input(gpu_model *g, int site, int use, int slo
     gtq_operand o = gtq_operand_for_gemm(g->gq, site, use, slot, FILL, x, cols, rows, cols);
     return (const __nv_bfloat16 *)o.ptr;
   }
-  const size_t n = (size_t)rows * cols;
-  k_bf16<<<(unsigned)((n + 255) / 256 < 65535u * 8 ? (n + 255) / 256 : 65535u * 8), 256, 0, g->s>>>(
-      x, plain, n);
-  gtq_check(cudaGetLastError(), "bf16");
+  /* unquantized attention: plain bf16 (rne), as a bf16 model computes it */
+  const exmy_rounding_opts rne = {};
+  gtq_check(exmy_cuda_quantize_bf16(&g->bf16, &rne, x, plain, (size_t)rows * cols, g->s), "bf16");
   return plain;
 }
 
@@ -268,6 +261,7 @@ extern "C" gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *s
   g->T = T;
   g->attention = attention;
   g->p_bits = p_bits;
+  exmy_format_parse("bf16", &g->bf16);
   g->rc = rc;
   g->sites = sites;
   gtq_check(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking), "stream");

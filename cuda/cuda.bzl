@@ -1,12 +1,19 @@
-"""cuda_library: .cu files compiled by the system nvcc into a cc_library.
+"""GPU code in Bazel 4, which has no CUDA rules of its own.
 
-Bazel 4 has no CUDA rules of its own, so each .cu becomes one genrule running
-/usr/local/cuda/bin/nvcc -c, and the objects are wrapped in a cc_library that
-links the static CUDA runtime.  Code is built for Hopper (sm_90 machine code)
-plus compute_90 PTX, which newer GPUs compile at load time.
+cuda_library: each .cu file becomes one genrule running the nvcc that
+third_party/cuda_configure.bzl found (`nvcc -c`), and the objects are wrapped
+in a cc_library that links the static CUDA runtime.  Code is built for Hopper
+(sm_90 machine code) plus compute_90 PTX, which newer GPUs compile at load
+time.
+
+Every rule here builds only where a toolkit was found (CUDA_FOUND); elsewhere
+it defines nothing, so `bazel build //...` and `bazel test //...` on a machine
+without CUDA build and test everything else, and the GPU targets simply do not
+exist.  cuda_cc_binary, cuda_cc_test and cuda_sh_test are cc_binary, cc_test
+and sh_test under that condition; if_cuda picks one of two lists.
 """
 
-NVCC = "/usr/local/cuda/bin/nvcc"
+load("@cuda//:defs.bzl", "CUDA_FOUND", "CUDA_LIB_DIR", "CUDA_VERSION", "NVCC")
 
 NVCC_FLAGS = [
     "-O3",
@@ -18,9 +25,14 @@ NVCC_FLAGS = [
     "-I.",
 ]
 
+def if_cuda(with_cuda, without_cuda = []):
+    return with_cuda if CUDA_FOUND else without_cuda
+
 def cuda_library(name, srcs, hdrs = [], cu_deps = [], deps = [], **kwargs):
     """srcs: .cu files; hdrs: headers they include (also exported);
     cu_deps: other headers the .cu files include (labels)."""
+    if not CUDA_FOUND:
+        return
     objs = []
     for src in srcs:
         obj = "_objs_%s/%s.o" % (name, src.replace("/", "_")[:-len(".cu")])
@@ -40,3 +52,26 @@ def cuda_library(name, srcs, hdrs = [], cu_deps = [], deps = [], **kwargs):
         linkstatic = True,
         **kwargs
     )
+
+def cuda_cc_library(**kwargs):
+    if CUDA_FOUND:
+        native.cc_library(**kwargs)
+
+def cuda_cc_binary(**kwargs):
+    if CUDA_FOUND:
+        native.cc_binary(**kwargs)
+
+def cuda_cc_test(**kwargs):
+    if CUDA_FOUND:
+        native.cc_test(**kwargs)
+
+def cuda_sh_test(**kwargs):
+    if CUDA_FOUND:
+        native.sh_test(**kwargs)
+
+# Where cuda/cublas_loader.c looks for cuBLAS after the loader's own search,
+# and which soname it asks for (libcublas.so.<major>).
+CUBLAS_DEFINES = [
+    "EXMY_CUDA_LIB_DIR=\\\"%s\\\"" % CUDA_LIB_DIR,
+    "EXMY_CUDA_MAJOR=\\\"%s\\\"" % CUDA_VERSION.split(".")[0],
+] if CUDA_FOUND else []

@@ -26,6 +26,12 @@
 extern "C" {
 #endif
 
+/* Opens cuBLAS and cuBLASLt (cuda/cublas_loader.c): exmy links neither, so
+ * that programs which never use the GPU start without them.  0 when they are
+ * loaded; otherwise -1 and one line in err saying what is missing.  The GEMM
+ * functions call it themselves; call it first for a clear message. */
+int exmy_cuda_cublas_load(char *err, size_t errlen);
+
 /* y[i] = the nearest value of x[i] in format f (per o), as float32; y may
  * alias x.  Device pointers. */
 cudaError_t exmy_cuda_quantize_f32(const exmy_format *f,

@@ -194,7 +194,10 @@ static void write_summary(const char *run_dir, const char *status, int steps_don
 static void usage(void) {
   fprintf(stderr,
           "usage: train --config FILE [--recipe FILE] [--set key=value]... [--resume [RUN_DIR]]\n"
-          "  recipes: experiments/configs/*.cfg; keys and defaults: experiments/config.c\n");
+          "  recipes: experiments/configs/*.cfg; keys and defaults: experiments/config.c\n"
+          "  Unless OMP_WAIT_POLICY is set, train restarts itself once with\n"
+          "  OMP_WAIT_POLICY=PASSIVE (OpenMP threads that spin starve OpenBLAS's threads);\n"
+          "  without /proc it goes on without the restart.\n");
 }
 
 int main(int argc, char **argv) {
@@ -204,7 +207,8 @@ int main(int argc, char **argv) {
    * variable only at load time). */
   if (!getenv("OMP_WAIT_POLICY")) {
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    execv("/proc/self/exe", argv);
+    if (access("/proc/self/exe", X_OK) == 0) execv("/proc/self/exe", argv);
+    /* no /proc, or exec refused: the default policy costs speed, not results */
   }
   char err[512] = "", pbuf[4400], pbuf2[4096];
   config cfg;

@@ -241,6 +241,7 @@ extern "C" gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *s
     snprintf(err, errlen, "no CUDA GPU found (device = gpu)");
     return NULL;
   }
+  if (exmy_cuda_cublas_load(err, errlen)) return NULL;
   const model_config &c = m->cfg;
   int p_bits = 7;
   if (attention == GPU_ATTENTION_FLASH) {

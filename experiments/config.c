@@ -70,7 +70,7 @@ static const config_key keys[] = {
     {"quant_lm_head", "0", "also quantize the LM head's GEMMs"},
     {"high_precision_first_last", "0", "keep the first and last blocks in format `high_format`"},
     {"high_format", "fp32", "format of the first and last blocks when kept in higher precision"},
-    {"grad_format", "fp32", "weight gradients of the quantized linear layers (each layer's matrix, the LM head if quantized) rounded rne into this format with per-tensor current scaling before clipping and AdamW, as MS-AMP O1 stores them (fp32: off; CPU only)"},
+    {"grad_format", "fp32", "weight gradients of the quantized linear layers (each layer's matrix, the LM head if quantized) rounded rne into this format with per-tensor current scaling before clipping and AdamW, as MS-AMP O1 stores them (fp32: off)"},
     /* optimizer states */
     {"moments", "fp32", "AdamW moments: fp32 | coat (stored quantized, per-group scaling)"},
     {"moment1_format", "e4m3", "coat: format of the first moment"},

@@ -57,6 +57,21 @@ typedef struct {
 } param_tensors;
 
 extern const char *const param_tensor_names[NUM_PARAM_TENSORS];
+/* The tensors' indices in storage order (param_sizes[], param_tensor_names[]). */
+enum {
+  PARAM_WTE,
+  PARAM_RMS1,
+  PARAM_WQ,
+  PARAM_WK,
+  PARAM_WV,
+  PARAM_WO,
+  PARAM_RMS2,
+  PARAM_W1,
+  PARAM_W3,
+  PARAM_W2,
+  PARAM_RMSF,
+  PARAM_LM_HEAD,
+};
 
 /* Activations kept for the backward pass, for a batch of B sequences of T. */
 #define NUM_ACT_TENSORS 18

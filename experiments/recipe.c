@@ -194,24 +194,45 @@ void recipe_store_moments(const recipe *r, float *m, float *v, size_t n) {
   exmy_quantize_scaled_f32(&r->moment_format[1], &o, &sc, NULL, v, v, 1, n, NULL);
 }
 
-void recipe_round_grads(const recipe *r, model *m) {
-  if (!r->grad_quant) return;
-  const int L = m->cfg.n_layers;
-  const exmy_rounding_opts o = {.mode = EXMY_RNE, .saturate = true};
-  const exmy_scaling sc = {.kind = EXMY_SCALING_TENSOR, .margin = r->grad_margin};
-  param_tensors *g = &m->grads;
-  /* the stacked (L, out, in) tensors of the linear layers and their indices in param_sizes */
-  float *const stacked[7] = {g->wq, g->wk, g->wv, g->wo, g->w1, g->w3, g->w2};
-  static const int tensor_index[7] = {2, 3, 4, 5, 7, 8, 9};
+int recipe_grad_stretches(const recipe *r, const model_config *c, const size_t *param_sizes,
+                          size_t *offset, size_t *length) {
+  if (!r->grad_quant) return 0;
+  static const int linear[7] = {PARAM_WQ, PARAM_WK, PARAM_WV, PARAM_WO,
+                                PARAM_W1, PARAM_W3, PARAM_W2};
+  size_t start[NUM_PARAM_TENSORS], at = 0;
+  for (int t = 0; t < NUM_PARAM_TENSORS; t++) start[t] = at, at += param_sizes[t];
+  const int L = c->n_layers;
+  int n = 0;
   for (int l = 0; l < L; l++) {
     if (r->high_first_last && (l == 0 || l >= L - 1)) continue; /* kept in high_format */
-    for (int i = 0; i < 7; i++) {
-      size_t n = m->param_sizes[tensor_index[i]] / (size_t)L;
-      float *x = stacked[i] + (size_t)l * n;
-      exmy_quantize_scaled_f32(&r->grad_format, &o, &sc, NULL, x, x, 1, n, NULL);
+    for (int i = 0; i < 7; i++, n++) {
+      const size_t per_layer = param_sizes[linear[i]] / (size_t)L;
+      if (offset) offset[n] = start[linear[i]] + (size_t)l * per_layer;
+      if (length) length[n] = per_layer;
     }
   }
-  if (r->quant_lm_head)
-    exmy_quantize_scaled_f32(&r->grad_format, &o, &sc, NULL, g->lm_head, g->lm_head, 1,
-                             m->param_sizes[11], NULL);
+  if (r->quant_lm_head) {
+    if (offset) offset[n] = start[PARAM_LM_HEAD];
+    if (length) length[n] = param_sizes[PARAM_LM_HEAD];
+    n++;
+  }
+  return n;
+}
+
+void recipe_round_grads(const recipe *r, model *m) {
+  const int n = recipe_grad_stretches(r, &m->cfg, m->param_sizes, NULL, NULL);
+  if (!n) return;
+  size_t *offset = malloc(2 * (size_t)n * sizeof *offset), *length = offset + n;
+  if (!offset) {
+    fprintf(stderr, "train: out of memory\n");
+    exit(1);
+  }
+  recipe_grad_stretches(r, &m->cfg, m->param_sizes, offset, length);
+  const exmy_rounding_opts o = {.mode = EXMY_RNE, .saturate = true};
+  const exmy_scaling sc = {.kind = EXMY_SCALING_TENSOR, .margin = r->grad_margin};
+  for (int i = 0; i < n; i++) {
+    float *x = m->grads_mem + offset[i];
+    exmy_quantize_scaled_f32(&r->grad_format, &o, &sc, NULL, x, x, 1, length[i], NULL);
+  }
+  free(offset);
 }

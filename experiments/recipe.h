@@ -55,5 +55,11 @@ void recipe_store_moments(const recipe *r, float *m, float *v, size_t n);
  * casts each FP8 linear layer's weight gradient before the all-reduce.  Call
  * between the backward and the clipping. */
 void recipe_round_grads(const recipe *r, model *m);
+/* The stretches of the gradient block (offsets in the model's storage order,
+ * lengths) that recipe_round_grads rounds, one per tensor, each under its own
+ * scale: the same list for the CPU and the GPU.  Returns how many (at most
+ * 7 L + 1); offset and length may be NULL to count. */
+int recipe_grad_stretches(const recipe *r, const model_config *c, const size_t *param_sizes,
+                          size_t *offset, size_t *length);
 
 #endif /* EXPERIMENTS_RECIPE_H */

@@ -300,8 +300,6 @@ int main(int argc, char **argv) {
 
   recipe rc;
   if (recipe_from_config(&rc, &cfg, seed, err, sizeof err)) die(2, "%s", err);
-  if (on_gpu && rc.grad_quant)
-    die(2, "%s", "grad_format (low-precision weight gradients) is implemented for device = cpu only");
 
   /* ---- data ---- */
   dataset train, val;

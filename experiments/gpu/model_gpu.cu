@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <vector>
+
 #include "experiments/gpu/flash_attention.h"
 #include "experiments/gpu/gemm.h"
 #include "experiments/gpu/layers.h"
@@ -504,6 +506,21 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
 
 extern "C" double gpu_model_update(gpu_model *g, const adamw_hparams *h, int t, double max_norm) {
   cudaStream_t s = g->s;
+  if (g->rc && g->rc->grad_quant) {
+    /* recipe_round_grads: MS-AMP O1's FP8 weight gradients, the same stretches */
+    const recipe *r = g->rc;
+    const int n = recipe_grad_stretches(r, &g->cfg, g->param_sizes, NULL, NULL);
+    std::vector<size_t> offset(n), length(n);
+    recipe_grad_stretches(r, &g->cfg, g->param_sizes, offset.data(), length.data());
+    exmy_rounding_opts o = {};
+    o.mode = EXMY_RNE;
+    o.saturate = true;
+    for (int i = 0; i < n; i++)
+      gtq_check(exmy_cuda_quantize_tensor_scaled_f32(&r->grad_format, &o, r->grad_margin, false,
+                                                     g->grads_mem + offset[i],
+                                                     g->grads_mem + offset[i], length[i], NULL, s),
+                "grad_format");
+  }
   gpu_sumsq(g->grads_mem, g->num_params, g->sumsq_scratch, g->sumsq, s);
   const float b1 = h->beta1, b2 = h->beta2;
   /* the host's powf, as optim.c */

@@ -141,6 +141,108 @@ __device__ __forceinline__ uint32_t bt_addr(const bf16 *s, int k0, int n0, int l
   return smem_addr(s + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + n0 + (lane >> 4) * 8);
 }
 
+/* ------------------------------------------------ warp-tile products
+ * A warp multiplies 16-row tiles of A (as A fragments) by B tiles it reads
+ * from shared memory with ldmatrix; C is held as 8-column accumulator tiles
+ * c[n][0..3] (layout at the top of this file). */
+
+template <int N>
+__device__ __forceinline__ void zero(float (&c)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) c[n][e] = 0.f;
+}
+
+/* c[mt] += a[mt] B over one 16 x 16 block of B (k0..k0+15, columns 16 np
+ * .. 16 np + 15, i.e. the accumulator tiles 2 np and 2 np + 1) for MT row
+ * tiles.  B is n-major in sB (row = n, column = k: K for Q K^T) or, with
+ * kKMajor, k-major (row = k, column = n: V for P V, read with ldmatrix
+ * .trans).  The B fragments are loaded once for all MT row tiles. */
+template <int MT, bool kKMajor, int LD, int NT>
+__device__ __forceinline__ void mma_16x16(float (*c)[NT][4], const uint32_t (*a)[4],
+                                          const bf16 *sB, int k0, int np, int lane) {
+  uint32_t b[4];
+  if constexpr (kKMajor)
+    ldsm_x4_t(b, bt_addr<LD>(sB, k0, np * 16, lane));
+  else
+    ldsm_x4(b, b_addr<LD>(sB, np * 16, k0, lane));
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) {
+    mma_bf16(c[mt][2 * np], a[mt], b[0], b[1]);
+    mma_bf16(c[mt][2 * np + 1], a[mt], b[2], b[3]);
+  }
+}
+
+/* The same over every column of B: one 16-wide k step of c[mt] += a[mt] B. */
+template <int MT, bool kKMajor, int LD, int NT>
+__device__ __forceinline__ void mma_k_step(float (*c)[NT][4], const uint32_t (*a)[4],
+                                           const bf16 *sB, int k0, int lane) {
+#pragma unroll
+  for (int np = 0; np < NT / 2; np++) mma_16x16<MT, kKMajor, LD>(c, a, sB, k0, np, lane);
+}
+
+/* The A fragments of the KS k steps of the 16 rows at row r0 of sA. */
+template <int LD, int KS>
+__device__ __forceinline__ void load_a_frags(uint32_t (&f)[KS][4], const bf16 *sA, int r0,
+                                             int lane) {
+#pragma unroll
+  for (int kk = 0; kk < KS; kk++) ldsm_x4(f[kk], a_addr<LD>(sA, r0, kk * 16, lane));
+}
+
+/* The A fragment of k step kk of the 16 rows at r0 of sA: from the fragments
+ * f kept in registers when kRegs (see load_a_frags), else by ldmatrix. */
+template <bool kRegs, int LD, int KF>
+__device__ __forceinline__ void a_frag(uint32_t (&a)[4], const uint32_t (&f)[KF][4],
+                                       const bf16 *sA, int r0, int kk, int lane) {
+  if constexpr (kRegs) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) a[e] = f[kk][e];
+  } else {
+    ldsm_x4(a, a_addr<LD>(sA, r0, kk * 16, lane));
+  }
+}
+
+/* c = A B^T over the head dimension (KS k steps): A the 16 rows at r0 of sA
+ * (see a_frag), B the n-major tile sB of NT * 8 rows.  S^T = K Q^T and
+ * dP^T = V dO^T. */
+template <int KS, bool kRegs, int LD, int NT, int KF>
+__device__ __forceinline__ void mma_abt(float (&c)[NT][4], const uint32_t (&f)[KF][4],
+                                        const bf16 *sA, int r0, const bf16 *sB, int lane) {
+  zero(c);
+#pragma unroll
+  for (int kk = 0; kk < KS; kk++) {
+    uint32_t a[4];
+    a_frag<kRegs, LD>(a, f, sA, r0, kk, lane);
+    mma_k_step<1, false, LD>(&c, &a, sB, kk * 16, lane);
+  }
+}
+
+/* c[mt] += P[mt] B with P a 16 x (8 * NP) accumulator tile per row tile,
+ * rounded (kRound) and packed k step by k step into A fragments, and B the
+ * k-major tile sB: O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K. */
+template <bool kRound, int MT, int LD, int NP, int NT>
+__device__ __forceinline__ void mma_pb(float (*c)[NT][4], const float (*p)[NP][4],
+                                       const bf16 *sB, int shift, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < NP / 2; kk++) {
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) acc_to_a<kRound>(a[mt], p[mt][2 * kk], p[mt][2 * kk + 1], shift);
+    mma_k_step<MT, true, LD>(c, a, sB, kk * 16, lane);
+  }
+}
+
+/* This lane's part of row g + 8 hf of a 16 x (8 * NT) accumulator tile,
+ * times mul, to float32 memory: dst points at the row's column 2 t4. */
+template <int NT>
+__device__ __forceinline__ void store_row(float *dst, const float (&c)[NT][4], int hf,
+                                          float mul) {
+#pragma unroll
+  for (int n = 0; n < NT; n++)
+    *(float2 *)(dst + n * 8) = make_float2(c[n][2 * hf] * mul, c[n][2 * hf + 1] * mul);
+}
+
 /* ROWS x HS tile of a (T, ld) bf16 matrix starting at row r0 -> shared
  * memory with row stride HS + 8; rows >= T become zeros. */
 template <int ROWS, int HS, int NTHREADS>
@@ -160,6 +262,46 @@ __device__ __forceinline__ void load_tile(bf16 *s, const bf16 *g, size_t ld, int
 template <int N>
 __device__ __forceinline__ void load_vec(float *s, const float *g, int tid) {
   if (tid < N / 4) cp_async16(smem_addr(s + tid * 4), g + tid * 4, true);
+}
+
+/* A CTA of the forward or of the dQ kernel: head h of sequence b (grid.x)
+ * and the block of BR query rows from q0, taken last block first (grid.y) as
+ * the last blocks see the most keys; kvh is the head's key/value head. */
+template <int HS, int BR>
+struct QueryBlock {
+  int b, h, kvh, q0;
+  size_t ldq, ldkv; /* row strides of q (and out, dq, dout) and of k, v */
+  __device__ __forceinline__ QueryBlock(int T, int NH, int NKV)
+      : b(blockIdx.x / NH), h(blockIdx.x % NH), kvh(h / (NH / NKV)),
+        q0(((T + BR - 1) / BR - 1 - (int)blockIdx.y) * BR), ldq((size_t)NH * HS),
+        ldkv((size_t)NKV * HS) {}
+  /* column 0 of this head in a (B, T, NH * HS) or a (B, T, NKV * HS) tensor */
+  template <typename E>
+  __device__ __forceinline__ E *q_head(E *x, int T) const {
+    return x + (size_t)b * T * ldq + (size_t)h * HS;
+  }
+  template <typename E>
+  __device__ __forceinline__ E *kv_head(E *x, int T) const {
+    return x + (size_t)b * T * ldkv + (size_t)kvh * HS;
+  }
+};
+
+/* Key/value blocks double-buffered in two stages of BC rows each: starts the
+ * copy of block kb + 1 (if any) into the other stage, then waits for block
+ * kb, which every thread of the CTA may read after this. */
+template <int BC, int HS, int NTHREADS>
+__device__ __forceinline__ void next_kv_block(bf16 *sK, bf16 *sV, const bf16 *kg,
+                                              const bf16 *vg, size_t ldkv, int kb, int nkb,
+                                              int T, int tid) {
+  constexpr int LD = HS + 8;
+  const int next = (kb & 1) ^ 1;
+  if (kb + 1 < nkb) {
+    load_tile<BC, HS, NTHREADS>(sK + next * BC * LD, kg, ldkv, (kb + 1) * BC, T, tid);
+    load_tile<BC, HS, NTHREADS>(sV + next * BC * LD, vg, ldkv, (kb + 1) * BC, T, tid);
+  }
+  cp_async_commit();
+  cp_async_wait<1>();
+  __syncthreads();
 }
 
 /* --------------------------------------------------------------- forward */
@@ -182,12 +324,10 @@ __global__ void __launch_bounds__(WARPS * 32)
   bf16 *sQ = (bf16 *)smem, *sK = sQ + BR * LD, *sV = sK + 2 * BC * LD;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  const int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
-  const int nqb = (T + BR - 1) / BR, q0 = (nqb - 1 - (int)blockIdx.y) * BR;
-  const size_t ldq = (size_t)NH * HS, ldkv = (size_t)NKV * HS;
-  const bf16 *qg = q + (size_t)b * T * ldq + (size_t)h * HS;
-  const bf16 *kg = k + (size_t)b * T * ldkv + (size_t)kvh * HS;
-  const bf16 *vg = v + (size_t)b * T * ldkv + (size_t)kvh * HS;
+  const QueryBlock<HS, BR> cta(T, NH, NKV);
+  const int b = cta.b, h = cta.h, q0 = cta.q0;
+  const size_t ldq = cta.ldq, ldkv = cta.ldkv;
+  const bf16 *qg = cta.q_head(q, T), *kg = cta.kv_head(k, T), *vg = cta.kv_head(v, T);
   const int nkb = (min(q0 + BR, T) + BC - 1) / BC;
   const int row0 = q0 + warp * MT * 16; /* first query row of this warp */
 
@@ -201,10 +341,7 @@ __global__ void __launch_bounds__(WARPS * 32)
   float mrow[MT][2], lrow[MT][2];
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-    for (int d = 0; d < HS / 8; d++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) o[mt][d][e] = 0.f;
+    zero(o[mt]);
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
       mrow[mt][hf] = -INFINITY;
@@ -214,42 +351,26 @@ __global__ void __launch_bounds__(WARPS * 32)
 
   for (int kb = 0; kb < nkb; kb++) {
     const int st = kb & 1;
-    if (kb + 1 < nkb) {
-      load_tile<BC, HS, NT>(sK + (st ^ 1) * BC * LD, kg, ldkv, (kb + 1) * BC, T, tid);
-      load_tile<BC, HS, NT>(sV + (st ^ 1) * BC * LD, vg, ldkv, (kb + 1) * BC, T, tid);
-    }
-    cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
+    next_kv_block<BC, HS, NT>(sK, sV, kg, vg, ldkv, kb, nkb, T, tid);
     if (kb == 0) {
 #pragma unroll
-      for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++)
-          ldsm_x4(qf[mt][kk], a_addr<LD>(sQ, warp * MT * 16 + mt * 16, kk * 16, lane));
+      for (int mt = 0; mt < MT; mt++) load_a_frags<LD>(qf[mt], sQ, warp * MT * 16 + mt * 16, lane);
     }
     const bf16 *cK = sK + st * BC * LD, *cV = sV + st * BC * LD;
 
     /* S = Q K^T (raw dot products) */
     float s[MT][BC / 8][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
+    for (int mt = 0; mt < MT; mt++) zero(s[mt]);
 #pragma unroll
-      for (int n = 0; n < BC / 8; n++)
+    for (int kk = 0; kk < KS; kk++) {
+      uint32_t a[MT][4];
 #pragma unroll
-        for (int e = 0; e < 4; e++) s[mt][n][e] = 0.f;
+      for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-    for (int kk = 0; kk < KS; kk++)
-#pragma unroll
-      for (int np = 0; np < BC / 16; np++) {
-        uint32_t bfr[4];
-        ldsm_x4(bfr, b_addr<LD>(cK, np * 16, kk * 16, lane));
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-          mma_bf16(s[mt][2 * np], qf[mt][kk], bfr[0], bfr[1]);
-          mma_bf16(s[mt][2 * np + 1], qf[mt][kk], bfr[2], bfr[3]);
-        }
-      }
+        for (int e = 0; e < 4; e++) a[mt][e] = qf[mt][kk][e];
+      mma_k_step<MT, false, LD>(s, a, cK, kk * 16, lane);
+    }
 
     /* causal mask where this key block reaches past the warp's first row */
     if (kb * BC + BC - 1 > row0) {
@@ -298,23 +419,7 @@ __global__ void __launch_bounds__(WARPS * 32)
       }
 
     /* O += P V */
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; kk++) {
-      uint32_t pa[MT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; mt++)
-        acc_to_a<kRound>(pa[mt], s[mt][2 * kk], s[mt][2 * kk + 1], shift);
-#pragma unroll
-      for (int dp = 0; dp < HS / 16; dp++) {
-        uint32_t bfr[4];
-        ldsm_x4_t(bfr, bt_addr<LD>(cV, kk * 16, dp * 16, lane));
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-          mma_bf16(o[mt][2 * dp], pa[mt], bfr[0], bfr[1]);
-          mma_bf16(o[mt][2 * dp + 1], pa[mt], bfr[2], bfr[3]);
-        }
-      }
-    }
+    mma_pb<kRound, MT, LD>(o, s, cV, shift, lane);
     __syncthreads();
   }
 
@@ -327,11 +432,7 @@ __global__ void __launch_bounds__(WARPS * 32)
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       const int row = row0 + mt * 16 + g + hf * 8;
       if (row < T) {
-        const float inv = 1.f / l;
-        float *og = out + ((size_t)b * T + row) * ldq + (size_t)h * HS + 2 * t4;
-#pragma unroll
-        for (int d = 0; d < HS / 8; d++)
-          *(float2 *)(og + d * 8) = make_float2(o[mt][d][2 * hf] * inv, o[mt][d][2 * hf + 1] * inv);
+        store_row(out + ((size_t)b * T + row) * ldq + (size_t)h * HS + 2 * t4, o[mt], hf, 1.f / l);
         if (t4 == 0) lse[((size_t)b * NH + h) * T + row] = (mrow[mt][hf] + log2f(l)) * kLn2;
       }
     }
@@ -426,10 +527,8 @@ __global__ void __launch_bounds__(WARPS * 32)
 
   uint32_t kf[kKVRegs ? KS : 1][4], vf[kKVRegs ? KS : 1][4];
   float dka[HS / 8][4], dva[HS / 8][4];
-#pragma unroll
-  for (int d = 0; d < HS / 8; d++)
-#pragma unroll
-    for (int e = 0; e < 4; e++) dka[d][e] = dva[d][e] = 0.f;
+  zero(dka);
+  zero(dva);
 
   for (int it = 0; it < nit; it++) {
     const int st = it & 1;
@@ -439,11 +538,8 @@ __global__ void __launch_bounds__(WARPS * 32)
     __syncthreads();
     if constexpr (kKVRegs) {
       if (it == 0) {
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) {
-          ldsm_x4(kf[kk], a_addr<LD>(sK, warp * 16, kk * 16, lane));
-          ldsm_x4(vf[kk], a_addr<LD>(sV, warp * 16, kk * 16, lane));
-        }
+        load_a_frags<LD>(kf, sK, warp * 16, lane);
+        load_a_frags<LD>(vf, sV, warp * 16, lane);
       }
     }
     const int q0 = (qb0 + it % nq) * BR;
@@ -452,27 +548,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 
     /* S^T = K Q^T, 16 keys x BR queries per warp */
     float sa[BR / 8][4];
-#pragma unroll
-    for (int n = 0; n < BR / 8; n++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) sa[n][e] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < KS; kk++) {
-      uint32_t a[4];
-      if constexpr (kKVRegs) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) a[e] = kf[kk][e];
-      } else {
-        ldsm_x4(a, a_addr<LD>(sK, warp * 16, kk * 16, lane));
-      }
-#pragma unroll
-      for (int np = 0; np < BR / 16; np++) {
-        uint32_t bfr[4];
-        ldsm_x4(bfr, b_addr<LD>(cQ, np * 16, kk * 16, lane));
-        mma_bf16(sa[2 * np], a, bfr[0], bfr[1]);
-        mma_bf16(sa[2 * np + 1], a, bfr[2], bfr[3]);
-      }
-    }
+    mma_abt<KS, kKVRegs, LD>(sa, kf, sK, warp * 16, cQ, lane);
 
     /* P^T = exp(S^T scale - lse[query]); zero where query < key */
     const bool diag = q0 < j0 + 15;
@@ -488,42 +564,11 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
 
     /* dV += P^T dO */
-#pragma unroll
-    for (int kk = 0; kk < BR / 16; kk++) {
-      uint32_t pa[4];
-      acc_to_a<kRound>(pa, sa[2 * kk], sa[2 * kk + 1], shift);
-#pragma unroll
-      for (int dp = 0; dp < HS / 16; dp++) {
-        uint32_t bfr[4];
-        ldsm_x4_t(bfr, bt_addr<LD>(cdO, kk * 16, dp * 16, lane));
-        mma_bf16(dva[2 * dp], pa, bfr[0], bfr[1]);
-        mma_bf16(dva[2 * dp + 1], pa, bfr[2], bfr[3]);
-      }
-    }
+    mma_pb<kRound, 1, LD>(&dva, &sa, cdO, shift, lane);
 
     /* dP^T = V dO^T */
     float dpa[BR / 8][4];
-#pragma unroll
-    for (int n = 0; n < BR / 8; n++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) dpa[n][e] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < KS; kk++) {
-      uint32_t a[4];
-      if constexpr (kKVRegs) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) a[e] = vf[kk][e];
-      } else {
-        ldsm_x4(a, a_addr<LD>(sV, warp * 16, kk * 16, lane));
-      }
-#pragma unroll
-      for (int np = 0; np < BR / 16; np++) {
-        uint32_t bfr[4];
-        ldsm_x4(bfr, b_addr<LD>(cdO, np * 16, kk * 16, lane));
-        mma_bf16(dpa[2 * np], a, bfr[0], bfr[1]);
-        mma_bf16(dpa[2 * np + 1], a, bfr[2], bfr[3]);
-      }
-    }
+    mma_abt<KS, kKVRegs, LD>(dpa, vf, sV, warp * 16, cdO, lane);
 
     /* dS^T = P^T (dP^T - D[query]) scale */
 #pragma unroll
@@ -535,18 +580,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
 
     /* dK += dS^T Q */
-#pragma unroll
-    for (int kk = 0; kk < BR / 16; kk++) {
-      uint32_t da[4];
-      acc_to_a<kRound>(da, dpa[2 * kk], dpa[2 * kk + 1], shift);
-#pragma unroll
-      for (int dp = 0; dp < HS / 16; dp++) {
-        uint32_t bfr[4];
-        ldsm_x4_t(bfr, bt_addr<LD>(cQ, kk * 16, dp * 16, lane));
-        mma_bf16(dka[2 * dp], da, bfr[0], bfr[1]);
-        mma_bf16(dka[2 * dp + 1], da, bfr[2], bfr[3]);
-      }
-    }
+    mma_pb<kRound, 1, LD>(&dka, &dpa, cQ, shift, lane);
     __syncthreads();
   }
 
@@ -555,11 +589,8 @@ __global__ void __launch_bounds__(WARPS * 32)
     const int row = j0 + g + hf * 8;
     if (row < T) {
       const size_t off = ((size_t)b * T + row) * ldkv + (size_t)kvh * HS + 2 * t4;
-#pragma unroll
-      for (int d = 0; d < HS / 8; d++) {
-        *(float2 *)(dk + off + d * 8) = make_float2(dka[d][2 * hf], dka[d][2 * hf + 1]);
-        *(float2 *)(dv + off + d * 8) = make_float2(dva[d][2 * hf], dva[d][2 * hf + 1]);
-      }
+      store_row(dk + off, dka, hf, 1.f);
+      store_row(dv + off, dva, hf, 1.f);
     }
   }
 }
@@ -585,13 +616,11 @@ __global__ void __launch_bounds__(WARPS * 32)
   bf16 *sQ = (bf16 *)smem, *sdO = sQ + BR * LD, *sK = sdO + BR * LD, *sV = sK + 2 * BC * LD;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  const int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
-  const int nqb = (T + BR - 1) / BR, q0 = (nqb - 1 - (int)blockIdx.y) * BR;
-  const size_t ldq = (size_t)NH * HS, ldkv = (size_t)NKV * HS;
-  const bf16 *qg = q + (size_t)b * T * ldq + (size_t)h * HS;
-  const bf16 *dog = dout + (size_t)b * T * ldq + (size_t)h * HS;
-  const bf16 *kg = k + (size_t)b * T * ldkv + (size_t)kvh * HS;
-  const bf16 *vg = v + (size_t)b * T * ldkv + (size_t)kvh * HS;
+  const QueryBlock<HS, BR> cta(T, NH, NKV);
+  const int b = cta.b, h = cta.h, q0 = cta.q0;
+  const size_t ldq = cta.ldq, ldkv = cta.ldkv;
+  const bf16 *qg = cta.q_head(q, T), *dog = cta.q_head(dout, T);
+  const bf16 *kg = cta.kv_head(k, T), *vg = cta.kv_head(v, T);
   const int nkb = (min(q0 + BR, T) + BC - 1) / BC;
   const int row0 = q0 + warp * 16;
 
@@ -611,59 +640,32 @@ __global__ void __launch_bounds__(WARPS * 32)
 
   uint32_t qf[kQRegs ? KS : 1][4], df[kQRegs ? KS : 1][4];
   float dqa[HS / 8][4];
-#pragma unroll
-  for (int d = 0; d < HS / 8; d++)
-#pragma unroll
-    for (int e = 0; e < 4; e++) dqa[d][e] = 0.f;
+  zero(dqa);
 
   for (int kb = 0; kb < nkb; kb++) {
     const int st = kb & 1;
-    if (kb + 1 < nkb) {
-      load_tile<BC, HS, NT>(sK + (st ^ 1) * BC * LD, kg, ldkv, (kb + 1) * BC, T, tid);
-      load_tile<BC, HS, NT>(sV + (st ^ 1) * BC * LD, vg, ldkv, (kb + 1) * BC, T, tid);
-    }
-    cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
+    next_kv_block<BC, HS, NT>(sK, sV, kg, vg, ldkv, kb, nkb, T, tid);
     if constexpr (kQRegs) {
       if (kb == 0) {
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) {
-          ldsm_x4(qf[kk], a_addr<LD>(sQ, warp * 16, kk * 16, lane));
-          ldsm_x4(df[kk], a_addr<LD>(sdO, warp * 16, kk * 16, lane));
-        }
+        load_a_frags<LD>(qf, sQ, warp * 16, lane);
+        load_a_frags<LD>(df, sdO, warp * 16, lane);
       }
     }
     const bf16 *cK = sK + st * BC * LD, *cV = sV + st * BC * LD;
 
     /* S = Q K^T and dP = dO V^T */
     float sa[BC / 8][4], dpa[BC / 8][4];
-#pragma unroll
-    for (int n = 0; n < BC / 8; n++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) sa[n][e] = dpa[n][e] = 0.f;
+    zero(sa);
+    zero(dpa);
 #pragma unroll
     for (int kk = 0; kk < KS; kk++) {
       uint32_t a[4], c[4];
-      if constexpr (kQRegs) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          a[e] = qf[kk][e];
-          c[e] = df[kk][e];
-        }
-      } else {
-        ldsm_x4(a, a_addr<LD>(sQ, warp * 16, kk * 16, lane));
-        ldsm_x4(c, a_addr<LD>(sdO, warp * 16, kk * 16, lane));
-      }
+      a_frag<kQRegs, LD>(a, qf, sQ, warp * 16, kk, lane);
+      a_frag<kQRegs, LD>(c, df, sdO, warp * 16, kk, lane);
 #pragma unroll
       for (int np = 0; np < BC / 16; np++) {
-        uint32_t bfr[4];
-        ldsm_x4(bfr, b_addr<LD>(cK, np * 16, kk * 16, lane));
-        mma_bf16(sa[2 * np], a, bfr[0], bfr[1]);
-        mma_bf16(sa[2 * np + 1], a, bfr[2], bfr[3]);
-        ldsm_x4(bfr, b_addr<LD>(cV, np * 16, kk * 16, lane));
-        mma_bf16(dpa[2 * np], c, bfr[0], bfr[1]);
-        mma_bf16(dpa[2 * np + 1], c, bfr[2], bfr[3]);
+        mma_16x16<1, false, LD>(&sa, &a, cK, kk * 16, np, lane);
+        mma_16x16<1, false, LD>(&dpa, &c, cV, kk * 16, np, lane);
       }
     }
 
@@ -679,30 +681,14 @@ __global__ void __launch_bounds__(WARPS * 32)
       }
 
     /* dQ += dS K */
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; kk++) {
-      uint32_t da[4];
-      acc_to_a<kRound>(da, dpa[2 * kk], dpa[2 * kk + 1], shift);
-#pragma unroll
-      for (int dp = 0; dp < HS / 16; dp++) {
-        uint32_t bfr[4];
-        ldsm_x4_t(bfr, bt_addr<LD>(cK, kk * 16, dp * 16, lane));
-        mma_bf16(dqa[2 * dp], da, bfr[0], bfr[1]);
-        mma_bf16(dqa[2 * dp + 1], da, bfr[2], bfr[3]);
-      }
-    }
+    mma_pb<kRound, 1, LD>(&dqa, &dpa, cK, shift, lane);
     __syncthreads();
   }
 
 #pragma unroll
   for (int hf = 0; hf < 2; hf++) {
     const int row = row0 + g + hf * 8;
-    if (row < T) {
-      float *dg = dq + ((size_t)b * T + row) * ldq + (size_t)h * HS + 2 * t4;
-#pragma unroll
-      for (int d = 0; d < HS / 8; d++)
-        *(float2 *)(dg + d * 8) = make_float2(dqa[d][2 * hf], dqa[d][2 * hf + 1]);
-    }
+    if (row < T) store_row(dq + ((size_t)b * T + row) * ldq + (size_t)h * HS + 2 * t4, dqa, hf, 1.f);
   }
 }
 

@@ -21,6 +21,8 @@
  * NaN-filled buffers give the same bits); causality (changing k and v after
  * position t0 leaves out, lse and dq at positions <= t0 bit-identical);
  * grouped-query heads (NKV = NH, NH/2, 1); T not a multiple of any block.
+ * Each compared shape prints a fingerprint of its GPU results ("bits"), so
+ * that the logs of two builds show whether they agree bit for bit.
  * Prints the forward and backward speed of the 120m shape (not asserted).
  * Needs a GPU (tag "gpu"). */
 #include <check.h>
@@ -181,6 +183,25 @@ static double rel_err(const float *a, const float *b, size_t n) {
   return m > 0 ? d / m : d;
 }
 
+/* FNV-1a over the bits of n floats, continuing from h: a fingerprint of a
+ * GPU result, printed so that two builds of the kernel can be compared bit
+ * for bit from their logs. */
+static uint64_t fnv1a(uint64_t h, const float *x, size_t n) {
+  const unsigned char *p = (const unsigned char *)x;
+  for (size_t i = 0; i < n * 4; i++) h = (h ^ p[i]) * 0x100000001B3ull;
+  return h;
+}
+
+static uint64_t fingerprint(shape s, const results *r) {
+  const size_t nq = (size_t)s.B * s.T * s.NH * s.hs, nkv = (size_t)s.B * s.T * s.NKV * s.hs;
+  uint64_t h = 0xCBF29CE484222325ull;
+  h = fnv1a(h, r->out, nq);
+  h = fnv1a(h, r->lse, (size_t)s.B * s.NH * s.T);
+  h = fnv1a(h, r->dq, nq);
+  h = fnv1a(h, r->dk, nkv);
+  return fnv1a(h, r->dv, nkv);
+}
+
 static double abs_err(const float *a, const float *b, size_t n) {
   double d = 0;
   for (size_t i = 0; i < n; i++) {
@@ -207,8 +228,9 @@ static errors compare(shape s, int pbits, uint64_t seed) {
               rel_err(g.dk, c.dk, in.nkv), rel_err(g.dv, c.dv, in.nkv),
               abs_err(g.lse, c.lse, (size_t)s.B * s.NH * s.T)};
   printf("B %d T %4d NH %d NKV %d hs %3d P bits %d: rel err out %.2e dq %.2e dk %.2e dv %.2e;"
-         " lse abs %.2e\n",
-         s.B, s.T, s.NH, s.NKV, s.hs, pbits, e.out, e.dq, e.dk, e.dv, e.lse);
+         " lse abs %.2e; bits %016llx\n",
+         s.B, s.T, s.NH, s.NKV, s.hs, pbits, e.out, e.dq, e.dk, e.dv, e.lse,
+         (unsigned long long)fingerprint(s, &g));
   free_results(&g), free_results(&c), free_inputs(&in);
   return e;
 }
@@ -265,7 +287,8 @@ START_TEST(deterministic) {
   ck_assert(same_bits(r1.out, r2.out, in.nq) && same_bits(r1.lse, r2.lse, nl));
   ck_assert(same_bits(r1.dq, r2.dq, in.nq));
   ck_assert(same_bits(r1.dk, r2.dk, in.nkv) && same_bits(r1.dv, r2.dv, in.nkv));
-  printf("deterministic: two runs bit-identical (out, lse, dq, dk, dv)\n");
+  printf("deterministic: two runs bit-identical (out, lse, dq, dk, dv); bits %016llx\n",
+         (unsigned long long)fingerprint(s, &r1));
   free_results(&r1), free_results(&r2), free_inputs(&in);
 }
 END_TEST

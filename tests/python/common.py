@@ -96,13 +96,14 @@ class Tally:
         print(f"{self.name}: PASSED {self.checks} checks")
 
 
-def dense_inputs(fmt, rng):
+def dense_inputs(fmt, rng, decode=ref_decode):
     """float32 inputs that probe every part of fmt: all 2^16 sign/exponent/top
     mantissa patterns with random low bits (every binade, inf, NaN) and a
     sample of them with zero low bits (+-0, +-inf, short significands),
     the format's values, the midpoints between neighbours and the float32
     values either side of each midpoint, and random values over the
-    format's range."""
+    format's range.  decode(fmt, uint32 codes): the reference decoder (the
+    shim's), or exmy's own where the shim is absent (the GPU machine)."""
     import exmy
     f = exmy.Format(fmt)
     hi = np.arange(1 << 16, dtype=np.uint32) << 16
@@ -112,7 +113,7 @@ def dense_inputs(fmt, rng):
     codes = np.arange(1 << nbits, dtype=np.uint32)
     if f.bits > 16:  # sample the codes of wide formats
         codes = rng.integers(0, 1 << f.bits, 1 << 16, dtype=np.uint64).astype(np.uint32)
-    vals = ref_decode(fmt, codes)
+    vals = decode(fmt, codes)
     if vals.size > 8192:  # wide formats: a sample of their values and midpoints
         vals = rng.choice(vals, 8192, replace=False)
     pos = np.unique(np.abs(vals[np.isfinite(vals)]).astype(np.float64))

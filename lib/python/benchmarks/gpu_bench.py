@@ -14,8 +14,9 @@ Targets: exmy.quantize >= 0.9x the C kernel, >= 1.5x torch (E4M3 rne).
 
 Small tensors: host time per call (a loop of calls, then one
 synchronisation) for exmy.quantize, the bare ctypes call, and torch's
-round trip, on CUDA; and exmy.quantize on numpy arrays against the bare
-ctypes call of exmy_quantize_f32.
+round trip, on CUDA; and exmy.quantize on numpy arrays and CPU tensors
+against the bare ctypes call of exmy_quantize_f32 (--cpu-only: that part
+alone, no GPU needed).
 
     PYTHONPATH=python EXMY_LIBRARY=./libexmy.so EXMY_CUDA_LIBRARY=./libexmy_cuda.so \
         python3 gpu_bench.py [--log2n 28] [--reps 20]
@@ -63,7 +64,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--log2n", type=int, default=28)
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--cpu-only", action="store_true",
+                    help="only the per-call overhead on numpy arrays and CPU tensors")
     args = ap.parse_args()
+    if args.cpu_only:
+        cpu_overhead()
+        return
     dev = torch.device("cuda", 0)
     n = 1 << args.log2n
     cl = _cuda.lib()
@@ -108,28 +114,43 @@ def main():
     del x, y
     torch.cuda.empty_cache()
 
-    print("per-call overhead (host time per call, µs):")
+    print("per-call overhead on CUDA (host time per call, µs; E4M3 rne):")
     f = exmy.Format("e4m3")
     o = _core._opts("rne", False, False, 0, 0, 0)
     f8 = getattr(torch, "float8_e4m3fn", None)
-    print(f"  {'elements':>9s} {'exmy CUDA':>10s} {'ctypes CUDA':>12s} {'torch CUDA':>11s} "
-          f"{'exmy numpy':>11s} {'ctypes CPU':>11s}")
+    print(f"  {'elements':>9s} {'exmy.quantize':>14s} {'bare ctypes':>12s} {'torch .to(f8)':>14s}")
     for m in (1, 1024, 65536):
         xs = torch.randn(m, device=dev)
         ys = torch.empty_like(xs)
         stream = _cuda.stream_of(xs)
-        xn = xs.cpu().numpy()
-        yn = np.empty_like(xn)
         a = host_us(lambda: exmy.quantize(xs, "e4m3"), 2000, True)
         b = host_us(lambda: cl.exmy_cuda_quantize_f32(ctypes.byref(f._c), ctypes.byref(o),
                                                       xs.data_ptr(), ys.data_ptr(), m, stream),
                     2000, True)
         c = host_us(lambda: xs.to(f8).float(), 2000, True) if f8 is not None else float("nan")
-        d = host_us(lambda: exmy.quantize(xn, "e4m3"), 2000, False)
-        e = host_us(lambda: _lib.lib.exmy_quantize_f32(ctypes.byref(f._c), ctypes.byref(o),
+        print(f"  {m:9d} {a:14.1f} {b:12.1f} {c:14.1f}")
+    cpu_overhead()
+
+
+def cpu_overhead():
+    """exmy.quantize on numpy arrays and CPU tensors beside the bare ctypes
+    call of exmy_quantize_f32 and torch's own CPU round trip through bfloat16."""
+    f = exmy.Format("e4m3")
+    o = _core._opts("rne", False, False, 0, 0, 0)
+    print("per-call overhead on the CPU (µs per call; E4M3 rne; bf16 for torch):")
+    print(f"  {'elements':>9s} {'exmy numpy':>11s} {'exmy torch':>11s} {'bare ctypes':>12s} "
+          f"{'torch .to(bf16)':>16s}")
+    for m in (1, 1024, 65536):
+        xn = np.random.default_rng(0).standard_normal(m).astype(np.float32)
+        yn = np.empty_like(xn)
+        xt = torch.from_numpy(xn)
+        a = host_us(lambda: exmy.quantize(xn, "e4m3"), 2000, False)
+        b = host_us(lambda: exmy.quantize(xt, "e4m3"), 2000, False)
+        c = host_us(lambda: _lib.lib.exmy_quantize_f32(ctypes.byref(f._c), ctypes.byref(o),
                                                        xn.ctypes.data, yn.ctypes.data, m),
                     2000, False)
-        print(f"  {m:9d} {a:10.1f} {b:12.1f} {c:11.1f} {d:11.1f} {e:11.1f}")
+        d = host_us(lambda: xt.to(torch.bfloat16).float(), 2000, False)
+        print(f"  {m:9d} {a:11.1f} {b:11.1f} {c:12.1f} {d:16.1f}")
 
 
 if __name__ == "__main__":

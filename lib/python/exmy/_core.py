@@ -120,7 +120,9 @@ ROUNDINGS = ("rne", "rna", "rz", "ru", "rd", "ro", "sr")
 
 
 def _flag(value, name):
-    if not isinstance(value, (bool, int)) and type(value).__name__ != "bool_":
+    numpy_bool = getattr(value, "dtype", None) is not None and value.dtype.kind == "b" \
+        and getattr(value, "shape", None) == ()
+    if not isinstance(value, (bool, int)) and not numpy_bool:
         raise TypeError(f"exmy: {name} must be a bool, got {type(value).__name__}")
     return bool(value)
 
@@ -135,7 +137,26 @@ def _u64(value, name):
     return v
 
 
+_opts_cache = {}
+
+
 def _opts(rounding, saturate, flush_subnormals, seed, offset, sr_bits):
+    """The options struct (cached for plain Python arguments: the common case)."""
+    plain = (type(rounding) is str and type(saturate) is bool and
+             type(flush_subnormals) is bool and type(seed) is int and type(offset) is int and
+             type(sr_bits) is int)
+    key = (rounding, saturate, flush_subnormals, seed, offset, sr_bits)
+    if plain and key in _opts_cache:
+        return _opts_cache[key]
+    o = _make_opts(rounding, saturate, flush_subnormals, seed, offset, sr_bits)
+    if plain:
+        if len(_opts_cache) > 256:
+            _opts_cache.clear()
+        _opts_cache[key] = o
+    return o
+
+
+def _make_opts(rounding, saturate, flush_subnormals, seed, offset, sr_bits):
     if not isinstance(rounding, str):
         raise TypeError(f"exmy: rounding must be a string ({', '.join(ROUNDINGS)})")
     o = _lib.RoundingOpts()
@@ -255,8 +276,11 @@ def _like(a, shape, want):
 def _output(out, a, want, what="out", shape=None, alias_ok=False):
     """The output array: `out` checked against the input a, or a new one."""
     shape = a.shape if shape is None else tuple(shape)
-    if out is None:
-        return _wrap(_like(a, shape, want), what, want)
+    if out is None:  # a new array needs no checks
+        o = _like(a, shape, want)
+        if a.kind == "numpy":
+            return _Array(o, "numpy", o.ctypes.data, o.size, o.nbytes)
+        return _Array(o, a.kind, o.data_ptr(), o.numel(), o.numel() * o.element_size())
     o = _wrap(out, what, want, writable=True)
     if (o.kind == "numpy") != (a.kind == "numpy"):
         raise TypeError(f"exmy: {what} must be of the input's type ({type(a.obj).__name__})")
@@ -424,6 +448,8 @@ class DelayedState:
     The state lives where it is first used (host memory for numpy / CPU
     tensors, device memory for CUDA tensors, updated there without a host
     round trip); used with an array elsewhere, it moves (a synchronous copy).
+    On CUDA the calls that share a state must be ordered: keep them on one
+    stream (or synchronise between streams), as for any tensor they share.
     """
 
     def __init__(self, history_len=16, most_recent=False):
@@ -453,7 +479,7 @@ class DelayedState:
         else:
             import torch
             with torch.cuda.device(self._device):
-                torch.cuda.current_stream(self._device).synchronize()
+                torch.cuda.synchronize(self._device)  # whichever stream last used it
                 _cuda.lib().exmy_cuda_delayed_state_free(self._ptr)
         self._ptr, self._device = None, None
 
@@ -474,7 +500,7 @@ class DelayedState:
         elif self._device is not None:
             import torch
             with torch.cuda.device(self._device):
-                torch.cuda.current_stream(self._device).synchronize()
+                torch.cuda.synchronize(self._device)  # whichever stream last updated it
                 _cuda.check(_cuda.lib().exmy_cuda_delayed_state_download(self._ptr, h),
                             "exmy_cuda_delayed_state_download")
         return h

@@ -109,7 +109,7 @@ class Operand:
         for MX) rounded per this operand; stochastic rounding from `offset`."""
         if not self.enabled:
             return x
-        scaling = f"mx:{self.mx_block}" if self.scaling == "mx" else self.scaling
+        scaling = f"mx:{self.mx_block or 32}" if self.scaling == "mx" else self.scaling
         return _core.quantize_scaled(x, self.format, scaling, rounding=self.rounding,
                                      saturate=self.saturate,
                                      flush_subnormals=self.flush_subnormals, seed=self.seed,

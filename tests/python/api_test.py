@@ -171,6 +171,18 @@ for a in amaxes:
     exmy.quantize_scaled(np.array([a], np.float32), "e4m3", "delayed", state=st2)
 T.check(st2.scale == np.float32(448.0) / np.float32(0.25), "most_recent")
 
+# a copy (deepcopy, pickle) carries the values and is independent
+import copy  # noqa: E402
+import pickle  # noqa: E402
+c1, c2 = copy.deepcopy(st), pickle.loads(pickle.dumps(st))
+T.check(c1.scale == st.scale == c2.scale and c1.amax_history == st.amax_history ==
+        c2.amax_history, "DelayedState deepcopy / pickle keep the values")
+v = np.array([64.0], np.float32)
+for s_ in (st, c1, c2):
+    exmy.quantize_scaled(v, "e4m3", "delayed", state=s_)
+T.check(c1.scale == st.scale == c2.scale == np.float32(448.0) / np.float32(64.0) and
+        c1._ptr is not st._ptr, "copies continue as the original, with their own memory")
+
 # ---- stats: the fields, and sanity against numpy
 v = np.random.default_rng(1).standard_normal(4096).astype(np.float32)
 s = exmy.stats(v, "e4m3", "tensor")

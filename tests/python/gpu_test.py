@@ -227,6 +227,10 @@ for c in range(6):
     exmy.quantize_scaled(xc.to(dev) if c % 2 else xc, "e4m3", "delayed", state=s2)
 report(s1.scale == s2.scale and s1.amax_history == s2.amax_history,
        "DelayedState moved CPU <-> CUDA every call == CPU only")
+import copy  # noqa: E402
+s3 = copy.deepcopy(s2)
+report(str(s2.device).startswith("cuda") and s3.scale == s2.scale and
+       s3.amax_history == s2.amax_history, "deepcopy of a CUDA DelayedState")
 
 # ---- 5. against ml_dtypes and torch's casts
 try:

@@ -551,6 +551,30 @@ class DelayedState:
             lib.exmy_delayed_state_free(h)
         return vals
 
+    def __getstate__(self):
+        """Pickling and copy.deepcopy carry the values (restored on the CPU;
+        the copy moves to a device on its first use there)."""
+        d = {"history_len": self.history_len, "most_recent": self.most_recent, "values": None}
+        if self._device is not None:
+            h = self._snapshot() if self._device != "cpu" else self._ptr
+            s = h.contents
+            d["values"] = (s.count, s.latest, s.scale, s.scale_inv,
+                           [s.amax_history[i] for i in range(self.history_len)])
+            if h is not self._ptr:
+                lib.exmy_delayed_state_free(h)
+        return d
+
+    def __setstate__(self, d):
+        self.history_len, self.most_recent = d["history_len"], d["most_recent"]
+        self._device, self._ptr = None, None
+        if d["values"] is not None:
+            h = self._host()
+            s = h.contents
+            s.count, s.latest, s.scale, s.scale_inv, hist = d["values"]
+            for i, v in enumerate(hist):
+                s.amax_history[i] = v
+            self._ptr, self._device = h, "cpu"
+
     @property
     def scale(self):
         """The scale the next call will use (synchronises a CUDA state's stream)."""

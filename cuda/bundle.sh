@@ -28,5 +28,11 @@ cp "$BIN/experiments/train" "$BIN/tests/experiments/gpu/layers_gpu_test" \
    experiments/gpu/bench_gpu.sh experiments/reference/llama_torch.py \
    experiments/reference/bench_torch_gpu.py gpu_bundle/
 mkdir -p gpu_bundle/configs && cp experiments/configs/*.cfg gpu_bundle/configs/
+# the Python package (lib/python): libexmy_cuda.so, the package, its GPU test and benchmark
+bazel "${OB[@]}" build -c opt //cuda:libexmy_cuda.so
+mkdir -p gpu_bundle/python/exmy
+cp "$BIN/cuda/libexmy_cuda.so" gpu_bundle/
+cp lib/python/exmy/*.py gpu_bundle/python/exmy/
+cp tests/python/gpu_test.py tests/python/common.py lib/python/benchmarks/gpu_bench.py gpu_bundle/python/
 chmod -R u+w gpu_bundle
 du -sh gpu_bundle

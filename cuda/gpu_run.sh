@@ -47,4 +47,14 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   ./bench ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log" || status=1
 fi
+if [ "$what" = python ] || [ "$what" = all ]; then
+  # ./gpu_run.sh python [outdir]: the Python package on CUDA tensors (against the CPU,
+  # ml_dtypes and torch), then its speed
+  py_env=(env PYTHONPATH=python EXMY_LIBRARY=./libexmy.so EXMY_CUDA_LIBRARY=./libexmy_cuda.so
+          EXMY_CONFIG_DIR=./configs)
+  "${py_env[@]}" python3 python/gpu_test.py > "$out/python_gpu_test.log" 2>&1 || status=1
+  grep -E "^(FAIL|INFO)|^  FAIL|^gpu_test:" "$out/python_gpu_test.log"
+  "${py_env[@]}" python3 python/gpu_bench.py 2>&1 | tee "$out/python_gpu_bench.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
 exit $status

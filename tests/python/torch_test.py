@@ -1,0 +1,264 @@
+"""exmy.torch against the C trainer.
+
+1. The recipe files: exmy.recipe reads every experiments/configs/*.cfg to the
+   values the C parser (config.c) resolves, its defaults are the C table's,
+   and it accepts and rejects the same malformed recipes as
+   recipe_from_config.
+2. QuantLinear against the trainer's own linear layer (linear_forward and
+   linear_backward of experiments/model.c: tq_operand_for_gemm and tq_gemm,
+   through the test shim) for every recipe file, over 3 steps (delayed
+   scaling's history and the sr counter at step << 36 carried along):
+   - on inputs built so that every float32 sum of the GEMMs is exact
+     whatever its order (few significand bits, amax pinned so that scales
+     are powers of two), Y, dX and dW must be bit-identical: any difference
+     in an operand's rounding, scale, seed, offset, block direction or in a
+     transpose changes them;
+   - on Gaussian inputs, the rounded operands X, W, dY must be bit-identical
+     (element-wise recipes) and Y, dX, dW equal up to summation order.
+3. fake_quant's straight-through gradient; quant_matmul / QuantMatmul's
+   gradients against their definition; the sr stream; the errors.
+"""
+import glob
+import os
+import tempfile
+
+import numpy as np
+import torch
+
+import exmy
+import exmy.torch as xt
+from exmy.recipe import RECIPE_DEFAULTS, Recipe
+from common import Tally, exact_operands, ptr, same_bits, shim
+
+T = Tally("torch_test")
+torch.set_num_threads(1)
+CONFIG_DIR = os.path.join(os.path.dirname(exmy.__file__), "..", "..", "..", "experiments",
+                          "configs")
+CONFIGS = sorted(glob.glob(os.path.join(CONFIG_DIR, "*.cfg")))
+T.check(len(CONFIGS) >= 10, f"found the recipe files ({len(CONFIGS)})")
+T.check(sorted(exmy.recipe.available()) == sorted(os.path.basename(c)[:-4] for c in CONFIGS),
+        "recipe names are found by name")
+
+
+def c_recipe(path):
+    buf = ctypes_buffer()
+    rc = shim().shim_recipe(path.encode(), buf, len(buf))
+    text = buf.value.decode()
+    if rc:
+        return None, text
+    return dict(line.split(" = ", 1) if " = " in line else (line.rstrip(" ="), "")
+                for line in text.splitlines() if line.strip()), None
+
+
+def ctypes_buffer():
+    import ctypes
+    return ctypes.create_string_buffer(1 << 16)
+
+
+# ---- 1. recipe files
+with tempfile.TemporaryDirectory() as tmp:
+    empty = os.path.join(tmp, "empty.cfg")
+    open(empty, "w").close()
+    c_defaults, _ = c_recipe(empty)
+    T.check(c_defaults == RECIPE_DEFAULTS,
+            f"RECIPE_DEFAULTS mirrors config.c: {set(c_defaults.items()) ^ set(RECIPE_DEFAULTS.items())}")
+    T.check(list(c_defaults) == list(RECIPE_DEFAULTS), "recipe keys in config.c's order")
+    for path in CONFIGS:
+        want, err = c_recipe(path)
+        got = Recipe.load(path).values
+        T.check(err is None and got == want, f"{os.path.basename(path)}: {got} vs C {want} {err}")
+    cases = {
+        "ok_minimal": "format_w = e4m3\n",
+        "ok_comment": "format_a = e5m2  # trailing comment\n\n  # only a comment\n",
+        "ok_case": "format_w = E4M3\nrounding = SR\n",
+        "ok_fp32_bad_scaling": "scaling = bogus\n",  # no operand quantized: C never reads it
+        "ok_high": "format_w = e4m3\nhigh_precision_first_last = 1\nhigh_format = bf16\n",
+        "ok_signs": "format_w = e4m3\nmargin = -2\nsr_bits = +7\n",
+        "bad_format": "format_w = e4m9x\n",
+        "bad_rounding": "format_a = e4m3\nrounding = nearest\n",
+        "bad_role_rounding": "format_g = e5m2\nrounding_g = up\n",
+        "bad_scaling": "format_w = e4m3\nscaling = group\n",
+        "bad_sr_bits": "format_w = e4m3\nsr_bits = 33\n",
+        "bad_int": "format_w = e4m3\nmargin = 1.5\n",
+        "bad_int2": "saturate = yes\n",
+        "bad_history": "amax_history = 0\n",
+        "bad_history2": "amax_history = 1025\n",
+        "bad_key": "format_x = e4m3\n",
+        "bad_line": "format_w e4m3\n",
+        "bad_moments": "moments = adam8\n",
+        "bad_moment_group": "moments = coat\nmoment_group = 0\n",
+        "bad_moment_format": "moments = coat\nmoment1_format = e9m3\n",
+        "bad_grad_format": "grad_format = e99\n",
+        "bad_high": "high_format = e9m3\n",
+    }
+    for name, text in cases.items():
+        path = os.path.join(tmp, name + ".cfg")
+        with open(path, "w") as f:
+            f.write(text)
+        _, c_err = c_recipe(path)
+        try:
+            Recipe.load(path)
+            py_err = None
+        except ValueError as e:
+            py_err = str(e)
+        T.check((c_err is None) == (py_err is None) == name.startswith("ok"),
+                f"recipe {name}: C {c_err!r}, Python {py_err!r}")
+    T.check(Recipe.load("e8m3").operands(7)["g"].seed == 7 + 3 and
+            Recipe.load("e8m3").operands(7)["w"].seed == 8, "role seeds are seed + 1 + role")
+T.raises(ValueError, lambda: Recipe.load("no-such-recipe"), "unknown recipe name")
+
+# ---- 2. QuantLinear against the trainer's linear layer
+STEPS, N, C, OC = 3, 40, 48, 36
+rng = np.random.default_rng(7)
+
+
+def c_linear(path, x, w, dy):
+    out = {k: np.zeros((STEPS,) + s, np.float32) for k, s in
+           (("y", (N, OC)), ("dx", (N, C)), ("dw", (OC, C)), ("qx", (N, C)), ("qw", (OC, C)),
+            ("qdy", (N, OC)))}
+    for k in out:
+        out[k][:] = np.nan  # untouched where the trainer keeps no rounded copy
+    rc = shim().shim_linear(path.encode(), 1337, STEPS, N, C, OC, ptr(x), ptr(w), ptr(dy),
+                            *(ptr(out[k]) for k in ("y", "dx", "dw", "qx", "qw", "qdy")))
+    assert rc == 0, path
+    return out
+
+
+def py_linear(path, x, w, dy):
+    layer = xt.QuantLinear(C, OC, bias=False, recipe=path, seed=1337, sr_stream=xt.SRStream())
+    layer.capture = {}
+    out = {k: [] for k in ("y", "dx", "dw", "qx", "qw", "qdy")}
+    for t in range(STEPS):
+        layer.sr_stream.begin_step(t)
+        with torch.no_grad():
+            layer.weight.copy_(torch.from_numpy(w[t]))
+        layer.weight.grad = None
+        xt_ = torch.from_numpy(x[t]).clone().requires_grad_()
+        y = layer(xt_)
+        y.backward(torch.from_numpy(dy[t]))
+        out["y"].append(y.detach().numpy())
+        out["dx"].append(xt_.grad.numpy())
+        out["dw"].append(layer.weight.grad.numpy().copy())
+        for k, name in (("qx", "x"), ("qw", "w"), ("qdy", "dy")):
+            v = layer.capture.get(name)
+            out[k].append(v.numpy().copy() if v is not None else None)
+    return out
+
+
+for path in CONFIGS:
+    name = os.path.basename(path)[:-4]
+    recipe = Recipe.load(path)
+    ops = recipe.operands()
+    elementwise = all(op.elementwise for op in ops.values())
+    quantized = any(op.enabled for op in ops.values())
+    # exact-by-construction inputs: everything bit-identical
+    if quantized:
+        x = np.stack([exact_operands(recipe, N, C, rng) for _ in range(STEPS)])
+        w = np.stack([exact_operands(recipe, OC, C, rng) for _ in range(STEPS)])
+        dy = np.stack([exact_operands(recipe, N, OC, rng) for _ in range(STEPS)])
+        want, got = c_linear(path, x, w, dy), py_linear(path, x, w, dy)
+        for k in ("y", "dx", "dw"):
+            diff = sum(int(np.count_nonzero(got[k][t] != want[k][t])) for t in range(STEPS))
+            T.check(diff == 0, f"{name} exact inputs: {k} differs from the trainer in {diff} "
+                               "elements")
+    # Gaussian inputs: operands bit-identical, products up to summation order
+    x = rng.standard_normal((STEPS, N, C)).astype(np.float32)
+    w = (rng.standard_normal((STEPS, OC, C)) * 0.05).astype(np.float32)
+    dy = (rng.standard_normal((STEPS, N, OC)) * 1e-3).astype(np.float32)
+    want, got = c_linear(path, x, w, dy), py_linear(path, x, w, dy)
+    for k in ("y", "dx", "dw"):
+        rel = max(float(np.abs(got[k][t] - want[k][t]).max() / np.abs(want[k][t]).max())
+                  for t in range(STEPS))
+        T.check(rel < 1e-5, f"{name} gaussian inputs: {k} rel err {rel:.2e}")
+    if quantized and elementwise:
+        for k in ("qx", "qw", "qdy"):
+            d = [same_bits(got[k][t], want[k][t]) if got[k][t] is not None else -1
+                 for t in range(STEPS)]
+            T.check(d == [0] * STEPS, f"{name} gaussian inputs: rounded {k[1:]} differs "
+                                      f"from the trainer's: {d}")
+    print(f"  {name:14s} QuantLinear == trainer's linear layer: checked")
+
+# ---- 3. fake_quant: forward is quantize, the gradient passes straight through
+x = torch.randn(8, 33) * 10
+for kw in ({}, {"rounding": "sr", "seed": 5, "offset": 9}, {"scaling": "tensor"},
+           {"scaling": "mx"}, {"scaling": "group:8", "pow2": True}, {"saturate": True}):
+    xr = x.clone().requires_grad_()
+    y = xt.fake_quant(xr, "e4m3", **kw)
+    scaling = kw.get("scaling", "none")
+    rest = {k: v for k, v in kw.items() if k != "scaling"}
+    with torch.no_grad():
+        want = exmy.quantize_scaled(x, "e4m3", scaling, **rest)
+    T.check(same_bits(y.detach().numpy(), want.numpy()) == 0, f"fake_quant {kw}: forward")
+    g = torch.randn_like(x)
+    (y * g).sum().backward()
+    T.check(torch.equal(xr.grad, g), f"fake_quant {kw}: d/dx = upstream gradient (STE)")
+# through a small graph: d/dx sum(w * fq(x)^2) = 2 w fq(x)
+xr = (torch.randn(64) * 3).requires_grad_()
+wv = torch.randn(64)
+q = xt.fake_quant(xr, "e2m1", saturate=True)
+(wv * q * q).sum().backward()
+T.check(torch.equal(xr.grad, 2 * wv * q.detach()), "fake_quant inside a graph (chain rule)")
+st = exmy.DelayedState(4)
+xr = torch.randn(100, requires_grad=True)
+xt.fake_quant(xr, "e4m3", scaling="delayed", state=st).sum().backward()
+T.check(st.amax_history == [float(xr.detach().abs().max())] and torch.equal(xr.grad,
+        torch.ones(100)), "fake_quant with a delayed state")
+T.raises(TypeError, lambda: xt.fake_quant(x.double(), "e4m3"), "fake_quant(float64)")
+T.raises(ValueError, lambda: xt.fake_quant(x.t(), "e4m3"), "fake_quant(non-contiguous)")
+T.raises(TypeError, lambda: xt.fake_quant(x.numpy(), "e4m3"), "fake_quant(numpy)")
+
+# ---- quant_matmul: the definition, element-wise and MX
+a = torch.randn(2, 3, 10, 40, requires_grad=True)
+b = torch.randn(2, 3, 12, 40, requires_grad=True)
+for recipe in ("e8m3", "mxfp8", "e8m3-sr"):
+    mm = xt.QuantMatmul(recipe=recipe, sr_stream=xt.SRStream(100))
+    a.grad = b.grad = None
+    y = mm(a, b)
+    g = torch.randn_like(y)
+    y.backward(g)
+    ops = Recipe.load(recipe).operands()
+    s = xt.SRStream(100)
+
+    def q(role, t):
+        op = ops[role]
+        off = s.take(t.numel()) if op.stochastic else 0
+        return op.quantize(t.detach().contiguous(), off)
+
+    with torch.no_grad():
+        qa, qb = q("a", a), q("a", b)
+        want_y = qa @ qb.transpose(-1, -2)
+        if recipe == "mxfp8":  # every GEMM rounds its operands along its own K
+            want_da = q("g", g) @ q("a", b.transpose(-1, -2)).transpose(-1, -2)
+            want_db = q("g", g.transpose(-1, -2)) @ q("a", a.transpose(-1, -2)).transpose(-1, -2)
+        else:
+            qg = q("g", g)
+            want_da, want_db = qg @ qb, qg.transpose(-1, -2) @ qa
+    T.check(torch.equal(y, want_y), f"quant_matmul {recipe}: forward")
+    T.check(torch.equal(a.grad, want_da) and torch.equal(b.grad, want_db),
+            f"quant_matmul {recipe}: gradients")
+    T.check(mm.sr_stream.offset == s.offset, f"quant_matmul {recipe}: sr stream consumed "
+                                             f"{mm.sr_stream.offset - 100} elements")
+T.raises(ValueError, lambda: xt.quant_matmul(a, b[:1], recipe="e8m3"), "quant_matmul shapes")
+
+# ---- QuantLinear as a drop-in nn.Linear
+lin = torch.nn.Linear(16, 8)
+ql = xt.QuantLinear.from_linear(lin, recipe="fp32")
+xin = torch.randn(4, 5, 16)
+T.check(torch.allclose(ql(xin), lin(xin), rtol=1e-6, atol=1e-6) and ql(xin).shape == (4, 5, 8),
+        "QuantLinear(fp32) == nn.Linear, batch dimensions kept")
+ql = xt.QuantLinear.from_linear(lin, recipe="bf16")
+with torch.no_grad():
+    want = (xin.to(torch.bfloat16).float() @ lin.weight.to(torch.bfloat16).float().t()) + lin.bias
+T.check(torch.allclose(ql(xin), want, rtol=1e-6, atol=1e-6), "QuantLinear(bf16) forward")
+T.raises(TypeError, lambda: ql(xin.double()), "QuantLinear(float64 input)")
+T.raises(ValueError, lambda: ql(torch.randn(3, 15)), "QuantLinear(wrong width)")
+T.raises(ValueError, lambda: xt.QuantLinear(4, 4, recipe="nope"), "QuantLinear(unknown recipe)")
+T.raises(ValueError, lambda: xt.quant_linear(xin, lin.weight, recipe="fp8-te"),
+         "functional delayed scaling without states")
+s = xt.SRStream()
+s.begin_step(3)
+T.check(s.take(10) == 3 << 36 and s.offset == (3 << 36) + 10, "SRStream: step << 36, take")
+s = xt.SRStream((1 << 64) - 4)
+T.check(s.take(10) == (1 << 64) - 4 and s.offset == 6, "SRStream wraps at 2^64")
+
+T.done()

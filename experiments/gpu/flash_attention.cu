@@ -200,65 +200,41 @@ __host__ __device__ __forceinline__ uint64_t rm_block(uint64_t head, int T, int 
   const int g = lane >> 2, t4 = lane & 3;
   return (head + (uint64_t)(r0 + g + 8 * (t4 & 1)) * T + c0 + 4 * (t4 >> 1)) >> 2;
 }
-__host__ __device__ __forceinline__ void rm_send(uint32_t (&s)[2], const uint32_t (&w)[4],
-                                                 int lane) {
-  const bool odd = lane & 1;
-  s[0] = odd ? w[0] : w[2];
-  s[1] = odd ? w[1] : w[3];
-}
-__host__ __device__ __forceinline__ void rm_words(uint32_t (&r)[4], const uint32_t (&w)[4],
-                                                  const uint32_t (&v)[2], int lane) {
-  const bool odd = lane & 1;
-  const uint32_t k0 = odd ? w[2] : w[0], k1 = odd ? w[3] : w[1];
-  r[0] = odd ? v[0] : k0;
-  r[1] = odd ? v[1] : k1;
-  r[2] = odd ? k0 : v[0];
-  r[3] = odd ? k1 : v[1];
-}
-
-/* Key-row tiles (element e at key k0 + g + 8 (e >> 1), query q0 + 2 t4 +
- * (e & 1)): the 4 lanes g = 4m + u (u = 0..3, same t4) hold keys k0 + 4m +
- * 0..3 and k0 + 4m + 8 + 0..3 of queries q0 + 2 t4 and q0 + 2 t4 + 1: 4
- * blocks, of which element e of lane u needs word u of block e.  Lane u
- * computes block u (query + (u & 1), keys + 8 (u >> 1)); a 4 x 4 transpose in
- * two exchanges (lane ^ 4, then lane ^ 8) hands each lane its column. */
 __host__ __device__ __forceinline__ uint64_t tr_block(uint64_t head, int T, int k0, int q0,
                                                       int lane) {
   const int g = lane >> 2, t4 = lane & 3, u = g & 3;
   return (head + (uint64_t)(q0 + 2 * t4 + (u & 1)) * T + k0 + 4 * (g >> 2) + 8 * (u >> 1)) >> 2;
 }
-/* after the first exchange, lane u holds words u & 1 and (u & 1) + 2 of
- * blocks u & 2 and (u & 2) + 1, as a[2 (word >> 1) + (block & 1)] */
-__host__ __device__ __forceinline__ void tr_send1(uint32_t (&s)[2], const uint32_t (&w)[4],
-                                                  int lane) {
-  const bool u0 = (lane >> 2) & 1;
-  s[0] = u0 ? w[0] : w[1];
-  s[1] = u0 ? w[2] : w[3];
+
+/* One exchange of a transpose between this lane and its partner, `bit`
+ * telling which of the two it is.  x holds two pairs (x[p], x[p + D]), p = 0
+ * and p = 3 - D; of each pair the lane keeps element `bit` and sends the
+ * other (trade_send); trade() then puts in each pair the word of the lane
+ * with bit 0 first and that of the lane with bit 1 second. */
+template <int D>
+__host__ __device__ __forceinline__ void trade_send(uint32_t (&s)[2], const uint32_t (&x)[4],
+                                                    bool bit) {
+  s[0] = x[bit ? 0 : D];
+  s[1] = x[(3 - D) + (bit ? 0 : D)];
 }
-__host__ __device__ __forceinline__ void tr_mix1(uint32_t (&a)[4], const uint32_t (&w)[4],
-                                                 const uint32_t (&v)[2], int lane) {
-  const bool u0 = (lane >> 2) & 1;
-  const uint32_t k0 = u0 ? w[1] : w[0], k1 = u0 ? w[3] : w[2];
-  a[0] = u0 ? v[0] : k0;
-  a[1] = u0 ? k0 : v[0];
-  a[2] = u0 ? v[1] : k1;
-  a[3] = u0 ? k1 : v[1];
+template <int D>
+__host__ __device__ __forceinline__ void trade(uint32_t (&y)[4], const uint32_t (&x)[4],
+                                               const uint32_t (&v)[2], bool bit) {
+#pragma unroll
+  for (int k = 0; k < 2; k++) {
+    const int p = k ? 3 - D : 0;
+    const uint32_t kept = x[p + (bit ? D : 0)];
+    y[p] = bit ? v[k] : kept;
+    y[p + D] = bit ? kept : v[k];
+  }
 }
-__host__ __device__ __forceinline__ void tr_send2(uint32_t (&s)[2], const uint32_t (&a)[4],
-                                                  int lane) {
-  const bool u1 = (lane >> 3) & 1;
-  s[0] = u1 ? a[0] : a[2];
-  s[1] = u1 ? a[1] : a[3];
-}
-__host__ __device__ __forceinline__ void tr_words(uint32_t (&r)[4], const uint32_t (&a)[4],
-                                                  const uint32_t (&v)[2], int lane) {
-  const bool u1 = (lane >> 3) & 1;
-  const uint32_t k0 = u1 ? a[2] : a[0], k1 = u1 ? a[3] : a[1];
-  r[0] = u1 ? v[0] : k0;
-  r[1] = u1 ? v[1] : k1;
-  r[2] = u1 ? k0 : v[0];
-  r[3] = u1 ? k1 : v[1];
-}
+/* The lanes' bits: query rows trade words w[e], w[e + 2] with lane ^ 1 (the
+ * other half of their keys); key rows first trade w[e], w[e + 1] with lane ^
+ * 4, which leaves lane u with words u & 1 and (u & 1) + 2 of blocks u & 2
+ * and (u & 2) + 1, then those with lane ^ 8. */
+__host__ __device__ __forceinline__ bool rows_bit(int lane) { return lane & 1; }
+__host__ __device__ __forceinline__ bool keys_bit1(int lane) { return (lane >> 2) & 1; }
+__host__ __device__ __forceinline__ bool keys_bit2(int lane) { return (lane >> 3) & 1; }
 
 __device__ __forceinline__ void exchange(uint32_t (&v)[2], const uint32_t (&s)[2], int mask) {
   v[0] = __shfl_xor_sync(0xffffffffu, s[0], mask);
@@ -271,20 +247,20 @@ __device__ __forceinline__ void sr_words_rows(uint32_t (&r)[4], uint64_t seed, u
                                               int T, int r0, int c0, int lane) {
   uint32_t w[4], s[2], v[2];
   exmy_sr_block(seed, rm_block(head, T, r0, c0, lane), w);
-  rm_send(s, w, lane);
+  trade_send<2>(s, w, rows_bit(lane));
   exchange(v, s, 1);
-  rm_words(r, w, v, lane);
+  trade<2>(r, w, v, rows_bit(lane));
 }
 __device__ __forceinline__ void sr_words_keys(uint32_t (&r)[4], uint64_t seed, uint64_t head,
                                               int T, int k0, int q0, int lane) {
   uint32_t w[4], a[4], s[2], v[2];
   exmy_sr_block(seed, tr_block(head, T, k0, q0, lane), w);
-  tr_send1(s, w, lane);
+  trade_send<1>(s, w, keys_bit1(lane));
   exchange(v, s, 4);
-  tr_mix1(a, w, v, lane);
-  tr_send2(s, a, lane);
+  trade<1>(a, w, v, keys_bit1(lane));
+  trade_send<2>(s, a, keys_bit2(lane));
   exchange(v, s, 8);
-  tr_words(r, a, v, lane);
+  trade<2>(r, a, v, keys_bit2(lane));
 }
 
 /* The sr words of the accumulator tiles of a warp, for mma_pb: words(mt, n,
@@ -1083,17 +1059,17 @@ extern "C" long flash_attention_sr_layout_mismatches(int T, uint64_t seed, uint6
         for (int l = 0; l < 32; l++) {
           exmy_sr_block(seed, keys ? tr_block(offset, T, r0, c0, l) : rm_block(offset, T, r0, c0, l),
                         w[l]);
-          if (keys) tr_send1(s[l], w[l], l); else rm_send(s[l], w[l], l);
+          if (keys) trade_send<1>(s[l], w[l], keys_bit1(l)); else trade_send<2>(s[l], w[l], rows_bit(l));
         }
         for (int l = 0; l < 32; l++) {
           const uint32_t v[2] = {s[l ^ (keys ? 4 : 1)][0], s[l ^ (keys ? 4 : 1)][1]};
-          if (keys) tr_mix1(a[l], w[l], v, l); else rm_words(r[l], w[l], v, l);
+          if (keys) trade<1>(a[l], w[l], v, keys_bit1(l)); else trade<2>(r[l], w[l], v, rows_bit(l));
         }
         if (keys) {
-          for (int l = 0; l < 32; l++) tr_send2(s[l], a[l], l);
+          for (int l = 0; l < 32; l++) trade_send<2>(s[l], a[l], keys_bit2(l));
           for (int l = 0; l < 32; l++) {
             const uint32_t v[2] = {s[l ^ 8][0], s[l ^ 8][1]};
-            tr_words(r[l], a[l], v, l);
+            trade<2>(r[l], a[l], v, keys_bit2(l));
           }
         }
         for (int l = 0; l < 32; l++)

@@ -3,7 +3,8 @@
 # 1024) against the same model in PyTorch, measured in the same call
 # (issue 6).  Runs from the GPU bundle (cuda/bundle.sh):
 #   ./bench_gpu.sh OUTDIR [STEPS (12)] [BATCH (32)]
-# Prints, per recipe and attention kernel: median ms/step over steps 4..,
+# Prints, per recipe (with an optional --set override, e.g. rounding=rz) and
+# attention kernel: median ms/step over steps 4..,
 # tokens/s, MFU, GPU memory, and the ratio to PyTorch compiled.
 # MFU = tokens/s x (6 x matmul parameters + 6 x L x C x T causal attention)
 # per token / 770 TFLOP/s (the card's measured bf16 GEMM peak).
@@ -34,18 +35,25 @@ printf "%-34s %9s %11s %7s %8s %8s\n" "run" "ms/step" "tokens/s" "MFU" "mem GiB"
 while read -r mode ms tok mem; do
   row "pytorch $mode (bf16 autocast, sdpa)" "$ms" "$mem" "$ref"
 done < <(cat "$tmp/torch.txt" 2>/dev/null)
-for spec in "bf16 flash" "fp8-te flash" "e8m3 flash" "fp8-current flash" "bf16 materialized" \
-            "fp8-te materialized" "e8m3 materialized" "mxfp8 flash" "fp8-coat flash"; do
+# e8m3 by rne, rz and sr, fused and materialised: the fused kernel rounds P
+# and dS itself in each mode
+for spec in "bf16 flash" "fp8-te flash" "e8m3 flash" "e8m3 flash rounding=rz" "e8m3-sr flash" \
+            "bf16-sr flash" "fp8-current flash" "bf16 materialized" "fp8-te materialized" \
+            "e8m3 materialized" "e8m3 materialized rounding=rz" "e8m3-sr materialized" \
+            "mxfp8 flash" "fp8-coat flash"; do
   set -- $spec
-  r=$1; a=$2; name="exmy $r ($a)"
-  if "$here/train" --config "$here/configs/$r.cfg" --set size=120m --set batch_size=$B \
+  r=$1; a=$2; extra=${3:-}
+  name="exmy $r${extra:+ ${extra#*=}} ($a)"
+  tag="$r${extra:+-${extra#*=}}-$a"
+  if "$here/train" --config "$here/configs/$r.cfg" ${extra:+--set "$extra"} \
+       --set size=120m --set batch_size=$B \
        --set steps=$steps --set warmup=2 --set lr=3e-4 --set device=gpu --set attention_kernel=$a \
        --set val_every=0 --set val_batches=1 --set ckpt_every=0 --set stats_every=0 \
-       --set progress=0 --set data="$data" --set val_data= --set run_dir="$tmp/$r-$a" \
-       > "$out/bench_$r-$a.log" 2>&1; then
-    mem=$(grep -o 'first step: [0-9.]*' "$out/bench_$r-$a.log" | awk '{print $3}')
-    row "$name" "$(median_ms "$tmp/$r-$a/log.jsonl")" "$mem" "$ref"
+       --set progress=0 --set data="$data" --set val_data= --set run_dir="$tmp/$tag" \
+       > "$out/bench_$tag.log" 2>&1; then
+    mem=$(grep -o 'first step: [0-9.]*' "$out/bench_$tag.log" | awk '{print $3}')
+    row "$name" "$(median_ms "$tmp/$tag/log.jsonl")" "$mem" "$ref"
   else
-    echo "$name: failed: $(tail -1 "$out/bench_$r-$a.log")"
+    echo "$name: failed: $(tail -1 "$out/bench_$tag.log")"
   fi
 done

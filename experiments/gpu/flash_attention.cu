@@ -38,6 +38,9 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "lib/philox.h"
+#include "lib/round_core.h"
+
 namespace {
 
 typedef __nv_bfloat16 bf16;
@@ -88,37 +91,199 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
+/* ------------------------------------------------- rounding P and dS */
+
+/* The kernels' rounding of P and dS: EXMY_RNE, EXMY_RZ, EXMY_SR, or kBf16,
+ * the plain conversion to bf16 (unquantized attention, or rne to 7 bits,
+ * which is the same). */
+constexpr int kBf16 = -1;
+
+/* shift = 23 - mantissa bits; sr: sr_bits (1..32), the stream `seed` and the
+ * index of element (0, 0, 0, 0), `offset`. */
+struct Rounding {
+  int shift, sr_bits;
+  uint64_t seed, offset;
+};
+
 /* Round to nearest even keeping 23 - shift mantissa bits (bf16's exponent
  * range, subnormals included).  The result is a bf16 value for shift >= 16,
  * so the conversion that follows is exact. */
-__device__ __forceinline__ float round_mantissa(float x, int shift) {
-  uint32_t u = __float_as_uint(x);
+__host__ __device__ __forceinline__ float round_mantissa(float x, int shift) {
+  uint32_t u = exmy_f32_bits(x);
   u += ((1u << (shift - 1)) - 1u) + ((u >> shift) & 1u);
   u &= ~((1u << shift) - 1u);
-  return __uint_as_float(u);
+  return exmy_bits_f32(u);
 }
 
-/* Two floats -> bf16x2 (lo in the low half), rounded to nearest even; with
- * kRound, first to 23 - shift mantissa bits. */
-template <bool kRound>
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi, int shift) {
-  if constexpr (kRound) {
-    lo = round_mantissa(lo, shift);
-    hi = round_mantissa(hi, shift);
+/* x rounded by MODE (rz or sr, random word rnd) into E8M(23 - shift), the
+ * value exmy_core_decode(exmy_core_encode(x)) of lib/round_core.h gives.  In
+ * such a format (bias 127, IEEE specials) the code of every value, normal,
+ * subnormal or inf, is its float32 bit pattern shifted right by `shift`, so
+ * the core's truncated code is (|x| bits) >> shift with the dropped bits as
+ * its remainder, even for float32 subnormals (the core normalises them, which
+ * scales code and remainder alike), and adding one to a code is adding 2^shift
+ * to the bits: the core's own exmy_round_up() decides, a carry flows into the
+ * exponent and past the largest value into inf, as the core's overflow does
+ * without saturation.  NaN gives the core's NaN.  M >= 1 (16 <= shift <=
+ * 22).  flash_attention_round() exposes this for the tests that hold it to
+ * the core. */
+template <int MODE>
+__host__ __device__ __forceinline__ float round_e8(float x, int shift, uint32_t rnd,
+                                                   int sr_bits) {
+  const uint32_t u = exmy_f32_bits(x), a = u & 0x7FFFFFFFu;
+  const uint32_t rem = a & ((1u << shift) - 1u);
+  uint32_t r = u - rem;
+  if constexpr (MODE == EXMY_SR) {
+    /* the dropped part as the core's 64-bit fraction, rem << (64 - shift),
+     * built from its high word (shift < 32) */
+    const uint64_t frac = (uint64_t)(rem << (32 - shift)) << 32;
+    r += (uint32_t)exmy_round_up(EXMY_SR, frac, rem != 0, (int)((a >> shift) & 1u),
+                                 (int)(u >> 31), rnd, sr_bits)
+         << shift;
   }
+  if (a > 0x7F800000u) r = (u & 0x80000000u) | 0x7FC00000u;
+  return exmy_bits_f32(r);
+}
+
+template <int kMode>
+__host__ __device__ __forceinline__ float round_value(float x, const Rounding &r, uint32_t rnd) {
+  if constexpr (kMode == EXMY_RNE)
+    return round_mantissa(x, r.shift);
+  else if constexpr (kMode == EXMY_RZ || kMode == EXMY_SR)
+    return round_e8<kMode>(x, r.shift, rnd, r.sr_bits);
+  else
+    return x;
+}
+
+/* Two floats -> bf16x2 (lo in the low half), rounded per kMode (random
+ * words rlo, rhi for sr), then converted to nearest even (exact after a
+ * rounding to <= 7 bits). */
+template <int kMode>
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi, const Rounding &rd,
+                                                uint32_t rlo, uint32_t rhi) {
+  lo = round_value<kMode>(lo, rd, rlo);
+  hi = round_value<kMode>(hi, rd, rhi);
   uint32_t r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
 
-/* Accumulators of 8-column tiles 2kk and 2kk+1 -> A fragment of k step kk. */
-template <bool kRound>
+/* Accumulators of 8-column tiles 2kk and 2kk+1 (sr words w0, w1 of their
+ * elements) -> A fragment of k step kk. */
+template <int kMode>
 __device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4],
-                                         const float (&c1)[4], int shift) {
-  a[0] = pack_bf16x2<kRound>(c0[0], c0[1], shift);
-  a[1] = pack_bf16x2<kRound>(c0[2], c0[3], shift);
-  a[2] = pack_bf16x2<kRound>(c1[0], c1[1], shift);
-  a[3] = pack_bf16x2<kRound>(c1[2], c1[3], shift);
+                                         const float (&c1)[4], const Rounding &rd,
+                                         const uint32_t (&w0)[4], const uint32_t (&w1)[4]) {
+  a[0] = pack_bf16x2<kMode>(c0[0], c0[1], rd, w0[0], w0[1]);
+  a[1] = pack_bf16x2<kMode>(c0[2], c0[3], rd, w0[2], w0[3]);
+  a[2] = pack_bf16x2<kMode>(c1[0], c1[1], rd, w1[0], w1[1]);
+  a[3] = pack_bf16x2<kMode>(c1[2], c1[3], rd, w1[2], w1[3]);
+}
+
+/* ------------------------------------------- the sr words of a lane
+ * Element (i, j) of a head draws stream index head + i T + j, head = offset +
+ * (b NH + h) T^2 (flash_attention.h).  With T and offset multiples of 4 every
+ * row starts a Philox block, so the 4 words of a block serve 4 consecutive
+ * keys of one query row.  In an 8-column accumulator tile those sit in 2
+ * lanes (query rows: forward, dQ) or in 4 (key rows: dK, dV); each lane
+ * computes one block and the lanes trade words with shuffles, so a lane pays
+ * one Philox call per 4 elements.  The functions below are the lane
+ * arithmetic, host and device, so that flash_attention_sr_layout_mismatches()
+ * can replay all 32 lanes against exmy_sr_word(). */
+
+/* Query-row tiles (element e at row r0 + g + 8 (e >> 1), column c0 + 2 t4 +
+ * (e & 1)): lanes t4 = 2p, 2p + 1 hold keys c0 + 4p .. c0 + 4p + 3; the even
+ * lane computes the block of row g, the odd lane that of row g + 8, and each
+ * sends its partner (lane ^ 1) the two words the partner holds. */
+__host__ __device__ __forceinline__ uint64_t rm_block(uint64_t head, int T, int r0, int c0,
+                                                      int lane) {
+  const int g = lane >> 2, t4 = lane & 3;
+  return (head + (uint64_t)(r0 + g + 8 * (t4 & 1)) * T + c0 + 4 * (t4 >> 1)) >> 2;
+}
+__host__ __device__ __forceinline__ uint64_t tr_block(uint64_t head, int T, int k0, int q0,
+                                                      int lane) {
+  const int g = lane >> 2, t4 = lane & 3, u = g & 3;
+  return (head + (uint64_t)(q0 + 2 * t4 + (u & 1)) * T + k0 + 4 * (g >> 2) + 8 * (u >> 1)) >> 2;
+}
+
+/* One exchange of a transpose between this lane and its partner, `bit`
+ * telling which of the two it is.  x holds two pairs (x[p], x[p + D]), p = 0
+ * and p = 3 - D; of each pair the lane keeps element `bit` and sends the
+ * other (trade_send); trade() then puts in each pair the word of the lane
+ * with bit 0 first and that of the lane with bit 1 second. */
+template <int D>
+__host__ __device__ __forceinline__ void trade_send(uint32_t (&s)[2], const uint32_t (&x)[4],
+                                                    bool bit) {
+  s[0] = x[bit ? 0 : D];
+  s[1] = x[(3 - D) + (bit ? 0 : D)];
+}
+template <int D>
+__host__ __device__ __forceinline__ void trade(uint32_t (&y)[4], const uint32_t (&x)[4],
+                                               const uint32_t (&v)[2], bool bit) {
+#pragma unroll
+  for (int k = 0; k < 2; k++) {
+    const int p = k ? 3 - D : 0;
+    const uint32_t kept = x[p + (bit ? D : 0)];
+    y[p] = bit ? v[k] : kept;
+    y[p + D] = bit ? kept : v[k];
+  }
+}
+/* The lanes' bits: query rows trade words w[e], w[e + 2] with lane ^ 1 (the
+ * other half of their keys); key rows first trade w[e], w[e + 1] with lane ^
+ * 4, which leaves lane u with words u & 1 and (u & 1) + 2 of blocks u & 2
+ * and (u & 2) + 1, then those with lane ^ 8. */
+__host__ __device__ __forceinline__ bool rows_bit(int lane) { return lane & 1; }
+__host__ __device__ __forceinline__ bool keys_bit1(int lane) { return (lane >> 2) & 1; }
+__host__ __device__ __forceinline__ bool keys_bit2(int lane) { return (lane >> 3) & 1; }
+
+__device__ __forceinline__ void exchange(uint32_t (&v)[2], const uint32_t (&s)[2], int mask) {
+  v[0] = __shfl_xor_sync(0xffffffffu, s[0], mask);
+  v[1] = __shfl_xor_sync(0xffffffffu, s[1], mask);
+}
+
+/* The sr words of this lane's 4 elements of the query-row tile at (r0, c0),
+ * or of the key-row tile at (k0, q0); every lane of the warp must call. */
+__device__ __forceinline__ void sr_words_rows(uint32_t (&r)[4], uint64_t seed, uint64_t head,
+                                              int T, int r0, int c0, int lane) {
+  uint32_t w[4], s[2], v[2];
+  exmy_sr_block(seed, rm_block(head, T, r0, c0, lane), w);
+  trade_send<2>(s, w, rows_bit(lane));
+  exchange(v, s, 1);
+  trade<2>(r, w, v, rows_bit(lane));
+}
+__device__ __forceinline__ void sr_words_keys(uint32_t (&r)[4], uint64_t seed, uint64_t head,
+                                              int T, int k0, int q0, int lane) {
+  uint32_t w[4], a[4], s[2], v[2];
+  exmy_sr_block(seed, tr_block(head, T, k0, q0, lane), w);
+  trade_send<1>(s, w, keys_bit1(lane));
+  exchange(v, s, 4);
+  trade<1>(a, w, v, keys_bit1(lane));
+  trade_send<2>(s, a, keys_bit2(lane));
+  exchange(v, s, 8);
+  trade<2>(r, a, v, keys_bit2(lane));
+}
+
+/* The sr words of the accumulator tiles of a warp, for mma_pb: words(mt, n,
+ * w) fills w for tile n of row tile mt.  Query rows from r0 (row tile mt at
+ * r0 + 16 mt), keys from c0; or key rows from k0, queries from q0. */
+struct QueryRowWords {
+  uint64_t seed, head;
+  int T, r0, c0, lane;
+  __device__ __forceinline__ void operator()(int mt, int n, uint32_t (&w)[4]) const {
+    sr_words_rows(w, seed, head, T, r0 + 16 * mt, c0 + 8 * n, lane);
+  }
+};
+struct KeyRowWords {
+  uint64_t seed, head;
+  int T, k0, q0, lane;
+  __device__ __forceinline__ void operator()(int mt, int n, uint32_t (&w)[4]) const {
+    sr_words_keys(w, seed, head, T, k0 + 16 * mt, q0 + 8 * n, lane);
+  }
+};
+
+/* The stream index of element (b, h, 0, 0). */
+__device__ __forceinline__ uint64_t head_index(const Rounding &rd, int b, int NH, int h, int T) {
+  return rd.offset + ((uint64_t)b * NH + h) * T * T;
 }
 
 /* ldmatrix addresses inside a tile with row stride LD (elements).
@@ -219,16 +384,25 @@ __device__ __forceinline__ void mma_abt(float (&c)[NT][4], const uint32_t (&f)[K
 }
 
 /* c[mt] += P[mt] B with P a 16 x (8 * NP) accumulator tile per row tile,
- * rounded (kRound) and packed k step by k step into A fragments, and B the
- * k-major tile sB: O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K. */
-template <bool kRound, int MT, int LD, int NP, int NT>
+ * rounded per kMode (sr: with the words of `words`, see QueryRowWords) and
+ * packed k step by k step into A fragments, and B the k-major tile sB:
+ * O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K. */
+template <int kMode, int MT, int LD, int NP, int NT, class Words>
 __device__ __forceinline__ void mma_pb(float (*c)[NT][4], const float (*p)[NP][4],
-                                       const bf16 *sB, int shift, int lane) {
+                                       const bf16 *sB, const Rounding &rd, const Words &words,
+                                       int lane) {
 #pragma unroll
   for (int kk = 0; kk < NP / 2; kk++) {
     uint32_t a[MT][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) acc_to_a<kRound>(a[mt], p[mt][2 * kk], p[mt][2 * kk + 1], shift);
+    for (int mt = 0; mt < MT; mt++) {
+      uint32_t w0[4] = {0, 0, 0, 0}, w1[4] = {0, 0, 0, 0};
+      if constexpr (kMode == EXMY_SR) {
+        words(mt, 2 * kk, w0);
+        words(mt, 2 * kk + 1, w1);
+      }
+      acc_to_a<kMode>(a[mt], p[mt][2 * kk], p[mt][2 * kk + 1], rd, w0, w1);
+    }
     mma_k_step<MT, true, LD>(c, a, sB, kk * 16, lane);
   }
 }
@@ -312,12 +486,12 @@ struct FwdCfg {
   static constexpr size_t kSmem = (size_t)(kBR + 4 * BC) * kLD * sizeof(bf16);
 };
 
-template <int HS, int WARPS, int MT, int BC, bool kRound>
+template <int HS, int WARPS, int MT, int BC, int kMode>
 __global__ void __launch_bounds__(WARPS * 32)
     flash_fwd_kernel(float *__restrict__ out, float *__restrict__ lse,
                      const bf16 *__restrict__ q, const bf16 *__restrict__ k,
                      const bf16 *__restrict__ v, int T, int NH, int NKV, float scale_log2,
-                     int shift) {
+                     Rounding rp) {
   typedef FwdCfg<HS, WARPS, MT, BC> C;
   constexpr int NT = C::kThreads, BR = C::kBR, LD = C::kLD, KS = HS / 16;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -419,7 +593,8 @@ __global__ void __launch_bounds__(WARPS * 32)
       }
 
     /* O += P V */
-    mma_pb<kRound, MT, LD>(o, s, cV, shift, lane);
+    const QueryRowWords pw = {rp.seed, head_index(rp, b, NH, h, T), T, row0, kb * BC, lane};
+    mma_pb<kMode, MT, LD>(o, s, cV, rp, pw, lane);
     __syncthreads();
   }
 
@@ -488,13 +663,14 @@ struct DkdvCfg {
 
 /* dK, dV for 16 * WARPS keys of one kv head.  kKVRegs: K and V fragments
  * stay in registers (hs <= 64), else they are re-read from shared memory. */
-template <int HS, int WARPS, int BR, bool kKVRegs, bool kRound>
+template <int HS, int WARPS, int BR, bool kKVRegs, int kMode>
 __global__ void __launch_bounds__(WARPS * 32)
     flash_bwd_dkdv_kernel(float *__restrict__ dk, float *__restrict__ dv,
                           const bf16 *__restrict__ q, const bf16 *__restrict__ k,
                           const bf16 *__restrict__ v, const bf16 *__restrict__ dout,
                           const float *__restrict__ lse2, const float *__restrict__ Dd, int T,
-                          int Tp, int NH, int NKV, float scale_log2, float scale, int shift) {
+                          int Tp, int NH, int NKV, float scale_log2, float scale, Rounding rp,
+                          Rounding rds) {
   typedef DkdvCfg<HS, WARPS, BR> C;
   constexpr int NT = C::kThreads, BC = C::kBC, LD = C::kLD, KS = HS / 16;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -542,7 +718,7 @@ __global__ void __launch_bounds__(WARPS * 32)
         load_a_frags<LD>(vf, sV, warp * 16, lane);
       }
     }
-    const int q0 = (qb0 + it % nq) * BR;
+    const int h = kvh * group + it / nq, q0 = (qb0 + it % nq) * BR;
     const bf16 *cQ = sQ + st * BR * LD, *cdO = sdO + st * BR * LD;
     const float *cL = sL + st * BR, *cD = sD + st * BR;
 
@@ -564,7 +740,8 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
 
     /* dV += P^T dO */
-    mma_pb<kRound, 1, LD>(&dva, &sa, cdO, shift, lane);
+    const KeyRowWords pw = {rp.seed, head_index(rp, b, NH, h, T), T, j0, q0, lane};
+    mma_pb<kMode, 1, LD>(&dva, &sa, cdO, rp, pw, lane);
 
     /* dP^T = V dO^T */
     float dpa[BR / 8][4];
@@ -580,7 +757,8 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
 
     /* dK += dS^T Q */
-    mma_pb<kRound, 1, LD>(&dka, &dpa, cQ, shift, lane);
+    const KeyRowWords dsw = {rds.seed, head_index(rds, b, NH, h, T), T, j0, q0, lane};
+    mma_pb<kMode, 1, LD>(&dka, &dpa, cQ, rds, dsw, lane);
     __syncthreads();
   }
 
@@ -603,13 +781,13 @@ struct DqCfg {
 
 /* dQ for 16 * WARPS query rows of one head.  kQRegs: Q and dO fragments stay
  * in registers (hs <= 64), else they are re-read from shared memory. */
-template <int HS, int WARPS, int BC, bool kQRegs, bool kRound>
+template <int HS, int WARPS, int BC, bool kQRegs, int kMode>
 __global__ void __launch_bounds__(WARPS * 32)
     flash_bwd_dq_kernel(float *__restrict__ dq, const bf16 *__restrict__ q,
                         const bf16 *__restrict__ k, const bf16 *__restrict__ v,
                         const bf16 *__restrict__ dout, const float *__restrict__ lse2,
                         const float *__restrict__ Dd, int T, int Tp, int NH, int NKV,
-                        float scale_log2, float scale, int shift) {
+                        float scale_log2, float scale, Rounding rds) {
   typedef DqCfg<HS, WARPS, BC> C;
   constexpr int NT = C::kThreads, BR = C::kBR, LD = C::kLD, KS = HS / 16;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -681,7 +859,8 @@ __global__ void __launch_bounds__(WARPS * 32)
       }
 
     /* dQ += dS K */
-    mma_pb<kRound, 1, LD>(&dqa, &dpa, cK, shift, lane);
+    const QueryRowWords dsw = {rds.seed, head_index(rds, b, NH, h, T), T, row0, kb * BC, lane};
+    mma_pb<kMode, 1, LD>(&dqa, &dpa, cK, rds, dsw, lane);
     __syncthreads();
   }
 
@@ -723,26 +902,26 @@ cudaError_t prepare(K kernel, size_t smem) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 }
 
-template <int HS, bool kRound>
+template <int HS, int kMode>
 cudaError_t forward(float *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
-                    int T, int NH, int NKV, int shift, cudaStream_t s) {
+                    int T, int NH, int NKV, Rounding rp, cudaStream_t s) {
   typedef Tiles<HS> X;
   typedef FwdCfg<HS, X::kFwdWarps, X::kFwdMT, X::kFwdBC> C;
-  auto kernel = flash_fwd_kernel<HS, X::kFwdWarps, X::kFwdMT, X::kFwdBC, kRound>;
+  auto kernel = flash_fwd_kernel<HS, X::kFwdWarps, X::kFwdMT, X::kFwdBC, kMode>;
   cudaError_t e = prepare(kernel, C::kSmem);
   if (e != cudaSuccess) return e;
   const float scale_log2 = (float)(kLog2e / sqrt((double)HS));
   dim3 grid(B * NH, (T + C::kBR - 1) / C::kBR);
-  kernel<<<grid, C::kThreads, C::kSmem, s>>>(out, lse, q, k, v, T, NH, NKV, scale_log2, shift);
+  kernel<<<grid, C::kThreads, C::kSmem, s>>>(out, lse, q, k, v, T, NH, NKV, scale_log2, rp);
   return cudaGetLastError();
 }
 
 size_t padded_T(int T) { return ((size_t)T + kTpad - 1) / kTpad * kTpad; }
 
-template <int HS, bool kRound>
+template <int HS, int kMode>
 cudaError_t backward(float *dq, float *dk, float *dv, const bf16 *dout, const float *out,
                      const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B, int T,
-                     int NH, int NKV, int shift, void *scratch, cudaStream_t s) {
+                     int NH, int NKV, Rounding rp, Rounding rds, void *scratch, cudaStream_t s) {
   typedef Tiles<HS> X;
   const int Tp = (int)padded_T(T);
   float *lse2 = (float *)scratch, *Dd = lse2 + (size_t)B * NH * Tp;
@@ -755,26 +934,69 @@ cudaError_t backward(float *dq, float *dk, float *dv, const bf16 *dout, const fl
   if (e != cudaSuccess) return e;
 
   typedef DkdvCfg<HS, X::kBwdWarps, X::kDkdvBR> C2;
-  auto k2 = flash_bwd_dkdv_kernel<HS, X::kBwdWarps, X::kDkdvBR, X::kRegs, kRound>;
+  auto k2 = flash_bwd_dkdv_kernel<HS, X::kBwdWarps, X::kDkdvBR, X::kRegs, kMode>;
   if ((e = prepare(k2, C2::kSmem)) != cudaSuccess) return e;
   dim3 g2(B * NKV, (T + C2::kBC - 1) / C2::kBC);
   k2<<<g2, C2::kThreads, C2::kSmem, s>>>(dk, dv, q, k, v, dout, lse2, Dd, T, Tp, NH, NKV,
-                                         scale_log2, scale, shift);
+                                         scale_log2, scale, rp, rds);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
 
   typedef DqCfg<HS, X::kBwdWarps, X::kDqBC> C3;
-  auto k3 = flash_bwd_dq_kernel<HS, X::kBwdWarps, X::kDqBC, X::kRegs, kRound>;
+  auto k3 = flash_bwd_dq_kernel<HS, X::kBwdWarps, X::kDqBC, X::kRegs, kMode>;
   if ((e = prepare(k3, C3::kSmem)) != cudaSuccess) return e;
   dim3 g3(B * NH, (T + C3::kBR - 1) / C3::kBR);
   k3<<<g3, C3::kThreads, C3::kSmem, s>>>(dq, q, k, v, dout, lse2, Dd, T, Tp, NH, NKV,
-                                         scale_log2, scale, shift);
+                                         scale_log2, scale, rds);
   return cudaGetLastError();
 }
 
-bool args_ok(int B, int T, int NH, int NKV, int hs, int p_mantissa_bits) {
-  return B >= 1 && NH >= 1 && NKV >= 1 && NH % NKV == 0 && p_mantissa_bits >= 0 &&
-         p_mantissa_bits <= 7 && flash_attention_supported(hs, T);
+const flash_rounding kPlainBf16 = {7, {}};
+
+/* A valid rounding of P or dS for this T (see flash_attention.h). */
+bool rounding_ok(const flash_rounding &r, int T) {
+  const exmy_rounding_opts &o = r.round;
+  if (r.mantissa_bits < (o.mode == EXMY_RNE ? 0 : 1) || r.mantissa_bits > 7 || o.saturate ||
+      o.flush_subnormals)
+    return false;
+  if (o.mode == EXMY_SR)
+    return o.sr_bits >= 0 && o.sr_bits <= 32 && T % 4 == 0 && o.offset % 4 == 0;
+  return o.mode == EXMY_RNE || o.mode == EXMY_RZ;
 }
+
+Rounding rounding_of(const flash_rounding &r) {
+  const exmy_rounding_opts &o = r.round;
+  return {23 - r.mantissa_bits, o.sr_bits == 0 ? 32 : o.sr_bits, o.seed, o.offset};
+}
+
+/* The kernels' mode for these roundings (which agree in mode): plain bf16
+ * for rne to 7 bits. */
+int kernel_mode(const flash_rounding &a, const flash_rounding &b) {
+  if (a.round.mode == EXMY_RNE && a.mantissa_bits == 7 && b.mantissa_bits == 7) return kBf16;
+  return (int)a.round.mode;
+}
+
+bool args_ok(int B, int T, int NH, int NKV, int hs) {
+  return B >= 1 && NH >= 1 && NKV >= 1 && NH % NKV == 0 && flash_attention_supported(hs, T);
+}
+
+/* f<HS, kMode>(args...) for the run-time head size and mode. */
+#define FLASH_DISPATCH(f, hs, mode, ...)                                   \
+  do {                                                                     \
+    switch (hs * 4 + (mode == kBf16 ? 0 : mode == EXMY_RNE ? 1 : mode == EXMY_RZ ? 2 : 3)) { \
+      case 32 * 4 + 0: return f<32, kBf16>(__VA_ARGS__);                   \
+      case 32 * 4 + 1: return f<32, EXMY_RNE>(__VA_ARGS__);                \
+      case 32 * 4 + 2: return f<32, EXMY_RZ>(__VA_ARGS__);                 \
+      case 32 * 4 + 3: return f<32, EXMY_SR>(__VA_ARGS__);                 \
+      case 64 * 4 + 0: return f<64, kBf16>(__VA_ARGS__);                   \
+      case 64 * 4 + 1: return f<64, EXMY_RNE>(__VA_ARGS__);                \
+      case 64 * 4 + 2: return f<64, EXMY_RZ>(__VA_ARGS__);                 \
+      case 64 * 4 + 3: return f<64, EXMY_SR>(__VA_ARGS__);                 \
+      case 128 * 4 + 0: return f<128, kBf16>(__VA_ARGS__);                 \
+      case 128 * 4 + 1: return f<128, EXMY_RNE>(__VA_ARGS__);              \
+      case 128 * 4 + 2: return f<128, EXMY_RZ>(__VA_ARGS__);               \
+      default: return f<128, EXMY_SR>(__VA_ARGS__);                        \
+    }                                                                      \
+  } while (0)
 
 }  // namespace
 
@@ -786,21 +1008,11 @@ extern "C" int flash_attention_supported(int hs, int T) {
 extern "C" cudaError_t flash_attention_forward(float *out, float *lse, const __nv_bfloat16 *q,
                                                const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                                                int B, int T, int NH, int NKV, int hs,
-                                               int p_mantissa_bits, cudaStream_t s) {
-  if (!args_ok(B, T, NH, NKV, hs, p_mantissa_bits)) return cudaErrorInvalidValue;
-  const int shift = 23 - p_mantissa_bits;
-  const bool rnd = p_mantissa_bits < 7;
-  switch (hs) {
-    case 32:
-      return rnd ? forward<32, true>(out, lse, q, k, v, B, T, NH, NKV, shift, s)
-                 : forward<32, false>(out, lse, q, k, v, B, T, NH, NKV, shift, s);
-    case 64:
-      return rnd ? forward<64, true>(out, lse, q, k, v, B, T, NH, NKV, shift, s)
-                 : forward<64, false>(out, lse, q, k, v, B, T, NH, NKV, shift, s);
-    default:
-      return rnd ? forward<128, true>(out, lse, q, k, v, B, T, NH, NKV, shift, s)
-                 : forward<128, false>(out, lse, q, k, v, B, T, NH, NKV, shift, s);
-  }
+                                               const flash_rounding *p, cudaStream_t s) {
+  const flash_rounding &rp = p ? *p : kPlainBf16;
+  if (!args_ok(B, T, NH, NKV, hs) || !rounding_ok(rp, T)) return cudaErrorInvalidValue;
+  const int mode = kernel_mode(rp, rp);
+  FLASH_DISPATCH(forward, hs, mode, out, lse, q, k, v, B, T, NH, NKV, rounding_of(rp), s);
 }
 
 extern "C" size_t flash_attention_scratch_bytes(int B, int T, int NH, int NKV, int hs) {
@@ -814,17 +1026,59 @@ extern "C" cudaError_t flash_attention_backward(float *dq, float *dk, float *dv,
                                                 const float *lse, const __nv_bfloat16 *q,
                                                 const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                                                 int B, int T, int NH, int NKV, int hs,
-                                                int p_mantissa_bits, void *scratch,
+                                                const flash_rounding *p,
+                                                const flash_rounding *ds, void *scratch,
                                                 cudaStream_t s) {
-  if (!args_ok(B, T, NH, NKV, hs, p_mantissa_bits) || !scratch) return cudaErrorInvalidValue;
-  const int shift = 23 - p_mantissa_bits;
-  const bool rnd = p_mantissa_bits < 7;
-#define FLASH_BWD(HS, R) \
-  backward<HS, R>(dq, dk, dv, dout, out, lse, q, k, v, B, T, NH, NKV, shift, scratch, s)
-  switch (hs) {
-    case 32: return rnd ? FLASH_BWD(32, true) : FLASH_BWD(32, false);
-    case 64: return rnd ? FLASH_BWD(64, true) : FLASH_BWD(64, false);
-    default: return rnd ? FLASH_BWD(128, true) : FLASH_BWD(128, false);
+  const flash_rounding &rp = p ? *p : kPlainBf16, &rds = ds ? *ds : kPlainBf16;
+  if (!args_ok(B, T, NH, NKV, hs) || !rounding_ok(rp, T) || !rounding_ok(rds, T) ||
+      rp.round.mode != rds.round.mode || !scratch)
+    return cudaErrorInvalidValue;
+  const int mode = kernel_mode(rp, rds);
+  FLASH_DISPATCH(backward, hs, mode, dq, dk, dv, dout, out, lse, q, k, v, B, T, NH, NKV,
+                 rounding_of(rp), rounding_of(rds), scratch, s);
+}
+
+/* ------------------------------------------------------ test support */
+
+extern "C" float flash_attention_round(float x, const flash_rounding *r, uint32_t random) {
+  const Rounding rd = rounding_of(*r);
+  switch (r->round.mode) {
+    case EXMY_RZ: return round_value<EXMY_RZ>(x, rd, random);
+    case EXMY_SR: return round_value<EXMY_SR>(x, rd, random);
+    default: return round_value<EXMY_RNE>(x, rd, random); /* kBf16 (cvt.rn) is the same */
   }
-#undef FLASH_BWD
+}
+
+extern "C" long flash_attention_sr_layout_mismatches(int T, uint64_t seed, uint64_t offset) {
+  if (T < 4 || T % 4 || offset % 4) return -1;
+  long bad = 0;
+  for (int keys = 0; keys < 2; keys++)         /* query-row tiles, then key-row tiles */
+    for (int r0 = 0; r0 < T; r0 += 16)         /* 16 rows of a warp */
+      for (int c0 = 0; c0 < T; c0 += 8) {      /* one 8-column accumulator tile */
+        uint32_t w[32][4], a[32][4], s[32][2], r[32][4];
+        for (int l = 0; l < 32; l++) {
+          exmy_sr_block(seed, keys ? tr_block(offset, T, r0, c0, l) : rm_block(offset, T, r0, c0, l),
+                        w[l]);
+          if (keys) trade_send<1>(s[l], w[l], keys_bit1(l)); else trade_send<2>(s[l], w[l], rows_bit(l));
+        }
+        for (int l = 0; l < 32; l++) {
+          const uint32_t v[2] = {s[l ^ (keys ? 4 : 1)][0], s[l ^ (keys ? 4 : 1)][1]};
+          if (keys) trade<1>(a[l], w[l], v, keys_bit1(l)); else trade<2>(r[l], w[l], v, rows_bit(l));
+        }
+        if (keys) {
+          for (int l = 0; l < 32; l++) trade_send<2>(s[l], a[l], keys_bit2(l));
+          for (int l = 0; l < 32; l++) {
+            const uint32_t v[2] = {s[l ^ 8][0], s[l ^ 8][1]};
+            trade<2>(r[l], a[l], v, keys_bit2(l));
+          }
+        }
+        for (int l = 0; l < 32; l++)
+          for (int e = 0; e < 4; e++) {
+            const int row = r0 + (l >> 2) + 8 * (e >> 1), col = c0 + 2 * (l & 3) + (e & 1);
+            const int i = keys ? col : row, j = keys ? row : col; /* query, key */
+            if (i < T && j < T)
+              bad += r[l][e] != exmy_sr_word(seed, offset + (uint64_t)i * T + j);
+          }
+      }
+  return bad;
 }

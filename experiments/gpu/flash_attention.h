@@ -8,12 +8,21 @@
  * accumulation.  Q, K, V and dO arrive as bf16 (the caller has already rounded
  * them, into the attention site's format or plainly to bf16).  The
  * probabilities P (before P V and dV = P^T dO) and dS (before dQ = dS K and
- * dK = dS^T Q) are rounded inside the kernel, to nearest even with
- * `p_mantissa_bits` mantissa bits (7: plain bf16; 3..6: E8M3..E8M6, whose
- * values are bf16 values), then multiplied exactly.  Note that P here is
- * FlashAttention's P: exp(s - running max) before the division by the row
- * sum, so its rounding is that of a real FlashAttention on bf16 hardware, not
- * of the materialised softmax of model.c.
+ * dK = dS^T Q) are rounded inside the kernel into E8M<mantissa_bits> (7:
+ * plain bf16; 3..6: E8M3..E8M6, whose values are bf16 values) by rne, rz or
+ * sr exactly as lib/round_core.h rounds, then multiplied exactly.  Note that
+ * P here is FlashAttention's P: exp(s - running max) before the division by
+ * the row sum in the forward, exp(s - lse) in the backward, so its rounding
+ * is that of a real FlashAttention on bf16 hardware, not of the materialised
+ * softmax of model.c.
+ *
+ * Stochastic rounding: element (b, h, i, j) (query i, key j) of P, or of dS,
+ * draws the random word of stream index
+ *     offset + ((b * NH + h) * T + i) * T + j
+ * of the Philox stream `seed` (lib/philox.h: exmy_sr_word), i.e. the index it
+ * has in the dense (B * NH * T, T) matrix that the materialised attention
+ * rounds with the same (seed, offset).  P takes the same word in the forward
+ * (P V) and the backward (P^T dO), dS the same in dQ and dK.
  *
  * Layouts are the model's: q (B, T, NH*hs), k and v (B, T, NKV*hs), out and
  * dq (B, T, NH*hs), dk and dv (B, T, NKV*hs), all row-major; head h reads
@@ -25,6 +34,9 @@
 #define EXPERIMENTS_GPU_FLASH_ATTENTION_H
 
 #include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#include "lib/exmy.h"
 
 #ifdef __cplusplus
 #include <cuda_bf16.h>
@@ -38,17 +50,31 @@ typedef struct __nv_bfloat16 __nv_bfloat16;
 extern "C" {
 #endif
 
+/* How the kernels round P or dS.
+ * mantissa_bits: 0..7 (rz and sr: 1..7), the format E8M<mantissa_bits>
+ *   (bias 127, IEEE specials: float32's exponent range, subnormals kept).
+ * round: mode EXMY_RNE, EXMY_RZ or EXMY_SR; saturate and flush_subnormals
+ *   false; sr: seed, offset (a multiple of 4, and T one too) and sr_bits
+ *   (0..32, 0 meaning 32) as in exmy_rounding_opts, with the element indices
+ *   of the header comment.
+ * A NULL flash_rounding means plain bf16 (7 bits, rne). */
+typedef struct {
+  int mantissa_bits;
+  exmy_rounding_opts round;
+} flash_rounding;
+
 /* Whether the kernels serve this head size and T: hs 32, 64 or 128, any T
  * from 1 to 65535 * 64 (T need not be a multiple of a block).  The calls
- * below also need NH % NKV == 0 and p_mantissa_bits in 0..7; otherwise they
- * return cudaErrorInvalidValue and launch nothing. */
+ * below also need NH % NKV == 0 and roundings as above (in the backward, P
+ * and dS rounded by the same mode); otherwise they return
+ * cudaErrorInvalidValue and launch nothing. */
 int flash_attention_supported(int hs, int T);
 
 /* out (float32) and lse (float32, log-sum-exp of each query row's scaled
  * scores, for the backward). */
 cudaError_t flash_attention_forward(float *out, float *lse, const __nv_bfloat16 *q,
                                     const __nv_bfloat16 *k, const __nv_bfloat16 *v, int B,
-                                    int T, int NH, int NKV, int hs, int p_mantissa_bits,
+                                    int T, int NH, int NKV, int hs, const flash_rounding *p,
                                     cudaStream_t s);
 
 /* dq, dk, dv (float32) are OVERWRITTEN.  out: the forward's output (float32),
@@ -58,8 +84,20 @@ cudaError_t flash_attention_backward(float *dq, float *dk, float *dv, const __nv
                                      const float *out, const float *lse,
                                      const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                                      const __nv_bfloat16 *v, int B, int T, int NH, int NKV,
-                                     int hs, int p_mantissa_bits, void *scratch,
-                                     cudaStream_t s);
+                                     int hs, const flash_rounding *p,
+                                     const flash_rounding *ds, void *scratch, cudaStream_t s);
+
+/* For tests, on the host. */
+/* x as the kernels round it (r as above; random: the sr word; rne as the
+ * kernels do it, which differs from lib/round_core.h for NaN inputs only). */
+float flash_attention_round(float x, const flash_rounding *r, uint32_t random);
+/* The kernels' lanes replayed on the host: for every element of one head of
+ * a T x T matrix, in the layouts of the forward / dQ kernels (query rows) and
+ * of the dK, dV kernel (key rows), the sr word the lane holding it ends up
+ * with after the lanes have shared their Philox blocks; returns how many of
+ * the 2 T^2 words differ from exmy_sr_word(seed, offset + i * T + j) (-1
+ * when T or offset is not a multiple of 4). */
+long flash_attention_sr_layout_mismatches(int T, uint64_t seed, uint64_t offset);
 
 #ifdef __cplusplus
 }

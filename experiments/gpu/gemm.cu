@@ -180,6 +180,11 @@ extern "C" void gtq_begin_step(gtq_ctx *g, uint64_t sr_counter, bool collect_sta
     memset(g->sites[i].filled_stats, 0, sizeof g->sites[i].filled_stats);
 }
 extern "C" uint64_t gtq_sr_counter(const gtq_ctx *g) { return g->sr_counter; }
+extern "C" uint64_t gtq_sr_reserve(gtq_ctx *g, uint64_t n) {
+  const uint64_t first = g->sr_counter;
+  g->sr_counter += n;
+  return first;
+}
 extern "C" bool gtq_collecting(const gtq_ctx *g) { return g->collect; }
 extern "C" bool gtq_site_bf16(const gtq_ctx *g, int site) {
   return site >= 0 && site < g->n_sites && g->sites[site].bf16;

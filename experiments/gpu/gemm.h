@@ -44,6 +44,10 @@ void gtq_free(gtq_ctx *g);
 /* Per step, as tq_collect_stats / tq_sr_counter on the CPU. */
 void gtq_begin_step(gtq_ctx *g, uint64_t sr_counter, bool collect_stats);
 uint64_t gtq_sr_counter(const gtq_ctx *g);
+/* Takes the next n indices of the sr stream, as quantizing an operand of n
+ * elements would, for values rounded elsewhere (the fused attention's P and
+ * dS); returns the first. */
+uint64_t gtq_sr_reserve(gtq_ctx *g, uint64_t n);
 bool gtq_collecting(const gtq_ctx *g);
 /* Copies the device statistics of this step into the host sites (sync). */
 void gtq_fetch_stats(gtq_ctx *g);

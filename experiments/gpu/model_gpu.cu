@@ -44,6 +44,7 @@ struct gpu_model {
   /* fused attention: bf16 operands and scratch */
   gpu_attention_kind attention;
   int p_bits;
+  uint64_t *p_offsets; /* per layer: the sr stream index of P's element 0 */
   exmy_format bf16; /* the plain bf16 inputs of unquantized attention */
   __nv_bfloat16 *fq, *fk, *fv, *fdo;
   void *flash_scratch;
@@ -163,6 +164,18 @@ static const __nv_bfloat16 *flash_input(gpu_model *g, int site, int use, int slo
   return plain;
 }
 
+/* How the kernel rounds P (the X of the P V product) or dS (the dY of the
+ * dS K product): as the materialised path rounds that operand, and under sr
+ * with the stream indices it takes there (reserved where it would quantize
+ * them: P after K, dS after dO). */
+static flash_rounding flash_rounding_of(gpu_model *g, int site, int use) {
+  flash_rounding r = {g->p_bits, {}};
+  if (site >= 0 && g->sites[site].op[use].enabled) r.round = g->sites[site].op[use].round;
+  if (r.round.mode == EXMY_SR)
+    r.round.offset = gtq_sr_reserve(g->gq, (uint64_t)g->B * g->cfg.n_heads * g->T * g->T);
+  return r;
+}
+
 static void flash_forward(gpu_model *g, float *out, float *lse, const float *q, const float *k,
                           const float *v, int l) {
   const model_config &c = g->cfg;
@@ -171,9 +184,11 @@ static void flash_forward(gpu_model *g, float *out, float *lse, const float *q, 
   const size_t BTC = (size_t)N * c.dim, BTK = (size_t)N * KVC;
   const __nv_bfloat16 *Q = flash_input(g, qk, USE_FWD_X, SLOT_X, q, N, c.dim, g->fq + l * BTC);
   const __nv_bfloat16 *K = flash_input(g, qk, USE_FWD_W, SLOT_W, k, N, KVC, g->fk + l * BTK);
+  const flash_rounding p = flash_rounding_of(g, pv, USE_FWD_X);
+  g->p_offsets[l] = p.round.offset;
   const __nv_bfloat16 *V = flash_input(g, pv, USE_FWD_W, SLOT_W, v, N, KVC, g->fv + l * BTK);
   gtq_check(flash_attention_forward(out, lse, Q, K, V, g->B, g->T, c.n_heads, c.n_kv_heads, hs,
-                                    g->p_bits, g->s),
+                                    &p, g->s),
             "flash_attention_forward");
 }
 
@@ -196,8 +211,12 @@ static void flash_backward(gpu_model *g, float *dq, float *dk, float *dv, const 
   const __nv_bfloat16 *K = kept(qk, USE_DX_W, SLOT_W, g->fk + l * BTK);
   const __nv_bfloat16 *V = kept(pv, USE_DX_W, SLOT_W, g->fv + l * BTK);
   const __nv_bfloat16 *dO = flash_input(g, pv, USE_DX_DY, SLOT_DY, dout, N, c.dim, g->fdo);
+  flash_rounding p = {g->p_bits, {}};
+  if (pv >= 0 && g->sites[pv].op[USE_FWD_X].enabled) p.round = g->sites[pv].op[USE_FWD_X].round;
+  p.round.offset = g->p_offsets[l]; /* the forward's words for the same elements */
+  const flash_rounding ds = flash_rounding_of(g, qk, USE_DX_DY);
   gtq_check(flash_attention_backward(dq, dk, dv, dO, out, lse, Q, K, V, g->B, g->T, c.n_heads,
-                                     c.n_kv_heads, hs, g->p_bits, g->flash_scratch, g->s),
+                                     c.n_kv_heads, hs, &p, &ds, g->flash_scratch, g->s),
             "flash_attention_backward");
 }
 
@@ -206,13 +225,16 @@ static void flash_backward(gpu_model *g, float *dq, float *dk, float *dv, const 
 
 /* Whether the fused kernel can stand for the attention sites of this recipe:
  * unquantized attention (bf16 inputs, as a bf16 model computes it), or every
- * attention operand unscaled, round-to-nearest-even, in a format of the BF16
- * path with float32's exponent range (bf16, E8M3..E8M6), whose mantissa width
- * the kernel then applies to P and dS too. */
-static const char *flash_recipe_check(const tq_site *sites, const model_config &c, int *p_bits) {
+ * attention operand unscaled, without saturation, in a format of the BF16
+ * path with float32's exponent range (bf16, E8M3..E8M6) and one rounding mode
+ * of rne, rz and sr (sr: T % 4 == 0), whose mantissa width and mode the
+ * kernel then applies to P and dS too. */
+static const char *flash_recipe_check(const tq_site *sites, const model_config &c, int T,
+                                      int *p_bits) {
   *p_bits = 7;
   if (!sites) return NULL;
   int bits = -1;
+  exmy_rounding mode = EXMY_RNE;
   for (int l = 0; l < c.n_layers; l++)
     for (int kind = SITE_ATT_QK; kind <= SITE_ATT_PV; kind++)
       for (int u = 0; u < USES_PER_SITE; u++) {
@@ -223,14 +245,20 @@ static const char *flash_recipe_check(const tq_site *sites, const model_config &
           continue;
         }
         if (bits == -2) return "attention operands partly quantized";
-        if (q.scaling.kind != EXMY_SCALING_NONE || q.round.mode != EXMY_RNE ||
-            q.format.exp_bits != 8 || q.format.man_bits > 7 || q.round.flush_subnormals ||
-            !exmy_cuda_bf16_exact(&q.format))
+        const exmy_rounding m = q.round.mode;
+        if (q.scaling.kind != EXMY_SCALING_NONE ||
+            (m != EXMY_RNE && m != EXMY_RZ && m != EXMY_SR) || q.format.exp_bits != 8 ||
+            q.format.man_bits > 7 || (m != EXMY_RNE && q.format.man_bits < 1) ||
+            q.round.flush_subnormals || q.round.saturate || !exmy_cuda_bf16_exact(&q.format))
           return "attention_kernel = flash needs the attention operands unquantized or in an "
-                 "E8 format of <= 7 mantissa bits, unscaled, rne";
+                 "E8 format of <= 7 mantissa bits, unscaled, unsaturated, rne, rz or sr";
         if (bits >= 0 && bits != q.format.man_bits) return "attention formats differ";
+        if (bits >= 0 && mode != m) return "attention rounding modes differ";
         bits = q.format.man_bits;
+        mode = m;
       }
+  if (bits >= 0 && mode == EXMY_SR && T % 4)
+    return "attention_kernel = flash with sr needs T to be a multiple of 4";
   if (bits >= 0) *p_bits = bits;
   return NULL;
 }
@@ -252,7 +280,7 @@ extern "C" gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *s
       snprintf(err, errlen, "attention_kernel = flash does not serve head size %d, T = %d", hs, T);
       return NULL;
     }
-    const char *why = flash_recipe_check(sites, c, &p_bits);
+    const char *why = flash_recipe_check(sites, c, T, &p_bits);
     if (why) {
       snprintf(err, errlen, "%s", why);
       return NULL;
@@ -264,6 +292,7 @@ extern "C" gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *s
   g->T = T;
   g->attention = attention;
   g->p_bits = p_bits;
+  g->p_offsets = (uint64_t *)calloc(c.n_layers, sizeof(uint64_t));
   exmy_format_parse("bf16", &g->bf16);
   g->rc = rc;
   g->sites = sites;
@@ -355,6 +384,7 @@ extern "C" void gpu_model_free(gpu_model *g) {
   for (void *b : bufs) cudaFree(b);
   free(g->h_bucket_start);
   free(g->h_bucket_pos);
+  free(g->p_offsets);
   cudaStreamDestroy(g->s);
   delete g;
 }

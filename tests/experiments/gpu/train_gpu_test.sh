@@ -8,7 +8,8 @@
 #     uninterrupted run bit for bit; one written on the GPU resumes on the CPU
 #     and one written on the CPU resumes on the GPU (losses within 1e-3);
 #  4. the fused attention (attention_kernel = flash) against the materialised
-#     one on bf16 `tiny`: losses within 1e-2.
+#     one on bf16 `tiny`, and on e8m3 with P and dS rounded rz and sr: losses
+#     within 1e-2.
 # usage: train_gpu_test.sh TRAIN_BINARY CONFIG_DIR
 set -uo pipefail
 train=$(realpath "$1"); configs=$(realpath "$2")
@@ -101,6 +102,19 @@ if run flash-bf16 bf16 "${common[@]}" --set device=gpu --set attention_kernel=fl
   if [ "$n" = 20 ] && awk -v m="$m" 'BEGIN { exit !(m <= 1e-2) }'; then ok "flash vs materialised attention, bf16 tiny: 20 losses within $m"
   else bad "flash attention: $m over $n steps"; fi
 else bad "flash run failed: $(tail -1 "$tmp/flash-bf16.out")"; fi
+# quantized attention fused for the other rounding modes the recipes use: P and
+# dS rounded rz (the paper's bit masking) and sr (the same Philox words as the
+# materialised path), so only the order of the sums differs
+for mode in rz sr; do
+  if run "mat-e8m3-$mode" e8m3 "${common[@]}" --set device=gpu --set rounding=$mode &&
+     run "flash-e8m3-$mode" e8m3 "${common[@]}" --set device=gpu --set rounding=$mode \
+       --set attention_kernel=flash; then
+    read -r m n < <(maxrel "mat-e8m3-$mode" "flash-e8m3-$mode")
+    if [ "$n" = 20 ] && awk -v m="$m" 'BEGIN { exit !(m <= 1e-2) }'; then
+      ok "flash vs materialised attention, e8m3 $mode tiny: 20 losses within $m"
+    else bad "flash attention e8m3 $mode: $m over $n steps"; fi
+  else bad "e8m3 $mode flash run failed: $(tail -1 "$tmp/flash-e8m3-$mode.out")"; fi
+done
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -15,7 +15,9 @@
  *  - shim_recipe: a recipe file through config.c and recipe_from_config;
  *  - shim_layout: sizeof / offsetof of lib/exmy.h's structs.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>

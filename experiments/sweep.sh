@@ -196,6 +196,7 @@ run_point() { # run_point NAME RECIPE ARGS  (in the background; its exit status 
   for a in $args; do set+=(--set "$a"); done
   # { } 2>/dev/null: the shell's own "Segmentation fault" line; classify says it
   if [[ -f $dir/sweep_args && $(cat "$dir/sweep_args") == "$recipe $args" && -f $dir/ckpt.bin ]]; then
+    rm -f "$dir/sweep_failed"
     { "$train" --resume "$dir" --set progress=0 --set "threads=$threads" >>"$dir/train.out" 2>>"$dir/train.err"; } 2>/dev/null
   else
     rm -rf "$dir" && mkdir -p "$dir" && echo "$recipe $args" >"$dir/sweep_args" || exit 1
@@ -241,6 +242,8 @@ reap() { # wait for one run, account for it
   account "$name" "$o"
   ran=$((ran + 1))
   if [[ $o == failed:* ]]; then
+    # a run can fail after writing a "completed" summary.json: this marks it failed for the next sweep
+    echo "${o#failed: }" >"$work/$name/sweep_failed"
     report_failure "$name" "${o#failed: }" "$work/$name/train.err"
     ((rc == 2)) && bad_input=1 # the same config would fail the other points too
   fi
@@ -248,7 +251,8 @@ reap() { # wait for one run, account for it
 }
 while IFS='|' read -r name recipe variant lr seed axes args; do
   st=$(run_status "$work/$name")
-  if [[ ($st == completed || $st == diverged) && $(cat "$work/$name/sweep_args" 2>/dev/null) == "$recipe $args" ]]; then
+  if [[ ($st == completed || $st == diverged) && ! -e $work/$name/sweep_failed &&
+        $(cat "$work/$name/sweep_args" 2>/dev/null) == "$recipe $args" ]]; then
     account "$name" "$st"
     continue
   fi

@@ -57,9 +57,9 @@ exit 0
 EOF
 cat >"$bin/seed2-crashes" <<EOF
 #!/bin/sh
-# the real trainer; the points of seed 2 then crash (after a complete run and
-# its summary.json: the exit status decides)
-case " \$* " in *" seed=2 "*) "$real_train" "\$@" || exit; echo "train: seed 2 crashes" >&2; kill -SEGV \$\$ ;; esac
+# the real trainer; the point of seed 2 (run or resumed) then crashes, after a
+# complete run and its summary.json: the exit status decides
+case " \$* " in *"/bf16_lr1e-3_s2 "*) "$real_train" "\$@" || exit; echo "train: seed 2 crashes" >&2; kill -SEGV \$\$ ;; esac
 exec "$real_train" "\$@"
 EOF
 chmod +x "$bin"/*
@@ -249,6 +249,11 @@ if ((have_gnuplot)); then
   grep -q "bf16_lr1e-3_s1" "$mres/train_curves.svg" || fail "mixed: the finished point is not in the curves"
   grep -q "bf16_lr1e-3_s2" "$mres/train_curves.svg" && fail "mixed: the failed point is in the curves"
 fi
+# the failed point wrote a "completed" summary.json before it crashed: the next
+# invocation runs it again (it fails again), it does not take it as finished
+SWEEP_TRAIN=$bin/seed2-crashes "$sweep" "$cfg/m.cfg" >"$log/m2.out" 2>"$log/m2.err"; rc=$?
+[[ $rc == 1 && $(tail -1 "$log/m2.out") == "sweep: 1/2 done, 0 diverged, 1 failed" ]] ||
+  fail "mixed, again: exit $rc: $(tail -1 "$log/m2.out")"
 
 # (c) none of the sweeps above wrote outside experiments/runs/ (the published
 # results byte-identical, no new file anywhere else)

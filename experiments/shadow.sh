@@ -17,7 +17,9 @@
 # and the check is flagged when gap > X (default 0.05). Writes RUN_DIR/shadow.csv
 # (step,steps,run_loss,shadow_loss,gap,threshold,flagged) and prints the flagged steps.
 # Checks already made with the same N and R are not repeated, so the command can
-# be run again while the run goes on. Bad input: one line on stderr, exit 2.
+# be run again while the run goes on. Bad input: one line on stderr, exit 2; a
+# shadow run that fails otherwise (crash, killed, trainer missing): exit 1 with
+# the end of its stderr (RUN_DIR/shadow/S/train.err).
 set -u
 {
 die() { echo "shadow: $*" >&2; exit 2; }
@@ -41,7 +43,7 @@ while (($#)); do
     --threshold) [[ ${2:-} =~ ^-?[0-9.]+([eE][-+]?[0-9]+)?$ ]] || die "--threshold needs a number"; threshold=$2; shift ;;
     --recipe) [[ -n ${2:-} ]] || die "--recipe needs a name"; recipe=$2; shift ;;
     --threads) [[ ${2:-} =~ ^[0-9]+$ ]] || die "--threads needs an integer"; threads=$2; shift ;;
-    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 0 ;;
     -*) die "unknown option '$1'" ;;
     *) [[ -z $run ]] || die "more than one run directory ('$run', '$1')"; run=$1 ;;
   esac
@@ -77,12 +79,17 @@ for s in $ckpts; do
     rm -rf "$d" && mkdir -p "$d" || die "cannot create '$d'"
     cp "$run/config.cfg" "$d/config.cfg"
     ln "$run/ckpt-$s.bin" "$d/ckpt.bin" 2>/dev/null || cp "$run/ckpt-$s.bin" "$d/ckpt.bin"
-    "$train" --resume "$d" --recipe "$configs/$recipe.cfg" --set "stop_at=$end" --set progress=0 \
+    # { } 2>/dev/null: the shell's own "Segmentation fault" line; the exit status says it
+    { "$train" --resume "$d" --recipe "$configs/$recipe.cfg" --set "stop_at=$end" --set progress=0 \
       --set ckpt_every=0 --set ckpt_keep=0 --set stats_every=0 --set val_every=0 \
-      --set "threads=$threads" >"$d/train.out" 2>&1
+      --set "threads=$threads" >"$d/train.out" 2>"$d/train.err"; } 2>/dev/null
     rc=$?
-    ((rc == 2)) && die "the shadow run of step $s failed: $(tail -1 "$d/train.out")"
-    ((rc == 0)) || die "the shadow run of step $s exited $rc: $(tail -1 "$d/train.out")"
+    ((rc == 2)) && die "the shadow run of step $s failed: $(tail -1 "$d/train.err")"
+    if ((rc != 0)); then
+      echo "shadow: the shadow run of step $s exited $rc; ${d#"$ws"/}/train.err ends:" >&2
+      tail -3 "$d/train.err" | sed 's/^/    /' >&2
+      exit 1
+    fi
     echo "$recipe $steps" >"$d/shadow_args"
   fi
   losses "$d/log.jsonl" >"$tmp/shadow.csv"

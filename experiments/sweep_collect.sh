@@ -1,5 +1,11 @@
 #!/usr/bin/env bash
-# sweep_collect GRID RUNS RESULTS: the per-run JSON of a sweep into CSVs.
+# sweep_collect GRID RUNS RESULTS [OUTCOMES]: the per-run JSON of a sweep into CSVs.
+#
+# OUTCOMES (from sweep.sh): one "point|status" line per point, the status the
+# sweep gave it (completed, diverged, interrupted, stopped, failed, not-run);
+# without it the status is the run's summary.json's. Only finished points
+# (completed, diverged) give rows to curves.csv, stats.csv and the evaluations'
+# CSVs; summary.csv has a row for every point, without numbers for a failed one.
 #
 #   RESULTS/summary.csv  one row per grid point (the grid's order)
 #   RESULTS/curves.csv   point,step,train_loss,val_loss (val_loss only on validation steps)
@@ -12,7 +18,14 @@
 # awk, not jq: the trainer's JSON is flat and one object per line, and awk is
 # on every machine the sweep must run on.
 set -eu
-grid=$1 runs=$2 results=$3
+grid=$1 runs=$2 results=$3 outcomes=${4:-}
+
+# the sweep's status of a point, else its summary.json's ("" when it has none)
+status_of() {
+  if [[ -n $outcomes ]]; then awk -F'|' -v p="$1" '$1 == p { print $2; exit }' "$outcomes"
+  else sed -n 's/.*"status":"\([a-z]*\)".*/\1/p' "$runs/$1/summary.json" 2>/dev/null || true; fi
+}
+finished() { [[ $(status_of "$1") =~ ^(completed|diverged)$ ]]; }
 
 num() { # num KEY FILE: a number field of a one-line JSON object ("" when absent or null)
   sed -n "s/.*\"$1\":\([-+0-9.eE]*\).*/\1/p" "$2" 2>/dev/null | head -1
@@ -23,7 +36,8 @@ num() { # num KEY FILE: a number field of a one-line JSON object ("" when absent
   while IFS='|' read -r name recipe variant lr seed axes args; do
     s=$runs/$name/summary.json
     group=$recipe; [[ $variant != - ]] && group+=_$variant; [[ -n $axes ]] && group+=_${axes//;/_}
-    status=$(sed -n 's/.*"status":"\([a-z]*\)".*/\1/p' "$s" 2>/dev/null || true)
+    status=$(status_of "$name")
+    [[ $status =~ ^(completed|diverged|interrupted|stopped)$ ]] || s=/dev/null # a failed run's numbers are not results
     val=$(num val_loss "$s"); [[ $status == diverged ]] && val=""
     echo "$name,$group,$recipe,${variant/-/},${axes//;/ },$lr,$seed,${status:-missing},$(num steps "$s"),$(num last_loss "$s"),$val,$(num diverged_at "$s"),$(num tokens_per_s "$s")"
   done <"$grid"
@@ -34,7 +48,7 @@ echo "point,step,train_loss,val_loss" >"$results/curves.csv"
 echo "point,step,site,use,format,amax,underflow,overflow,mse,cosine,scale,delayed_over_current" >"$runs/stats.csv"
 cut -d'|' -f1 "$grid" | while read -r name; do
   log=$runs/$name/log.jsonl
-  [[ -f $log ]] || continue
+  [[ -f $log ]] && finished "$name" || continue
   awk -v p="$name" -v stats="$runs/stats.csv" '
     function field(s, k,   m) {  # the value of "k": in s, "" when null/absent
       if (match(s, "\"" k "\":[^,}]*")) { m = substr(s, RSTART + length(k) + 3, RLENGTH - length(k) - 3); gsub(/"/, "", m); return m == "null" ? "" : m }
@@ -60,7 +74,7 @@ done
 rm -f "$results/sharpness.csv" "$results/shadow.csv"
 cut -d'|' -f1 "$grid" | while read -r name; do
   f=$runs/$name/sharpness.jsonl
-  [[ -f $f ]] || continue
+  [[ -f $f ]] && finished "$name" || continue
   [[ -f $results/sharpness.csv ]] || echo "point,step,rho,directions,loss,loss_perturbed,kl_mean,kl_max,sharpness" >"$results/sharpness.csv"
   awk -v p="$name" '
     function field(s, k,   m) { if (match(s, "\"" k "\":[^,}]*")) { m = substr(s, RSTART + length(k) + 3, RLENGTH - length(k) - 3); gsub(/"/, "", m); return m } return "" }
@@ -69,7 +83,7 @@ cut -d'|' -f1 "$grid" | while read -r name; do
 done
 cut -d'|' -f1 "$grid" | while read -r name; do
   f=$runs/$name/shadow.csv
-  [[ -f $f ]] || continue
+  [[ -f $f ]] && finished "$name" || continue
   [[ -f $results/shadow.csv ]] || echo "point,$(head -1 "$f")" >"$results/shadow.csv"
   tail -n +2 "$f" | sed "s|^|$name,|" >>"$results/shadow.csv"
 done

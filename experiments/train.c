@@ -506,8 +506,10 @@ int main(int argc, char **argv) {
     fflush(log);
     if (progress) {
       double eta = step_time_avg * (steps - done);
-      fprintf(stderr, "\rstep %d/%d  loss %.4f  val %.4f  %.0f tok/s  ETA %dm%02ds   ", done, steps,
-              loss, val_loss, tok_s, (int)eta / 60, (int)eta % 60);
+      char val_s[32] = "-"; /* "-" until the first validation */
+      if (!isnan(val_loss)) snprintf(val_s, sizeof val_s, "%.4f", val_loss);
+      fprintf(stderr, "\rstep %d/%d  loss %.4f  val %s  %.0f tok/s  ETA %dm%02ds   ", done, steps,
+              loss, val_s, tok_s, (int)eta / 60, (int)eta % 60);
       if (done == steps) fputc('\n', stderr);
     }
     if (interrupt_at > 0 && done == interrupt_at) raise(SIGINT);

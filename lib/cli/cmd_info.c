@@ -17,9 +17,11 @@ const char cli_info_help[] =
     "inf, NaN, subnormals, with their codes.  Values are printed twice:\n"
     "%.9g (enough to identify a float32) and C99 hex float %a (exact).\n";
 
-/* A code as hex, as many digits as the format's width needs. */
+/* A code as hex, as many digits as the format's width needs (1..8: a format
+ * has at most 32 bits; the bound also tells the compiler "0x" + 8 digits fit). */
 static const char *hex_code(const exmy_format *f, uint32_t code, char buf[16]) {
-  snprintf(buf, 16, "0x%0*" PRIx32, (f->bits + 3) / 4, code);
+  const unsigned digits = (unsigned)(f->bits + 3) / 4;
+  snprintf(buf, 16, "0x%0*" PRIx32, digits < 1 ? 1 : digits > 8 ? 8 : (int)digits, code);
   return buf;
 }
 

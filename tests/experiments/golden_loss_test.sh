@@ -2,8 +2,9 @@
 # The CPU trainer's losses, bit for bit, against the ones committed in
 # tests/experiments/golden/ (RECIPE.txt: "STEP LOSS" per step, then "val LOSS",
 # each a float32 printed with %.9g, which tells every float32 apart).  A short
-# `tiny` run on golden/text.txt per recipe, each run four ways: 2 threads, 1,
-# 3, and 2 threads with exmy_sgemm's AVX2 kernel forced.  Same config, same
+# `tiny` run on golden/text.txt per recipe, each run several ways: 2 threads,
+# 1, 3, every core (where there are more than 3), and 2 threads with
+# exmy_sgemm's AVX2 kernel forced.  Same config, same
 # bits: on any x86-64 CPU with AVX2 and any thread count (cuda/gpu_run.sh runs
 # this on the GPU machine's host CPU, a different CPU and distribution).
 # usage: golden_loss_test.sh TRAIN CONFIG_DIR GOLDEN_DIR [--write]
@@ -33,6 +34,8 @@ run() {
     --set run_dir="$tmp/$name" >"$tmp/$name.out" 2>"$tmp/$name.err" || true
 }
 
+echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) cores," \
+     "AVX-512: $(grep -qw avx512f /proc/cpuinfo && echo yes || echo no)"
 avx2=1
 if ! grep -qw avx2 /proc/cpuinfo || ! grep -qw fma /proc/cpuinfo; then
   avx2=0; echo "note: this CPU has no AVX2 + FMA; the forced-AVX2 runs are skipped"
@@ -46,6 +49,10 @@ for recipe in "${recipes[@]}"; do
   ways=("t2:2 threads" "t1:1 thread" "t3:3 threads")
   run "$recipe-t1" "$recipe" --set threads=1
   run "$recipe-t3" "$recipe" --set threads=3
+  cores=$(nproc)
+  if [ "$cores" -gt 3 ]; then
+    run "$recipe-tall" "$recipe" --set threads="$cores"; ways+=("tall:$cores threads")
+  fi
   if [ $avx2 = 1 ]; then
     run "$recipe-avx2" "$recipe" EXMY_SGEMM_KERNEL=avx2 --set threads=2
     if grep -q "sgemm kernel avx2" "$tmp/$recipe-avx2.err"; then

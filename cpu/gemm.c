@@ -61,72 +61,106 @@ static void tile_scalar(size_t k, const float *ap, const float *bp, float *c,
 }
 
 #if EXMY_SGEMM_X86
+/* The vector kernels hold their accumulators in named registers, one pair
+ * (two vectors of columns) per row, written out by these macros: arrays of
+ * vectors indexed in unrolled loops end up partly on the stack.  ROWS(X)
+ * expands X(r) for every row r of the tile. */
+#define DECLARE_ROW(r) V c##r##_0 = ZERO(), c##r##_1 = ZERO();
+#define FMA_ROW(r)                              \
+  {                                             \
+    const V a = BCAST(ap + r);                  \
+    c##r##_0 = FMADD(a, b0, c##r##_0);          \
+    c##r##_1 = FMADD(a, b1, c##r##_1);          \
+  }
+#define STORE_ROW(r)                                          \
+  {                                                           \
+    float *cr = c + r * ldc;                                  \
+    V x0 = MUL(va, c##r##_0), x1 = MUL(va, c##r##_1);         \
+    if (beta != 0.0f) {                                       \
+      x0 = ADD(x0, MUL(vb, LOADU(cr)));                       \
+      x1 = ADD(x1, MUL(vb, LOADU(cr + LANES)));               \
+    }                                                         \
+    STOREU(cr, x0);                                           \
+    STOREU(cr + LANES, x1);                                   \
+  }
+/* acc = 0; k fused multiply-adds in order; then alpha·acc (+ beta·c). */
+#define TILE_BODY(MR, NR)                                     \
+  ROWS(DECLARE_ROW)                                           \
+  for (size_t p = 0; p < k; p++, ap += MR, bp += NR) {        \
+    const V b0 = LOAD(bp), b1 = LOAD(bp + LANES);             \
+    ROWS(FMA_ROW)                                             \
+  }                                                           \
+  const V va = SET1(alpha), vb = SET1(beta);                  \
+  ROWS(STORE_ROW)
+
 /* --------------------------------------------------------- AVX2 + FMA: 6 x 16
  * 12 accumulators, 2 rows of B and a broadcast: 15 of the 16 ymm registers. */
 enum { AVX2_MR = 6, AVX2_NR = 16 };
 
+#define V __m256
+#define LANES 8
+#define ZERO _mm256_setzero_ps
+#define BCAST _mm256_broadcast_ss
+#define FMADD _mm256_fmadd_ps
+#define MUL _mm256_mul_ps
+#define ADD _mm256_add_ps
+#define SET1 _mm256_set1_ps
+#define LOAD _mm256_load_ps
+#define LOADU _mm256_loadu_ps
+#define STOREU _mm256_storeu_ps
+#define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 __attribute__((target("avx2,fma"))) static void tile_avx2(
     size_t k, const float *ap, const float *bp, float *c, size_t ldc, float alpha,
     float beta) {
-  __m256 c0[AVX2_MR], c1[AVX2_MR];
-#pragma GCC unroll 6
-  for (int r = 0; r < AVX2_MR; r++) c0[r] = c1[r] = _mm256_setzero_ps();
-  for (size_t p = 0; p < k; p++, ap += AVX2_MR, bp += AVX2_NR) {
-    const __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
-#pragma GCC unroll 6
-    for (int r = 0; r < AVX2_MR; r++) {
-      const __m256 a = _mm256_broadcast_ss(ap + r);
-      c0[r] = _mm256_fmadd_ps(a, b0, c0[r]);
-      c1[r] = _mm256_fmadd_ps(a, b1, c1[r]);
-    }
-  }
-  const __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
-#pragma GCC unroll 6
-  for (int r = 0; r < AVX2_MR; r++) {
-    float *cr = c + r * ldc;
-    __m256 x0 = _mm256_mul_ps(va, c0[r]), x1 = _mm256_mul_ps(va, c1[r]);
-    if (beta != 0.0f) {
-      x0 = _mm256_add_ps(x0, _mm256_mul_ps(vb, _mm256_loadu_ps(cr)));
-      x1 = _mm256_add_ps(x1, _mm256_mul_ps(vb, _mm256_loadu_ps(cr + 8)));
-    }
-    _mm256_storeu_ps(cr, x0);
-    _mm256_storeu_ps(cr + 8, x1);
-  }
+  TILE_BODY(AVX2_MR, AVX2_NR)
 }
+#undef V
+#undef LANES
+#undef ZERO
+#undef BCAST
+#undef FMADD
+#undef MUL
+#undef ADD
+#undef SET1
+#undef LOAD
+#undef LOADU
+#undef STOREU
+#undef ROWS
 
 /* ------------------------------------------------------------ AVX-512: 12 x 32
  * 24 accumulators, 2 rows of B and a broadcast: 27 of the 32 zmm registers;
  * 24 independent FMA chains cover the FMA latency of two pipes. */
 enum { AVX512_MR = 12, AVX512_NR = 32 };
 
+#define V __m512
+#define LANES 16
+#define ZERO _mm512_setzero_ps
+#define BCAST(p) _mm512_set1_ps(*(p))
+#define FMADD _mm512_fmadd_ps
+#define MUL _mm512_mul_ps
+#define ADD _mm512_add_ps
+#define SET1 _mm512_set1_ps
+#define LOAD _mm512_load_ps
+#define LOADU _mm512_loadu_ps
+#define STOREU _mm512_storeu_ps
+#define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 __attribute__((target("avx512f"))) static void tile_avx512(
     size_t k, const float *ap, const float *bp, float *c, size_t ldc, float alpha,
     float beta) {
-  __m512 c0[AVX512_MR], c1[AVX512_MR];
-#pragma GCC unroll 12
-  for (int r = 0; r < AVX512_MR; r++) c0[r] = c1[r] = _mm512_setzero_ps();
-  for (size_t p = 0; p < k; p++, ap += AVX512_MR, bp += AVX512_NR) {
-    const __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
-#pragma GCC unroll 12
-    for (int r = 0; r < AVX512_MR; r++) {
-      const __m512 a = _mm512_set1_ps(ap[r]);
-      c0[r] = _mm512_fmadd_ps(a, b0, c0[r]);
-      c1[r] = _mm512_fmadd_ps(a, b1, c1[r]);
-    }
-  }
-  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-#pragma GCC unroll 12
-  for (int r = 0; r < AVX512_MR; r++) {
-    float *cr = c + r * ldc;
-    __m512 x0 = _mm512_mul_ps(va, c0[r]), x1 = _mm512_mul_ps(va, c1[r]);
-    if (beta != 0.0f) {
-      x0 = _mm512_add_ps(x0, _mm512_mul_ps(vb, _mm512_loadu_ps(cr)));
-      x1 = _mm512_add_ps(x1, _mm512_mul_ps(vb, _mm512_loadu_ps(cr + 16)));
-    }
-    _mm512_storeu_ps(cr, x0);
-    _mm512_storeu_ps(cr + 16, x1);
-  }
+  TILE_BODY(AVX512_MR, AVX512_NR)
 }
+#undef V
+#undef LANES
+#undef ZERO
+#undef BCAST
+#undef FMADD
+#undef MUL
+#undef ADD
+#undef SET1
+#undef LOAD
+#undef LOADU
+#undef STOREU
+#undef ROWS
 #endif
 
 /* ---------------------------------------------------------------- dispatch */

@@ -34,9 +34,11 @@
 #define EXMY_SGEMM_X86 0
 #endif
 
-/* Computes the MR x NR tile c (leading dimension ldc) from k steps of the
- * packed panels: c = alpha·acc, or alpha·acc + beta·c when beta != 0. */
-typedef void (*tile_fn)(size_t k, const float *ap, const float *bp, float *c,
+/* Computes the MR x NR tile c (leading dimension ldc) from k steps of op(A)
+ * (a panel packed as ap[p * MR + r], or MR rows of A read in place with
+ * leading dimension lda) and a packed panel of op(B): c = alpha·acc, or
+ * alpha·acc + beta·c when beta != 0. */
+typedef void (*tile_fn)(size_t k, const float *a, size_t lda, const float *bp, float *c,
                         size_t ldc, float alpha, float beta);
 
 /* The epilogue of one element, as every kernel computes it. */
@@ -49,8 +51,9 @@ static inline float finish(float acc, float alpha, float beta, float c) {
 
 enum { SCALAR_MR = 4, SCALAR_NR = 16 };
 
-static void tile_scalar(size_t k, const float *ap, const float *bp, float *c,
+static void tile_scalar(size_t k, const float *ap, size_t lda, const float *bp, float *c,
                         size_t ldc, float alpha, float beta) {
+  (void)lda;
   float acc[SCALAR_MR][SCALAR_NR] = {{0}};
   for (size_t p = 0; p < k; p++, ap += SCALAR_MR, bp += SCALAR_NR)
     for (int r = 0; r < SCALAR_MR; r++)
@@ -61,42 +64,9 @@ static void tile_scalar(size_t k, const float *ap, const float *bp, float *c,
 }
 
 #if EXMY_SGEMM_X86
-/* The vector kernels hold their accumulators in named registers, one pair
- * (two vectors of columns) per row, written out by these macros: arrays of
- * vectors indexed in unrolled loops end up partly on the stack.  ROWS(X)
- * expands X(r) for every row r of the tile. */
-#define DECLARE_ROW(r) V c##r##_0 = ZERO(), c##r##_1 = ZERO();
-#define FMA_ROW(r)                              \
-  {                                             \
-    const V a = BCAST(ap + r);                  \
-    c##r##_0 = FMADD(a, b0, c##r##_0);          \
-    c##r##_1 = FMADD(a, b1, c##r##_1);          \
-  }
-#define STORE_ROW(r)                                          \
-  {                                                           \
-    float *cr = c + r * ldc;                                  \
-    V x0 = MUL(va, c##r##_0), x1 = MUL(va, c##r##_1);         \
-    if (beta != 0.0f) {                                       \
-      x0 = ADD(x0, MUL(vb, LOADU(cr)));                       \
-      x1 = ADD(x1, MUL(vb, LOADU(cr + LANES)));               \
-    }                                                         \
-    STOREU(cr, x0);                                           \
-    STOREU(cr + LANES, x1);                                   \
-  }
-/* acc = 0; k fused multiply-adds in order; then alpha·acc (+ beta·c). */
-#define TILE_BODY(MR, NR)                                     \
-  ROWS(DECLARE_ROW)                                           \
-  for (size_t p = 0; p < k; p++, ap += MR, bp += NR) {        \
-    const V b0 = LOAD(bp), b1 = LOAD(bp + LANES);             \
-    ROWS(FMA_ROW)                                             \
-  }                                                           \
-  const V va = SET1(alpha), vb = SET1(beta);                  \
-  ROWS(STORE_ROW)
-
 /* --------------------------------------------------------- AVX2 + FMA: 6 x 16
  * 12 accumulators, 2 rows of B and a broadcast: 15 of the 16 ymm registers. */
 enum { AVX2_MR = 6, AVX2_NR = 16 };
-
 #define V __m256
 #define LANES 8
 #define ZERO _mm256_setzero_ps
@@ -108,30 +78,17 @@ enum { AVX2_MR = 6, AVX2_NR = 16 };
 #define LOAD _mm256_load_ps
 #define LOADU _mm256_loadu_ps
 #define STOREU _mm256_storeu_ps
+#define MR 6
 #define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
-__attribute__((target("avx2,fma"))) static void tile_avx2(
-    size_t k, const float *ap, const float *bp, float *c, size_t ldc, float alpha,
-    float beta) {
-  TILE_BODY(AVX2_MR, AVX2_NR)
-}
-#undef V
-#undef LANES
-#undef ZERO
-#undef BCAST
-#undef FMADD
-#undef MUL
-#undef ADD
-#undef SET1
-#undef LOAD
-#undef LOADU
-#undef STOREU
-#undef ROWS
+#define TARGET "avx2,fma"
+#define TILE_PACKED tile_avx2
+#define TILE_ROWS tile_avx2_rows
+#include "cpu/gemm_tile.h"
 
 /* ------------------------------------------------------------ AVX-512: 12 x 32
  * 24 accumulators, 2 rows of B and a broadcast: 27 of the 32 zmm registers;
  * 24 independent FMA chains cover the FMA latency of two pipes. */
 enum { AVX512_MR = 12, AVX512_NR = 32 };
-
 #define V __m512
 #define LANES 16
 #define ZERO _mm512_setzero_ps
@@ -143,42 +100,31 @@ enum { AVX512_MR = 12, AVX512_NR = 32 };
 #define LOAD _mm512_load_ps
 #define LOADU _mm512_loadu_ps
 #define STOREU _mm512_storeu_ps
+#define MR 12
 #define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
-__attribute__((target("avx512f"))) static void tile_avx512(
-    size_t k, const float *ap, const float *bp, float *c, size_t ldc, float alpha,
-    float beta) {
-  TILE_BODY(AVX512_MR, AVX512_NR)
-}
-#undef V
-#undef LANES
-#undef ZERO
-#undef BCAST
-#undef FMADD
-#undef MUL
-#undef ADD
-#undef SET1
-#undef LOAD
-#undef LOADU
-#undef STOREU
-#undef ROWS
+#define TARGET "avx512f"
+#define TILE_PACKED tile_avx512
+#define TILE_ROWS tile_avx512_rows
+#include "cpu/gemm_tile.h"
 #endif
 
 /* ---------------------------------------------------------------- dispatch */
 
 typedef struct {
   const char *name;
-  int mr, nr; /* nr: a multiple of 16, so that every panel starts 64-byte aligned */
-  tile_fn tile;
+  int mr, nr;  /* nr: a multiple of 16, so that every panel starts 64-byte aligned */
+  tile_fn tile; /* op(A) packed */
+  tile_fn rows; /* op(A) = A, whole rows read in place; NULL: always pack */
 } kernel_info;
 
 static const kernel_info kernels[EXMY_SGEMM_KERNELS] = {
-    [EXMY_SGEMM_SCALAR] = {"scalar", SCALAR_MR, SCALAR_NR, tile_scalar},
+    [EXMY_SGEMM_SCALAR] = {"scalar", SCALAR_MR, SCALAR_NR, tile_scalar, NULL},
 #if EXMY_SGEMM_X86
-    [EXMY_SGEMM_AVX2] = {"avx2", AVX2_MR, AVX2_NR, tile_avx2},
-    [EXMY_SGEMM_AVX512] = {"avx512", AVX512_MR, AVX512_NR, tile_avx512},
+    [EXMY_SGEMM_AVX2] = {"avx2", AVX2_MR, AVX2_NR, tile_avx2, tile_avx2_rows},
+    [EXMY_SGEMM_AVX512] = {"avx512", AVX512_MR, AVX512_NR, tile_avx512, tile_avx512_rows},
 #else
-    [EXMY_SGEMM_AVX2] = {"avx2", 0, 0, NULL},
-    [EXMY_SGEMM_AVX512] = {"avx512", 0, 0, NULL},
+    [EXMY_SGEMM_AVX2] = {"avx2", 0, 0, NULL, NULL},
+    [EXMY_SGEMM_AVX512] = {"avx512", 0, 0, NULL, NULL},
 #endif
 };
 
@@ -307,8 +253,11 @@ static float *scratch_for(size_t floats) {
 }
 
 /* Below this many multiply-adds one thread does the whole product: waking
- * the team costs more than it saves.  Any value gives the same bits. */
-#define SGEMM_PARALLEL_MIN ((size_t)1 << 17)
+ * the team (the trainer's OpenMP threads sleep between regions: passive
+ * wait) costs about as much as the work itself, ~25 us per 2^20 at ~80
+ * GFLOP/s on one core.  The attention products of `tiny` (128 x 128 x 32,
+ * 2^19) stay on one thread.  Any value gives the same bits. */
+#define SGEMM_PARALLEL_MIN ((size_t)1 << 20)
 
 int exmy_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
                const float *a, size_t lda, const float *b, size_t ldb, float beta, float *c,
@@ -324,7 +273,10 @@ int exmy_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float a
   float *const bpack = scratch_for(k * (np * nr + mp * mr) + 1);
   if (!bpack) return -1;
   float *const apack = bpack + k * np * nr; /* 64-byte aligned: nr is a multiple of 16 */
-  const tile_fn tile = K->tile;
+  /* A not transposed: its rows run along K, and the kernels that can read
+   * whole row panels in place; only a last, partial panel is packed.  (A
+   * transposed copy costs up to a quarter of the products when n is small.) */
+  const bool in_place = !trans_a && K->rows;
   const size_t tiles = mp * np;
   const int parallel = m * n * k >= SGEMM_PARALLEL_MIN && tiles > 1 && !omp_in_parallel();
 #pragma omp parallel if (parallel)
@@ -337,20 +289,22 @@ int exmy_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float a
 #pragma omp for schedule(static)
     for (size_t i = 0; i < mp; i++) {
       const size_t h = m - i * mr < mr ? m - i * mr : mr;
-      pack_a(a, lda, trans_a, i * mr, h, mr, k, apack + i * k * mr);
+      if (!in_place || h < mr) pack_a(a, lda, trans_a, i * mr, h, mr, k, apack + i * k * mr);
     }
     /* tiles row by row: consecutive tiles of a thread share their A panel */
 #pragma omp for schedule(static)
     for (size_t t = 0; t < tiles; t++) {
       const size_t i = t / np, j = t % np;
       const size_t h = m - i * mr < mr ? m - i * mr : mr, w = n - j * nr < nr ? n - j * nr : nr;
-      const float *ap = apack + i * k * mr, *bp = bpack + j * k * nr;
+      const bool rows = in_place && h == mr;
+      const tile_fn tile = rows ? K->rows : K->tile;
+      const float *ap = rows ? a + i * mr * lda : apack + i * k * mr, *bp = bpack + j * k * nr;
       float *ct = c + i * mr * ldc + j * nr;
       if (h == mr && w == nr) {
-        tile(k, ap, bp, ct, ldc, alpha, beta);
+        tile(k, ap, lda, bp, ct, ldc, alpha, beta);
       } else { /* an edge: the whole tile into a buffer, then its valid part */
         float acc[16 * 32] __attribute__((aligned(64)));
-        tile(k, ap, bp, acc, nr, 1.0f, 0.0f); /* 1·acc = acc exactly */
+        tile(k, ap, lda, bp, acc, nr, 1.0f, 0.0f); /* 1·acc = acc exactly */
         for (size_t r = 0; r < h; r++)
           for (size_t q = 0; q < w; q++)
             ct[r * ldc + q] = finish(acc[r * nr + q], alpha, beta, ct[r * ldc + q]);

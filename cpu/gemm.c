@@ -7,9 +7,10 @@
  * losses changed with the machine and with OMP_NUM_THREADS.
  *
  * The layout is GotoBLAS's: op(A) is packed into panels of MR rows (k-major:
- * ap[p * MR + r]) and op(B) into panels of NR columns (bp[p * NR + j]), both
- * zero-padded; a micro-kernel computes one MR x NR tile of C with its MR x NR
- * accumulators in registers, vectorised across the columns.  Each lane runs
+ * ap[p * MR + r]; an untransposed A is read in place, a panel of MR whole
+ * rows at a time) and op(B) into panels of NR columns (bp[p * NR + j]), both
+ * zero-padded; a micro-kernel (cpu/gemm_tile.h) computes one MR x NR tile of
+ * C with its MR x NR accumulators in registers, vectorised across the columns.  Each lane runs
  * acc = fma(a[i][p], b[p][j], acc) for p = 0 .. k-1 in order, which is the
  * scalar definition itself: lanes never interact, the chain is never split
  * (no blocking of K, no split of K between threads), and threads share out
@@ -41,10 +42,11 @@
 typedef void (*tile_fn)(size_t k, const float *a, size_t lda, const float *bp, float *c,
                         size_t ldc, float alpha, float beta);
 
-/* The epilogue of one element, as every kernel computes it. */
-static inline float finish(float acc, float alpha, float beta, float c) {
+/* The epilogue of one element, as every kernel computes it (*c read only
+ * when beta != 0). */
+static inline float finish(float acc, float alpha, float beta, const float *c) {
   const float r = alpha * acc;
-  return beta != 0.0f ? r + beta * c : r;
+  return beta != 0.0f ? r + beta * *c : r;
 }
 
 /* ------------------------------------------------------------------ scalar */
@@ -60,7 +62,7 @@ static void tile_scalar(size_t k, const float *ap, size_t lda, const float *bp, 
       for (int j = 0; j < SCALAR_NR; j++) acc[r][j] = fmaf(ap[r], bp[j], acc[r][j]);
   for (int r = 0; r < SCALAR_MR; r++)
     for (int j = 0; j < SCALAR_NR; j++)
-      c[r * ldc + j] = finish(acc[r][j], alpha, beta, c[r * ldc + j]);
+      c[r * ldc + j] = finish(acc[r][j], alpha, beta, &c[r * ldc + j]);
 }
 
 #if EXMY_SGEMM_X86
@@ -116,6 +118,14 @@ typedef struct {
   tile_fn tile; /* op(A) packed */
   tile_fn rows; /* op(A) = A, whole rows read in place; NULL: always pack */
 } kernel_info;
+
+/* the largest tile, for the edges */
+#define EDGE_TILE_FLOATS (16 * 32)
+#if EXMY_SGEMM_X86
+_Static_assert(AVX512_MR * AVX512_NR <= EDGE_TILE_FLOATS && AVX2_MR * AVX2_NR <= EDGE_TILE_FLOATS,
+               "edge tile buffer too small");
+#endif
+_Static_assert(SCALAR_MR * SCALAR_NR <= EDGE_TILE_FLOATS, "edge tile buffer too small");
 
 static const kernel_info kernels[EXMY_SGEMM_KERNELS] = {
     [EXMY_SGEMM_SCALAR] = {"scalar", SCALAR_MR, SCALAR_NR, tile_scalar, NULL},
@@ -303,11 +313,11 @@ int exmy_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float a
       if (h == mr && w == nr) {
         tile(k, ap, lda, bp, ct, ldc, alpha, beta);
       } else { /* an edge: the whole tile into a buffer, then its valid part */
-        float acc[16 * 32] __attribute__((aligned(64)));
+        float acc[EDGE_TILE_FLOATS] __attribute__((aligned(64)));
         tile(k, ap, lda, bp, acc, nr, 1.0f, 0.0f); /* 1·acc = acc exactly */
         for (size_t r = 0; r < h; r++)
           for (size_t q = 0; q < w; q++)
-            ct[r * ldc + q] = finish(acc[r * nr + q], alpha, beta, ct[r * ldc + q]);
+            ct[r * ldc + q] = finish(acc[r * nr + q], alpha, beta, &ct[r * ldc + q]);
       }
     }
   }

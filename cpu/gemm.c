@@ -6,11 +6,12 @@
  * decide how the sum over K is split into partial sums, so the trainer's
  * losses changed with the machine and with OMP_NUM_THREADS.
  *
- * The layout is GotoBLAS's: op(A) is packed into panels of MR rows (k-major:
- * ap[p * MR + r]; an untransposed A is read in place, a panel of MR whole
- * rows at a time) and op(B) into panels of NR columns (bp[p * NR + j]), both
- * zero-padded; a micro-kernel (cpu/gemm_tile.h) computes one MR x NR tile of
- * C with its MR x NR accumulators in registers, vectorised across the columns.  Each lane runs
+ * The layout is GotoBLAS's: op(B) is packed into panels of NR columns
+ * (bp[p * NR + j], zero-padded); op(A) is read in place, a panel of MR rows
+ * of A or of A^T at a time (a last, partial panel, and for the scalar kernel
+ * every panel of A, is packed as ap[p * MR + r], zero-padded); a micro-kernel
+ * (cpu/gemm_tile.h) computes one MR x NR tile of C with its MR x NR
+ * accumulators in registers, vectorised across the columns.  Each lane runs
  * acc = fma(a[i][p], b[p][j], acc) for p = 0 .. k-1 in order, which is the
  * scalar definition itself: lanes never interact, the chain is never split
  * (no blocking of K, no split of K between threads), and threads share out
@@ -36,9 +37,10 @@
 #endif
 
 /* Computes the MR x NR tile c (leading dimension ldc) from k steps of op(A)
- * (a panel packed as ap[p * MR + r], or MR rows of A read in place with
- * leading dimension lda) and a packed panel of op(B): c = alpha·acc, or
- * alpha·acc + beta·c when beta != 0. */
+ * and a packed panel of op(B): c = alpha·acc, or alpha·acc + beta·c when
+ * beta != 0.  kernel_info.tile reads element (r, p) of op(A) at
+ * a[p * lda + r] (a packed panel, lda = MR, or A^T in place), .rows at
+ * a[r * lda + p] (A in place). */
 typedef void (*tile_fn)(size_t k, const float *a, size_t lda, const float *bp, float *c,
                         size_t ldc, float alpha, float beta);
 
@@ -55,9 +57,8 @@ enum { SCALAR_MR = 4, SCALAR_NR = 16 };
 
 static void tile_scalar(size_t k, const float *ap, size_t lda, const float *bp, float *c,
                         size_t ldc, float alpha, float beta) {
-  (void)lda;
   float acc[SCALAR_MR][SCALAR_NR] = {{0}};
-  for (size_t p = 0; p < k; p++, ap += SCALAR_MR, bp += SCALAR_NR)
+  for (size_t p = 0; p < k; p++, ap += lda, bp += SCALAR_NR)
     for (int r = 0; r < SCALAR_MR; r++)
       for (int j = 0; j < SCALAR_NR; j++) acc[r][j] = fmaf(ap[r], bp[j], acc[r][j]);
   for (int r = 0; r < SCALAR_MR; r++)
@@ -83,7 +84,7 @@ enum { AVX2_MR = 6, AVX2_NR = 16 };
 #define MR 6
 #define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 #define TARGET "avx2,fma"
-#define TILE_PACKED tile_avx2
+#define TILE_COLS tile_avx2
 #define TILE_ROWS tile_avx2_rows
 #include "cpu/gemm_tile.h"
 
@@ -105,7 +106,7 @@ enum { AVX512_MR = 12, AVX512_NR = 32 };
 #define MR 12
 #define ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
 #define TARGET "avx512f"
-#define TILE_PACKED tile_avx512
+#define TILE_COLS tile_avx512
 #define TILE_ROWS tile_avx512_rows
 #include "cpu/gemm_tile.h"
 #endif
@@ -115,8 +116,8 @@ enum { AVX512_MR = 12, AVX512_NR = 32 };
 typedef struct {
   const char *name;
   int mr, nr;  /* nr: a multiple of 16, so that every panel starts 64-byte aligned */
-  tile_fn tile; /* op(A) packed */
-  tile_fn rows; /* op(A) = A, whole rows read in place; NULL: always pack */
+  tile_fn tile; /* op(A) packed, or A^T in place */
+  tile_fn rows; /* A in place, whole rows; NULL: packed */
 } kernel_info;
 
 /* the largest tile, for the edges */
@@ -210,8 +211,8 @@ static void pack_a(const float *a, size_t lda, bool trans, size_t row0, size_t h
                    size_t mr, size_t k, float *ap) {
   if (trans) { /* op(A)[i][p] = a[p * lda + i]: h consecutive floats per p */
     for (size_t p = 0; p < k; p++) {
-      memcpy(ap + p * mr, a + p * lda + row0, h * sizeof(float));
-      for (size_t r = h; r < mr; r++) ap[p * mr + r] = 0.0f;
+      const float *src = a + p * lda + row0;
+      for (size_t r = 0; r < mr; r++) ap[p * mr + r] = r < h ? src[r] : 0.0f;
     }
   } else {
     for (size_t r = 0; r < mr; r++) {
@@ -238,8 +239,11 @@ static void pack_b(const float *b, size_t ldb, bool trans, size_t col0, size_t w
     }
   } else {
     for (size_t p = 0; p < k; p++) {
-      memcpy(bp + p * nr, b + p * ldb + col0, w * sizeof(float));
-      for (size_t j = w; j < nr; j++) bp[p * nr + j] = 0.0f;
+      const float *src = b + p * ldb + col0;
+      if (w == nr)
+        for (size_t j = 0; j < nr; j++) bp[p * nr + j] = src[j];
+      else
+        for (size_t j = 0; j < nr; j++) bp[p * nr + j] = j < w ? src[j] : 0.0f;
     }
   }
 }
@@ -283,10 +287,10 @@ int exmy_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float a
   float *const bpack = scratch_for(k * (np * nr + mp * mr) + 1);
   if (!bpack) return -1;
   float *const apack = bpack + k * np * nr; /* 64-byte aligned: nr is a multiple of 16 */
-  /* A not transposed: its rows run along K, and the kernels that can read
-   * whole row panels in place; only a last, partial panel is packed.  (A
-   * transposed copy costs up to a quarter of the products when n is small.) */
-  const bool in_place = !trans_a && K->rows;
+  /* Whole panels of MR rows of op(A) are read in place: A^T's by .tile, A's
+   * by .rows where the kernel has it; only the rest (a last, partial panel)
+   * is packed.  (At n = 32, packing op(A) costs as much as the products.) */
+  const bool in_place = trans_a || K->rows;
   const size_t tiles = mp * np;
   const int parallel = m * n * k >= SGEMM_PARALLEL_MIN && tiles > 1 && !omp_in_parallel();
 #pragma omp parallel if (parallel)
@@ -306,15 +310,17 @@ int exmy_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float a
     for (size_t t = 0; t < tiles; t++) {
       const size_t i = t / np, j = t % np;
       const size_t h = m - i * mr < mr ? m - i * mr : mr, w = n - j * nr < nr ? n - j * nr : nr;
-      const bool rows = in_place && h == mr;
-      const tile_fn tile = rows ? K->rows : K->tile;
-      const float *ap = rows ? a + i * mr * lda : apack + i * k * mr, *bp = bpack + j * k * nr;
+      const bool packed = !in_place || h < mr;
+      const tile_fn tile = packed || trans_a ? K->tile : K->rows;
+      const float *ap = packed ? apack + i * k * mr : trans_a ? a + i * mr : a + i * mr * lda;
+      const size_t ld = packed ? mr : lda;
+      const float *bp = bpack + j * k * nr;
       float *ct = c + i * mr * ldc + j * nr;
       if (h == mr && w == nr) {
-        tile(k, ap, lda, bp, ct, ldc, alpha, beta);
+        tile(k, ap, ld, bp, ct, ldc, alpha, beta);
       } else { /* an edge: the whole tile into a buffer, then its valid part */
         float acc[EDGE_TILE_FLOATS] __attribute__((aligned(64)));
-        tile(k, ap, lda, bp, acc, nr, 1.0f, 0.0f); /* 1·acc = acc exactly */
+        tile(k, ap, ld, bp, acc, nr, 1.0f, 0.0f); /* 1·acc = acc exactly */
         for (size_t r = 0; r < h; r++)
           for (size_t q = 0; q < w; q++)
             ct[r * ldc + q] = finish(acc[r * nr + q], alpha, beta, &ct[r * ldc + q]);

@@ -8,7 +8,7 @@
  *   LOAD, LOADU, STOREU
  *   MR, ROWS(X)          the tile's rows (6 or 12) and X(0) X(1) ... X(MR-1);
  *   TARGET               the target attribute of the functions;
- *   TILE_PACKED, TILE_ROWS  their names.
+ *   TILE_COLS, TILE_ROWS  their names.
  * Both compute an MR x 2·LANES tile of C: each of its accumulators starts at
  * 0 and takes k fused multiply-adds in order of p, then C = alpha·acc, or
  * alpha·acc + beta·C when beta != 0 (a multiply, a multiply and an add).
@@ -43,17 +43,17 @@
   const V va = SET1(alpha), vb = SET1(beta);                 \
   ROWS(STORE_ROW)
 
-/* op(A) packed: element (r, p) at a[p * MR + r] (lda unused). */
-__attribute__((target(TARGET))) static void TILE_PACKED(size_t k, const float *a, size_t lda,
-                                                        const float *bp, float *c, size_t ldc,
-                                                        float alpha, float beta) {
-  (void)lda;
+/* Element (r, p) of op(A) at a[p * lda + r]: a packed panel (lda = MR), or
+ * A^T read in place. */
+__attribute__((target(TARGET))) static void TILE_COLS(size_t k, const float *a, size_t lda,
+                                                      const float *bp, float *c, size_t ldc,
+                                                      float alpha, float beta) {
 #define A_AT(r) (a + r)
-  TILE_LOOP(a += MR)
+  TILE_LOOP(a += lda)
 #undef A_AT
 }
 
-/* op(A) = A itself, MR whole rows of it: element (r, p) at a[r * lda + p].
+/* Element (r, p) of op(A) at a[r * lda + p]: MR whole rows of A, in place.
  * Row r is read at a0 (rows 0-5) or a6 (rows 6-11) plus one of five multiples
  * of lda, so that the addresses take few registers. */
 #define A_ROW_0 (a0)
@@ -115,5 +115,5 @@ __attribute__((target(TARGET))) static void TILE_ROWS(size_t k, const float *a, 
 #undef MR
 #undef ROWS
 #undef TARGET
-#undef TILE_PACKED
+#undef TILE_COLS
 #undef TILE_ROWS

@@ -1,11 +1,14 @@
 /* Quantized GEMM: C = alpha · dequant(Q(op(A))) · dequant(Q(op(B))) + beta · C
- * through OpenBLAS's float32 sgemm, then C optionally quantized — an FP8
- * tensor-core GEMM with FP32 accumulation, emulated. */
-#include <cblas.h>
+ * through the float32 exmy_sgemm (cpu/gemm.c), then C optionally quantized —
+ * an FP8 tensor-core GEMM with FP32 accumulation, emulated. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "lib/exmy.h"
+
+static exmy_sgemm_fn sgemm = exmy_sgemm;
+
+void exmy_qgemm_set_sgemm(exmy_sgemm_fn f) { sgemm = f ? f : exmy_sgemm; }
 
 static int active(const exmy_operand_quant *q) { return q && q->enabled; }
 
@@ -50,17 +53,7 @@ int exmy_qgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
     if (quantize_operand(qb, bt, n, k)) goto out;
     buse = bt, ldb_use = k, tb = true;
   }
-  if (m && n) {
-    if (k)
-      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
-                  tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha,
-                  ause, (int)(lda_use ? lda_use : 1), buse,
-                  (int)(ldb_use ? ldb_use : 1), beta, c, (int)ldc);
-    else
-      for (size_t i = 0; i < m; i++)
-        for (size_t j = 0; j < n; j++)
-          c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
-  }
+  if (sgemm(ta, tb, m, n, k, alpha, ause, lda_use, buse, ldb_use, beta, c, ldc)) goto out;
   if (active(qc) && m && n) {
     if (ldc == n) {
       if (quantize_operand(qc, c, m, n)) goto out;

@@ -3,6 +3,7 @@
  * chunks small enough for the cache: x·s goes to a stack buffer, the bulk
  * kernel rounds it, the statistics see x, x·s, Q(x·s) and y in the same pass. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu/mx_scale.h"
@@ -54,7 +55,10 @@ static void quantize_segment(const exmy_format *f, const exmy_rounding_opts *o,
   }
 }
 
-/* A whole tensor with one scale, chunks spread over the threads. */
+/* A whole tensor with one scale, chunks spread over the threads.  Statistics
+ * in a fixed order, whatever the number of threads: each chunk sums into its
+ * own accumulator, merged in chunk order (without memory for those: one
+ * thread, the same order). */
 static void quantize_uniform(const exmy_format *f, const exmy_rounding_opts *o,
                              const float *x, float *y, size_t n, float s,
                              float inv, exmy_stats_acc *total) {
@@ -63,21 +67,17 @@ static void quantize_uniform(const exmy_format *f, const exmy_rounding_opts *o,
     return;
   }
   const size_t nchunks = (n + CHUNK - 1) / CHUNK;
-#pragma omp parallel if (n > 65536)
-  {
-    exmy_stats_acc acc;
-    if (total) exmy_stats_acc_init(&acc, f);
-#pragma omp for schedule(static) nowait
-    for (size_t c = 0; c < nchunks; c++) {
-      size_t start = c * CHUNK, len = n - start < CHUNK ? n - start : CHUNK;
-      quantize_segment(f, o, x + start, y + start, len, start, s, inv, 1.0,
-                       total ? &acc : NULL);
-    }
-    if (total) {
-#pragma omp critical
-      exmy_stats_acc_merge(total, &acc);
-    }
+  exmy_stats_acc *part = total && nchunks ? malloc(nchunks * sizeof *part) : NULL;
+#pragma omp parallel for schedule(static) if (n > 65536 && (part || !total))
+  for (size_t c = 0; c < nchunks; c++) {
+    size_t start = c * CHUNK, len = n - start < CHUNK ? n - start : CHUNK;
+    exmy_stats_acc one, *acc = total ? (part ? &part[c] : &one) : NULL;
+    if (acc) exmy_stats_acc_init(acc, f);
+    quantize_segment(f, o, x + start, y + start, len, start, s, inv, 1.0, acc);
+    if (acc == &one) exmy_stats_acc_merge(total, &one);
   }
+  for (size_t c = 0; part && c < nchunks; c++) exmy_stats_acc_merge(total, &part[c]);
+  free(part);
 }
 
 /* floor(log2 a) for finite a > 0 */
@@ -113,12 +113,17 @@ static void quantize_grouped(const exmy_format *f, const exmy_rounding_opts *o,
   exmy_rounding_opts oe = *o;
   if (mx) oe.saturate = true; /* MX elements clamp to +-max (OCP reference) */
   const size_t per_row = (cols + g - 1) / g, tasks = rows * per_row;
-#pragma omp parallel if (rows * cols > 65536)
-  {
-    exmy_stats_acc acc;
-    if (total) exmy_stats_acc_init(&acc, f);
-#pragma omp for schedule(static) nowait
-    for (size_t t = 0; t < tasks; t++) {
+  /* the tasks in blocks of about CHUNK elements, one statistics accumulator
+   * each, merged in block order (as in quantize_uniform) */
+  const size_t per_block = g >= CHUNK ? 1 : CHUNK / g;
+  const size_t blocks = (tasks + per_block - 1) / per_block;
+  exmy_stats_acc *part = total && blocks ? malloc(blocks * sizeof *part) : NULL;
+#pragma omp parallel for schedule(static) if (rows * cols > 65536 && (part || !total))
+  for (size_t bk = 0; bk < blocks; bk++) {
+    exmy_stats_acc one, *acc = total ? (part ? &part[bk] : &one) : NULL;
+    if (acc) exmy_stats_acc_init(acc, f);
+    const size_t t_end = (bk + 1) * per_block < tasks ? (bk + 1) * per_block : tasks;
+    for (size_t t = bk * per_block; t < t_end; t++) {
       size_t r = t / per_row, c0 = (t % per_row) * g;
       size_t len = cols - c0 < g ? cols - c0 : g, start = r * cols + c0;
       const float *xg = x + start;
@@ -144,14 +149,12 @@ static void quantize_grouped(const exmy_format *f, const exmy_rounding_opts *o,
         s = exmy_scale_from_amax(f, amax, sc->margin, sc->pow2);
         inv = 1.0f / s;
       }
-      quantize_segment(f, &oe, xg, y + start, len, start, s, inv, k,
-                       total ? &acc : NULL);
+      quantize_segment(f, &oe, xg, y + start, len, start, s, inv, k, acc);
     }
-    if (total) {
-#pragma omp critical
-      exmy_stats_acc_merge(total, &acc);
-    }
+    if (acc == &one) exmy_stats_acc_merge(total, &one);
   }
+  for (size_t bk = 0; part && bk < blocks; bk++) exmy_stats_acc_merge(total, &part[bk]);
+  free(part);
 }
 
 int exmy_quantize_scaled_f32(const exmy_format *f, const exmy_rounding_opts *o,

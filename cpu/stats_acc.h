@@ -1,5 +1,6 @@
-/* Running sums behind exmy_tensor_stats: one accumulator per thread, merged
- * at the end, so a statistic costs no extra pass over memory. */
+/* Running sums behind exmy_tensor_stats: one accumulator per block of the
+ * tensor, merged in block order at the end (the same sums for any number of
+ * threads), so a statistic costs no extra pass over memory. */
 #ifndef EXMY_CPU_STATS_ACC_H
 #define EXMY_CPU_STATS_ACC_H
 

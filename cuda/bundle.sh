@@ -4,7 +4,9 @@
 # folder that runs on a machine with a GPU and no Bazel.  There:
 #   cd gpu_bundle && ./gpu_run.sh [tests|bench|verify|all] [outdir]
 # The binaries carry the CUDA runtime and Check statically; cuBLAS, OpenMP and
-# OpenBLAS come from the GPU machine (gpu_run.sh finds cuBLAS).
+# OpenBLAS come from the GPU machine (gpu_run.sh finds cuBLAS); the CPU
+# trainer's results do not depend on that OpenBLAS (its GEMMs are
+# exmy_sgemm's unless gemm = openblas).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OB=(--output_base="${EXMY_BAZEL_OUTPUT_BASE:-$HOME/.cache/bazel_ob_cuda}")
@@ -34,5 +36,8 @@ mkdir -p gpu_bundle/python/exmy
 cp "$BIN/cuda/libexmy_cuda.so" gpu_bundle/
 cp lib/python/exmy/*.py gpu_bundle/python/exmy/
 cp tests/python/gpu_test.py tests/python/common.py lib/python/benchmarks/gpu_bench.py gpu_bundle/python/
+# the golden CPU losses (same config, same bits on the GPU machine's host CPU)
+mkdir -p gpu_bundle/golden && cp tests/experiments/golden/* gpu_bundle/golden/
+cp tests/experiments/golden_loss_test.sh gpu_bundle/
 chmod -R u+w gpu_bundle
 du -sh gpu_bundle

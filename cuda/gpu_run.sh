@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs the bundle made by cuda/bundle.sh on a GPU machine without Bazel.
-#   ./gpu_run.sh [tests|bench|verify|trainer|trainer-bench|all] [outdir]   (default: all, .)
+#   ./gpu_run.sh [tests|bench|verify|trainer|trainer-bench|golden|all] [outdir]   (default: all, .)
+# golden: the CPU trainer on this machine's host CPU against the losses
+# committed in tests/experiments/golden/ (bit for bit, 1 to 3 threads).
 # Logs go to outdir; the exit status is non-zero if a test or check failed.
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -34,6 +36,11 @@ if [ "$what" = trainer ] || [ "$what" = all ]; then
   done
   ./train_gpu_test.sh ./train ./configs > "$out/train_gpu_test.log" 2>&1 || status=1
   grep -E "^(ok|FAIL)|passed," "$out/train_gpu_test.log"
+fi
+if [ "$what" = golden ] || [ "$what" = all ]; then
+  echo "golden: host CPU $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+  ./golden_loss_test.sh ./train ./configs ./golden > "$out/golden_loss_test.log" 2>&1 || status=1
+  grep -E "^(ok|FAIL|note)|passed," "$out/golden_loss_test.log"
 fi
 if [ "$what" = trainer-bench ]; then
   ./bench_gpu.sh "$out" || status=1

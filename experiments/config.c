@@ -44,6 +44,7 @@ static const config_key keys[] = {
     {"stats_every", "100", "quantization statistics in the log every K steps (0: never)"},
     {"diverge_delta", "2.0", "divergence: loss above its running minimum by this many nats (0: only non-finite)"},
     {"threads", "0", "OpenMP threads (0: default)"},
+    {"gemm", "exmy", "float32 GEMM under the CPU trainer's products: exmy (one order of operations: the same losses on any AVX2+ x86-64 CPU and thread count) | openblas (for speed comparisons; its bits depend on the CPU and the thread count)"},
     {"run_dir", "", "output directory (default experiments/runs/<recipe>-<size>-s<seed>)"},
     {"progress", "1", "live progress line on stderr"},
     {"interrupt_at", "0", "testing: raise SIGINT after this step"},

@@ -2,6 +2,7 @@
 #include "experiments/optim.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 float lr_schedule(int step, int steps, int warmup, float lr, float min_frac) {
   if (step < warmup) return lr * (float)(step + 1) / (float)warmup;
@@ -12,10 +13,41 @@ float lr_schedule(int step, int steps, int warmup, float lr, float min_frac) {
   return (float)(min_lr + 0.5 * (lr - min_lr) * (1.0 + cos(M_PI * progress)));
 }
 
-double grad_global_norm(const float *g, size_t n) {
+/* The sum of squares in one fixed order, so that the norm (hence clipping)
+ * is the same bits for any number of threads: blocks of NORM_BLOCK elements,
+ * each summed into NORM_LANES interleaved partial sums (element i into lane
+ * i % NORM_LANES; they vectorise) added lane by lane, and the block sums added
+ * in block order.  Threads only share out the blocks. */
+enum { NORM_BLOCK = 16384, NORM_LANES = 8 };
+
+static double block_sum_squares(const float *g, size_t n) {
+  double lane[NORM_LANES] = {0};
+  size_t i = 0;
+  for (; i + NORM_LANES <= n; i += NORM_LANES)
+    for (int l = 0; l < NORM_LANES; l++) lane[l] += (double)g[i + l] * g[i + l];
+  for (; i < n; i++) lane[i % NORM_LANES] += (double)g[i] * g[i];
   double s = 0;
-#pragma omp parallel for reduction(+ : s) schedule(static)
-  for (size_t i = 0; i < n; i++) s += (double)g[i] * g[i];
+  for (int l = 0; l < NORM_LANES; l++) s += lane[l];
+  return s;
+}
+
+double grad_global_norm(const float *g, size_t n) {
+  const size_t blocks = (n + NORM_BLOCK - 1) / NORM_BLOCK;
+  double *part = malloc((blocks ? blocks : 1) * sizeof *part), s = 0;
+  if (part) {
+#pragma omp parallel for schedule(static) if (blocks > 1)
+    for (size_t b = 0; b < blocks; b++) {
+      const size_t lo = b * NORM_BLOCK, len = n - lo < NORM_BLOCK ? n - lo : NORM_BLOCK;
+      part[b] = block_sum_squares(g + lo, len);
+    }
+    for (size_t b = 0; b < blocks; b++) s += part[b];
+    free(part);
+  } else { /* no memory for the block sums: the same sums, on one thread */
+    for (size_t b = 0; b < blocks; b++) {
+      const size_t lo = b * NORM_BLOCK, len = n - lo < NORM_BLOCK ? n - lo : NORM_BLOCK;
+      s += block_sum_squares(g + lo, len);
+    }
+  }
   return sqrt(s);
 }
 

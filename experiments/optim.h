@@ -13,7 +13,8 @@ typedef struct {
 /* Warmup (linear from lr/warmup) then cosine decay to lr * min_frac at `steps`. */
 float lr_schedule(int step, int steps, int warmup, float lr, float min_frac);
 
-/* The global L2 norm of the gradients (double accumulation). */
+/* The global L2 norm of the gradients (double accumulation in a fixed order:
+ * the same bits for any number of threads). */
 double grad_global_norm(const float *g, size_t n);
 /* Scales the gradients so that their norm is at most max_norm (PyTorch's
  * clip_grad_norm_: coef = max_norm / (norm + 1e-6), applied when < 1). */

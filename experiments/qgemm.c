@@ -2,6 +2,7 @@
  * statistics switched per step. */
 #include "experiments/qgemm.h"
 
+#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,26 @@ void tq_site_free_caches(tq_site *site) {
     site->cache[i].data = NULL;
     site->cache[i].cap = 0;
   }
+}
+
+/* exmy_sgemm's contract through OpenBLAS: its order of operations, hence its
+ * bits, depend on the CPU model and the thread count. */
+static int openblas_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+                          const float *a, size_t lda, const float *b, size_t ldb, float beta,
+                          float *c, size_t ldc) {
+  if (ldc < n) return -1;
+  if (!m || !n) return 0;
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k, alpha, a,
+              (int)(lda ? lda : 1), b, (int)(ldb ? ldb : 1), beta, c, (int)ldc);
+  return 0;
+}
+
+int tq_select_gemm(const char *name) {
+  if (!strcmp(name, "exmy")) exmy_qgemm_set_sgemm(NULL);
+  else if (!strcmp(name, "openblas")) exmy_qgemm_set_sgemm(openblas_sgemm);
+  else return -1;
+  return 0;
 }
 
 void tq_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,

@@ -4,8 +4,10 @@
  * Every linear layer's three GEMMs (Y = X W^T, dX = dY W, dW = dY^T X) and,
  * when the recipe says so, the attention products, call tq_gemm with the
  * operands of their site.  tq_gemm is exmy_qgemm (lib/exmy.h, cpu/): each
- * input rounded into its format under its scaling, then float32 sgemm, i.e. a
- * low-precision tensor-core GEMM with float32 accumulation, emulated.
+ * input rounded into its format under its scaling, then float32 GEMM, i.e. a
+ * low-precision tensor-core GEMM with float32 accumulation, emulated.  The
+ * float32 GEMM is exmy_sgemm (one order of operations: the same losses on any
+ * CPU and thread count) unless tq_select_gemm chose OpenBLAS.
  *
  * A site holds one exmy_operand_quant per operand *use*, each with its own
  * delayed-scaling state and statistics, so that every state sees exactly one
@@ -67,6 +69,12 @@ void tq_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
              const float *a, int lda, const exmy_operand_quant *qa,
              const float *b, int ldb, const exmy_operand_quant *qb,
              float beta, float *c, int ldc);
+
+/* The float32 GEMM under tq_gemm, for the whole process (the `gemm` key):
+ * "exmy" (exmy_sgemm, the default) or "openblas" (cblas_sgemm: to compare
+ * speed; its bits depend on the CPU and the thread count).  0, or -1 for
+ * another name. */
+int tq_select_gemm(const char *name);
 
 /* For tests: called after every quantized GEMM with its arguments. */
 typedef void (*tq_spy_fn)(bool trans_a, bool trans_b, int m, int n, int k,

@@ -89,6 +89,12 @@ int recipe_from_config(recipe *r, const config *c, uint64_t seed, char *err, siz
     snprintf(err, errlen, "grad_format: unknown format '%s'", grad_format);
     return -1;
   }
+  const char *gemm = config_str(c, "gemm");
+  if (strlen(gemm) >= sizeof r->gemm || (strcmp(gemm, "exmy") && strcmp(gemm, "openblas"))) {
+    snprintf(err, errlen, "gemm must be exmy or openblas, not '%s'", gemm);
+    return -1;
+  }
+  snprintf(r->gemm, sizeof r->gemm, "%s", gemm);
   const char *moments = config_str(c, "moments");
   if (!strcmp(moments, "coat")) {
     r->coat = true;
@@ -116,6 +122,7 @@ static const int attention_roles[USES_PER_SITE] = {ROLE_A, ROLE_A, ROLE_G, ROLE_
 tq_site *recipe_make_sites(const recipe *r, const model_config *mc) {
   int n = model_num_sites(mc), L = mc->n_layers;
   tq_site *sites = calloc((size_t)n, sizeof *sites);
+  tq_select_gemm(r->gemm);
   for (int i = 0; i < n; i++) {
     int layer = i / SITES_PER_LAYER, kind = i % SITES_PER_LAYER;
     bool lm_head = layer == L;

@@ -30,12 +30,15 @@ typedef struct {
   bool grad_quant;
   exmy_format grad_format;
   int grad_margin;
+  /* the float32 GEMM under the products (the `gemm` key, tq_select_gemm) */
+  char gemm[16];
 } recipe;
 
 /* 0, or -1 with a message. */
 int recipe_from_config(recipe *r, const config *c, uint64_t seed, char *err, size_t errlen);
 /* One site per GEMM site of the model (model_num_sites), operands filled,
- * delayed-scaling states allocated. */
+ * delayed-scaling states allocated; and the recipe's float32 GEMM selected
+ * (tq_select_gemm). */
 tq_site *recipe_make_sites(const recipe *r, const model_config *mc);
 void recipe_free_sites(tq_site *sites, int n);
 /* A name for site i, e.g. "l3.w1" or "lm_head". */

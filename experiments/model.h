@@ -154,8 +154,13 @@ void model_point_params(param_tensors *p, real *mem, const size_t *sizes);
 const char *model_config_check(const model_config *c);
 /* Allocates parameters and gradients; initialises the parameters from seed:
  * N(0, 0.02) for matrices and the embedding, the block output projections
- * (wo, w2) scaled by 1/sqrt(2L), RMSNorm weights 1. */
-void model_init(model *m, const model_config *c, uint64_t seed);
+ * (wo, w2) scaled by 1/sqrt(2L), RMSNorm weights 1.  0, or -1 when out of
+ * memory (then m holds nothing to free). */
+int model_init(model *m, const model_config *c, uint64_t seed);
+/* Allocates the activations of micro-batches of B x T now (model_forward
+ * would on its first call, and exit if out of memory).  0, or -1 when out of
+ * memory. */
+int model_reserve(model *m, int B, int T);
 void model_free(model *m);
 
 /* Forward over tokens (B, T); with targets (B, T) also the loss (m->loss). */

@@ -1,6 +1,7 @@
 /* Precision recipes -> per-site GEMM operands. */
 #include "experiments/recipe.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +65,28 @@ int recipe_from_config(recipe *r, const config *c, uint64_t seed, char *err, siz
     snprintf(err, errlen, "amax_history must be in 1..1024");
     return -1;
   }
+  /* every format and rounding key is checked, whether or not this recipe uses it */
+  static const char *const format_keys[] = {"format_w", "format_a", "format_g", "high_format",
+                                            "grad_format", "moment1_format", "moment2_format"};
+  static const char *const rounding_keys[] = {"rounding", "rounding_w", "rounding_a",
+                                              "rounding_g"};
+  for (size_t i = 0; i < sizeof format_keys / sizeof *format_keys; i++) {
+    const char *v = config_str(c, format_keys[i]);
+    exmy_format f;
+    if (!is_fp32(v) && exmy_format_parse(v, &f)) {
+      snprintf(err, errlen, "%s: unknown format '%s'", format_keys[i], v);
+      return -1;
+    }
+  }
+  for (size_t i = 0; i < sizeof rounding_keys / sizeof *rounding_keys; i++) {
+    const char *v = config_str(c, rounding_keys[i]);
+    exmy_rounding mode;
+    if ((i == 0 || *v) && exmy_rounding_parse(v, &mode)) {
+      snprintf(err, errlen, "%s: unknown rounding '%s' (rne, rna, rz, ru, rd, ro, sr)",
+               rounding_keys[i], v);
+      return -1;
+    }
+  }
   const char *scaling = config_str(c, "scaling");
   static const char *const fmt_keys[NUM_ROLES] = {"format_w", "format_a", "format_g"};
   static const char *const rnd_keys[NUM_ROLES] = {"rounding_w", "rounding_a", "rounding_g"};
@@ -122,6 +145,7 @@ static const int attention_roles[USES_PER_SITE] = {ROLE_A, ROLE_A, ROLE_G, ROLE_
 tq_site *recipe_make_sites(const recipe *r, const model_config *mc) {
   int n = model_num_sites(mc), L = mc->n_layers;
   tq_site *sites = calloc((size_t)n, sizeof *sites);
+  if (!sites) return NULL;
   tq_select_gemm(r->gemm);
   for (int i = 0; i < n; i++) {
     int layer = i / SITES_PER_LAYER, kind = i % SITES_PER_LAYER;
@@ -136,7 +160,10 @@ tq_site *recipe_make_sites(const recipe *r, const model_config *mc) {
       *q = high ? r->high[role] : r->role[role];
       if (q->enabled && q->scaling.kind == EXMY_SCALING_DELAYED) {
         q->scaling.history_len = r->amax_history;
-        q->delayed = exmy_delayed_state_new(r->amax_history);
+        if (!(q->delayed = exmy_delayed_state_new(r->amax_history))) {
+          recipe_free_sites(sites, n);
+          return NULL;
+        }
       }
       q->stats = &sites[i].stats[u];
     }
@@ -173,22 +200,81 @@ int sites_state_write(const tq_site *sites, int n, FILE *f) {
   return 0;
 }
 
-int sites_state_read(tq_site *sites, int n, FILE *f) {
-  for (int i = 0; i < n; i++)
-    for (int u = 0; u < USES_PER_SITE; u++) {
-      exmy_delayed_state *d = sites[i].op[u].delayed;
-      if (!d) continue;
-      int32_t hdr[3];
-      float sc[2];
-      if (fread(hdr, sizeof hdr, 1, f) != 1 || fread(sc, sizeof sc, 1, f) != 1) return -1;
-      if (hdr[0] != d->history_len) return -1;
-      d->count = hdr[1];
-      d->latest = hdr[2];
-      d->scale = sc[0];
-      d->scale_inv = sc[1];
-      if (fread(d->amax_history, sizeof(float), (size_t)d->history_len, f) != (size_t)d->history_len)
-        return -1;
+/* One state as sites_state_write lays it out: int32 history_len, count,
+ * latest; float scale, scale_inv; float amax_history[history_len]. */
+static int state_check(const exmy_delayed_state *d, const unsigned char *p, size_t left,
+                       size_t *used, char *err, size_t errlen) {
+  int32_t hdr[3];
+  float sc[2];
+  const size_t head = sizeof hdr + sizeof sc, len = (size_t)d->history_len;
+  if (left < head || left - head < len * sizeof(float)) {
+    snprintf(err, errlen, "delayed-scaling states are truncated");
+    return -1;
+  }
+  memcpy(hdr, p, sizeof hdr);
+  memcpy(sc, p + sizeof hdr, sizeof sc);
+  if (hdr[0] != d->history_len) {
+    snprintf(err, errlen, "a delayed-scaling state has history length %d, the recipe %d",
+             (int)hdr[0], d->history_len);
+    return -1;
+  }
+  const int32_t count = hdr[1], latest = hdr[2], L = hdr[0];
+  /* updates fill slots 0, 1, ... in turn: until the history is full, the
+   * latest is slot count - 1 and the slots after it are empty */
+  if (count < 0 || count > L || latest < 0 || latest >= L ||
+      (count < L && latest != (count + L - 1) % L)) {
+    snprintf(err, errlen, "a delayed-scaling state's position is out of range (count %d, "
+             "latest %d, history length %d)", (int)count, (int)latest, (int)L);
+    return -1;
+  }
+  if (!(sc[0] > 0) || !isfinite(sc[0]) || sc[1] != 1.0f / sc[0]) {
+    snprintf(err, errlen, "a delayed-scaling state's scale is invalid (%g, inverse %g)",
+             (double)sc[0], (double)sc[1]);
+    return -1;
+  }
+  for (int32_t i = 0; i < L; i++) {
+    float a;
+    memcpy(&a, p + head + (size_t)i * sizeof a, sizeof a);
+    if (!(a >= 0) || !isfinite(a) || (i >= count && a != 0)) {
+      snprintf(err, errlen, "a delayed-scaling state's amax history is invalid (slot %d: %g)",
+               (int)i, (double)a);
+      return -1;
     }
+  }
+  *used = head + len * sizeof(float);
+  return 0;
+}
+
+int sites_state_load(tq_site *sites, int n, const void *buf, size_t len, char *err,
+                     size_t errlen) {
+  const unsigned char *p = buf;
+  for (int apply = 0; apply < 2; apply++) { /* check every state, then apply them all */
+    size_t off = 0, used;
+    for (int i = 0; i < n; i++)
+      for (int u = 0; u < USES_PER_SITE; u++) {
+        exmy_delayed_state *d = sites[i].op[u].delayed;
+        if (!d) continue;
+        if (state_check(d, p + off, len - off, &used, err, errlen)) return -1;
+        if (apply) {
+          int32_t hdr[3];
+          float sc[2];
+          memcpy(hdr, p + off, sizeof hdr);
+          memcpy(sc, p + off + sizeof hdr, sizeof sc);
+          d->count = hdr[1];
+          d->latest = hdr[2];
+          d->scale = sc[0];
+          d->scale_inv = sc[1];
+          memcpy(d->amax_history, p + off + sizeof hdr + sizeof sc,
+                 (size_t)d->history_len * sizeof(float));
+        }
+        off += used;
+      }
+    if (off != len) {
+      snprintf(err, errlen, "%zu bytes of delayed-scaling states, the recipe's take %zu", len,
+               off);
+      return -1;
+    }
+  }
   return 0;
 }
 

@@ -37,16 +37,22 @@ typedef struct {
 /* 0, or -1 with a message. */
 int recipe_from_config(recipe *r, const config *c, uint64_t seed, char *err, size_t errlen);
 /* One site per GEMM site of the model (model_num_sites), operands filled,
- * delayed-scaling states allocated; and the recipe's float32 GEMM selected
- * (tq_select_gemm). */
+ * delayed-scaling states allocated, and the recipe's float32 GEMM selected
+ * (tq_select_gemm); NULL when out of memory. */
 tq_site *recipe_make_sites(const recipe *r, const model_config *mc);
 void recipe_free_sites(tq_site *sites, int n);
 /* A name for site i, e.g. "l3.w1" or "lm_head". */
 void site_name(const model_config *mc, int i, char *buf, size_t len);
 
-/* The delayed-scaling states, written to / read from a checkpoint. */
+/* The delayed-scaling states, written to a checkpoint. */
 int sites_state_write(const tq_site *sites, int n, FILE *f);
-int sites_state_read(tq_site *sites, int n, FILE *f);
+/* Reads back len bytes of what sites_state_write wrote.  Every state is
+ * checked first (history length that of the site, count and latest position
+ * within it and consistent, amaxes finite and >= 0, scale finite and > 0 with
+ * scale_inv = 1 / scale, the bytes consumed exactly); only then are they all
+ * applied.  0, or -1 with a message (the sites unchanged). */
+int sites_state_load(tq_site *sites, int n, const void *buf, size_t len, char *err,
+                     size_t errlen);
 
 /* COAT: the moments m and v rounded in place as they would be stored. */
 void recipe_store_moments(const recipe *r, float *m, float *v, size_t n);

@@ -2,6 +2,7 @@
 #include "experiments/sharpness.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,13 +89,20 @@ static double mean_kl(const float *p, const float *q, int N, int V) {
   return sum / N;
 }
 
-void logit_sharpness(model *m, const int *tokens, const int *targets, int batches, int B, int T,
-                     const sharpness_opts *o, sharpness_result *r) {
+int logit_sharpness(model *m, const int *tokens, const int *targets, int batches, int B, int T,
+                    const sharpness_opts *o, sharpness_result *r) {
   const size_t n = m->num_params, N = (size_t)B * T, V = (size_t)m->cfg.vocab;
-  tq_site *sites = m->sites;
-  m->sites = NULL; /* float32 forward */
+  if (batches < 1 || N * V > SIZE_MAX / sizeof(float) / (size_t)batches) return -1;
   float *theta = malloc(n * sizeof(float)), *dir = malloc(n * sizeof(float));
   float *ref = malloc((size_t)batches * N * V * sizeof(float));
+  if (!theta || !dir || !ref || model_reserve(m, B, T)) {
+    free(theta);
+    free(dir);
+    free(ref);
+    return -1;
+  }
+  tq_site *sites = m->sites;
+  m->sites = NULL; /* float32 forward */
   memcpy(theta, m->params_mem, n * sizeof(float));
   memset(r, 0, sizeof *r);
   r->tokens = (int)(batches * N);
@@ -125,4 +133,5 @@ void logit_sharpness(model *m, const int *tokens, const int *targets, int batche
   free(theta);
   free(dir);
   free(ref);
+  return 0;
 }

@@ -65,8 +65,9 @@ typedef struct {
 void sharpness_direction(const model *m, unsigned tensor_mask, uint64_t seed, int k, float *dir);
 
 /* Evaluates the measure on `batches` micro-batches (tokens and targets:
- * batches x B x T each).  The parameters are restored bit for bit. */
-void logit_sharpness(model *m, const int *tokens, const int *targets, int batches, int B, int T,
+ * batches x B x T each).  The parameters are restored bit for bit.  0, or -1
+ * when out of memory (nothing changed). */
+int logit_sharpness(model *m, const int *tokens, const int *targets, int batches, int B, int T,
                      const sharpness_opts *o, sharpness_result *r);
 
 #endif /* EXPERIMENTS_SHARPNESS_H */

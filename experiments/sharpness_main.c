@@ -11,7 +11,10 @@
  * line: step, rho, directions, tokens, loss, loss_perturbed, kl_mean, kl_max,
  * sharpness.  Bad input: one line on stderr, exit 2.
  */
+#include <ctype.h>
+#include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +27,11 @@
 #include "experiments/sharpness.h"
 
 static void die(const char *fmt, const char *arg) {
-  fprintf(stderr, "sharpness: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n");
+  char msg[1024]; /* one line, whatever the paths and values quoted in it hold */
+  snprintf(msg, sizeof msg, fmt, arg);
+  for (char *p = msg; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+  fprintf(stderr, "sharpness: %s\n", msg);
   exit(2);
 }
 
@@ -38,10 +43,25 @@ static const char *in_workspace(const char *path, char *buf, size_t len) {
   return buf;
 }
 
-static double number(const char *opt, const char *s) {
+static double real_arg(const char *opt, const char *s) {
   char *end;
+  errno = 0;
   double v = strtod(s, &end);
-  if (end == s || *end) die("bad number for %s", opt);
+  if (end == s || *end || isspace((unsigned char)s[0]) || errno || !isfinite(v))
+    die("%s wants a finite number", opt);
+  return v;
+}
+
+/* A base-10 integer in lo..hi: digits only. */
+static long long int_arg(const char *opt, const char *s, long long lo, long long hi) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (!isdigit((unsigned char)s[0]) || *end || errno || v < lo || v > hi) {
+    char msg[600];
+    snprintf(msg, sizeof msg, "%s wants an integer in %lld..%lld, got '%.500s'", opt, lo, hi, s);
+    die("%s", msg);
+  }
   return v;
 }
 
@@ -63,10 +83,10 @@ int main(int argc, char **argv) {
     }
     if (a[0] == '-' && i + 1 >= argc) die("%s needs a value", a);
     if (!strcmp(a, "--ckpt")) ckpt = argv[++i];
-    else if (!strcmp(a, "--rho")) o.rho = number(a, argv[++i]);
-    else if (!strcmp(a, "--directions")) o.directions = (int)number(a, argv[++i]);
-    else if (!strcmp(a, "--batches")) batches = (int)number(a, argv[++i]);
-    else if (!strcmp(a, "--seed")) o.seed = (uint64_t)number(a, argv[++i]);
+    else if (!strcmp(a, "--rho")) o.rho = real_arg(a, argv[++i]);
+    else if (!strcmp(a, "--directions")) o.directions = (int)int_arg(a, argv[++i], 1, 1 << 20);
+    else if (!strcmp(a, "--batches")) batches = (int)int_arg(a, argv[++i], 1, 1 << 20);
+    else if (!strcmp(a, "--seed")) o.seed = (uint64_t)int_arg(a, argv[++i], 0, INT64_MAX);
     else if (!strcmp(a, "--tensors")) tensors = argv[++i];
     else if (a[0] == '-') die("unknown option '%s'", a);
     else if (run_dir) die("more than one run directory ('%s')", a);
@@ -110,19 +130,24 @@ int main(int argc, char **argv) {
     dataset_split_tail(&train, &val, 0.05);
   }
   if (dataset_start(&val, T, seed, 0, err, sizeof err)) die("%s", err);
-  int *in = malloc(sizeof(int) * batches * B * T), *tg = malloc(sizeof(int) * batches * B * T);
+  if (B < 1 || (double)batches * B * T * mc.vocab > (double)(SIZE_MAX / 8))
+    die("%s", "--batches x batch_size x seq_len x vocab is too large");
+  const size_t tokens = (size_t)batches * B * T;
+  int *in = malloc(sizeof(int) * tokens), *tg = malloc(sizeof(int) * tokens);
+  if (!in || !tg) die("out of memory for %s", "the evaluation batches");
   dataset_seek(&val, 0, 0);
   for (int b = 0; b < batches; b++)
     dataset_next_batch(&val, B, in + (size_t)b * B * T, tg + (size_t)b * B * T);
 
   model m;
-  model_init(&m, &mc, seed);
+  if (model_init(&m, &mc, seed)) die("out of memory for %s", "the model");
   float *mom1 = malloc(m.num_params * sizeof(float)), *mom2 = malloc(m.num_params * sizeof(float));
-  if (!in || !tg || !mom1 || !mom2) die("%s", "out of memory");
+  if (!mom1 || !mom2) die("out of memory for %s", "the model");
   if (checkpoint_load(path, &h, &m, mom1, mom2, NULL, 0, err, sizeof err)) die("%s", err);
 
   sharpness_result r;
-  logit_sharpness(&m, in, tg, batches, B, T, &o, &r);
+  if (logit_sharpness(&m, in, tg, batches, B, T, &o, &r))
+    die("out of memory for %s", "the evaluation (fewer --batches?)");
   printf("{\"step\":%lld,\"rho\":%g,\"directions\":%d,\"tensors\":\"%s\",\"tokens\":%d,"
          "\"loss\":%.9g,\"loss_perturbed\":%.9g,\"kl_mean\":%.9g,\"kl_max\":%.9g,"
          "\"sharpness\":%.9g}\n",

@@ -6,15 +6,23 @@
  *   ... --recipe FILE           replace the precision recipe (every recipe key reset, then
  *                               FILE): e.g. a bf16 continuation of an FP8 checkpoint
  *   ... --set device=gpu        the same run on a CUDA GPU (experiments/gpu/)
+ *   ... --overwrite             start a new run in a directory that holds one
  *
  * Writes into the run directory: config.cfg (as resolved), log.jsonl (one line
  * per step, validation and statistics lines), ckpt.bin, summary.json.
- * Bad input (unknown key, missing file): a one-line error and exit status 2.
+ * Bad input (unknown key, value out of range, missing file, a checkpoint that
+ * fails its checks): a one-line error, exit status 2, and the run directory
+ * unchanged.  A write that fails (full disk): a one-line error, exit status 1;
+ * the last checkpoint written stays intact.
  */
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
+#include <dirent.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,10 +39,17 @@
 #include "experiments/qgemm.h"
 #include "experiments/recipe.h"
 
-static void die(int code, const char *fmt, const char *arg) {
-  fprintf(stderr, "train: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n");
+static void die(int code, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
+static void die(int code, const char *fmt, ...) {
+  fflush(stdout);
+  char msg[1024]; /* one line, whatever the paths and values quoted in it hold */
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  for (char *p = msg; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+  fprintf(stderr, "train: %s\n", msg);
   exit(code);
 }
 
@@ -121,9 +136,11 @@ static state_snapshot snapshot_states(const tq_site *sites, int n) {
   return s;
 }
 static void restore_states(tq_site *sites, int n, state_snapshot *s) {
-  FILE *f = fmemopen(s->buf, s->len ? s->len : 1, "rb");
-  sites_state_read(sites, n, f);
-  fclose(f);
+  char err[256];
+  if (sites_state_load(sites, n, s->buf, s->len, err, sizeof err)) {
+    fprintf(stderr, "train: internal error: %s\n", err);
+    exit(1);
+  }
   free(s->buf);
 }
 
@@ -167,14 +184,15 @@ static double validate(model *m, gpu_model *gpu, dataset *val, int B, int T, int
   return sum / batches;
 }
 
-static void write_summary(const char *run_dir, const char *status, int steps_done,
-                          int diverged_at, double last_loss, double min_loss, double val_loss,
-                          double tok_s, double wall) {
+/* summary.json, replaced atomically; 0, or -1 with errno set (the old one kept). */
+static int write_summary(const char *run_dir, const char *status, int steps_done,
+                         int diverged_at, double last_loss, double min_loss, double val_loss,
+                         double tok_s, double wall) {
   char path[4200], tmp[4300];
   snprintf(path, sizeof path, "%s/summary.json", run_dir);
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = fopen(tmp, "w");
-  if (!f) return;
+  if (!f) return -1;
   fprintf(f, "{\"status\":\"%s\",\"steps\":%d,", status, steps_done);
   if (diverged_at) fprintf(f, "\"diverged_at\":%d,", diverged_at);
   json_num(f, "last_loss", last_loss);
@@ -187,14 +205,83 @@ static void write_summary(const char *run_dir, const char *status, int steps_don
   fputc(',', f);
   json_num(f, "wall_s", wall);
   fprintf(f, "}\n");
-  fclose(f);
-  rename(tmp, path);
+  int ok = fflush(f) == 0 && !ferror(f), saved = errno;
+  if (fclose(f) != 0 && ok) ok = 0, saved = errno;
+  if (ok && rename(tmp, path) != 0) ok = 0, saved = errno;
+  if (!ok) {
+    unlink(tmp);
+    errno = saved;
+    return -1;
+  }
+  return 0;
+}
+
+/* Writes text to path through a temporary file and a rename.  0, or -1 with errno set. */
+static int write_file_atomic(const char *path, const char *text) {
+  char tmp[4300];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f) return -1;
+  int ok = fputs(text, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0, saved = errno;
+  if (fclose(f) != 0 && ok) ok = 0, saved = errno;
+  if (ok && rename(tmp, path) != 0) ok = 0, saved = errno;
+  if (!ok) {
+    unlink(tmp);
+    errno = saved;
+    return -1;
+  }
+  return 0;
+}
+
+/* The files a run writes into its directory (and their temporaries). */
+static bool is_run_file(const char *name) {
+  static const char *const names[] = {"config.cfg", "log.jsonl", "ckpt.bin", "summary.json"};
+  char base[256];
+  snprintf(base, sizeof base, "%s", name);
+  size_t n = strlen(base);
+  if (n > 4 && !strcmp(base + n - 4, ".tmp")) base[n -= 4] = 0;
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+    if (!strcmp(base, names[i])) return true;
+  /* ckpt-STEP.bin */
+  return n > 9 && !strncmp(base, "ckpt-", 5) && !strcmp(base + n - 4, ".bin") &&
+         strspn(base + 5, "0123456789") == n - 9;
+}
+
+/* The first run file in dir (a static buffer), or NULL (also when dir does not exist). */
+static const char *find_run_file(const char *dir) {
+  static char found[256];
+  DIR *d = opendir(dir);
+  if (!d) return NULL;
+  const char *r = NULL;
+  for (struct dirent *e; !r && (e = readdir(d));)
+    if (is_run_file(e->d_name)) r = found, snprintf(found, sizeof found, "%s", e->d_name);
+  closedir(d);
+  return r;
+}
+
+/* Removes dir's run files, or only their temporaries; 0 or -1 with errno set. */
+static int remove_run_files(const char *dir, bool only_temporaries) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int rc = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    const size_t n = strlen(e->d_name);
+    if (!is_run_file(e->d_name) || (only_temporaries && (n < 4 || strcmp(e->d_name + n - 4, ".tmp"))))
+      continue;
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (unlink(path) && errno != ENOENT) rc = -1;
+  }
+  closedir(d);
+  return rc;
 }
 
 static void usage(void) {
   fprintf(stderr,
           "usage: train --config FILE [--recipe FILE] [--set key=value]... [--resume [RUN_DIR]]\n"
+          "             [--overwrite]\n"
           "  recipes: experiments/configs/*.cfg; keys and defaults: experiments/config.c\n"
+          "  a new run refuses a run directory that holds a run, unless --overwrite\n"
           "  Unless OMP_WAIT_POLICY is set, train restarts itself once with\n"
           "  OMP_WAIT_POLICY=PASSIVE (OpenMP threads that spin starve OpenBLAS's threads);\n"
           "  without /proc it goes on without the restart.\n");
@@ -210,28 +297,38 @@ int main(int argc, char **argv) {
     if (access("/proc/self/exe", X_OK) == 0) execv("/proc/self/exe", argv);
     /* no /proc, or exec refused: the default policy costs speed, not results */
   }
+  /* past RLIMIT_FSIZE a write fails (EFBIG), as on a full disk, instead of killing us */
+  signal(SIGXFSZ, SIG_IGN);
   char err[512] = "", pbuf[4400], pbuf2[4096];
   config cfg;
   config_defaults(&cfg);
   const char *config_path = NULL, *resume_dir = NULL, *recipe_path = NULL;
-  int resume = 0;
+  int resume = 0, overwrite = 0;
   const char *sets[256];
   int n_sets = 0;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--config") && i + 1 < argc) config_path = argv[++i];
-    else if (!strcmp(argv[i], "--recipe") && i + 1 < argc) recipe_path = argv[++i];
-    else if (!strcmp(argv[i], "--set") && i + 1 < argc && n_sets < 256) sets[n_sets++] = argv[++i];
-    else if (!strcmp(argv[i], "--resume")) {
+    const bool has_value = i + 1 < argc;
+    if (!strcmp(argv[i], "--config") && has_value) config_path = argv[++i];
+    else if (!strcmp(argv[i], "--recipe") && has_value) recipe_path = argv[++i];
+    else if (!strcmp(argv[i], "--set") && has_value) {
+      if (n_sets == 256) die(2, "%s", "more than 256 --set");
+      sets[n_sets++] = argv[++i];
+    } else if (!strcmp(argv[i], "--resume")) {
       resume = 1;
       if (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) resume_dir = argv[++i];
+    } else if (!strcmp(argv[i], "--overwrite")) {
+      overwrite = 1;
     } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage();
       return 0;
+    } else if (!strcmp(argv[i], "--config") || !strcmp(argv[i], "--recipe") ||
+               !strcmp(argv[i], "--set")) {
+      die(2, "%s needs a value (see train --help)", argv[i]);
     } else {
-      usage();
-      die(2, "unknown argument '%s'", argv[i]);
+      die(2, "unknown argument '%s' (see train --help)", argv[i]);
     }
   }
+  if (resume && overwrite) die(2, "%s", "--overwrite starts a new run; it cannot resume one");
   if (resume_dir && !config_path) {
     snprintf(pbuf2, sizeof pbuf2, "%s/config.cfg", resume_dir);
     if (config_load_file(&cfg, in_workspace(pbuf2, pbuf, sizeof pbuf), err, sizeof err))
@@ -247,7 +344,7 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < n_sets; i++)
     if (config_set_assignment(&cfg, sets[i], err, sizeof err)) die(2, "%s", err);
-  if (resume_dir) config_set(&cfg, "run_dir", resume_dir, err, sizeof err);
+  if (resume_dir && config_set(&cfg, "run_dir", resume_dir, err, sizeof err)) die(2, "%s", err);
 
   /* ---- the model's shape ---- */
   model_config mc;
@@ -287,6 +384,7 @@ int main(int argc, char **argv) {
   const int interrupt_at = (int)config_int(&cfg, "interrupt_at", err, sizeof err);
   const int ckpt_keep = (int)config_int(&cfg, "ckpt_keep", err, sizeof err);
   const int stop_at = (int)config_int(&cfg, "stop_at", err, sizeof err);
+  const int crash_at = (int)config_int(&cfg, "crash_at", err, sizeof err);
   if (*err) die(2, "%s", err);
   const char *device = config_str(&cfg, "device"), *attn = config_str(&cfg, "attention_kernel");
   const bool on_gpu = !strcmp(device, "gpu");
@@ -296,6 +394,16 @@ int main(int argc, char **argv) {
   if (B < 1 || accum < 1 || steps < 1 || val_batches < 1)
     die(2, "%s", "batch_size, grad_accum, steps and val_batches must be >= 1");
   const int T = mc.seq_len;
+  {
+    /* the model indexes a micro-batch's rows (tokens x width, heads x T x T) with int */
+    long long widest = mc.dim;
+    if (mc.hidden > widest) widest = mc.hidden;
+    if (mc.vocab > widest) widest = mc.vocab;
+    if ((long long)mc.n_heads * T > widest) widest = (long long)mc.n_heads * T;
+    if ((long long)B * T * widest > INT_MAX)
+      die(2, "%s", "batch_size x seq_len x max(dim, hidden, vocab, n_heads x seq_len) must be "
+                   "below 2^31");
+  }
   if (threads > 0) omp_set_num_threads(threads);
 
   recipe rc;
@@ -319,22 +427,26 @@ int main(int argc, char **argv) {
 
   /* ---- model, optimizer state, recipe sites ---- */
   model m;
-  model_init(&m, &mc, seed);
+  if (model_init(&m, &mc, seed))
+    die(1, "out of memory for a model of %zu parameters",
+        model_param_sizes(&mc, (size_t[NUM_PARAM_TENSORS]){0}));
   const int n_sites = model_num_sites(&mc);
   tq_site *sites = recipe_make_sites(&rc, &mc);
   m.sites = sites;
   float *mom1 = calloc(m.num_params, sizeof(float)), *mom2 = calloc(m.num_params, sizeof(float));
   int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
-  if (!mom1 || !mom2 || !in || !tg) die(1, "%s", "out of memory");
+  if (!sites || !mom1 || !mom2 || !in || !tg) die(1, "%s", "out of memory");
   gpu_model *gpu = NULL;
   if (on_gpu) {
     gpu = gpu_model_new(&m, &rc, sites, n_sites, B, T,
                         strcmp(attn, "flash") ? GPU_ATTENTION_MATERIALIZED : GPU_ATTENTION_FLASH,
                         err, sizeof err);
     if (!gpu) die(2, "%s", err);
+  } else if (model_reserve(&m, B, T)) {
+    die(1, "%s", "out of memory for the activations of a micro-batch");
   }
 
-  /* ---- run directory (last: bad input above leaves no files) ---- */
+  /* ---- the run directory: nothing in it changes until every check has passed ---- */
   char run_dir[4096];
   if (*config_str(&cfg, "run_dir")) {
     snprintf(run_dir, sizeof run_dir, "%s", in_workspace(config_str(&cfg, "run_dir"), pbuf, sizeof pbuf));
@@ -342,26 +454,24 @@ int main(int argc, char **argv) {
     snprintf(pbuf2, sizeof pbuf2, "experiments/runs/%s-%s-s%llu", config_str(&cfg, "recipe"),
              config_str(&cfg, "size"), (unsigned long long)seed);
     snprintf(run_dir, sizeof run_dir, "%s", in_workspace(pbuf2, pbuf, sizeof pbuf));
-    config_set(&cfg, "run_dir", pbuf2, err, sizeof err);
+    if (config_set(&cfg, "run_dir", pbuf2, err, sizeof err)) die(2, "%s", err);
   }
-  if (mkdir_p(run_dir)) die(2, "cannot create run directory '%s'", run_dir);
   char *config_text = NULL;
   size_t config_len = 0;
   {
     FILE *f = open_memstream(&config_text, &config_len);
+    if (!f) die(1, "%s", "out of memory");
     config_write(&cfg, f);
-    fclose(f);
-    snprintf(pbuf, sizeof pbuf, "%s/config.cfg", run_dir);
-    f = fopen(pbuf, "w");
-    if (!f) die(2, "cannot write '%s'", pbuf);
-    fputs(config_text, f);
-    fclose(f);
+    if (fclose(f)) die(1, "%s", "out of memory");
   }
 
-  int start = 0;
+  int start = 0, last_saved = -1; /* the step of the newest checkpoint on disk */
   double running_min = INFINITY, tokens_seen = 0;
-  char ckpt_path[4200];
+  uint64_t log_bytes = 0;
+  char ckpt_path[4200], log_path[4200], cfg_path[4200];
   snprintf(ckpt_path, sizeof ckpt_path, "%s/ckpt.bin", run_dir);
+  snprintf(log_path, sizeof log_path, "%s/log.jsonl", run_dir);
+  snprintf(cfg_path, sizeof cfg_path, "%s/config.cfg", run_dir);
   if (resume) {
     /* Under another recipe the checkpoint's delayed-scaling states belong to
      * other operands: they are not read, the new recipe's start fresh. */
@@ -374,22 +484,46 @@ int main(int argc, char **argv) {
       die(2, "%s", err);
     free(saved_text);
     const char *changed = config_recipe_diff(&saved, &cfg);
+    if (checkpoint_load(ckpt_path, &h, &m, mom1, mom2, sites, changed ? 0 : n_sites, err,
+                        sizeof err) ||
+        checkpoint_check_position(&h, steps, train.n_windows, T, err, sizeof err))
+      die(2, "%s", err);
     if (changed)
       fprintf(stderr, "train: resuming under another recipe (%s: %s -> %s): the checkpoint's "
               "delayed-scaling states are dropped\n", changed, config_str(&saved, changed),
               config_str(&cfg, changed));
-    if (checkpoint_load(ckpt_path, &h, &m, mom1, mom2, sites, changed ? 0 : n_sites, err,
-                        sizeof err))
-      die(2, "%s", err);
-    start = (int)h.step;
+    start = last_saved = (int)h.step;
     if (gpu) gpu_model_upload(gpu, m.params_mem, mom1, mom2);
     dataset_seek(&train, h.data_epoch, h.data_index);
     running_min = h.running_min;
     tokens_seen = h.tokens_seen;
+    log_bytes = h.log_bytes;
+  } else {
+    const char *found = find_run_file(run_dir);
+    if (found && !overwrite)
+      die(2, "run directory '%s' already holds a run (%s): continue it with --resume, or start "
+          "over with --overwrite", run_dir, found);
   }
-  snprintf(pbuf, sizeof pbuf, "%s/log.jsonl", run_dir);
-  FILE *log = fopen(pbuf, resume ? "a" : "w");
-  if (!log) die(2, "cannot write '%s'", pbuf);
+  /* every check has passed: the run directory may change now */
+  if (mkdir_p(run_dir)) die(2, "cannot create run directory '%s'", run_dir);
+  if (remove_run_files(run_dir, resume)) /* a new run: the old one's files; a resumed one: stale temporaries */
+    die(1, "cannot clear the run directory '%s'", run_dir);
+  if (write_file_atomic(cfg_path, config_text))
+    die(1, "cannot write '%s': %s", cfg_path, strerror(errno));
+  FILE *log = fopen(log_path, resume ? "r+" : "w");
+  if (!log && resume && errno == ENOENT) log = fopen(log_path, "w"); /* e.g. a shadow run's copy */
+  if (!log) die(1, "cannot write '%s': %s", log_path, strerror(errno));
+  if (resume) {
+    /* a crash after the checkpoint left the log ahead of it: those steps are redone */
+    struct stat st;
+    char last = '\n';
+    if (fstat(fileno(log), &st) == 0 && (uint64_t)st.st_size > log_bytes &&
+        (log_bytes == 0 || (fseeko(log, (off_t)log_bytes - 1, SEEK_SET) == 0 &&
+                            fread(&last, 1, 1, log) == 1)) &&
+        last == '\n' && ftruncate(fileno(log), (off_t)log_bytes) != 0)
+      die(1, "cannot truncate '%s' to its checkpoint's length", log_path);
+    if (fseeko(log, 0, SEEK_END) != 0) die(1, "cannot write '%s'", log_path);
+  }
   signal(SIGINT, on_sigint);
   signal(SIGTERM, on_sigint);
 
@@ -400,21 +534,41 @@ int main(int argc, char **argv) {
          resume ? " (resumed)" : "");
   fflush(stdout);
 
-  ckpt_header hdr = {.version = CKPT_VERSION, .config_text_len = (uint32_t)config_len,
-                     .model_cfg = {mc.vocab, mc.dim, mc.n_layers, mc.n_heads, mc.n_kv_heads,
-                                   mc.hidden, mc.seq_len},
-                     .num_params = m.num_params};
-  memcpy(hdr.magic, CKPT_MAGIC, 8);
+  const double t_start = now_s();
+  double loss = NAN, val_loss = NAN, step_time_avg = 0, tok_s = 0;
+  const char *status = "completed";
+  int diverged_at = 0, done = start;
+  double gpu_mem_gib = NAN;
+
+  /* A write the run cannot do without (log, checkpoint, summary): the run
+   * stops with exit 1 and says which checkpoint survives (summary.json says
+   * "failed" where it can still be written). */
+#define FAIL_WRITE(path)                                                                    \
+  do {                                                                                      \
+    const int e_ = errno;                                                                   \
+    if (progress) fputc('\n', stderr);                                                      \
+    write_summary(run_dir, "failed", done, diverged_at, loss, running_min, val_loss, 0,     \
+                  now_s() - t_start);                                                       \
+    if (last_saved < 0) die(1, "cannot write %s: %s; no checkpoint was saved", (path),      \
+                            strerror(e_));                                                  \
+    die(1, "cannot write %s: %s; the last checkpoint is of step %d (continue with --resume %s)", \
+        (path), strerror(e_), last_saved, run_dir);                                         \
+  } while (0)
+  ckpt_header hdr = {.model_cfg = {mc.vocab, mc.dim, mc.n_layers, mc.n_heads, mc.n_kv_heads,
+                                   mc.hidden, mc.seq_len}};
 #define SAVE_CHECKPOINT(done)                                                               \
   do {                                                                                      \
+    if (fflush(log) != 0 || ferror(log)) FAIL_WRITE(log_path);                              \
     hdr.step = (done);                                                                      \
     hdr.data_epoch = train.epoch;                                                           \
     hdr.data_index = train.index;                                                           \
     hdr.running_min = running_min;                                                          \
     hdr.tokens_seen = tokens_seen;                                                          \
+    hdr.log_bytes = (uint64_t)ftello(log);                                                  \
     if (gpu) gpu_model_download(gpu, m.params_mem, mom1, mom2);                             \
     if (checkpoint_save(ckpt_path, &hdr, config_text, &m, mom1, mom2, sites, n_sites))      \
-      fprintf(stderr, "train: warning: could not write checkpoint %s\n", ckpt_path);        \
+      FAIL_WRITE(ckpt_path);                                                                \
+    last_saved = (done);                                                                    \
   } while (0)
   /* ckpt-STEP.bin: a hard link to the checkpoint just written (a later save
    * renames a new file over ckpt.bin, so the link keeps this one) */
@@ -423,15 +577,9 @@ int main(int argc, char **argv) {
     char keep_path[4300];                                                                   \
     snprintf(keep_path, sizeof keep_path, "%s/ckpt-%d.bin", run_dir, (done));              \
     unlink(keep_path);                                                                      \
-    if (link(ckpt_path, keep_path))                                                         \
-      fprintf(stderr, "train: warning: could not keep checkpoint %s\n", keep_path);         \
+    if (link(ckpt_path, keep_path)) FAIL_WRITE(keep_path);                                  \
   } while (0)
 
-  const double t_start = now_s();
-  double loss = NAN, val_loss = NAN, step_time_avg = 0, tok_s = 0;
-  const char *status = "completed";
-  int diverged_at = 0, done = start;
-  double gpu_mem_gib = NAN;
   if (ckpt_keep && start == 0) { /* the initial model, step 0 */
     SAVE_CHECKPOINT(0);
     KEEP_CHECKPOINT(0);
@@ -503,7 +651,7 @@ int main(int argc, char **argv) {
       val_loss = validate(&m, gpu, &val, B, T, val_batches, in, tg, sites, n_sites);
       fprintf(log, "{\"step\":%d,\"val_loss\":%.9g}\n", done, val_loss);
     }
-    fflush(log);
+    if (fflush(log) != 0 || ferror(log)) FAIL_WRITE(log_path);
     if (progress) {
       double eta = step_time_avg * (steps - done);
       char val_s[32] = "-"; /* "-" until the first validation */
@@ -522,11 +670,15 @@ int main(int argc, char **argv) {
     const bool periodic = ckpt_every > 0 && done % ckpt_every == 0;
     if (periodic || done == last) SAVE_CHECKPOINT(done);
     if (periodic && ckpt_keep) KEEP_CHECKPOINT(done);
+    if (crash_at > 0 && done == crash_at) raise(SIGKILL);
   }
   if (!strcmp(status, "completed") && done < steps) status = "stopped"; /* stop_at */
   const double wall = now_s() - t_start;
   double avg_tok_s = wall > 0 ? (done - start) * (double)B * T * accum / wall : 0;
-  write_summary(run_dir, status, done, diverged_at, loss, running_min, val_loss, avg_tok_s, wall);
+  if (fflush(log) != 0 || ferror(log)) FAIL_WRITE(log_path);
+  if (write_summary(run_dir, status, done, diverged_at, loss, running_min, val_loss, avg_tok_s,
+                    wall))
+    FAIL_WRITE("summary.json");
   fclose(log);
   if (gpu) printf("train: GPU memory in use after the first step: %.2f GiB\n", gpu_mem_gib);
   if (diverged_at) printf("train: diverged at step %d (loss %g, running min %g)\n", diverged_at, loss, running_min);

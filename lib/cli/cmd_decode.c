@@ -53,7 +53,7 @@ int cli_decode(int argc, char **argv) {
   }
   cli_input_close(&in);
   cli_output_commit(&out);
-  free(y);
-  free(codes);
+  cli_free(y);
+  cli_free(codes);
   return 0;
 }

@@ -45,7 +45,7 @@ int cli_encode(int argc, char **argv) {
   }
   cli_input_close(&in);
   cli_output_commit(&out);
-  free(codes);
-  free(x);
+  cli_free(codes);
+  cli_free(x);
   return 0;
 }

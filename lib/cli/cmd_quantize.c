@@ -48,6 +48,6 @@ int cli_quantize(int argc, char **argv) {
   }
   cli_input_close(&in);
   cli_output_commit(&out);
-  free(x);
+  cli_free(x);
   return 0;
 }

@@ -31,6 +31,9 @@
 EXMY_CLI_COMMANDS(EXMY_CLI_DECLARE)
 #undef EXMY_CLI_DECLARE
 
+/* The whole tool: `exmy ARGS` is cli_main(argc, argv); returns the exit status. */
+int cli_main(int argc, char **argv);
+
 typedef struct {
   const char *name;     /* the word after `exmy` */
   const char *summary;  /* one line for `exmy --help` */

@@ -1,9 +1,10 @@
 /* Shared I/O of the exmy CLI: see io.h for the error and output contract. */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath, mkstemp, fchown */
 
 #include "lib/cli/io.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -16,6 +17,14 @@
  * the signal handler may unlink it (unlink is async-signal-safe). */
 static char pending_temp[4096];
 static volatile sig_atomic_t have_pending_temp;
+/* The file the temporary one replaces (OUT, or where OUT links to). */
+static char pending_target[4096];
+/* What cli_fail closes and frees: the open input and output streams, and the
+ * blocks of cli_alloc. */
+static FILE *open_streams[2];
+static void *blocks[8];
+
+void (*cli_fail_hook)(void);
 
 static void remove_pending_temp(void) {
   if (have_pending_temp) {
@@ -24,22 +33,60 @@ static void remove_pending_temp(void) {
   }
 }
 
+static void track_stream(FILE *f, int on) {
+  for (size_t i = 0; i < sizeof open_streams / sizeof *open_streams; i++)
+    if (on ? !open_streams[i] : open_streams[i] == f) {
+      open_streams[i] = on ? f : NULL;
+      return;
+    }
+}
+
 void cli_fail(const char *fmt, ...) {
   fflush(stdout);
-  fputs("exmy: ", stderr);
+  /* one line, whatever the arguments quoted in it hold */
+  char msg[1024];
   va_list ap;
   va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  fputc('\n', stderr);
+  for (char *p = msg; *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+  fprintf(stderr, "exmy: %s\n", msg);
+  for (size_t i = 0; i < sizeof open_streams / sizeof *open_streams; i++)
+    if (open_streams[i]) {
+      fclose(open_streams[i]);
+      open_streams[i] = NULL;
+    }
   remove_pending_temp();
+  for (size_t i = 0; i < sizeof blocks / sizeof *blocks; i++) {
+    free(blocks[i]);
+    blocks[i] = NULL;
+  }
+  if (cli_fail_hook) cli_fail_hook();
   exit(2);
 }
 
-void *cli_alloc(size_t bytes) {
-  void *p = malloc(bytes ? bytes : 1);
-  if (!p) cli_fail("out of memory (%zu bytes)", bytes);
-  return p;
+static void **block_slot(void *p) {
+  for (size_t i = 0; i < sizeof blocks / sizeof *blocks; i++)
+    if (blocks[i] == p) return &blocks[i];
+  return NULL;
+}
+
+void *cli_alloc(size_t bytes) { return cli_realloc(NULL, bytes); }
+
+void *cli_realloc(void *p, size_t bytes) {
+  void **slot = block_slot(p);
+  if (!slot) cli_fail("internal error: more than 8 blocks");
+  void *q = realloc(p, bytes ? bytes : 1);
+  if (!q) cli_fail("out of memory (%zu bytes)", bytes);
+  *slot = q;
+  return q;
+}
+
+void cli_free(void *p) {
+  void **slot = p ? block_slot(p) : NULL;
+  if (slot) *slot = NULL;
+  free(p);
 }
 
 /* An interrupted run must not leave its temporary file behind either. */
@@ -73,6 +120,7 @@ void cli_input_open(cli_input *in, const char *path, size_t width,
   } else {
     in->fp = fopen(path, "rb");
     if (!in->fp) cli_fail("cannot open %s: %s", path, strerror(errno));
+    track_stream(in->fp, 1);
   }
   struct stat st;
   if (fstat(fileno(in->fp), &st) != 0)
@@ -98,28 +146,80 @@ size_t cli_input_read(cli_input *in, void *buf, size_t max) {
 }
 
 void cli_input_close(cli_input *in) {
-  if (in->fp && in->fp != stdin) fclose(in->fp);
+  if (in->fp && in->fp != stdin) {
+    track_stream(in->fp, 0);
+    fclose(in->fp);
+  }
   in->fp = NULL;
 }
 
 /* ----------------------------------------------------------------- output */
 
+/* Whether we may replace the regular file st: write permission for us, and
+ * (since root passes every access check) at least one write bit set. */
+static int may_replace(const char *target, const struct stat *st) {
+  return access(target, W_OK) == 0 && (st->st_mode & 0222);
+}
+
 void cli_output_open(cli_output *out, const char *path) {
   out->path = path;
+  out->direct = 0;
   if (strcmp(path, "-") == 0) {
     out->path = "stdout"; /* as errors name it */
     out->fp = stdout;
+    out->direct = 1;
     return;
   }
-  struct stat st;
-  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-    cli_fail("cannot write %s: is a directory", path);
-  /* The temporary file lives in OUT's directory: rename() is then atomic and
-   * never crosses file systems. */
-  const char *slash = strrchr(path, '/');
-  int dir_len = slash ? (int)(slash - path) : 1;
-  const char *dir = slash ? path : ".";
-  if (slash == path) dir_len = 1; /* "/name" lives in "/" */
+  struct stat lst, st;
+  int exists = lstat(path, &lst) == 0;
+  if (!exists && errno != ENOENT) cli_fail("cannot write %s: %s", path, strerror(errno));
+  if (exists && stat(path, &st) != 0) {
+    if (S_ISLNK(lst.st_mode) && errno == ENOENT)
+      cli_fail("cannot write %s: a symbolic link to nothing", path);
+    cli_fail("cannot write %s: %s", path, strerror(errno));
+  }
+  if (exists && S_ISDIR(st.st_mode)) cli_fail("cannot write %s: is a directory", path);
+  if (exists && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
+    /* a device or a pipe: written in place, never replaced */
+    int fd = open(path, O_WRONLY | O_NOCTTY);
+    if (fd < 0) cli_fail("cannot write %s: %s", path, strerror(errno));
+    out->fp = fdopen(fd, "wb");
+    if (!out->fp) {
+      close(fd);
+      cli_fail("cannot write %s: %s", path, strerror(errno));
+    }
+    track_stream(out->fp, 1);
+    out->direct = 1;
+    return;
+  }
+  if (exists && !S_ISREG(st.st_mode))
+    cli_fail("cannot write %s: not a regular file, character device or FIFO", path);
+
+  /* a regular file, or none yet: the target is where a symbolic link points */
+  char *target = pending_target;
+  const size_t target_size = sizeof pending_target;
+  if (exists && S_ISLNK(lst.st_mode)) {
+    char *real = realpath(path, NULL);
+    if (!real || strlen(real) >= target_size) {
+      free(real);
+      cli_fail("cannot write %s: cannot resolve the symbolic link", path);
+    }
+    snprintf(target, target_size, "%s", real);
+    free(real);
+  } else if (snprintf(target, target_size, "%s", path) >= (int)target_size) {
+    cli_fail("cannot write %s: path too long", path);
+  }
+  if (exists && st.st_nlink > 1)
+    cli_fail("cannot write %s: it has %lu hard links, which replacing it would split (remove it "
+             "first, or write elsewhere)", path, (unsigned long)st.st_nlink);
+  if (exists && !may_replace(target, &st))
+    cli_fail("cannot write %s: permission denied (the file is read-only)", path);
+  /* The temporary file lives in the target's directory: rename() is then
+   * atomic and never crosses file systems. */
+  const char *slash = strrchr(target, '/');
+  int dir_len = slash ? (int)(slash - target) : 1;
+  const char *dir = slash ? target : ".";
+  if (slash == target) dir_len = 1; /* "/name" lives in "/" */
   if (snprintf(pending_temp, sizeof pending_temp, "%.*s/.exmy-tmp-XXXXXX",
                dir_len, dir) >= (int)sizeof pending_temp)
     cli_fail("cannot write %s: path too long", path);
@@ -127,15 +227,23 @@ void cli_output_open(cli_output *out, const char *path) {
   int fd = mkstemp(pending_temp);
   if (fd < 0) cli_fail("cannot write %s: %s", path, strerror(errno));
   have_pending_temp = 1;
-  /* mkstemp makes the file 0600; give it the mode a plain creat() would. */
-  mode_t mask = umask(0);
-  umask(mask);
-  fchmod(fd, 0666 & ~mask);
+  if (exists) {
+    /* the replacement keeps the file's permission bits (and, for root, its owner) */
+    if (fchmod(fd, st.st_mode & 07777) != 0 ||
+        (geteuid() == 0 && fchown(fd, st.st_uid, st.st_gid) != 0))
+      cli_fail("cannot write %s: %s", path, strerror(errno));
+  } else {
+    /* mkstemp makes the file 0600; give it the mode a plain creat() would. */
+    mode_t mask = umask(0);
+    umask(mask);
+    fchmod(fd, 0666 & ~mask);
+  }
   out->fp = fdopen(fd, "wb");
   if (!out->fp) {
     close(fd);
     cli_fail("cannot write %s: %s", path, strerror(errno));
   }
+  track_stream(out->fp, 1);
 }
 
 void cli_output_write(cli_output *out, const void *buf, size_t bytes) {
@@ -151,13 +259,16 @@ void cli_output_commit(cli_output *out) {
   /* fclose reports write errors (e.g. a full disk) that fwrite buffered. */
   int failed = fflush(out->fp) != 0 || ferror(out->fp);
   int err = errno;
+  track_stream(out->fp, 0);
   if (fclose(out->fp) != 0 && !failed) {
     failed = 1;
     err = errno;
   }
   out->fp = NULL;
   if (failed) cli_fail("cannot write %s: %s", out->path, strerror(err));
-  if (rename(pending_temp, out->path) != 0)
+  if (out->direct) return;
+  /* onto the target: a symbolic link's destination (the link stays) */
+  if (rename(pending_temp, pending_target) != 0)
     cli_fail("cannot write %s: %s", out->path, strerror(errno));
   have_pending_temp = 0;
 }

@@ -52,7 +52,7 @@ static int is_help_flag(const char *arg) {
   return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0;
 }
 
-int main(int argc, char **argv) {
+int cli_main(int argc, char **argv) {
   if (argc < 2) cli_fail("missing command (see 'exmy --help')");
   const char *word = argv[1];
   if (is_help_flag(word)) return print_usage();
@@ -71,3 +71,7 @@ int main(int argc, char **argv) {
   }
   return c->run(argc - 1, argv + 1);
 }
+
+#ifndef EXMY_CLI_NO_MAIN /* the fuzzer (tests/fuzz) calls cli_main itself */
+int main(int argc, char **argv) { return cli_main(argc, argv); }
+#endif

@@ -1,6 +1,7 @@
 /*
- * Command-line arguments of the conversion commands (quantize, encode,
- * decode) and the format names shared by every command.
+ * Command-line options of every command that takes them (quantize, encode,
+ * decode, stats), parsed by one parser from one table, and the format names
+ * shared by every command.
  */
 #ifndef EXMY_CLI_OPTIONS_H
 #define EXMY_CLI_OPTIONS_H
@@ -9,17 +10,32 @@
 
 #include "lib/exmy.h"
 
+/* Which option groups a command takes besides --format. */
+enum {
+  CLI_ROUNDING = 1 << 0, /* --round --saturate --no-subnormals --seed --offset --sr-bits */
+  CLI_SCALING = 1 << 1,  /* --scaling --margin --pow2 */
+};
+
 typedef struct {
   exmy_format format;
   exmy_rounding_opts round; /* zero (plain rne) unless options say otherwise */
-  const char *in, *out;     /* "-" is stdin / stdout */
-} cli_conversion_args;
+  exmy_scaling scaling;     /* zero (none) unless options say otherwise */
+  const char *in, *out;     /* "-" is stdin / stdout; out NULL where the command has none */
+} cli_args;
 
-/* Parses  --format F [rounding options] IN OUT  (options and the two paths in
- * any order; "--" ends the options; "--name=value" and "--name value" both
- * work).  `rounding` says whether --round, --saturate, --no-subnormals,
- * --seed, --sr-bits and --offset are accepted (decode does not round).
- * Fails through cli_fail on anything unknown, missing or out of range. */
+/* Parses  --format F [options] PATHS  (options and paths in any order; "--"
+ * ends the options; "--name=value" and "--name value" both work; an option
+ * at most once).  `groups`: the option groups the command takes; `npaths`: 2
+ * (IN OUT) or 1 (IN).  Integers are plain digits ('-' first where negative
+ * values are valid; 0x for hexadecimal where an unsigned 64-bit value is
+ * wanted), within their option's range.  Fails through cli_fail on anything
+ * unknown, repeated, missing or out of range. */
+void cli_parse_args(const char *command, int argc, char **argv, unsigned groups, int npaths,
+                    cli_args *args);
+
+/* The conversion commands: IN OUT, with the rounding options if `rounding`
+ * (decode does not round). */
+typedef cli_args cli_conversion_args;
 void cli_parse_conversion_args(const char *command, int argc, char **argv,
                                bool rounding, cli_conversion_args *args);
 

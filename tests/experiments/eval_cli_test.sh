@@ -5,8 +5,9 @@
 #  - shadow: the control (continuing in the run's own recipe) has gap 0 exactly at
 #    every checkpoint; the bf16 continuation has a nonzero gap; a threshold below
 #    the gaps flags every check; checks are not repeated; bad input exit 2.
+# Usage: eval_cli_test.sh [TRAIN SHARPNESS]
 set -uo pipefail
-train=experiments/train sharpness=experiments/sharpness shadow=experiments/shadow.sh
+train=${1:-experiments/train} sharpness=${2:-experiments/sharpness} shadow=experiments/shadow.sh
 export SHADOW_TRAIN=$train
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 fail=0; passed=0

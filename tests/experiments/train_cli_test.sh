@@ -10,8 +10,9 @@
 #    dropped; under the same recipe they are kept and the losses bit-identical);
 #  - msamp-o1 (grad_format): the forward of step 1 is fp8-current's, the update is
 #    not; device = gpu rejects grad_format.
+# Usage: train_cli_test.sh [TRAIN]
 set -euo pipefail
-train=experiments/train
+train=${1:-experiments/train}
 data=experiments/model.c
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 common=(--set size=test --set data=$data --set val_data= --set batch_size=4 --set steps=8

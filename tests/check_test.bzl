@@ -1,0 +1,30 @@
+"""check_test: one unit test written with Check (libcheck)."""
+
+COPTS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-fopenmp"]
+
+# Check and subunit as static archives: cuda/bundle.sh carries the GPU tests
+# to machines where neither is installed.
+STATIC_CHECK = ["-l:libcheck.a", "-l:libsubunit.a", "-lm", "-lrt", "-lpthread"]
+
+def check_test(name, srcs = None, deps = [], copts = [], linkopts = [], gpu = False, **kwargs):
+    """A cc_test of name.c (or srcs) with Check and OpenMP.
+
+    copts, linkopts: added to the common ones.
+    gpu: tagged "gpu" (CI builds it and skips it, see .bazelrc; run it on a GPU
+      machine with --test_tag_filters=gpu), Check linked statically.
+    """
+    if gpu:
+        check_deps = ["@cuda//:headers"]
+        linkopts = linkopts + STATIC_CHECK
+        kwargs["linkstatic"] = True
+        kwargs["tags"] = kwargs.get("tags", []) + ["gpu"]
+    else:
+        check_deps = ["@system_libs//:check"]
+    native.cc_test(
+        name = name,
+        srcs = [name + ".c"] if srcs == None else srcs,
+        copts = COPTS + copts,
+        linkopts = ["-fopenmp"] + linkopts,
+        deps = deps + check_deps,
+        **kwargs
+    )

@@ -5,9 +5,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "cpu/mx_scale.h"
 #include "cpu/stats_acc.h"
 #include "lib/exmy.h"
+#include "lib/scale_core.h"
 
 enum { CHUNK = 2048 };
 
@@ -80,19 +80,6 @@ static void quantize_uniform(const exmy_format *f, const exmy_rounding_opts *o,
   }
 }
 
-/* floor(log2 a) for finite a > 0 */
-static int floor_log2f(float a) {
-  int e;
-  frexpf(a, &e);
-  return e - 1;
-}
-
-int exmy_mx_shared_exponent(const exmy_format *f, float amax) {
-  if (!(amax > 0)) return -127;
-  int x = isinf(amax) ? 127 : floor_log2f(amax) - f->emax;
-  return x < -127 ? -127 : x > 127 ? 127 : x;
-}
-
 /* COAT's expansion exponent for a group with these extremes. */
 static double dre_exponent(const exmy_format *f, float amax, float amin) {
   exmy_format_info info;
@@ -133,9 +120,9 @@ static void quantize_grouped(const exmy_format *f, const exmy_rounding_opts *o,
       float s, inv;
       double k = 1.0;
       if (mx) {
-        int e = exmy_mx_shared_exponent(f, amax);
-        s = ldexpf(1.0f, -e);
-        inv = ldexpf(1.0f, e);
+        int e = exmy_core_mx_exponent(f->emax, amax);
+        s = exmy_pow2f(-e);
+        inv = exmy_pow2f(e);
       } else {
         if (sc->dynamic_range_expansion) {
           k = dre_exponent(f, amax, amin);

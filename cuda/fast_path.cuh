@@ -40,12 +40,6 @@ __host__ __device__ constexpr uint32_t pow2_bits(int p) { /* p in [-126, 127] */
   return (uint32_t)(p + 127) << 23;
 }
 
-/* 2^p as float32 for p in [-149, 127] */
-__device__ __forceinline__ float pow2(int p) {
-  return p >= -126 ? __uint_as_float((uint32_t)(p + 127) << 23)
-                   : __uint_as_float(1u << (p + 149));
-}
-
 /* The code of x under rne or sr (sr_bits R, random word rnd), or false.
  * f must pass fast_path_ok(); when f is a compile-time constant every field
  * folds. */
@@ -115,7 +109,7 @@ __device__ __forceinline__ float fast_decode_f(const exmy_format &f, uint32_t co
   if (mag >= (1u << M))
     v = __uint_as_float((mag + base) << drop);
   else /* subnormal: mag quanta of 2^(emin - M), exact */
-    v = __fmul_rn(__uint2float_rn(mag), pow2(f.emin - M));
+    v = __fmul_rn(__uint2float_rn(mag), exmy_pow2f(f.emin - M));
   return __uint_as_float(__float_as_uint(v) | ((code & f.sign_mask) ? 0x80000000u : 0u));
 }
 

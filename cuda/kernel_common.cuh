@@ -21,6 +21,7 @@
 #include "lib/exmy.h"
 #include "lib/philox.h"
 #include "lib/round_core.h"
+#include "lib/scale_core.h"
 
 #define EXMY_CUDA_TRY(call)                   \
   do {                                        \

@@ -18,24 +18,6 @@
 namespace {
 using namespace exmy_cuda;
 
-__device__ __forceinline__ int floor_log2(float a) { /* a > 0, finite */
-  const uint32_t b = __float_as_uint(a);
-  if (b >= 0x00800000u) return (int)(b >> 23) - 127;
-  return (31 - __clz(b)) - 149;
-}
-
-__device__ __forceinline__ int shared_exponent(int emax, float amax) {
-  if (!(amax > 0.0f)) return -127;
-  const int x = floor_log2(amax) - emax;
-  return x < -127 ? -127 : x > 127 ? 127 : x;
-}
-
-/* 2^p for p in [-149, 127], exactly. */
-__device__ __forceinline__ float pow2f(int p) {
-  return p >= -126 ? __uint_as_float((uint32_t)(p + 127) << 23)
-                   : __uint_as_float(1u << (p + 149));
-}
-
 __device__ __forceinline__ float finite_abs(float v) {
   const float a = fabsf(v);
   return a <= 3.40282347e38f ? a : 0.0f; /* inf and NaN do not count */
@@ -63,9 +45,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int d = 1; d < LANES; d <<= 1)
     amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
   if (!in) return;
-  const int e = shared_exponent(f.emax, amax);
+  const int e = exmy_core_mx_exponent(f.emax, amax);
   if ((threadIdx.x & (LANES - 1)) == 0) scales[base / (kPer * LANES)] = (uint8_t)(e + 127);
-  const float s = pow2f(-e);
+  const float s = exmy_pow2f(-e);
 #pragma unroll
   for (int k = 0; k < kPer; k++) v[k] = mul_keep_nan(v[k], s);
   uint32_t c[kPer];
@@ -84,9 +66,9 @@ __global__ void k_mx_encode_any(const __grid_constant__ exmy_format f, const __g
   const size_t len = cols - c0 < g ? cols - c0 : g, start = r * cols + c0;
   float amax = 0.0f;
   for (size_t i = 0; i < len; i++) amax = fmaxf(amax, finite_abs(x[start + i]));
-  const int e = shared_exponent(f.emax, amax);
+  const int e = exmy_core_mx_exponent(f.emax, amax);
   scales[t] = (uint8_t)(e + 127);
-  const float s = pow2f(-e);
+  const float s = exmy_pow2f(-e);
   for (size_t i = 0; i < len; i++) {
     const uint64_t j = o.offset + start + i;
     const uint32_t rnd = o.mode == EXMY_SR ? exmy_sr_word(o.seed, j) : 0u;
@@ -105,7 +87,7 @@ __global__ void k_mx_decode(exmy_format f, const uint8_t *codes,
     const size_t r = i / cols, c = i % cols;
     const uint8_t sc = scales[r * per_row + c / g];
     const float q = decode_generic(f, codes[i]);
-    y[i] = sc == 0xFF ? __uint_as_float(0x7FC00000u) : mul_keep_nan(q, pow2f((int)sc - 127));
+    y[i] = sc == 0xFF ? __uint_as_float(0x7FC00000u) : mul_keep_nan(q, exmy_pow2f((int)sc - 127));
   }
 }
 
@@ -120,7 +102,7 @@ __global__ void __launch_bounds__(kThreads)
   if (base >= n) return;
   const uint2 p = *reinterpret_cast<const uint2 *>(codes + base);
   const uint8_t sc = scales[base / g];
-  const float s = pow2f((int)sc - 127);
+  const float s = exmy_pow2f((int)sc - 127);
   float q[kPer];
 #pragma unroll
   for (int k = 0; k < 4; k++) {

@@ -168,17 +168,7 @@ __global__ void k_stats_scale(exmy_tensor_stats *st, const float *scale_inv, flo
                               int margin, int pow2, int delayed) {
   st->scale = scale_inv[0];
   if (!delayed) return;
-  const float amax = (float)st->amax;
-  float cur = 1.0f;
-  if (amax > 0.0f && isfinite(amax)) {
-    cur = (float)((double)__fdiv_rn(fmax, amax) * exp2((double)-margin));
-    if (!isfinite(cur) || !(cur > 0.0f)) cur = 1.0f;
-    if (pow2) {
-      const uint32_t b = __float_as_uint(cur);
-      cur = b >= 0x00800000u ? __uint_as_float(b & 0xFF800000u)
-                             : __uint_as_float(1u << (31 - __clz(b)));
-    }
-  }
+  const float cur = exmy_core_scale_from_amax(fmax, (float)st->amax, margin, pow2);
   st->delayed_over_current = (double)scale_inv[0] / (double)cur;
 }
 
@@ -229,23 +219,10 @@ __global__ void __launch_bounds__(256)
   if ((threadIdx.x & 31) == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
 }
 
-/* exmy_scale_from_amax: s = ldexpf(fmax / amax, -margin), 1 if not usable,
- * rounded down to a power of two if pow2; then inv = 1 / s. */
+/* exmy_scale_from_amax of the device amax; then inv = 1 / s. */
 __global__ void k_scale(const unsigned int *amax_bits, float fmax, int margin,
                         int pow2, float *scale_inv) {
-  const float amax = __uint_as_float(*amax_bits);
-  float s = 1.0f;
-  if (amax > 0.0f && isfinite(amax)) {
-    /* ldexpf rounds once; so does the double product converted to float */
-    const double t = (double)__fdiv_rn(fmax, amax) * exp2((double)-margin);
-    s = (float)t;
-    if (!isfinite(s) || !(s > 0.0f)) s = 1.0f;
-    if (pow2) {
-      const uint32_t b = __float_as_uint(s);
-      s = b >= 0x00800000u ? __uint_as_float(b & 0xFF800000u)
-                           : __uint_as_float(1u << (31 - __clz(b)));
-    }
-  }
+  const float s = exmy_core_scale_from_amax(fmax, __uint_as_float(*amax_bits), margin, pow2);
   scale_inv[0] = s;
   scale_inv[1] = __fdiv_rn(1.0f, s);
 }
@@ -385,30 +362,14 @@ void launch_amax(const float *x, size_t n, unsigned int *amax_bits, cudaStream_t
       x, n, amax_bits);
 }
 
-/* exmy_delayed_state_update on the device: record amax in slot `latest`, take
- * the history's max (or this amax), keep the old scale if that is 0 or not
- * finite. */
+/* exmy_delayed_state_update on the device (the host has advanced `latest`). */
 __global__ void k_delayed_update(float *history, int len, int latest,
                                  const unsigned int *amax_bits, int most_recent,
                                  float fmax, int margin, int pow2, float *scale_inv,
                                  float *scale_used = nullptr) {
   if (scale_used) *scale_used = scale_inv[0]; /* the scale this call rounded with */
-  const float amax = __uint_as_float(*amax_bits);
-  history[latest] = amax;
-  float use = amax;
-  if (!most_recent)
-    for (int i = 0; i < len; i++)
-      if (history[i] > use) use = history[i];
-  if (!(use > 0.0f) || !isfinite(use)) return;
-  float s = (float)((double)__fdiv_rn(fmax, use) * exp2((double)-margin));
-  if (!isfinite(s) || !(s > 0.0f)) s = 1.0f;
-  if (pow2) {
-    const uint32_t b = __float_as_uint(s);
-    s = b >= 0x00800000u ? __uint_as_float(b & 0xFF800000u)
-                         : __uint_as_float(1u << (31 - __clz(b)));
-  }
-  scale_inv[0] = s;
-  scale_inv[1] = __fdiv_rn(1.0f, s);
+  exmy_core_delayed_update(history, len, latest, __uint_as_float(*amax_bits), most_recent, fmax,
+                           margin, pow2, &scale_inv[0], &scale_inv[1]);
 }
 
 }  // namespace

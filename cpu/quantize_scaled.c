@@ -75,7 +75,7 @@ static void quantize_uniform(const exmy_format *f, const exmy_rounding_opts *o,
     }
     if (total) {
 #pragma omp critical
-      exmy_stats_acc_merge(total, &acc);
+      exmy_stats_sums_merge(&total->sums, &acc.sums);
     }
   }
 }
@@ -136,7 +136,7 @@ static void quantize_grouped(const exmy_format *f, const exmy_rounding_opts *o,
     }
     if (total) {
 #pragma omp critical
-      exmy_stats_acc_merge(total, &acc);
+      exmy_stats_sums_merge(&total->sums, &acc.sums);
     }
   }
 }
@@ -182,7 +182,7 @@ int exmy_quantize_scaled_f32(const exmy_format *f, const exmy_rounding_opts *o,
       break;
   }
   if (stats) {
-    exmy_stats_acc_finish(&total, stats);
+    exmy_stats_sums_finish(&total.sums, stats);
     stats->scale = scale_used;
     stats->delayed_over_current = ratio;
   }

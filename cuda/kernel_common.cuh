@@ -22,6 +22,7 @@
 #include "lib/philox.h"
 #include "lib/round_core.h"
 #include "lib/scale_core.h"
+#include "lib/stats_core.h"
 
 #define EXMY_CUDA_TRY(call)                   \
   do {                                        \

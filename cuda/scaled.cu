@@ -4,9 +4,10 @@
  * scale and the rounding all on the GPU, so that a training step needs no
  * host round trip per tensor.
  *
- * The statistics reduce in a fixed tree (per thread, per block, then one
- * block over the block partials), so they are deterministic; their double
- * sums differ from the CPU's only by the order of additions.
+ * The statistics (lib/stats_core.h's sums, as on the CPU) reduce in a fixed
+ * tree (per thread, per block, then one block over the block partials), so
+ * they are deterministic; their double sums differ from the CPU's only by the
+ * order of additions.
  */
 #include <cuda_bf16.h>
 #include <math.h>
@@ -21,70 +22,13 @@ using namespace exmy_cuda;
 
 constexpr int kStatThreads = 256;
 
-struct Acc {
-  unsigned long long n, under, sub, over, pairs;
-  double amax, minnz, sxx, syy, sxy, see;
-};
-
-__device__ __forceinline__ void acc_init(Acc &a) {
-  a.n = a.under = a.sub = a.over = a.pairs = 0;
-  a.amax = 0.0;
-  a.minnz = INFINITY;
-  a.sxx = a.syy = a.sxy = a.see = 0.0;
-}
-
-/* cpu/stats_acc.h's exmy_stats_acc_add: x the input, xs = x·s, q = Q(xs), y
- * the dequantized output (without scaling xs = x and q = y). */
-__device__ __forceinline__ void acc_add(Acc &a, float fmax_f, float fmin_normal,
-                                        float x, float xs, float q, float y) {
-  a.n++;
-  const float ax = fabsf(x), axs = fabsf(xs), aq = fabsf(q);
-  if (isfinite(x)) {
-    a.amax = fmax(a.amax, (double)ax);
-    if (ax != 0.0f && ax < a.minnz) a.minnz = ax;
-  }
-  if (isfinite(xs)) {
-    if (xs != 0.0f && q == 0.0f) a.under++;
-    if (axs > fmax_f || !isfinite(q)) a.over++;
-  }
-  if (aq > 0.0f && aq < fmin_normal) a.sub++;
-  if (isfinite(x) && isfinite(y)) {
-    const double dx = x, dy = y, e = dx - dy;
-    a.pairs++;
-    /* products rounded, then added, as the CPU's C (no contraction) */
-    a.sxx = __dadd_rn(a.sxx, __dmul_rn(dx, dx));
-    a.syy = __dadd_rn(a.syy, __dmul_rn(dy, dy));
-    a.sxy = __dadd_rn(a.sxy, __dmul_rn(dx, dy));
-    a.see = __dadd_rn(a.see, __dmul_rn(e, e));
-  }
-}
-
-__device__ __forceinline__ void acc_add(Acc &a, float fmax_f, float fmin_normal, float x,
-                                        float y) {
-  acc_add(a, fmax_f, fmin_normal, x, x, y, y);
-}
-
-__device__ __forceinline__ void acc_merge(Acc &a, const Acc &b) {
-  a.n += b.n;
-  a.under += b.under;
-  a.sub += b.sub;
-  a.over += b.over;
-  a.pairs += b.pairs;
-  a.amax = fmax(a.amax, b.amax);
-  a.minnz = fmin(a.minnz, b.minnz);
-  a.sxx += b.sxx;
-  a.syy += b.syy;
-  a.sxy += b.sxy;
-  a.see += b.see;
-}
-
 /* Reduces the block's accumulators into thread 0's, in a fixed order. */
-__device__ void block_reduce(Acc &a) {
-  __shared__ Acc sh[kStatThreads];
+__device__ void block_reduce(exmy_stats_sums &a) {
+  __shared__ exmy_stats_sums sh[kStatThreads];
   sh[threadIdx.x] = a;
   __syncthreads();
   for (int s = kStatThreads / 2; s > 0; s >>= 1) {
-    if ((int)threadIdx.x < s) acc_merge(sh[threadIdx.x], sh[threadIdx.x + s]);
+    if ((int)threadIdx.x < s) exmy_stats_sums_merge(&sh[threadIdx.x], &sh[threadIdx.x + s]);
     __syncthreads();
   }
   a = sh[0];
@@ -92,9 +36,9 @@ __device__ void block_reduce(Acc &a) {
 
 __global__ void __launch_bounds__(kStatThreads)
     k_stats_partial(const float *x, const float *y, size_t n, float fmax_f,
-                    float fmin_normal, int vec, Acc *partial) {
-  Acc a;
-  acc_init(a);
+                    float fmin_normal, int vec, exmy_stats_sums *partial) {
+  exmy_stats_sums a;
+  exmy_stats_sums_init(&a);
   const size_t groups = (n + 3) / 4;
   const size_t stride = (size_t)gridDim.x * kStatThreads;
   for (size_t g = (size_t)blockIdx.x * kStatThreads + threadIdx.x; g < groups;
@@ -103,12 +47,13 @@ __global__ void __launch_bounds__(kStatThreads)
     if (vec && i + 4 <= n) {
       const float4 xv = *reinterpret_cast<const float4 *>(x + i);
       const float4 yv = *reinterpret_cast<const float4 *>(y + i);
-      acc_add(a, fmax_f, fmin_normal, xv.x, yv.x);
-      acc_add(a, fmax_f, fmin_normal, xv.y, yv.y);
-      acc_add(a, fmax_f, fmin_normal, xv.z, yv.z);
-      acc_add(a, fmax_f, fmin_normal, xv.w, yv.w);
+      exmy_stats_sums_add(&a, fmax_f, fmin_normal, xv.x, xv.x, yv.x, yv.x);
+      exmy_stats_sums_add(&a, fmax_f, fmin_normal, xv.y, xv.y, yv.y, yv.y);
+      exmy_stats_sums_add(&a, fmax_f, fmin_normal, xv.z, xv.z, yv.z, yv.z);
+      exmy_stats_sums_add(&a, fmax_f, fmin_normal, xv.w, xv.w, yv.w, yv.w);
     } else {
-      for (size_t k = i; k < n && k < i + 4; k++) acc_add(a, fmax_f, fmin_normal, x[k], y[k]);
+      for (size_t k = i; k < n && k < i + 4; k++)
+        exmy_stats_sums_add(&a, fmax_f, fmin_normal, x[k], x[k], y[k], y[k]);
     }
   }
   block_reduce(a);
@@ -123,16 +68,16 @@ __global__ void __launch_bounds__(kStatThreads)
 __global__ void __launch_bounds__(kStatThreads)
     k_stats_partial_scaled(const __grid_constant__ exmy_format f, const float *x, const float *y,
                            size_t n, const float *scale_inv, float fmax_f, float fmin_normal,
-                           Acc *partial) {
-  Acc a;
-  acc_init(a);
+                           exmy_stats_sums *partial) {
+  exmy_stats_sums a;
+  exmy_stats_sums_init(&a);
   const float s = scale_inv[0];
   const size_t stride = (size_t)gridDim.x * kStatThreads;
   for (size_t i = (size_t)blockIdx.x * kStatThreads + threadIdx.x; i < n; i += stride) {
     const float xi = x[i], yi = y[i], xs = xi * s;
     const float q = exmy_core_decode(&f, exmy_core_encode(&f, EXMY_RNE, false, false, 32,
                                                           yi * s, 0));
-    acc_add(a, fmax_f, fmin_normal, xi, xs, q, yi);
+    exmy_stats_sums_add(&a, fmax_f, fmin_normal, xi, xs, q, yi);
   }
   block_reduce(a);
   if (threadIdx.x == 0) partial[blockIdx.x] = a;
@@ -143,16 +88,16 @@ __global__ void __launch_bounds__(kStatThreads)
  * exact (powers of two), as cpu/quantize_scaled.c's quantize_grouped sees them. */
 __global__ void __launch_bounds__(kStatThreads)
     k_stats_partial_mx(const float *x, const float *y, const uint8_t *scales, size_t rows,
-                       size_t cols, int block, float fmax_f, float fmin_normal, Acc *partial) {
-  Acc a;
-  acc_init(a);
+                       size_t cols, int block, float fmax_f, float fmin_normal, exmy_stats_sums *partial) {
+  exmy_stats_sums a;
+  exmy_stats_sums_init(&a);
   const size_t n = rows * cols, nb = (cols + block - 1) / block;
   const size_t stride = (size_t)gridDim.x * kStatThreads;
   for (size_t i = (size_t)blockIdx.x * kStatThreads + threadIdx.x; i < n; i += stride) {
     const size_t r = i / cols, c = i % cols;
     const int e = (int)scales[r * nb + c / block] - 127;
-    const float s = ldexpf(1.0f, -e);
-    acc_add(a, fmax_f, fmin_normal, x[i], x[i] * s, y[i] * s, y[i]);
+    const float s = exmy_pow2f(-e);
+    exmy_stats_sums_add(&a, fmax_f, fmin_normal, x[i], x[i] * s, y[i] * s, y[i]);
   }
   block_reduce(a);
   if (threadIdx.x == 0) partial[blockIdx.x] = a;
@@ -172,28 +117,15 @@ __global__ void k_stats_scale(exmy_tensor_stats *st, const float *scale_inv, flo
   st->delayed_over_current = (double)scale_inv[0] / (double)cur;
 }
 
-/* exmy_stats_acc_finish on the device. */
+/* The merge of the block partials and exmy_stats_sums_finish. */
 __global__ void __launch_bounds__(kStatThreads)
-    k_stats_finish(const Acc *partial, int nparts, exmy_tensor_stats *s) {
-  Acc a;
-  acc_init(a);
-  for (int i = threadIdx.x; i < nparts; i += kStatThreads) acc_merge(a, partial[i]);
+    k_stats_finish(const exmy_stats_sums *partial, int nparts, exmy_tensor_stats *s) {
+  exmy_stats_sums a;
+  exmy_stats_sums_init(&a);
+  for (int i = threadIdx.x; i < nparts; i += kStatThreads) exmy_stats_sums_merge(&a, &partial[i]);
   block_reduce(a);
   if (threadIdx.x != 0) return;
-  const double n = a.n ? (double)a.n : 1.0;
-  s->n = a.n;
-  s->amax = a.amax;
-  s->min_nonzero = isinf(a.minnz) ? 0.0 : a.minnz;
-  s->underflow_ratio = a.under / n;
-  s->subnormal_ratio = a.sub / n;
-  s->overflow_ratio = a.over / n;
-  s->mse = a.pairs ? a.see / a.pairs : 0.0;
-  s->rel_l2 = a.sxx > 0 ? sqrt(a.see / a.sxx) : (a.see > 0 ? INFINITY : 0.0);
-  if (a.sxx > 0 && a.syy > 0)
-    s->cosine = a.sxy / (sqrt(a.sxx) * sqrt(a.syy));
-  else
-    s->cosine = (a.sxx == 0 && a.syy == 0) ? 1.0 : 0.0;
-  s->sqnr_db = a.see > 0 ? 10.0 * log10(a.sxx / a.see) : INFINITY;
+  exmy_stats_sums_finish(&a, s);
   s->scale = 1.0;
   s->delayed_over_current = NAN;
 }
@@ -436,8 +368,8 @@ extern "C" cudaError_t exmy_cuda_tensor_stats_f32(const exmy_format *f,
   exmy_format_info info;
   exmy_format_get_info(f, &info);
   const int nb = stat_blocks();
-  Acc *partial;
-  EXMY_CUDA_TRY(cudaMallocAsync((void **)&partial, sizeof(Acc) * nb, stream));
+  exmy_stats_sums *partial;
+  EXMY_CUDA_TRY(cudaMallocAsync((void **)&partial, sizeof(exmy_stats_sums) * nb, stream));
   const int vec = (((uintptr_t)x | (uintptr_t)y) & 15u) == 0;
   k_stats_partial<<<nb, kStatThreads, 0, stream>>>(x, y, n, info.max,
                                                    info.min_normal, vec, partial);
@@ -484,8 +416,8 @@ extern "C" cudaError_t exmy_cuda_tensor_stats_scaled_f32(
   exmy_format_info info;
   exmy_format_get_info(f, &info);
   const int nb = stat_blocks();
-  Acc *partial;
-  EXMY_CUDA_TRY(cudaMallocAsync((void **)&partial, sizeof(Acc) * nb, stream));
+  exmy_stats_sums *partial;
+  EXMY_CUDA_TRY(cudaMallocAsync((void **)&partial, sizeof(exmy_stats_sums) * nb, stream));
   k_stats_partial_scaled<<<nb, kStatThreads, 0, stream>>>(*f, x, y, n, scale_inv, info.max,
                                                           info.min_normal, partial);
   k_stats_finish<<<1, kStatThreads, 0, stream>>>(partial, nb, stats);
@@ -529,8 +461,8 @@ extern "C" cudaError_t exmy_cuda_tensor_stats_mx_f32(const exmy_format *f, int b
   exmy_format_info info;
   exmy_format_get_info(f, &info);
   const int nb = stat_blocks();
-  Acc *partial;
-  EXMY_CUDA_TRY(cudaMallocAsync((void **)&partial, sizeof(Acc) * nb, stream));
+  exmy_stats_sums *partial;
+  EXMY_CUDA_TRY(cudaMallocAsync((void **)&partial, sizeof(exmy_stats_sums) * nb, stream));
   k_stats_partial_mx<<<nb, kStatThreads, 0, stream>>>(x, y, scales, rows, cols, block, info.max,
                                                       info.min_normal, partial);
   k_stats_finish<<<1, kStatThreads, 0, stream>>>(partial, nb, stats);

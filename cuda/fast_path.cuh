@@ -1,6 +1,7 @@
 /*
  * Fast paths for the hot (format, mode) pairs: rne and sr in the formats that
- * spec_format() knows (E8M0 excepted, whose core is already short).  The
+ * spec_format() knows (E8M0 excepted, whose core is already short), and in
+ * run-time formats that fast_path_ok() accepts.  The
  * reference core spends ~60 integer instructions per element on generality;
  * at copy speed an H100 has room for about 40.  These paths compute the same
  * code with float32 bit arithmetic:
@@ -25,16 +26,27 @@
 
 namespace exmy_cuda {
 
-template <int ID>
-struct Fast {
-  static constexpr bool enabled = ID >= 0 && ID != SPEC_E8M0;
-};
-
-/* Whether a run-time format may take the fast paths (checked once per call). */
-__host__ __device__ inline bool fast_path_ok(const exmy_format &f) {
+/* Whether a format may take the fast paths (for a run-time format, checked
+ * once per call). */
+__host__ __device__ constexpr bool fast_path_ok(const exmy_format &f) {
   return f.specials != EXMY_SPECIALS_E8M0 && f.man_bits <= 22 &&
          f.emin - f.man_bits + 23 >= -126;
 }
+
+/* Whether the kernels of compile-time format ID use the fast paths: the rows
+ * of the format table with GPU kernels that pass fast_path_ok (all but E8M0). */
+template <int ID>
+constexpr bool fast_path_enabled() {
+  if constexpr (ID == SPEC_GENERIC)
+    return false;
+  else
+    return spec_kernels(ID) != 0 && fast_path_ok(spec_format<ID>());
+}
+
+template <int ID>
+struct Fast {
+  static constexpr bool enabled = fast_path_enabled<ID>();
+};
 
 __host__ __device__ constexpr uint32_t pow2_bits(int p) { /* p in [-126, 127] */
   return (uint32_t)(p + 127) << 23;

@@ -118,15 +118,18 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <int ID>
-void launch_decode8(const exmy_format &f, const uint8_t *codes, const uint8_t *scales,
-                    float *y, size_t n, size_t g, cudaStream_t s) {
-  k_mx_decode8<ID><<<blocks_for(n / kPer, kThreads), kThreads, 0, s>>>(f, codes, scales, y, n, g);
-}
+struct Decode8Op {
+  static void run(const exmy_format &f, const uint8_t *codes, const uint8_t *scales, float *y,
+                  size_t n, size_t g, cudaStream_t s) {
+    k_mx_decode8<ID><<<blocks_for(n / kPer, kThreads), kThreads, 0, s>>>(f, codes, scales, y, n,
+                                                                         g);
+  }
+};
 
 template <int ID, int MODE>
-cudaError_t launch_fast(const exmy_format &f, const KOpts &o, int lanes,
-                        const float *x, uint8_t *codes, uint8_t *scales,
-                        size_t n, cudaStream_t s) {
+cudaError_t launch_encode_lanes(const exmy_format &f, const KOpts &o, int lanes,
+                                const float *x, uint8_t *codes, uint8_t *scales, size_t n,
+                                cudaStream_t s) {
   const unsigned blocks = blocks_for((n + kPer - 1) / kPer, kThreads);
   switch (lanes) {
 #define EXMY_LANES(L) \
@@ -142,6 +145,20 @@ cudaError_t launch_fast(const exmy_format &f, const KOpts &o, int lanes,
   }
   return cudaGetLastError();
 }
+
+/* The one-pass encode: the compile-time formats get an rne kernel of their
+ * own; everything else runs the run-time-mode kernel of its format. */
+template <int ID>
+struct Encode8Op {
+  static cudaError_t run(const exmy_format &f, const KOpts &k, int lanes, const float *x,
+                         uint8_t *codes, uint8_t *scales, size_t n, cudaStream_t s) {
+    if constexpr (ID != SPEC_GENERIC) {
+      if (k.mode == EXMY_RNE)
+        return launch_encode_lanes<ID, EXMY_RNE>(f, k, lanes, x, codes, scales, n, s);
+    }
+    return launch_encode_lanes<ID, kRuntimeMode>(f, k, lanes, x, codes, scales, n, s);
+  }
+};
 
 }  // namespace
 
@@ -159,24 +176,9 @@ extern "C" cudaError_t exmy_cuda_mx_encode_f32(
   const bool fast = g % kPer == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0 &&
                     cols % g == 0 && ((uintptr_t)x & 15u) == 0 &&
                     ((uintptr_t)codes & 7u) == 0;
-  if (fast) {
-    const int L = (int)lanes;
-    const int m = k.mode;
-    switch (spec_id(f)) {
-#define EXMY_MX(ID)                                                            \
-  case ID:                                                                     \
-    return m == EXMY_RNE ? launch_fast<ID, EXMY_RNE>(*f, k, L, x, codes, scales, n, stream) \
-                         : launch_fast<ID, kRuntimeMode>(*f, k, L, x, codes, scales, n, stream);
-      EXMY_MX(SPEC_E4M3FN)
-      EXMY_MX(SPEC_E5M2)
-      EXMY_MX(SPEC_E2M3)
-      EXMY_MX(SPEC_E3M2)
-      EXMY_MX(SPEC_E2M1)
-#undef EXMY_MX
-      default:
-        return launch_fast<SPEC_GENERIC, kRuntimeMode>(*f, k, L, x, codes, scales, n, stream);
-    }
-  }
+  if (fast)
+    return with_spec_format<EXMY_GPU_SCALED, Encode8Op>(f, *f, k, (int)lanes, x, codes, scales,
+                                                        n, stream);
   const size_t tasks = rows * ((cols + g - 1) / g);
   k_mx_encode_any<<<blocks_for(tasks, 128), 128, 0, stream>>>(*f, k, x, codes, scales,
                                                              rows, cols, g);
@@ -193,14 +195,7 @@ extern "C" cudaError_t exmy_cuda_mx_decode_f32(const exmy_format *f, int block,
   if (n == 0) return cudaSuccess;
   if (g % kPer == 0 && cols % g == 0 && ((uintptr_t)codes & 7u) == 0 &&
       ((uintptr_t)y & 15u) == 0) {
-    switch (spec_id(f)) {
-      case SPEC_E4M3FN: launch_decode8<SPEC_E4M3FN>(*f, codes, scales, y, n, g, stream); break;
-      case SPEC_E5M2: launch_decode8<SPEC_E5M2>(*f, codes, scales, y, n, g, stream); break;
-      case SPEC_E2M3: launch_decode8<SPEC_E2M3>(*f, codes, scales, y, n, g, stream); break;
-      case SPEC_E3M2: launch_decode8<SPEC_E3M2>(*f, codes, scales, y, n, g, stream); break;
-      case SPEC_E2M1: launch_decode8<SPEC_E2M1>(*f, codes, scales, y, n, g, stream); break;
-      default: launch_decode8<SPEC_GENERIC>(*f, codes, scales, y, n, g, stream);
-    }
+    with_spec_format<EXMY_GPU_SCALED, Decode8Op>(f, *f, codes, scales, y, n, g, stream);
     return cudaGetLastError();
   }
   int sms = 132;

@@ -185,31 +185,27 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int ID, int MODE>
-void launch_scaled(const exmy_format &f, const KOpts &o, const float *x, float *y,
-                   size_t n, int vec, const float *si, cudaStream_t s) {
-  k_quantize_scaled<ID, MODE><<<blocks_for((n + kPer - 1) / kPer, kThreads), kThreads, 0, s>>>(
-      f, o, x, y, n, vec, si);
-}
+/* The compile-time formats get an rne kernel of their own; everything else
+ * runs the run-time-mode kernel of its format (the generic one included). */
+template <int ID>
+struct ScaledOp {
+  static void run(const exmy_format &f, const KOpts &k, const float *x, float *y, size_t n,
+                  const float *si, cudaStream_t s) {
+    const int vec = (((uintptr_t)x | (uintptr_t)y) & 15u) == 0;
+    const unsigned blocks = blocks_for((n + kPer - 1) / kPer, kThreads);
+    if constexpr (ID != SPEC_GENERIC) {
+      if (k.mode == EXMY_RNE) {
+        k_quantize_scaled<ID, EXMY_RNE><<<blocks, kThreads, 0, s>>>(f, k, x, y, n, vec, si);
+        return;
+      }
+    }
+    k_quantize_scaled<ID, kRuntimeMode><<<blocks, kThreads, 0, s>>>(f, k, x, y, n, vec, si);
+  }
+};
 
 void launch_scaled_any(const exmy_format &f, const KOpts &k, const float *x, float *y,
                        size_t n, const float *si, cudaStream_t stream) {
-  const int vec = (((uintptr_t)x | (uintptr_t)y) & 15u) == 0;
-  switch (spec_id(&f)) {
-#define EXMY_SC(ID)                                                              \
-  case ID:                                                                       \
-    if (k.mode == EXMY_RNE) launch_scaled<ID, EXMY_RNE>(f, k, x, y, n, vec, si, stream); \
-    else launch_scaled<ID, kRuntimeMode>(f, k, x, y, n, vec, si, stream);        \
-    break;
-    EXMY_SC(SPEC_E4M3FN)
-    EXMY_SC(SPEC_E5M2)
-    EXMY_SC(SPEC_E2M3)
-    EXMY_SC(SPEC_E3M2)
-    EXMY_SC(SPEC_E2M1)
-#undef EXMY_SC
-    default:
-      launch_scaled<SPEC_GENERIC, kRuntimeMode>(f, k, x, y, n, vec, si, stream);
-  }
+  with_spec_format<EXMY_GPU_SCALED, ScaledOp>(&f, f, k, x, y, n, si, stream);
 }
 
 /* The BF16 GEMM path's operand in one pass: q = Q(x·s) stored as bfloat16
@@ -256,34 +252,34 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int ID, int MODE>
-void launch_scaled_bf16(const exmy_format &f, const KOpts &o, const float *x, uint16_t *y,
-                        size_t n, const float *si, unsigned int *amax, cudaStream_t s) {
-  const int vec = (((uintptr_t)x | (uintptr_t)y) & 15u) == 0;
-  k_quantize_scaled_bf16<ID, MODE><<<blocks_for((n + kPer - 1) / kPer, kThreads), kThreads, 0, s>>>(
-      f, o, x, y, n, vec, si, amax);
-}
+/* The compile-time formats get rne and sr kernels of their own; everything
+ * else runs the run-time-mode kernel of its format (the generic one too). */
+template <int ID>
+struct ScaledBf16Op {
+  static void run(const exmy_format &f, const KOpts &k, const float *x, uint16_t *y, size_t n,
+                  const float *si, unsigned int *amax, cudaStream_t s) {
+    const int vec = (((uintptr_t)x | (uintptr_t)y) & 15u) == 0;
+    const unsigned blocks = blocks_for((n + kPer - 1) / kPer, kThreads);
+    if constexpr (ID != SPEC_GENERIC) {
+      if (k.mode == EXMY_RNE) {
+        k_quantize_scaled_bf16<ID, EXMY_RNE><<<blocks, kThreads, 0, s>>>(f, k, x, y, n, vec, si,
+                                                                         amax);
+        return;
+      }
+      if (k.mode == EXMY_SR) {
+        k_quantize_scaled_bf16<ID, EXMY_SR><<<blocks, kThreads, 0, s>>>(f, k, x, y, n, vec, si,
+                                                                        amax);
+        return;
+      }
+    }
+    k_quantize_scaled_bf16<ID, kRuntimeMode><<<blocks, kThreads, 0, s>>>(f, k, x, y, n, vec, si,
+                                                                         amax);
+  }
+};
 
 void launch_scaled_bf16_any(const exmy_format &f, const KOpts &k, const float *x, uint16_t *y,
                             size_t n, const float *si, unsigned int *amax, cudaStream_t s) {
-  switch (spec_id(&f)) {
-#define EXMY_SCB(ID)                                                                    \
-  case ID:                                                                              \
-    if (k.mode == EXMY_RNE) launch_scaled_bf16<ID, EXMY_RNE>(f, k, x, y, n, si, amax, s); \
-    else if (k.mode == EXMY_SR) launch_scaled_bf16<ID, EXMY_SR>(f, k, x, y, n, si, amax, s); \
-    else launch_scaled_bf16<ID, kRuntimeMode>(f, k, x, y, n, si, amax, s);             \
-    break;
-    EXMY_SCB(SPEC_E4M3FN)
-    EXMY_SCB(SPEC_E5M2)
-    EXMY_SCB(SPEC_BF16)
-    EXMY_SCB(SPEC_E8M3)
-    EXMY_SCB(SPEC_E8M4)
-    EXMY_SCB(SPEC_E8M5)
-    EXMY_SCB(SPEC_E8M6)
-#undef EXMY_SCB
-    default:
-      launch_scaled_bf16<SPEC_GENERIC, kRuntimeMode>(f, k, x, y, n, si, amax, s);
-  }
+  with_spec_format<EXMY_GPU_BF16, ScaledBf16Op>(&f, f, k, x, y, n, si, amax, s);
 }
 
 void launch_amax(const float *x, size_t n, unsigned int *amax_bits, cudaStream_t stream) {

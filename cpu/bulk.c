@@ -46,7 +46,9 @@
 #define EXMY_CLONES
 #endif
 
-enum { SR_TILE = 512 }; /* elements per tile of random words */
+/* sr in the C loops (cpu/bulk_kernel.h): elements per tile of random words
+ * (the AVX-512 loops of cpu/bulk_avx512.c tile by AVX512_SR_TILE) */
+enum { PORTABLE_SR_TILE = 512 };
 
 /* The Philox words of blocks b0 .. b0+nb-1 (mod 2^62, as the block j >> 2 of
  * a 64-bit stream index j wraps), in order.  The loop over blocks vectorises
@@ -117,10 +119,10 @@ typedef union { float f; uint32_t u; } f32u;
       EXMY_STORE_##QUANT(out, i, r, OUT_T);                                   \
     }                                                                         \
   } else {                                                                    \
-    uint32_t words[SR_TILE + 8];                                              \
+    uint32_t words[PORTABLE_SR_TILE + 8];                                     \
     const int avx512 = cpu_has_avx512();                                      \
-    for (size_t t0 = 0; t0 < n; t0 += SR_TILE) {                              \
-      size_t len = n - t0 < SR_TILE ? n - t0 : SR_TILE;                       \
+    for (size_t t0 = 0; t0 < n; t0 += PORTABLE_SR_TILE) {                     \
+      size_t len = n - t0 < PORTABLE_SR_TILE ? n - t0 : PORTABLE_SR_TILE;     \
       const uint64_t j = j0 + t0;                                             \
       philox_tile(seed, j >> 2, ((j & 3) + len + 3) >> 2, words, avx512);     \
       const uint32_t *w = words + (j & 3);                                    \

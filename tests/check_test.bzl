@@ -7,7 +7,7 @@ COPTS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-fopenmp"]
 STATIC_CHECK = ["-l:libcheck.a", "-l:libsubunit.a", "-lm", "-lrt", "-lpthread"]
 
 def check_test(name, srcs = None, deps = [], copts = [], linkopts = [], gpu = False, **kwargs):
-    """A cc_test of name.c (or srcs) with Check and OpenMP.
+    """A cc_test of name.c (or srcs) with Check, OpenMP and tests/check_suite.h.
 
     copts, linkopts: added to the common ones.
     gpu: tagged "gpu" (CI builds it and skips it, see .bazelrc; run it on a GPU
@@ -25,6 +25,6 @@ def check_test(name, srcs = None, deps = [], copts = [], linkopts = [], gpu = Fa
         srcs = [name + ".c"] if srcs == None else srcs,
         copts = COPTS + copts,
         linkopts = ["-fopenmp"] + linkopts,
-        deps = deps + check_deps,
+        deps = deps + check_deps + ["//tests:check_suite"],
         **kwargs
     )

@@ -8,6 +8,7 @@
 
 #include "cuda/fast_path.cuh"
 #include "lib/exmy.h"
+#include "tests/check_suite.h"
 
 using namespace exmy_cuda;
 
@@ -146,15 +147,6 @@ START_TEST(fast_equals_core_on_all_inputs) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("cuda_fast_path");
-  TCase *tc = tcase_create("exhaustive");
-  tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, fast_equals_core_on_all_inputs);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  const TTest *const tests[] = {fast_equals_core_on_all_inputs, NULL};
+  return run_suite(suite_of("cuda_fast_path", 300, tests), false);
 }

@@ -256,11 +256,3 @@ float bits_f32(uint32_t u) {
   memcpy(&x, &u, sizeof x);
   return x;
 }
-
-int run_suite(Suite *s) {
-  SRunner *r = srunner_create(s);
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed == 0 ? 0 : 1;
-}

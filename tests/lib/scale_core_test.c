@@ -128,12 +128,8 @@ START_TEST(delayed_update_keeps_the_scale_where_amax_is_unusable) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("scale_core");
-  TCase *tc = tcase_create("scale_core");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, scale_from_amax_is_ldexpf_of_the_quotient);
-  tcase_add_test(tc, mx_exponent_and_powers_of_two);
-  tcase_add_test(tc, delayed_update_keeps_the_scale_where_amax_is_unusable);
-  suite_add_tcase(s, tc);
-  return run_suite(s);
+  const TTest *const tests[] = {scale_from_amax_is_ldexpf_of_the_quotient,
+                                mx_exponent_and_powers_of_two,
+                                delayed_update_keeps_the_scale_where_amax_is_unusable, NULL};
+  return run_suite(suite_of("scale_core", 120, tests), true);
 }

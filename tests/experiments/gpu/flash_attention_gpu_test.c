@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "experiments/gpu/flash_attention.h"
+#include "tests/check_suite.h"
 #include "tests/cuda/gpu_check.h"
 #include "experiments/model.h"
 
@@ -366,20 +367,7 @@ START_TEST(speed) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("flash_attention_gpu");
-  TCase *tc = tcase_create("flash_attention");
-  tcase_set_timeout(tc, 600);
-  tcase_add_test(tc, rejects_what_it_does_not_serve);
-  tcase_add_test(tc, deterministic);
-  tcase_add_test(tc, causal);
-  tcase_add_test(tc, rounding_bits);
-  tcase_add_test(tc, matches_cpu);
-  tcase_add_test(tc, speed);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  const TTest *const tests[] = {rejects_what_it_does_not_serve, deterministic, causal,
+                                rounding_bits, matches_cpu, speed, NULL};
+  return run_suite(suite_of("flash_attention_gpu", 600, tests), false);
 }

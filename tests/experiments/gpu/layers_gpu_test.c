@@ -21,6 +21,7 @@
 #include "experiments/gpu/layers.h"
 #include "experiments/model.h"
 #include "experiments/optim.h"
+#include "tests/check_suite.h"
 #include "tests/cuda/gpu_check.h"
 
 /* ------------------------------------------------------------ helpers */
@@ -703,27 +704,12 @@ int main(void) {
   }
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  Suite *s = suite_create("gpu_layers");
-  TCase *tc = tcase_create("layers");
-  tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, encoder);
-  tcase_add_test(tc, rmsnorm);
-  tcase_add_test(tc, rope);
-  tcase_add_test(tc, swiglu_and_add);
-  tcase_add_test(tc, causal_softmax);
-  tcase_add_test(tc, crossentropy);
-  tcase_add_test(tc, sumsq);
-  tcase_add_test(tc, adamw);
-  tcase_add_test(tc, scale_120m);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  const int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  const TTest *const tests[] = {encoder, rmsnorm, rope, swiglu_and_add, causal_softmax,
+                                crossentropy, sumsq, adamw, scale_120m, NULL};
+  const int failed = run_suite(suite_of("gpu_layers", 300, tests), false);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   printf("worst max|gpu - cpu| / max|cpu| per function (criterion < 1e-5):\n");
   for (int k = 0; k < n_worst; k++) printf("  %-26s %.3g\n", worst_table[k].fn, worst_table[k].worst);
   printf("total %.1f s\n", (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));
-  return failed ? 1 : 0;
+  return failed;
 }

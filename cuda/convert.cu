@@ -31,13 +31,7 @@ __global__ void __launch_bounds__(kThreads)
   float q[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; k++) q[k] = decode_one<ID>(f, c[k]);
-  if (full) {
-    *reinterpret_cast<float4 *>(y + base) = make_float4(q[0], q[1], q[2], q[3]);
-    *reinterpret_cast<float4 *>(y + base + 4) = make_float4(q[4], q[5], q[6], q[7]);
-  } else {
-    for (int k = 0; k < kPer; k++)
-      if (base + k < n) y[base + k] = q[k];
-  }
+  store8f(y, base, n, full, q);
 }
 
 template <int ID, int MODE, typename T>
@@ -81,7 +75,7 @@ __global__ void __launch_bounds__(kThreads)
   float q[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; k++) q[k] = decode_one<ID>(f, c[k]);
-  if (full) {
+  if (full) { /* spelled out: through store8f the uint32 kernels compile differently */
     *reinterpret_cast<float4 *>(y + base) = make_float4(q[0], q[1], q[2], q[3]);
     *reinterpret_cast<float4 *>(y + base + 4) = make_float4(q[4], q[5], q[6], q[7]);
   } else {

@@ -96,6 +96,20 @@ __device__ __forceinline__ bool load8(const float *x, size_t base, size_t n,
   return false;
 }
 
+/* The 8 float32 results of a thread: two 16-byte stores when `full` (all 8
+ * in range, y 16-byte aligned), else one by one below n. */
+__device__ __forceinline__ void store8f(float *y, size_t base, size_t n, bool full,
+                                        const float q[kPer]) {
+  if (full) {
+    *reinterpret_cast<float4 *>(y + base) = make_float4(q[0], q[1], q[2], q[3]);
+    *reinterpret_cast<float4 *>(y + base + 4) = make_float4(q[4], q[5], q[6], q[7]);
+  } else {
+    for (int k = 0; k < kPer; k++)
+      if (base + k < n) y[base + k] = q[k];
+  }
+}
+
+/* The 8 codes of a thread, packed into 8, 16 or 32 bytes when `full`. */
 template <typename T>
 __device__ __forceinline__ void store8(T *out, size_t base, size_t n, bool full,
                                        const uint32_t c[kPer]) {

@@ -176,13 +176,7 @@ __global__ void __launch_bounds__(kThreads)
   float q[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; k++) q[k] = mul_keep_nan(decode_one<ID>(f, c[k]), inv);
-  if (full) {
-    *reinterpret_cast<float4 *>(y + base) = make_float4(q[0], q[1], q[2], q[3]);
-    *reinterpret_cast<float4 *>(y + base + 4) = make_float4(q[4], q[5], q[6], q[7]);
-  } else {
-    for (int k = 0; k < kPer; k++)
-      if (base + k < n) y[base + k] = q[k];
-  }
+  store8f(y, base, n, full, q);
 }
 
 /* The compile-time formats get an rne kernel of their own; everything else

@@ -349,42 +349,36 @@ static void reference_loop(const exmy_format *f, const exmy_rounding_opts *o,
   }
 }
 
-void exmy_quantize_f32(const exmy_format *f, const exmy_rounding_opts *o,
-                       const float *x, float *y, size_t n) {
+/* quantize (bytes 0: float32 values out) or encode (codes of `bytes`). */
+static void round_array(const exmy_format *f, const exmy_rounding_opts *o,
+                        const float *x, void *out, size_t n, size_t bytes) {
   exmy_kparams p;
   if (kparams_make(f, o, &p)) {
-    reference_loop(f, o, x, y, n, 1);
+    reference_loop(f, o, x, out, n, bytes == 0);
     return;
   }
-  exmy_kernel_fn fn = avx512_kernel(f, o, &p, n, 0);
-  if (!fn) {
-    const exmy_kernel_fn *row = f->specials == EXMY_SPECIALS_E8M0 ? row_q_e8m0
-                                : o->flush_subnormals            ? row_q_flush
-                                                                 : row_q_keep;
-    fn = row[o->mode];
-  }
-  run_parallel(fn, &p, x, y, sizeof(float), n, o->seed, o->offset);
-}
-
-void exmy_encode_f32(const exmy_format *f, const exmy_rounding_opts *o,
-                     const float *x, void *codes, size_t n) {
-  exmy_kparams p;
-  if (kparams_make(f, o, &p)) {
-    reference_loop(f, o, x, codes, n, 0);
-    return;
-  }
-  const size_t bytes = exmy_code_bytes(f);
   const int flush = o->flush_subnormals;
   exmy_kernel_fn fn = avx512_kernel(f, o, &p, n, bytes);
   if (!fn) {
     const exmy_kernel_fn *row =
-        f->specials == EXMY_SPECIALS_E8M0 ? row_c8_e8m0
+        f->specials == EXMY_SPECIALS_E8M0 ? (bytes == 0 ? row_q_e8m0 : row_c8_e8m0)
+        : bytes == 0                      ? (flush ? row_q_flush : row_q_keep)
         : bytes == 1                      ? (flush ? row_c8_flush : row_c8_keep)
         : bytes == 2                      ? (flush ? row_c16_flush : row_c16_keep)
                                           : (flush ? row_c32_flush : row_c32_keep);
     fn = row[o->mode];
   }
-  run_parallel(fn, &p, x, codes, bytes, n, o->seed, o->offset);
+  run_parallel(fn, &p, x, out, bytes == 0 ? sizeof(float) : bytes, n, o->seed, o->offset);
+}
+
+void exmy_quantize_f32(const exmy_format *f, const exmy_rounding_opts *o,
+                       const float *x, float *y, size_t n) {
+  round_array(f, o, x, y, n, 0);
+}
+
+void exmy_encode_f32(const exmy_format *f, const exmy_rounding_opts *o,
+                     const float *x, void *codes, size_t n) {
+  round_array(f, o, x, codes, n, exmy_code_bytes(f));
 }
 
 /* ------------------------------------------------------------------ decode */

@@ -24,10 +24,8 @@ __global__ void __launch_bounds__(kThreads)
   const auto &f = kernel_format<ID>(rt);
   const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
   if (base >= n) return;
-  float v[kPer];
   uint32_t c[kPer];
-  const bool full = load8(x, base, n, vec, v);
-  encode8<ID, MODE>(f, o, base, v, c);
+  const bool full = load_encode8<ID, MODE>(f, o, x, base, n, vec, c);
   float q[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; k++) q[k] = decode_one<ID>(f, c[k]);
@@ -41,10 +39,8 @@ __global__ void __launch_bounds__(kThreads)
   const auto &f = kernel_format<ID>(rt);
   const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
   if (base >= n) return;
-  float v[kPer];
   uint32_t c[kPer];
-  const bool full = load8(x, base, n, vec, v);
-  encode8<ID, MODE>(f, o, base, v, c);
+  const bool full = load_encode8<ID, MODE>(f, o, x, base, n, vec, c);
   store8<T>(codes, base, n, full, c);
 }
 

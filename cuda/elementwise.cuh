@@ -96,6 +96,18 @@ __device__ __forceinline__ bool load8(const float *x, size_t base, size_t n,
   return false;
 }
 
+/* The codes of the thread's 8 elements from base (load8, then encode8);
+ * returns load8's `full`. */
+template <int ID, int MODE>
+__device__ __forceinline__ bool load_encode8(const exmy_format &f, const KOpts &o,
+                                             const float *x, size_t base, size_t n, int vec,
+                                             uint32_t c[kPer]) {
+  float v[kPer];
+  const bool full = load8(x, base, n, vec, v);
+  encode8<ID, MODE>(f, o, base, v, c);
+  return full;
+}
+
 /* The 8 float32 results of a thread: two 16-byte stores when `full` (all 8
  * in range, y 16-byte aligned), else one by one below n. */
 __device__ __forceinline__ void store8f(float *y, size_t base, size_t n, bool full,

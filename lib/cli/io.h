@@ -3,7 +3,7 @@
  * reading of raw little-endian element files, and output files that appear
  * only when complete.
  *
- * Error contract (issue 2): every failure prints ONE line "exmy: ..." on
+ * Error contract: every failure prints ONE line "exmy: ..." on
  * stderr, exits with status 2, and leaves no output file behind.  Output to a
  * path goes to a temporary file in the same directory, renamed into place by
  * cli_output_commit(); cli_fail() removes that temporary file, so an OUT that

@@ -3,8 +3,8 @@
  * the round trip code -> value -> code of every code of every <= 16-bit
  * format under test.
  *
- * References: the facts are hand-written from the issue's table and the
- * format definitions (e.g. e4m3 max 448); decoding is compared with the
+ * References: the facts are hand-written from the published format tables
+ * and definitions (e.g. e4m3 max 448); decoding is compared with the
  * oracle's table, built from the fields with ldexp (tests/lib/oracle.c).
  */
 #include <check.h>
@@ -22,7 +22,7 @@
 /* ------------------------------------------------------------------ parser */
 
 START_TEST(test_parse_names_and_aliases) {
-  /* every name and alias of the issue's table, in several spellings; each
+  /* every name and alias, in several spellings; each
    * alias must give exactly the canonical name's descriptor */
   static const char *const pairs[][2] = {
       {"float8_e4m3fn", "e4m3"},      {"FLOAT8_E4M3FN", "E4M3"},

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The fields as the issue's table and ml_dtypes define them; generic eXmY is
+/* The fields as the published tables (OCP, ml_dtypes) define them; generic eXmY is
  * IEEE-like with bias 2^(X-1)-1. */
 const test_format kTestFormats[] = {
     {"float8_e4m3fn", 4, 3, 7, ORACLE_FN},

@@ -15,7 +15,7 @@
 #include "tests/lib/oracle.h"
 
 /* A format under test: the name the library parses and the fields the
- * issue's table (and ml_dtypes) give it, independently of lib/format.c. */
+ * published tables (OCP, ml_dtypes) give it, independently of lib/format.c. */
 typedef struct {
   const char *name;
   int exp_bits, man_bits, bias;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The trainer with device = gpu against device = cpu (issue 6), end to end:
+# The trainer with device = gpu against device = cpu, end to end:
 #  1. fp32 and bf16, `tiny`, 50 steps: losses agree to 1e-3 relative at every step;
 #  2. every recipe config trains on the GPU (test size, 12 steps), its losses
 #     within 5e-2 of the CPU's (quantized recipes: a float32 difference may

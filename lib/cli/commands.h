@@ -9,7 +9,7 @@
  *                                                 returns the exit status)
  *      using io.h for errors and files (cli_fail: one line, exit 2);
  *   2. add   X(stats, "one-line summary")   to the list.
- * lib/BUILD compiles every lib/cli/*.c, so the BUILD file needs no change.
+ * lib/BUILD compiles every .c file of lib/cli, so the BUILD file needs no change.
  * The row declares cli_stats / cli_stats_help, lists the command in
  * `exmy --help` and makes `exmy stats` and `exmy help stats` work.
  */

@@ -6,6 +6,7 @@
 #define EXMY_CLI_OPTIONS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "lib/exmy.h"
 
@@ -45,6 +46,13 @@ int cli_round_stream(const char *command, int argc, char **argv, bool to_codes);
 /* Parses the single argument F of `exmy info F` / `exmy table F`. */
 void cli_parse_format_arg(const char *command, int argc, char **argv,
                           exmy_format *f);
+
+/* The named formats of the format table into buf: "e4m3, e5m2, ...," (the
+ * alias where there is one) or, with_aliases, "float8_e4m3fn (e4m3), ...,".
+ * width > 0: the text starts at column first_col and breaks its lines before
+ * column `width`, continuing with two spaces.  Returns the last line's length. */
+size_t cli_format_names(char *buf, size_t size, bool with_aliases, size_t first_col,
+                        size_t width);
 
 /* exmy_format_parse, failing with a message that lists the known names. */
 void cli_parse_format(const char *command, const char *name, exmy_format *f);

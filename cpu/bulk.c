@@ -46,7 +46,9 @@
 #define EXMY_CLONES
 #endif
 
-enum { SR_TILE = 512 }; /* elements per tile of random words */
+/* sr in the C loops (cpu/bulk_kernel.h): elements per tile of random words
+ * (the AVX-512 loops of cpu/bulk_avx512.c tile by AVX512_SR_TILE) */
+enum { PORTABLE_SR_TILE = 512 };
 
 /* The Philox words of blocks b0 .. b0+nb-1 (mod 2^62, as the block j >> 2 of
  * a 64-bit stream index j wraps), in order.  The loop over blocks vectorises
@@ -117,10 +119,10 @@ typedef union { float f; uint32_t u; } f32u;
       EXMY_STORE_##QUANT(out, i, r, OUT_T);                                   \
     }                                                                         \
   } else {                                                                    \
-    uint32_t words[SR_TILE + 8];                                              \
+    uint32_t words[PORTABLE_SR_TILE + 8];                                     \
     const int avx512 = cpu_has_avx512();                                      \
-    for (size_t t0 = 0; t0 < n; t0 += SR_TILE) {                              \
-      size_t len = n - t0 < SR_TILE ? n - t0 : SR_TILE;                       \
+    for (size_t t0 = 0; t0 < n; t0 += PORTABLE_SR_TILE) {                     \
+      size_t len = n - t0 < PORTABLE_SR_TILE ? n - t0 : PORTABLE_SR_TILE;     \
       const uint64_t j = j0 + t0;                                             \
       philox_tile(seed, j >> 2, ((j & 3) + len + 3) >> 2, words, avx512);     \
       const uint32_t *w = words + (j & 3);                                    \
@@ -347,42 +349,36 @@ static void reference_loop(const exmy_format *f, const exmy_rounding_opts *o,
   }
 }
 
-void exmy_quantize_f32(const exmy_format *f, const exmy_rounding_opts *o,
-                       const float *x, float *y, size_t n) {
+/* quantize (bytes 0: float32 values out) or encode (codes of `bytes`). */
+static void round_array(const exmy_format *f, const exmy_rounding_opts *o,
+                        const float *x, void *out, size_t n, size_t bytes) {
   exmy_kparams p;
   if (kparams_make(f, o, &p)) {
-    reference_loop(f, o, x, y, n, 1);
+    reference_loop(f, o, x, out, n, bytes == 0);
     return;
   }
-  exmy_kernel_fn fn = avx512_kernel(f, o, &p, n, 0);
-  if (!fn) {
-    const exmy_kernel_fn *row = f->specials == EXMY_SPECIALS_E8M0 ? row_q_e8m0
-                                : o->flush_subnormals            ? row_q_flush
-                                                                 : row_q_keep;
-    fn = row[o->mode];
-  }
-  run_parallel(fn, &p, x, y, sizeof(float), n, o->seed, o->offset);
-}
-
-void exmy_encode_f32(const exmy_format *f, const exmy_rounding_opts *o,
-                     const float *x, void *codes, size_t n) {
-  exmy_kparams p;
-  if (kparams_make(f, o, &p)) {
-    reference_loop(f, o, x, codes, n, 0);
-    return;
-  }
-  const size_t bytes = exmy_code_bytes(f);
   const int flush = o->flush_subnormals;
   exmy_kernel_fn fn = avx512_kernel(f, o, &p, n, bytes);
   if (!fn) {
     const exmy_kernel_fn *row =
-        f->specials == EXMY_SPECIALS_E8M0 ? row_c8_e8m0
+        f->specials == EXMY_SPECIALS_E8M0 ? (bytes == 0 ? row_q_e8m0 : row_c8_e8m0)
+        : bytes == 0                      ? (flush ? row_q_flush : row_q_keep)
         : bytes == 1                      ? (flush ? row_c8_flush : row_c8_keep)
         : bytes == 2                      ? (flush ? row_c16_flush : row_c16_keep)
                                           : (flush ? row_c32_flush : row_c32_keep);
     fn = row[o->mode];
   }
-  run_parallel(fn, &p, x, codes, bytes, n, o->seed, o->offset);
+  run_parallel(fn, &p, x, out, bytes == 0 ? sizeof(float) : bytes, n, o->seed, o->offset);
+}
+
+void exmy_quantize_f32(const exmy_format *f, const exmy_rounding_opts *o,
+                       const float *x, float *y, size_t n) {
+  round_array(f, o, x, y, n, 0);
+}
+
+void exmy_encode_f32(const exmy_format *f, const exmy_rounding_opts *o,
+                     const float *x, void *codes, size_t n) {
+  round_array(f, o, x, codes, n, exmy_code_bytes(f));
 }
 
 /* ------------------------------------------------------------------ decode */

@@ -466,7 +466,9 @@ EXMY_AI void range(const vparams *v, const float *x, void *out, size_t n, const 
   for (; i < n; i += 16) part16(v, x, out, i, first_lanes(n - i), w, MODE, OUT, KIND);
 }
 
-enum { SR_TILE = 1024 }; /* elements per tile of random words (4 KiB, in L1) */
+/* sr in the AVX-512 loops: elements per tile of random words (4 KiB, in L1;
+ * the C loops of cpu/bulk.c tile by PORTABLE_SR_TILE) */
+enum { AVX512_SR_TILE = 1024 };
 
 EXMY_AI void kernel(const exmy_kparams *p, const float *x, void *out, size_t n, uint64_t seed,
                     uint64_t j0, const int MODE, const int OUT, const int KIND) {
@@ -482,12 +484,12 @@ EXMY_AI void kernel(const exmy_kparams *p, const float *x, void *out, size_t n, 
     philox_keys_make(seed, &k);
     /* the first tile has up to 63 more elements; 4 words of slack for a
      * start inside a block */
-    uint32_t words[SR_TILE + 64 + 4];
-    /* tiles of SR_TILE elements after the first, which also covers the
-     * unaligned head: then every later tile starts on a line of out */
-    const size_t first = (stream ? stream_head(out, n, OUT) : 0) + SR_TILE;
+    uint32_t words[AVX512_SR_TILE + 64 + 4];
+    /* tiles of AVX512_SR_TILE elements after the first, which also covers
+     * the unaligned head: then every later tile starts on a line of out */
+    const size_t first = (stream ? stream_head(out, n, OUT) : 0) + AVX512_SR_TILE;
     for (size_t t0 = 0, len; t0 < n; t0 += len) {
-      len = t0 == 0 ? first : SR_TILE;
+      len = t0 == 0 ? first : AVX512_SR_TILE;
       if (len > n - t0) len = n - t0;
       const uint64_t j = j0 + t0; /* may wrap: then so does the block number */
       philox_words_k(&k, j >> 2, ((j & 3) + len + 3) >> 2, words);

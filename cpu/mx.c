@@ -3,8 +3,8 @@
  * EXMY_SCALING_MX in exmy_quantize_scaled_f32. */
 #include <math.h>
 
-#include "cpu/mx_scale.h"
 #include "lib/exmy.h"
+#include "lib/scale_core.h"
 
 enum { CHUNK = 256 };
 
@@ -25,9 +25,9 @@ int exmy_mx_encode_f32(const exmy_format *f, const exmy_rounding_opts *o,
       float a = fabsf(x[start + i]);
       if (a > amax && a <= 3.40282347e38f) amax = a;
     }
-    int e = exmy_mx_shared_exponent(f, amax);
+    int e = exmy_core_mx_exponent(f->emax, amax);
     scales[t] = (uint8_t)(e + 127);
-    const float s = ldexpf(1.0f, -e);
+    const float s = exmy_pow2f(-e);
     float xs[CHUNK];
     for (size_t p = 0; p < len; p += CHUNK) {
       size_t cn = len - p < CHUNK ? len - p : CHUNK;
@@ -51,6 +51,6 @@ void exmy_mx_decode_f32(const exmy_format *f, int block, const uint8_t *codes,
     for (size_t c = 0; c < cols; c++) {
       uint8_t sc = scales[r * per_row + c / g];
       /* 0xFF is E8M0's NaN */
-      y[r * cols + c] = sc == 0xFF ? NAN : y[r * cols + c] * ldexpf(1.0f, (int)sc - 127);
+      y[r * cols + c] = sc == 0xFF ? NAN : y[r * cols + c] * exmy_pow2f((int)sc - 127);
     }
 }

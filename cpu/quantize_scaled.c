@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/mx_scale.h"
 #include "cpu/stats_acc.h"
 #include "lib/exmy.h"
+#include "lib/scale_core.h"
 
 enum { CHUNK = 2048 };
 
@@ -74,23 +74,10 @@ static void quantize_uniform(const exmy_format *f, const exmy_rounding_opts *o,
     exmy_stats_acc one, *acc = total ? (part ? &part[c] : &one) : NULL;
     if (acc) exmy_stats_acc_init(acc, f);
     quantize_segment(f, o, x + start, y + start, len, start, s, inv, 1.0, acc);
-    if (acc == &one) exmy_stats_acc_merge(total, &one);
+    if (acc == &one) exmy_stats_sums_merge(&total->sums, &one.sums);
   }
-  for (size_t c = 0; part && c < nchunks; c++) exmy_stats_acc_merge(total, &part[c]);
+  for (size_t c = 0; part && c < nchunks; c++) exmy_stats_sums_merge(&total->sums, &part[c].sums);
   free(part);
-}
-
-/* floor(log2 a) for finite a > 0 */
-static int floor_log2f(float a) {
-  int e;
-  frexpf(a, &e);
-  return e - 1;
-}
-
-int exmy_mx_shared_exponent(const exmy_format *f, float amax) {
-  if (!(amax > 0)) return -127;
-  int x = isinf(amax) ? 127 : floor_log2f(amax) - f->emax;
-  return x < -127 ? -127 : x > 127 ? 127 : x;
 }
 
 /* COAT's expansion exponent for a group with these extremes. */
@@ -138,9 +125,9 @@ static void quantize_grouped(const exmy_format *f, const exmy_rounding_opts *o,
       float s, inv;
       double k = 1.0;
       if (mx) {
-        int e = exmy_mx_shared_exponent(f, amax);
-        s = ldexpf(1.0f, -e);
-        inv = ldexpf(1.0f, e);
+        int e = exmy_core_mx_exponent(f->emax, amax);
+        s = exmy_pow2f(-e);
+        inv = exmy_pow2f(e);
       } else {
         if (sc->dynamic_range_expansion) {
           k = dre_exponent(f, amax, amin);
@@ -151,9 +138,9 @@ static void quantize_grouped(const exmy_format *f, const exmy_rounding_opts *o,
       }
       quantize_segment(f, &oe, xg, y + start, len, start, s, inv, k, acc);
     }
-    if (acc == &one) exmy_stats_acc_merge(total, &one);
+    if (acc == &one) exmy_stats_sums_merge(&total->sums, &one.sums);
   }
-  for (size_t bk = 0; part && bk < blocks; bk++) exmy_stats_acc_merge(total, &part[bk]);
+  for (size_t bk = 0; part && bk < blocks; bk++) exmy_stats_sums_merge(&total->sums, &part[bk].sums);
   free(part);
 }
 
@@ -198,7 +185,7 @@ int exmy_quantize_scaled_f32(const exmy_format *f, const exmy_rounding_opts *o,
       break;
   }
   if (stats) {
-    exmy_stats_acc_finish(&total, stats);
+    exmy_stats_sums_finish(&total.sums, stats);
     stats->scale = scale_used;
     stats->delayed_over_current = ratio;
   }

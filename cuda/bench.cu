@@ -1,6 +1,6 @@
 /*
  * bench: GPU throughput of the exmy kernels against a device-to-device copy
- * measured in the same run (issue 4's ratios).
+ * measured in the same run (the "x copy" column; "target" states the goal).
  *
  * Bytes count the fewest the operation must move: each input read once, each
  * output written once (quantize 8 B/element, encode to uint8 5 B, MX encode
@@ -16,24 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <algorithm>
-#include <functional>
-#include <vector>
-
+#include "cuda/bench.h"
 #include "cuda/exmy_cuda.h"
-#include "cuda/gemm_bench.h"
 #include "lib/exmy.h"
 #include "lib/philox.h"
-
-#define CK(call)                                                                  \
-  do {                                                                            \
-    cudaError_t err_ = (call);                                                    \
-    if (err_ != cudaSuccess) {                                                    \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call,                \
-              cudaGetErrorString(err_));                                          \
-      exit(1);                                                                    \
-    }                                                                             \
-  } while (0)
 
 /* Test data: uniform significands over 16 binades around 1, like activations
  * after normalisation, with sign. */
@@ -69,32 +55,6 @@ __global__ void k_hw_e4m3(const float4 *x, uint2 *y, size_t groups) {
 }
 
 static int g_reps = 20;
-
-/* Median milliseconds of op over g_reps runs, after two warm-ups. */
-static double time_ms(const std::function<void()> &op) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  op();
-  op();
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
-  std::vector<float> t;
-  for (int r = 0; r < g_reps; r++) {
-    CK(cudaEventRecord(a));
-    op();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  CK(cudaGetLastError());
-  std::sort(t.begin(), t.end());
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  return t[t.size() / 2];
-}
 
 static unsigned long long checksum(const void *p, size_t bytes) {
   unsigned long long *d, h = 0;
@@ -135,18 +95,33 @@ int main(int argc, char **argv) {
   printf("bench: %s, %d SMs, n = 2^%d = %zu elements, median of %d runs\n", prop.name,
          prop.multiProcessorCount, lg, n, g_reps);
 
-  const double copy_ms = time_ms([&] { CK(cudaMemcpyAsync(y, x, n * 4, cudaMemcpyDeviceToDevice)); });
+  const double copy_ms = median_ms(g_reps, [&] { CK(cudaMemcpyAsync(y, x, n * 4, cudaMemcpyDeviceToDevice)); });
   g_copy_gbs = 8.0 * n / (copy_ms * 1e6);
   printf("%-14s %-16s %-5s %9s %9s %7s   %-16s  %s\n", "op", "format", "mode", "Gelem/s", "GB/s",
          "x copy", "checksum", "target");
   row("memcpy d2d", "-", "-", n, 8.0, copy_ms, y, n * 4, "reference");
   const size_t groups = n / 8;
-  double ms = time_ms([&] {
+  double ms = median_ms(g_reps, [&] {
     k_hw_e4m3<<<(unsigned)((groups + 255) / 256), 256>>>((const float4 *)x, (uint2 *)codes, groups);
   });
   row("hw cvt e4m3", "float8_e4m3fn", "rn", n, 5.0, ms, codes, n, "reference (600 Gelem/s seen)");
 
-  struct Q { const char *fmt; exmy_rounding mode; };
+  /* a line's format and options (seed 42 for sr) */
+  struct Q {
+    const char *fmt;
+    exmy_rounding mode;
+    exmy_format format() const {
+      exmy_format f;
+      exmy_format_parse(fmt, &f);
+      return f;
+    }
+    exmy_rounding_opts opts() const {
+      exmy_rounding_opts o = {};
+      o.mode = mode;
+      o.seed = 42;
+      return o;
+    }
+  };
   const Q quant[] = {
       {"float8_e4m3fn", EXMY_RNE}, {"float8_e5m2", EXMY_RNE},   {"float6_e2m3fn", EXMY_RNE},
       {"float6_e3m2fn", EXMY_RNE}, {"float4_e2m1fn", EXMY_RNE}, {"float8_e8m0fnu", EXMY_RNE},
@@ -155,12 +130,9 @@ int main(int argc, char **argv) {
       {"bfloat16", EXMY_SR},       {"e8m3", EXMY_SR},
   };
   for (const Q &q : quant) {
-    exmy_format f;
-    exmy_format_parse(q.fmt, &f);
-    exmy_rounding_opts o = {};
-    o.mode = q.mode;
-    o.seed = 42;
-    ms = time_ms([&] { CK(exmy_cuda_quantize_f32(&f, &o, x, y, n, 0)); });
+    const exmy_format f = q.format();
+    const exmy_rounding_opts o = q.opts();
+    ms = median_ms(g_reps, [&] { CK(exmy_cuda_quantize_f32(&f, &o, x, y, n, 0)); });
     row("quantize", q.fmt, exmy_rounding_name(q.mode), n, 8.0, ms, y, n * 4,
         q.mode == EXMY_SR ? ">= 0.63 (0.7 x 0.9)" : ">= 0.9");
   }
@@ -170,33 +142,30 @@ int main(int argc, char **argv) {
       {"bfloat16", EXMY_RNE},
   };
   for (const Q &q : enc) {
-    exmy_format f;
-    exmy_format_parse(q.fmt, &f);
-    exmy_rounding_opts o = {};
-    o.mode = q.mode;
-    o.seed = 42;
+    const exmy_format f = q.format();
+    const exmy_rounding_opts o = q.opts();
     const size_t cb = exmy_code_bytes(&f);
-    ms = time_ms([&] { CK(exmy_cuda_encode_f32(&f, &o, x, codes, n, 0)); });
+    ms = median_ms(g_reps, [&] { CK(exmy_cuda_encode_f32(&f, &o, x, codes, n, 0)); });
     row("encode", q.fmt, exmy_rounding_name(q.mode), n, 4.0 + cb, ms, codes, n * cb,
         cb > 1 ? "-" : q.mode == EXMY_SR ? ">= 0.63" : ">= 0.9");
   }
   {
     exmy_format f;
     exmy_format_parse("float8_e4m3fn", &f);
-    ms = time_ms([&] { CK(exmy_cuda_decode_f32(&f, codes, y, n, 0)); });
+    ms = median_ms(g_reps, [&] { CK(exmy_cuda_decode_f32(&f, codes, y, n, 0)); });
     row("decode", "float8_e4m3fn", "-", n, 5.0, ms, y, n * 4, "-");
     exmy_rounding_opts o = {};
     const size_t cols = 4096, rows = n / cols;
-    ms = time_ms([&] { CK(exmy_cuda_mx_encode_f32(&f, &o, 32, x, rows, cols, codes, scales, 0)); });
+    ms = median_ms(g_reps, [&] { CK(exmy_cuda_mx_encode_f32(&f, &o, 32, x, rows, cols, codes, scales, 0)); });
     row("mx encode", "float8_e4m3fn", "rne", n, 5.0 + 1.0 / 32, ms, codes, n, ">= 0.8");
-    ms = time_ms([&] { CK(exmy_cuda_mx_decode_f32(&f, 32, codes, scales, rows, cols, y, 0)); });
+    ms = median_ms(g_reps, [&] { CK(exmy_cuda_mx_decode_f32(&f, 32, codes, scales, rows, cols, y, 0)); });
     row("mx decode", "float8_e4m3fn", "-", n, 5.0 + 1.0 / 32, ms, y, n * 4, "-");
-    ms = time_ms([&] { CK(exmy_cuda_quantize_tensor_scaled_f32(&f, &o, 0, false, x, y, n, NULL, 0)); });
+    ms = median_ms(g_reps, [&] { CK(exmy_cuda_quantize_tensor_scaled_f32(&f, &o, 0, false, x, y, n, NULL, 0)); });
     row("tensor-scaled", "float8_e4m3fn", "rne", n, 8.0, ms, y, n * 4, "- (reads x twice)");
     CK(exmy_cuda_quantize_f32(&f, &o, x, y, n, 0));
     exmy_tensor_stats *st;
     CK(cudaMalloc(&st, sizeof *st));
-    ms = time_ms([&] { CK(exmy_cuda_tensor_stats_f32(&f, x, y, n, st, 0)); });
+    ms = median_ms(g_reps, [&] { CK(exmy_cuda_tensor_stats_f32(&f, x, y, n, st, 0)); });
     row("stats", "float8_e4m3fn", "-", n, 8.0, ms, st, sizeof *st, ">= 0.8");
     CK(cudaFree(st));
   }

@@ -24,20 +24,12 @@ __global__ void __launch_bounds__(kThreads)
   const auto &f = kernel_format<ID>(rt);
   const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
   if (base >= n) return;
-  float v[kPer];
   uint32_t c[kPer];
-  const bool full = load8(x, base, n, vec, v);
-  encode8<ID, MODE>(f, o, base, v, c);
+  const bool full = load_encode8<ID, MODE>(f, o, x, base, n, vec, c);
   float q[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; k++) q[k] = decode_one<ID>(f, c[k]);
-  if (full) {
-    *reinterpret_cast<float4 *>(y + base) = make_float4(q[0], q[1], q[2], q[3]);
-    *reinterpret_cast<float4 *>(y + base + 4) = make_float4(q[4], q[5], q[6], q[7]);
-  } else {
-    for (int k = 0; k < kPer; k++)
-      if (base + k < n) y[base + k] = q[k];
-  }
+  store8f(y, base, n, full, q);
 }
 
 template <int ID, int MODE, typename T>
@@ -47,10 +39,8 @@ __global__ void __launch_bounds__(kThreads)
   const auto &f = kernel_format<ID>(rt);
   const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
   if (base >= n) return;
-  float v[kPer];
   uint32_t c[kPer];
-  const bool full = load8(x, base, n, vec, v);
-  encode8<ID, MODE>(f, o, base, v, c);
+  const bool full = load_encode8<ID, MODE>(f, o, x, base, n, vec, c);
   store8<T>(codes, base, n, full, c);
 }
 
@@ -81,7 +71,7 @@ __global__ void __launch_bounds__(kThreads)
   float q[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; k++) q[k] = decode_one<ID>(f, c[k]);
-  if (full) {
+  if (full) { /* spelled out: through store8f the uint32 kernels compile differently */
     *reinterpret_cast<float4 *>(y + base) = make_float4(q[0], q[1], q[2], q[3]);
     *reinterpret_cast<float4 *>(y + base + 4) = make_float4(q[4], q[5], q[6], q[7]);
   } else {
@@ -92,99 +82,16 @@ __global__ void __launch_bounds__(kThreads)
 
 int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-/* ---- dispatch: (format id, mode class) -> kernel ---- */
-
-template <int ID, int MODE>
-cudaError_t launch_quantize(const exmy_format &f, const KOpts &o, const float *x,
-                            float *y, size_t n, cudaStream_t s) {
-  const size_t groups = (n + kPer - 1) / kPer;
-  k_quantize<ID, MODE><<<blocks_for(groups, kThreads), kThreads, 0, s>>>(
-      f, o, x, y, n, aligned16(x) && aligned16(y));
-  return cudaGetLastError();
-}
-
-template <int ID, int MODE>
-cudaError_t launch_encode(const exmy_format &f, const KOpts &o, const float *x,
-                          void *codes, size_t n, cudaStream_t s) {
-  const size_t groups = (n + kPer - 1) / kPer;
-  const unsigned blocks = blocks_for(groups, kThreads);
-  const int vec = aligned16(x) && aligned16(codes);
-  switch (exmy_code_bytes(&f)) {
-    case 1:
-      k_encode<ID, MODE, uint8_t><<<blocks, kThreads, 0, s>>>(
-          f, o, x, (uint8_t *)codes, n, vec);
-      break;
-    case 2:
-      k_encode<ID, MODE, uint16_t><<<blocks, kThreads, 0, s>>>(
-          f, o, x, (uint16_t *)codes, n, vec);
-      break;
-    default:
-      k_encode<ID, MODE, uint32_t><<<blocks, kThreads, 0, s>>>(
-          f, o, x, (uint32_t *)codes, n, vec);
-      break;
-  }
-  return cudaGetLastError();
-}
-
-template <int ID>
-cudaError_t launch_decode(const exmy_format &f, const void *codes, float *y,
-                          size_t n, cudaStream_t s) {
-  const size_t groups = (n + kPer - 1) / kPer;
-  const unsigned blocks = blocks_for(groups, kThreads);
-  const int vec = aligned16(codes) && aligned16(y);
-  switch (exmy_code_bytes(&f)) {
-    case 1:
-      k_decode<ID, uint8_t><<<blocks, kThreads, 0, s>>>(f, (const uint8_t *)codes, y, n, vec);
-      break;
-    case 2:
-      k_decode<ID, uint16_t><<<blocks, kThreads, 0, s>>>(f, (const uint16_t *)codes, y, n, vec);
-      break;
-    default:
-      k_decode<ID, uint32_t><<<blocks, kThreads, 0, s>>>(f, (const uint32_t *)codes, y, n, vec);
-      break;
-  }
-  return cudaGetLastError();
-}
-
-/* The specialised formats get rne and sr kernels of their own; every other
- * (format, mode) pair runs the run-time-mode kernel of its format. */
-template <template <int, int> class Op, typename... A>
-cudaError_t dispatch(const exmy_format &f, const KOpts &o, A... a) {
-  const int id = spec_id(&f);
-  const int m = o.mode;
-#define EXMY_MODES(ID)                                                   \
-  case ID:                                                               \
-    return m == EXMY_RNE  ? Op<ID, EXMY_RNE>::run(f, o, a...)            \
-           : m == EXMY_SR ? Op<ID, EXMY_SR>::run(f, o, a...)             \
-                          : Op<ID, kRuntimeMode>::run(f, o, a...);
-  switch (id) {
-    EXMY_MODES(SPEC_E4M3FN)
-    EXMY_MODES(SPEC_E5M2)
-    EXMY_MODES(SPEC_E2M3)
-    EXMY_MODES(SPEC_E3M2)
-    EXMY_MODES(SPEC_E2M1)
-    EXMY_MODES(SPEC_E8M0)
-    EXMY_MODES(SPEC_BF16)
-    EXMY_MODES(SPEC_FP16)
-    EXMY_MODES(SPEC_E4M3FNUZ)
-    EXMY_MODES(SPEC_E5M2FNUZ)
-    EXMY_MODES(SPEC_E3M4)
-    EXMY_MODES(SPEC_E4M3)
-    EXMY_MODES(SPEC_E8M3)
-    EXMY_MODES(SPEC_E8M4)
-    EXMY_MODES(SPEC_E8M5)
-    EXMY_MODES(SPEC_E8M6)
-    default:
-      EXMY_MODES(SPEC_GENERIC)
-  }
-#undef EXMY_MODES
-}
+/* ---- launchers: Op<ID, MODE>::run for a compile-time format and a mode ---- */
 
 template <int ID, int MODE>
 struct QuantizeOp {
   static cudaError_t run(const exmy_format &f, const KOpts &o, const float *x,
                          float *y, size_t n, cudaStream_t s) {
-    return launch_quantize<ID, MODE>(f, o, x, y, n, s);
+    const size_t groups = (n + kPer - 1) / kPer;
+    k_quantize<ID, MODE><<<blocks_for(groups, kThreads), kThreads, 0, s>>>(
+        f, o, x, y, n, aligned16(x) && aligned16(y));
+    return cudaGetLastError();
   }
 };
 
@@ -192,9 +99,73 @@ template <int ID, int MODE>
 struct EncodeOp {
   static cudaError_t run(const exmy_format &f, const KOpts &o, const float *x,
                          void *codes, size_t n, cudaStream_t s) {
-    return launch_encode<ID, MODE>(f, o, x, codes, n, s);
+    const size_t groups = (n + kPer - 1) / kPer;
+    const unsigned blocks = blocks_for(groups, kThreads);
+    const int vec = aligned16(x) && aligned16(codes);
+    switch (exmy_code_bytes(&f)) {
+      case 1:
+        k_encode<ID, MODE, uint8_t><<<blocks, kThreads, 0, s>>>(
+            f, o, x, (uint8_t *)codes, n, vec);
+        break;
+      case 2:
+        k_encode<ID, MODE, uint16_t><<<blocks, kThreads, 0, s>>>(
+            f, o, x, (uint16_t *)codes, n, vec);
+        break;
+      default:
+        k_encode<ID, MODE, uint32_t><<<blocks, kThreads, 0, s>>>(
+            f, o, x, (uint32_t *)codes, n, vec);
+        break;
+    }
+    return cudaGetLastError();
   }
 };
+
+template <int ID>
+struct DecodeOp {
+  static cudaError_t run(const exmy_format &f, const void *codes, float *y,
+                         size_t n, cudaStream_t s) {
+    const size_t groups = (n + kPer - 1) / kPer;
+    const unsigned blocks = blocks_for(groups, kThreads);
+    const int vec = aligned16(codes) && aligned16(y);
+    switch (exmy_code_bytes(&f)) {
+      case 1:
+        k_decode<ID, uint8_t><<<blocks, kThreads, 0, s>>>(f, (const uint8_t *)codes, y, n, vec);
+        break;
+      case 2:
+        k_decode<ID, uint16_t><<<blocks, kThreads, 0, s>>>(f, (const uint16_t *)codes, y, n, vec);
+        break;
+      default:
+        k_decode<ID, uint32_t><<<blocks, kThreads, 0, s>>>(f, (const uint32_t *)codes, y, n, vec);
+        break;
+    }
+    return cudaGetLastError();
+  }
+};
+
+/* Each format (the compile-time ones and the generic kernels alike) gets rne
+ * and sr kernels of its own; the other modes run its run-time-mode kernel. */
+template <template <int, int> class Op>
+struct ByMode {
+  template <int ID>
+  struct At {
+    template <typename... A>
+    static cudaError_t run(const exmy_format &f, const KOpts &o, A... a) {
+      return o.mode == EXMY_RNE ? Op<ID, EXMY_RNE>::run(f, o, a...)
+             : o.mode == EXMY_SR ? Op<ID, EXMY_SR>::run(f, o, a...)
+                                 : Op<ID, kRuntimeMode>::run(f, o, a...);
+    }
+  };
+};
+
+/* The checks and the dispatch of quantize and encode. */
+template <template <int, int> class Op, typename Out>
+cudaError_t convert(const exmy_format *f, const exmy_rounding_opts *o,
+                    const float *x, Out out, size_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  if (exmy_rounding_opts_check(o) != 0) return cudaErrorInvalidValue;
+  return with_spec_format<EXMY_GPU_CONVERT, ByMode<Op>::template At>(
+      f, *f, kopts_of(o), x, out, n, stream);
+}
 
 }  // namespace
 
@@ -202,41 +173,19 @@ extern "C" cudaError_t exmy_cuda_quantize_f32(const exmy_format *f,
                                               const exmy_rounding_opts *o,
                                               const float *x, float *y,
                                               size_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  if (exmy_rounding_opts_check(o) != 0) return cudaErrorInvalidValue;
-  return dispatch<QuantizeOp>(*f, kopts_of(o), x, y, n, stream);
+  return convert<QuantizeOp>(f, o, x, y, n, stream);
 }
 
 extern "C" cudaError_t exmy_cuda_encode_f32(const exmy_format *f,
                                             const exmy_rounding_opts *o,
                                             const float *x, void *codes,
                                             size_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  if (exmy_rounding_opts_check(o) != 0) return cudaErrorInvalidValue;
-  return dispatch<EncodeOp>(*f, kopts_of(o), x, codes, n, stream);
+  return convert<EncodeOp>(f, o, x, codes, n, stream);
 }
 
 extern "C" cudaError_t exmy_cuda_decode_f32(const exmy_format *f,
                                             const void *codes, float *y,
                                             size_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  switch (spec_id(f)) {
-    case SPEC_E4M3FN: return launch_decode<SPEC_E4M3FN>(*f, codes, y, n, stream);
-    case SPEC_E5M2: return launch_decode<SPEC_E5M2>(*f, codes, y, n, stream);
-    case SPEC_E2M3: return launch_decode<SPEC_E2M3>(*f, codes, y, n, stream);
-    case SPEC_E3M2: return launch_decode<SPEC_E3M2>(*f, codes, y, n, stream);
-    case SPEC_E2M1: return launch_decode<SPEC_E2M1>(*f, codes, y, n, stream);
-    case SPEC_E8M0: return launch_decode<SPEC_E8M0>(*f, codes, y, n, stream);
-    case SPEC_BF16: return launch_decode<SPEC_BF16>(*f, codes, y, n, stream);
-    case SPEC_FP16: return launch_decode<SPEC_FP16>(*f, codes, y, n, stream);
-    case SPEC_E4M3FNUZ: return launch_decode<SPEC_E4M3FNUZ>(*f, codes, y, n, stream);
-    case SPEC_E5M2FNUZ: return launch_decode<SPEC_E5M2FNUZ>(*f, codes, y, n, stream);
-    case SPEC_E3M4: return launch_decode<SPEC_E3M4>(*f, codes, y, n, stream);
-    case SPEC_E4M3: return launch_decode<SPEC_E4M3>(*f, codes, y, n, stream);
-    case SPEC_E8M3: return launch_decode<SPEC_E8M3>(*f, codes, y, n, stream);
-    case SPEC_E8M4: return launch_decode<SPEC_E8M4>(*f, codes, y, n, stream);
-    case SPEC_E8M5: return launch_decode<SPEC_E8M5>(*f, codes, y, n, stream);
-    case SPEC_E8M6: return launch_decode<SPEC_E8M6>(*f, codes, y, n, stream);
-    default: return launch_decode<SPEC_GENERIC>(*f, codes, y, n, stream);
-  }
+  return with_spec_format<EXMY_GPU_CONVERT, DecodeOp>(f, *f, codes, y, n, stream);
 }

@@ -96,6 +96,32 @@ __device__ __forceinline__ bool load8(const float *x, size_t base, size_t n,
   return false;
 }
 
+/* The codes of the thread's 8 elements from base (load8, then encode8);
+ * returns load8's `full`. */
+template <int ID, int MODE>
+__device__ __forceinline__ bool load_encode8(const exmy_format &f, const KOpts &o,
+                                             const float *x, size_t base, size_t n, int vec,
+                                             uint32_t c[kPer]) {
+  float v[kPer];
+  const bool full = load8(x, base, n, vec, v);
+  encode8<ID, MODE>(f, o, base, v, c);
+  return full;
+}
+
+/* The 8 float32 results of a thread: two 16-byte stores when `full` (all 8
+ * in range, y 16-byte aligned), else one by one below n. */
+__device__ __forceinline__ void store8f(float *y, size_t base, size_t n, bool full,
+                                        const float q[kPer]) {
+  if (full) {
+    *reinterpret_cast<float4 *>(y + base) = make_float4(q[0], q[1], q[2], q[3]);
+    *reinterpret_cast<float4 *>(y + base + 4) = make_float4(q[4], q[5], q[6], q[7]);
+  } else {
+    for (int k = 0; k < kPer; k++)
+      if (base + k < n) y[base + k] = q[k];
+  }
+}
+
+/* The 8 codes of a thread, packed into 8, 16 or 32 bytes when `full`. */
 template <typename T>
 __device__ __forceinline__ void store8(T *out, size_t base, size_t n, bool full,
                                        const uint32_t c[kPer]) {

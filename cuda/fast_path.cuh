@@ -1,6 +1,7 @@
 /*
  * Fast paths for the hot (format, mode) pairs: rne and sr in the formats that
- * spec_format() knows (E8M0 excepted, whose core is already short).  The
+ * spec_format() knows (E8M0 excepted, whose core is already short), and in
+ * run-time formats that fast_path_ok() accepts.  The
  * reference core spends ~60 integer instructions per element on generality;
  * at copy speed an H100 has room for about 40.  These paths compute the same
  * code with float32 bit arithmetic:
@@ -25,25 +26,30 @@
 
 namespace exmy_cuda {
 
-template <int ID>
-struct Fast {
-  static constexpr bool enabled = ID >= 0 && ID != SPEC_E8M0;
-};
-
-/* Whether a run-time format may take the fast paths (checked once per call). */
-__host__ __device__ inline bool fast_path_ok(const exmy_format &f) {
+/* Whether a format may take the fast paths (for a run-time format, checked
+ * once per call). */
+__host__ __device__ constexpr bool fast_path_ok(const exmy_format &f) {
   return f.specials != EXMY_SPECIALS_E8M0 && f.man_bits <= 22 &&
          f.emin - f.man_bits + 23 >= -126;
 }
 
-__host__ __device__ constexpr uint32_t pow2_bits(int p) { /* p in [-126, 127] */
-  return (uint32_t)(p + 127) << 23;
+/* Whether the kernels of compile-time format ID use the fast paths: the rows
+ * of the format table with GPU kernels that pass fast_path_ok (all but E8M0). */
+template <int ID>
+constexpr bool fast_path_enabled() {
+  if constexpr (ID == SPEC_GENERIC)
+    return false;
+  else
+    return spec_kernels(ID) != 0 && fast_path_ok(spec_format<ID>());
 }
 
-/* 2^p as float32 for p in [-149, 127] */
-__device__ __forceinline__ float pow2(int p) {
-  return p >= -126 ? __uint_as_float((uint32_t)(p + 127) << 23)
-                   : __uint_as_float(1u << (p + 149));
+template <int ID>
+struct Fast {
+  static constexpr bool enabled = fast_path_enabled<ID>();
+};
+
+__host__ __device__ constexpr uint32_t pow2_bits(int p) { /* p in [-126, 127] */
+  return (uint32_t)(p + 127) << 23;
 }
 
 /* The code of x under rne or sr (sr_bits R, random word rnd), or false.
@@ -115,7 +121,7 @@ __device__ __forceinline__ float fast_decode_f(const exmy_format &f, uint32_t co
   if (mag >= (1u << M))
     v = __uint_as_float((mag + base) << drop);
   else /* subnormal: mag quanta of 2^(emin - M), exact */
-    v = __fmul_rn(__uint2float_rn(mag), pow2(f.emin - M));
+    v = __fmul_rn(__uint2float_rn(mag), exmy_pow2f(f.emin - M));
   return __uint_as_float(__float_as_uint(v) | ((code & f.sign_mask) ? 0x80000000u : 0u));
 }
 

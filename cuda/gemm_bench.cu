@@ -1,4 +1,4 @@
-/* GEMM lines of the benchmark (see gemm_bench.h). */
+/* The GEMM lines of the benchmark (see cuda/bench.h). */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -7,23 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <algorithm>
-#include <functional>
-#include <vector>
-
+#include "cuda/bench.h"
 #include "cuda/exmy_cuda.h"
-#include "cuda/gemm_bench.h"
 #include "lib/philox.h"
-
-#define GK(call)                                                                  \
-  do {                                                                            \
-    cudaError_t err_ = (call);                                                    \
-    if (err_ != cudaSuccess) {                                                    \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call,                \
-              cudaGetErrorString(err_));                                          \
-      exit(1);                                                                    \
-    }                                                                             \
-  } while (0)
 
 __global__ void k_fill_gemm(float *x, size_t n, uint64_t seed) {
   const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -52,35 +38,13 @@ __global__ void k_maxdiff(const float *a, const float *b, size_t n, unsigned *ou
   atomicMax(out + 1, __float_as_uint(m));
 }
 
-static double median_ms(int reps, const std::function<void()> &op) {
-  cudaEvent_t a, b;
-  GK(cudaEventCreate(&a));
-  GK(cudaEventCreate(&b));
-  op();
-  op();
-  GK(cudaDeviceSynchronize());
-  std::vector<float> t;
-  for (int r = 0; r < reps; r++) {
-    GK(cudaEventRecord(a));
-    op();
-    GK(cudaEventRecord(b));
-    GK(cudaEventSynchronize(b));
-    float ms;
-    GK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  GK(cudaGetLastError());
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 static double rel_diff(const float *a, const float *b, size_t n) {
   unsigned *d, h[2];
-  GK(cudaMalloc(&d, 8));
-  GK(cudaMemset(d, 0, 8));
+  CK(cudaMalloc(&d, 8));
+  CK(cudaMemset(d, 0, 8));
   k_maxdiff<<<1024, 256>>>(a, b, n, d);
-  GK(cudaMemcpy(h, d, 8, cudaMemcpyDeviceToHost));
-  GK(cudaFree(d));
+  CK(cudaMemcpy(h, d, 8, cudaMemcpyDeviceToHost));
+  CK(cudaFree(d));
   float x, y;
   memcpy(&x, &h[0], 4);
   memcpy(&y, &h[1], 4);
@@ -92,17 +56,17 @@ void gemm_bench(int reps) {
   const double flop = 2.0 * m * n * k;
   float *a, *bt, *c, *c2;
   __nv_bfloat16 *ab, *bb;
-  GK(cudaMalloc(&a, m * k * 4));
-  GK(cudaMalloc(&bt, n * k * 4));
-  GK(cudaMalloc(&c, m * n * 4));
-  GK(cudaMalloc(&c2, m * n * 4));
-  GK(cudaMalloc(&ab, m * k * 2));
-  GK(cudaMalloc(&bb, n * k * 2));
+  CK(cudaMalloc(&a, m * k * 4));
+  CK(cudaMalloc(&bt, n * k * 4));
+  CK(cudaMalloc(&c, m * n * 4));
+  CK(cudaMalloc(&c2, m * n * 4));
+  CK(cudaMalloc(&ab, m * k * 2));
+  CK(cudaMalloc(&bb, n * k * 2));
   k_fill_gemm<<<4096, 256>>>(a, m * k, 1);
   k_fill_gemm<<<4096, 256>>>(bt, n * k, 2);
   k_to_bf16<<<4096, 256>>>(a, ab, m * k);
   k_to_bf16<<<4096, 256>>>(bt, bb, n * k);
-  GK(cudaDeviceSynchronize());
+  CK(cudaDeviceSynchronize());
   cublasHandle_t h;
   cublasCreate(&h);
   const float one = 1.0f, zero = 0.0f;
@@ -144,12 +108,12 @@ void gemm_bench(int reps) {
     printf("%-34s %9.3f %9.1f %8.3f  %s\n", cs.name, ms, flop / (ms * 1e9), ref / ms, cs.note);
   }
   /* emulated vs hardware on the same operands: accumulation order only */
-  GK(exmy_cuda_qgemm_nt(g, EXMY_CUDA_GEMM_BF16, m, n, k, a, &e4m3, NULL, bt, &e4m3, NULL, c, NULL, 0));
+  CK(exmy_cuda_qgemm_nt(g, EXMY_CUDA_GEMM_BF16, m, n, k, a, &e4m3, NULL, bt, &e4m3, NULL, c, NULL, 0));
   if (exmy_cuda_qgemm_nt(g, EXMY_CUDA_GEMM_FP8, m, n, k, a, &e4m3, NULL, bt, &e4m3, NULL, c2, NULL, 0) ==
       cudaSuccess)
     printf("e4m3: max |bf16 path - fp8 path| / max |C| = %.3g (accumulation order only)\n",
            rel_diff(c, c2, m * n));
-  GK(exmy_cuda_qgemm_nt(g, EXMY_CUDA_GEMM_FP32, m, n, k, a, &e4m3, NULL, bt, &e4m3, NULL, c2, NULL, 0));
+  CK(exmy_cuda_qgemm_nt(g, EXMY_CUDA_GEMM_FP32, m, n, k, a, &e4m3, NULL, bt, &e4m3, NULL, c2, NULL, 0));
   printf("e4m3: max |bf16 path - fp32 path| / max |C| = %.3g (accumulation order only)\n",
          rel_diff(c, c2, m * n));
   exmy_cuda_gemm_free(g);

@@ -3,8 +3,8 @@
  * on the GPU, the twin of cpu/quantize_scaled.c's quantize_grouped (non-MX).
  * One block of 128 threads per (row, group): a block reduction finds the
  * group's finite amax and smallest nonzero |x|, thread 0 turns them into the
- * scale (exmy_scale_from_amax's formula) and COAT's exponent k, and the block
- * rounds the group element by element with the core.
+ * scale (exmy_core_scale_from_amax, lib/scale_core.h) and COAT's exponent k,
+ * and the block rounds the group element by element with the core.
  */
 #include <math.h>
 #include <stdint.h>
@@ -16,18 +16,6 @@ namespace {
 using namespace exmy_cuda;
 
 constexpr int kGroupThreads = 128;
-
-__device__ float scale_from_amax(float fmax, float amax, int margin, int pow2) {
-  if (!(amax > 0.0f) || !isfinite(amax)) return 1.0f;
-  float s = (float)((double)__fdiv_rn(fmax, amax) * exp2((double)-margin));
-  if (!isfinite(s) || !(s > 0.0f)) return 1.0f;
-  if (pow2) {
-    const uint32_t b = __float_as_uint(s);
-    s = b >= 0x00800000u ? __uint_as_float(b & 0xFF800000u)
-                         : __uint_as_float(1u << (31 - __clz(b)));
-  }
-  return s;
-}
 
 __global__ void __launch_bounds__(kGroupThreads)
     k_group(const __grid_constant__ exmy_format f, const __grid_constant__ KOpts o,
@@ -67,7 +55,7 @@ __global__ void __launch_bounds__(kGroupThreads)
       k = log_rf / log((double)gmax / (double)gmin);
       if (k != 1.0) gmax = (float)pow((double)gmax, k);
     }
-    const float s = scale_from_amax(fmax, gmax, margin, pow2);
+    const float s = exmy_core_scale_from_amax(fmax, gmax, margin, pow2);
     s_scale = s;
     s_inv = __fdiv_rn(1.0f, s);
     s_k = k;

@@ -6,10 +6,11 @@
  * Formats known at compile time: the reference core reads the format through
  * a pointer; when the struct is a compile-time constant, nvcc folds every
  * field and the core shrinks to the handful of shifts that format needs.  The
- * constant is built by spec_format(), a mirror of exmy_format_make()'s derived
- * fields, and is used only when the host has checked that it equals, field by
- * field, the struct the caller passed (spec_id()); anything else runs the
- * same core on the run-time struct.  Either way the code is lib/round_core.h.
+ * constants are the rows of lib/format_core.h's table, built by the same
+ * exmy_format_fields() as exmy_format_make() uses, and one is used only when
+ * the host has checked that it equals, field by field, the struct the caller
+ * passed (spec_id()); anything else runs the same core on the run-time
+ * struct.  Either way the code is lib/round_core.h.
  */
 #ifndef EXMY_CUDA_KERNEL_COMMON_CUH
 #define EXMY_CUDA_KERNEL_COMMON_CUH
@@ -19,8 +20,11 @@
 #include <string.h>
 
 #include "lib/exmy.h"
+#include "lib/format_core.h"
 #include "lib/philox.h"
 #include "lib/round_core.h"
+#include "lib/scale_core.h"
+#include "lib/stats_core.h"
 
 #define EXMY_CUDA_TRY(call)                   \
   do {                                        \
@@ -63,80 +67,44 @@ __device__ __forceinline__ void sr_words8(uint64_t seed, uint64_t j0,
 
 /* ---------------------------------------------- formats at compile time */
 
+/* SPEC_<ID> for each row of EXMY_FORMAT_TABLE (lib/format_core.h). */
 enum {
   SPEC_GENERIC = -1,
-  SPEC_E4M3FN = 0,
-  SPEC_E5M2,
-  SPEC_E2M3,
-  SPEC_E3M2,
-  SPEC_E2M1,
-  SPEC_E8M0,
-  SPEC_BF16,
-  SPEC_FP16,
-  SPEC_E4M3FNUZ,
-  SPEC_E5M2FNUZ,
-  SPEC_E3M4,
-  SPEC_E4M3,
-  SPEC_E8M3, /* E8M3..E8M6: the paper's formats */
-  SPEC_E8M4,
-  SPEC_E8M5,
-  SPEC_E8M6,
+#define EXMY_SPEC_ENUM(id, ...) SPEC_##id,
+  EXMY_FORMAT_TABLE(EXMY_SPEC_ENUM)
+#undef EXMY_SPEC_ENUM
   SPEC_COUNT
 };
 
-/* exmy_format_make()'s derived fields, for the rows above. */
-__host__ __device__ constexpr exmy_format spec_make(int E, int M, int bias,
-                                                    exmy_specials sp) {
-  exmy_format f{};
-  f.exp_bits = E;
-  f.man_bits = M;
-  f.bias = bias;
-  f.specials = sp;
-  f.is_signed = sp != EXMY_SPECIALS_E8M0;
-  f.bits = E + M + (f.is_signed ? 1 : 0);
-  const uint32_t all = 1u << (E + M);
-  f.sign_mask = f.is_signed ? all : 0;
-  f.inf_code = EXMY_NO_CODE;
-  f.nan_code = EXMY_NO_CODE;
-  if (sp == EXMY_SPECIALS_IEEE) {
-    f.inf_code = ((1u << E) - 1) << M;
-    if (M > 0) f.nan_code = f.inf_code | (1u << (M - 1));
-    f.max_code = f.inf_code - 1;
-  } else if (sp == EXMY_SPECIALS_FN) {
-    f.nan_code = all - 1;
-    f.max_code = all - 2;
-  } else if (sp == EXMY_SPECIALS_NONE) {
-    f.max_code = all - 1;
-  } else if (sp == EXMY_SPECIALS_FNUZ) {
-    f.nan_code = f.sign_mask;
-    f.max_code = all - 1;
-  } else { /* E8M0 */
-    f.nan_code = all - 1;
-    f.max_code = all - 2;
+/* The row's EXMY_GPU_* kernel sets; 0 for SPEC_GENERIC. */
+__host__ __device__ constexpr int spec_kernels(int id) {
+  switch (id) {
+#define EXMY_SPEC_KERNELS(id, name, alias, E, M, bias, sp, gpu) \
+  case SPEC_##id:                                               \
+    return gpu;
+    EXMY_FORMAT_TABLE(EXMY_SPEC_KERNELS)
+#undef EXMY_SPEC_KERNELS
+    default:
+      return 0;
   }
-  f.emin = sp == EXMY_SPECIALS_E8M0 ? -bias : 1 - bias;
-  f.emax = (int)(f.max_code >> M) - bias;
-  return f;
 }
 
 template <int ID>
+constexpr bool kNotARow = false;
+
+/* The format of a row as a compile-time constant (exmy_format_fields). */
+template <int ID>
 __host__ __device__ constexpr exmy_format spec_format() {
-  return ID == SPEC_E4M3FN ? spec_make(4, 3, 7, EXMY_SPECIALS_FN)
-         : ID == SPEC_E5M2 ? spec_make(5, 2, 15, EXMY_SPECIALS_IEEE)
-         : ID == SPEC_E2M3 ? spec_make(2, 3, 1, EXMY_SPECIALS_NONE)
-         : ID == SPEC_E3M2 ? spec_make(3, 2, 3, EXMY_SPECIALS_NONE)
-         : ID == SPEC_E2M1 ? spec_make(2, 1, 1, EXMY_SPECIALS_NONE)
-         : ID == SPEC_E8M0 ? spec_make(8, 0, 127, EXMY_SPECIALS_E8M0)
-         : ID == SPEC_BF16 ? spec_make(8, 7, 127, EXMY_SPECIALS_IEEE)
-         : ID == SPEC_FP16 ? spec_make(5, 10, 15, EXMY_SPECIALS_IEEE)
-         : ID == SPEC_E4M3FNUZ ? spec_make(4, 3, 8, EXMY_SPECIALS_FNUZ)
-         : ID == SPEC_E5M2FNUZ ? spec_make(5, 2, 16, EXMY_SPECIALS_FNUZ)
-         : ID == SPEC_E3M4 ? spec_make(3, 4, 3, EXMY_SPECIALS_IEEE)
-         : ID == SPEC_E4M3 ? spec_make(4, 3, 7, EXMY_SPECIALS_IEEE)
-         : ID == SPEC_E8M3 ? spec_make(8, 3, 127, EXMY_SPECIALS_IEEE)
-         : ID == SPEC_E8M4 ? spec_make(8, 4, 127, EXMY_SPECIALS_IEEE)
-         : ID == SPEC_E8M5 ? spec_make(8, 5, 127, EXMY_SPECIALS_IEEE)
-                           : spec_make(8, 6, 127, EXMY_SPECIALS_IEEE);
+#define EXMY_SPEC_FORMAT(id, name, alias, E, M, bias, sp, gpu) \
+  if constexpr (ID == SPEC_##id)                               \
+    return exmy_format_fields(E, M, bias, EXMY_SPECIALS_##sp); \
+  else
+  EXMY_FORMAT_TABLE(EXMY_SPEC_FORMAT)
+#undef EXMY_SPEC_FORMAT
+  {
+    static_assert(kNotARow<ID>, "not a row of EXMY_FORMAT_TABLE");
+    return exmy_format{};
+  }
 }
 
 /* In a kernel: the compile-time format (a constant the compiler folds), or a
@@ -163,16 +131,36 @@ static inline int same_fields(const exmy_format &a, const exmy_format &b) {
          a.inf_code == b.inf_code;
 }
 
-/* Which compile-time format equals *f in every field, or SPEC_GENERIC. */
+/* Which row with GPU kernels equals *f in every field, or SPEC_GENERIC. */
 static inline int spec_id(const exmy_format *f) {
-  const exmy_format table[SPEC_COUNT] = {
-      spec_format<0>(),  spec_format<1>(),  spec_format<2>(),  spec_format<3>(),
-      spec_format<4>(),  spec_format<5>(),  spec_format<6>(),  spec_format<7>(),
-      spec_format<8>(),  spec_format<9>(),  spec_format<10>(), spec_format<11>(),
-      spec_format<12>(), spec_format<13>(), spec_format<14>(), spec_format<15>()};
-  for (int i = 0; i < SPEC_COUNT; i++)
-    if (same_fields(*f, table[i])) return i;
+  static constexpr struct {
+    int id;
+    exmy_format f;
+  } rows[] = {
+#define EXMY_SPEC_ROW(id, name, alias, E, M, bias, sp, gpu) \
+  {(gpu) ? SPEC_##id : SPEC_GENERIC, exmy_format_fields(E, M, bias, EXMY_SPECIALS_##sp)},
+      EXMY_FORMAT_TABLE(EXMY_SPEC_ROW)
+#undef EXMY_SPEC_ROW
+  };
+  for (const auto &r : rows)
+    if (r.id != SPEC_GENERIC && same_fields(*f, r.f)) return r.id;
   return SPEC_GENERIC;
+}
+
+/* Op<ID>::run(a...) with ID = spec_id(f) where that row lists the kernel set
+ * SET (EXMY_GPU_*), SPEC_GENERIC otherwise: the switch over the format table
+ * that every launcher shares.  Only the rows in SET instantiate kernels. */
+template <int SET, template <int> class Op, typename... A>
+static inline auto with_spec_format(const exmy_format *f, A &&...a) {
+  switch (spec_id(f)) {
+#define EXMY_SPEC_CASE(id, name, alias, E, M, bias, sp, gpu) \
+  case SPEC_##id:                                            \
+    return Op<((gpu) & SET) ? SPEC_##id : SPEC_GENERIC>::run(a...);
+    EXMY_FORMAT_TABLE(EXMY_SPEC_CASE)
+#undef EXMY_SPEC_CASE
+    default:
+      return Op<SPEC_GENERIC>::run(a...);
+  }
 }
 
 /* a * b in float32 as the CPU computes it: x86 returns a NaN operand itself

@@ -18,24 +18,6 @@
 namespace {
 using namespace exmy_cuda;
 
-__device__ __forceinline__ int floor_log2(float a) { /* a > 0, finite */
-  const uint32_t b = __float_as_uint(a);
-  if (b >= 0x00800000u) return (int)(b >> 23) - 127;
-  return (31 - __clz(b)) - 149;
-}
-
-__device__ __forceinline__ int shared_exponent(int emax, float amax) {
-  if (!(amax > 0.0f)) return -127;
-  const int x = floor_log2(amax) - emax;
-  return x < -127 ? -127 : x > 127 ? 127 : x;
-}
-
-/* 2^p for p in [-149, 127], exactly. */
-__device__ __forceinline__ float pow2f(int p) {
-  return p >= -126 ? __uint_as_float((uint32_t)(p + 127) << 23)
-                   : __uint_as_float(1u << (p + 149));
-}
-
 __device__ __forceinline__ float finite_abs(float v) {
   const float a = fabsf(v);
   return a <= 3.40282347e38f ? a : 0.0f; /* inf and NaN do not count */
@@ -63,9 +45,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int d = 1; d < LANES; d <<= 1)
     amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
   if (!in) return;
-  const int e = shared_exponent(f.emax, amax);
+  const int e = exmy_core_mx_exponent(f.emax, amax);
   if ((threadIdx.x & (LANES - 1)) == 0) scales[base / (kPer * LANES)] = (uint8_t)(e + 127);
-  const float s = pow2f(-e);
+  const float s = exmy_pow2f(-e);
 #pragma unroll
   for (int k = 0; k < kPer; k++) v[k] = mul_keep_nan(v[k], s);
   uint32_t c[kPer];
@@ -84,9 +66,9 @@ __global__ void k_mx_encode_any(const __grid_constant__ exmy_format f, const __g
   const size_t len = cols - c0 < g ? cols - c0 : g, start = r * cols + c0;
   float amax = 0.0f;
   for (size_t i = 0; i < len; i++) amax = fmaxf(amax, finite_abs(x[start + i]));
-  const int e = shared_exponent(f.emax, amax);
+  const int e = exmy_core_mx_exponent(f.emax, amax);
   scales[t] = (uint8_t)(e + 127);
-  const float s = pow2f(-e);
+  const float s = exmy_pow2f(-e);
   for (size_t i = 0; i < len; i++) {
     const uint64_t j = o.offset + start + i;
     const uint32_t rnd = o.mode == EXMY_SR ? exmy_sr_word(o.seed, j) : 0u;
@@ -105,7 +87,7 @@ __global__ void k_mx_decode(exmy_format f, const uint8_t *codes,
     const size_t r = i / cols, c = i % cols;
     const uint8_t sc = scales[r * per_row + c / g];
     const float q = decode_generic(f, codes[i]);
-    y[i] = sc == 0xFF ? __uint_as_float(0x7FC00000u) : mul_keep_nan(q, pow2f((int)sc - 127));
+    y[i] = sc == 0xFF ? __uint_as_float(0x7FC00000u) : mul_keep_nan(q, exmy_pow2f((int)sc - 127));
   }
 }
 
@@ -120,7 +102,7 @@ __global__ void __launch_bounds__(kThreads)
   if (base >= n) return;
   const uint2 p = *reinterpret_cast<const uint2 *>(codes + base);
   const uint8_t sc = scales[base / g];
-  const float s = pow2f((int)sc - 127);
+  const float s = exmy_pow2f((int)sc - 127);
   float q[kPer];
 #pragma unroll
   for (int k = 0; k < 4; k++) {
@@ -136,15 +118,18 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <int ID>
-void launch_decode8(const exmy_format &f, const uint8_t *codes, const uint8_t *scales,
-                    float *y, size_t n, size_t g, cudaStream_t s) {
-  k_mx_decode8<ID><<<blocks_for(n / kPer, kThreads), kThreads, 0, s>>>(f, codes, scales, y, n, g);
-}
+struct Decode8Op {
+  static void run(const exmy_format &f, const uint8_t *codes, const uint8_t *scales, float *y,
+                  size_t n, size_t g, cudaStream_t s) {
+    k_mx_decode8<ID><<<blocks_for(n / kPer, kThreads), kThreads, 0, s>>>(f, codes, scales, y, n,
+                                                                         g);
+  }
+};
 
 template <int ID, int MODE>
-cudaError_t launch_fast(const exmy_format &f, const KOpts &o, int lanes,
-                        const float *x, uint8_t *codes, uint8_t *scales,
-                        size_t n, cudaStream_t s) {
+cudaError_t launch_encode_lanes(const exmy_format &f, const KOpts &o, int lanes,
+                                const float *x, uint8_t *codes, uint8_t *scales, size_t n,
+                                cudaStream_t s) {
   const unsigned blocks = blocks_for((n + kPer - 1) / kPer, kThreads);
   switch (lanes) {
 #define EXMY_LANES(L) \
@@ -160,6 +145,20 @@ cudaError_t launch_fast(const exmy_format &f, const KOpts &o, int lanes,
   }
   return cudaGetLastError();
 }
+
+/* The one-pass encode: the compile-time formats get an rne kernel of their
+ * own; everything else runs the run-time-mode kernel of its format. */
+template <int ID>
+struct Encode8Op {
+  static cudaError_t run(const exmy_format &f, const KOpts &k, int lanes, const float *x,
+                         uint8_t *codes, uint8_t *scales, size_t n, cudaStream_t s) {
+    if constexpr (ID != SPEC_GENERIC) {
+      if (k.mode == EXMY_RNE)
+        return launch_encode_lanes<ID, EXMY_RNE>(f, k, lanes, x, codes, scales, n, s);
+    }
+    return launch_encode_lanes<ID, kRuntimeMode>(f, k, lanes, x, codes, scales, n, s);
+  }
+};
 
 }  // namespace
 
@@ -177,24 +176,9 @@ extern "C" cudaError_t exmy_cuda_mx_encode_f32(
   const bool fast = g % kPer == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0 &&
                     cols % g == 0 && ((uintptr_t)x & 15u) == 0 &&
                     ((uintptr_t)codes & 7u) == 0;
-  if (fast) {
-    const int L = (int)lanes;
-    const int m = k.mode;
-    switch (spec_id(f)) {
-#define EXMY_MX(ID)                                                            \
-  case ID:                                                                     \
-    return m == EXMY_RNE ? launch_fast<ID, EXMY_RNE>(*f, k, L, x, codes, scales, n, stream) \
-                         : launch_fast<ID, kRuntimeMode>(*f, k, L, x, codes, scales, n, stream);
-      EXMY_MX(SPEC_E4M3FN)
-      EXMY_MX(SPEC_E5M2)
-      EXMY_MX(SPEC_E2M3)
-      EXMY_MX(SPEC_E3M2)
-      EXMY_MX(SPEC_E2M1)
-#undef EXMY_MX
-      default:
-        return launch_fast<SPEC_GENERIC, kRuntimeMode>(*f, k, L, x, codes, scales, n, stream);
-    }
-  }
+  if (fast)
+    return with_spec_format<EXMY_GPU_SCALED, Encode8Op>(f, *f, k, (int)lanes, x, codes, scales,
+                                                        n, stream);
   const size_t tasks = rows * ((cols + g - 1) / g);
   k_mx_encode_any<<<blocks_for(tasks, 128), 128, 0, stream>>>(*f, k, x, codes, scales,
                                                              rows, cols, g);
@@ -211,14 +195,7 @@ extern "C" cudaError_t exmy_cuda_mx_decode_f32(const exmy_format *f, int block,
   if (n == 0) return cudaSuccess;
   if (g % kPer == 0 && cols % g == 0 && ((uintptr_t)codes & 7u) == 0 &&
       ((uintptr_t)y & 15u) == 0) {
-    switch (spec_id(f)) {
-      case SPEC_E4M3FN: launch_decode8<SPEC_E4M3FN>(*f, codes, scales, y, n, g, stream); break;
-      case SPEC_E5M2: launch_decode8<SPEC_E5M2>(*f, codes, scales, y, n, g, stream); break;
-      case SPEC_E2M3: launch_decode8<SPEC_E2M3>(*f, codes, scales, y, n, g, stream); break;
-      case SPEC_E3M2: launch_decode8<SPEC_E3M2>(*f, codes, scales, y, n, g, stream); break;
-      case SPEC_E2M1: launch_decode8<SPEC_E2M1>(*f, codes, scales, y, n, g, stream); break;
-      default: launch_decode8<SPEC_GENERIC>(*f, codes, scales, y, n, g, stream);
-    }
+    with_spec_format<EXMY_GPU_SCALED, Decode8Op>(f, *f, codes, scales, y, n, g, stream);
     return cudaGetLastError();
   }
   int sms = 132;

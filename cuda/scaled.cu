@@ -4,9 +4,10 @@
  * scale and the rounding all on the GPU, so that a training step needs no
  * host round trip per tensor.
  *
- * The statistics reduce in a fixed tree (per thread, per block, then one
- * block over the block partials), so they are deterministic; their double
- * sums differ from the CPU's only by the order of additions.
+ * The statistics (lib/stats_core.h's sums, as on the CPU) reduce in a fixed
+ * tree (per thread, per block, then one block over the block partials), so
+ * they are deterministic; their double sums differ from the CPU's only by the
+ * order of additions.
  */
 #include <cuda_bf16.h>
 #include <math.h>
@@ -21,70 +22,13 @@ using namespace exmy_cuda;
 
 constexpr int kStatThreads = 256;
 
-struct Acc {
-  unsigned long long n, under, sub, over, pairs;
-  double amax, minnz, sxx, syy, sxy, see;
-};
-
-__device__ __forceinline__ void acc_init(Acc &a) {
-  a.n = a.under = a.sub = a.over = a.pairs = 0;
-  a.amax = 0.0;
-  a.minnz = INFINITY;
-  a.sxx = a.syy = a.sxy = a.see = 0.0;
-}
-
-/* cpu/stats_acc.h's exmy_stats_acc_add: x the input, xs = x·s, q = Q(xs), y
- * the dequantized output (without scaling xs = x and q = y). */
-__device__ __forceinline__ void acc_add(Acc &a, float fmax_f, float fmin_normal,
-                                        float x, float xs, float q, float y) {
-  a.n++;
-  const float ax = fabsf(x), axs = fabsf(xs), aq = fabsf(q);
-  if (isfinite(x)) {
-    a.amax = fmax(a.amax, (double)ax);
-    if (ax != 0.0f && ax < a.minnz) a.minnz = ax;
-  }
-  if (isfinite(xs)) {
-    if (xs != 0.0f && q == 0.0f) a.under++;
-    if (axs > fmax_f || !isfinite(q)) a.over++;
-  }
-  if (aq > 0.0f && aq < fmin_normal) a.sub++;
-  if (isfinite(x) && isfinite(y)) {
-    const double dx = x, dy = y, e = dx - dy;
-    a.pairs++;
-    /* products rounded, then added, as the CPU's C (no contraction) */
-    a.sxx = __dadd_rn(a.sxx, __dmul_rn(dx, dx));
-    a.syy = __dadd_rn(a.syy, __dmul_rn(dy, dy));
-    a.sxy = __dadd_rn(a.sxy, __dmul_rn(dx, dy));
-    a.see = __dadd_rn(a.see, __dmul_rn(e, e));
-  }
-}
-
-__device__ __forceinline__ void acc_add(Acc &a, float fmax_f, float fmin_normal, float x,
-                                        float y) {
-  acc_add(a, fmax_f, fmin_normal, x, x, y, y);
-}
-
-__device__ __forceinline__ void acc_merge(Acc &a, const Acc &b) {
-  a.n += b.n;
-  a.under += b.under;
-  a.sub += b.sub;
-  a.over += b.over;
-  a.pairs += b.pairs;
-  a.amax = fmax(a.amax, b.amax);
-  a.minnz = fmin(a.minnz, b.minnz);
-  a.sxx += b.sxx;
-  a.syy += b.syy;
-  a.sxy += b.sxy;
-  a.see += b.see;
-}
-
 /* Reduces the block's accumulators into thread 0's, in a fixed order. */
-__device__ void block_reduce(Acc &a) {
-  __shared__ Acc sh[kStatThreads];
+__device__ void block_reduce(exmy_stats_sums &a) {
+  __shared__ exmy_stats_sums sh[kStatThreads];
   sh[threadIdx.x] = a;
   __syncthreads();
   for (int s = kStatThreads / 2; s > 0; s >>= 1) {
-    if ((int)threadIdx.x < s) acc_merge(sh[threadIdx.x], sh[threadIdx.x + s]);
+    if ((int)threadIdx.x < s) exmy_stats_sums_merge(&sh[threadIdx.x], &sh[threadIdx.x + s]);
     __syncthreads();
   }
   a = sh[0];
@@ -92,9 +36,9 @@ __device__ void block_reduce(Acc &a) {
 
 __global__ void __launch_bounds__(kStatThreads)
     k_stats_partial(const float *x, const float *y, size_t n, float fmax_f,
-                    float fmin_normal, int vec, Acc *partial) {
-  Acc a;
-  acc_init(a);
+                    float fmin_normal, int vec, exmy_stats_sums *partial) {
+  exmy_stats_sums a;
+  exmy_stats_sums_init(&a);
   const size_t groups = (n + 3) / 4;
   const size_t stride = (size_t)gridDim.x * kStatThreads;
   for (size_t g = (size_t)blockIdx.x * kStatThreads + threadIdx.x; g < groups;
@@ -103,12 +47,13 @@ __global__ void __launch_bounds__(kStatThreads)
     if (vec && i + 4 <= n) {
       const float4 xv = *reinterpret_cast<const float4 *>(x + i);
       const float4 yv = *reinterpret_cast<const float4 *>(y + i);
-      acc_add(a, fmax_f, fmin_normal, xv.x, yv.x);
-      acc_add(a, fmax_f, fmin_normal, xv.y, yv.y);
-      acc_add(a, fmax_f, fmin_normal, xv.z, yv.z);
-      acc_add(a, fmax_f, fmin_normal, xv.w, yv.w);
+      exmy_stats_sums_add(&a, fmax_f, fmin_normal, xv.x, xv.x, yv.x, yv.x);
+      exmy_stats_sums_add(&a, fmax_f, fmin_normal, xv.y, xv.y, yv.y, yv.y);
+      exmy_stats_sums_add(&a, fmax_f, fmin_normal, xv.z, xv.z, yv.z, yv.z);
+      exmy_stats_sums_add(&a, fmax_f, fmin_normal, xv.w, xv.w, yv.w, yv.w);
     } else {
-      for (size_t k = i; k < n && k < i + 4; k++) acc_add(a, fmax_f, fmin_normal, x[k], y[k]);
+      for (size_t k = i; k < n && k < i + 4; k++)
+        exmy_stats_sums_add(&a, fmax_f, fmin_normal, x[k], x[k], y[k], y[k]);
     }
   }
   block_reduce(a);
@@ -123,16 +68,16 @@ __global__ void __launch_bounds__(kStatThreads)
 __global__ void __launch_bounds__(kStatThreads)
     k_stats_partial_scaled(const __grid_constant__ exmy_format f, const float *x, const float *y,
                            size_t n, const float *scale_inv, float fmax_f, float fmin_normal,
-                           Acc *partial) {
-  Acc a;
-  acc_init(a);
+                           exmy_stats_sums *partial) {
+  exmy_stats_sums a;
+  exmy_stats_sums_init(&a);
   const float s = scale_inv[0];
   const size_t stride = (size_t)gridDim.x * kStatThreads;
   for (size_t i = (size_t)blockIdx.x * kStatThreads + threadIdx.x; i < n; i += stride) {
     const float xi = x[i], yi = y[i], xs = xi * s;
     const float q = exmy_core_decode(&f, exmy_core_encode(&f, EXMY_RNE, false, false, 32,
                                                           yi * s, 0));
-    acc_add(a, fmax_f, fmin_normal, xi, xs, q, yi);
+    exmy_stats_sums_add(&a, fmax_f, fmin_normal, xi, xs, q, yi);
   }
   block_reduce(a);
   if (threadIdx.x == 0) partial[blockIdx.x] = a;
@@ -143,16 +88,16 @@ __global__ void __launch_bounds__(kStatThreads)
  * exact (powers of two), as cpu/quantize_scaled.c's quantize_grouped sees them. */
 __global__ void __launch_bounds__(kStatThreads)
     k_stats_partial_mx(const float *x, const float *y, const uint8_t *scales, size_t rows,
-                       size_t cols, int block, float fmax_f, float fmin_normal, Acc *partial) {
-  Acc a;
-  acc_init(a);
+                       size_t cols, int block, float fmax_f, float fmin_normal, exmy_stats_sums *partial) {
+  exmy_stats_sums a;
+  exmy_stats_sums_init(&a);
   const size_t n = rows * cols, nb = (cols + block - 1) / block;
   const size_t stride = (size_t)gridDim.x * kStatThreads;
   for (size_t i = (size_t)blockIdx.x * kStatThreads + threadIdx.x; i < n; i += stride) {
     const size_t r = i / cols, c = i % cols;
     const int e = (int)scales[r * nb + c / block] - 127;
-    const float s = ldexpf(1.0f, -e);
-    acc_add(a, fmax_f, fmin_normal, x[i], x[i] * s, y[i] * s, y[i]);
+    const float s = exmy_pow2f(-e);
+    exmy_stats_sums_add(&a, fmax_f, fmin_normal, x[i], x[i] * s, y[i] * s, y[i]);
   }
   block_reduce(a);
   if (threadIdx.x == 0) partial[blockIdx.x] = a;
@@ -168,42 +113,19 @@ __global__ void k_stats_scale(exmy_tensor_stats *st, const float *scale_inv, flo
                               int margin, int pow2, int delayed) {
   st->scale = scale_inv[0];
   if (!delayed) return;
-  const float amax = (float)st->amax;
-  float cur = 1.0f;
-  if (amax > 0.0f && isfinite(amax)) {
-    cur = (float)((double)__fdiv_rn(fmax, amax) * exp2((double)-margin));
-    if (!isfinite(cur) || !(cur > 0.0f)) cur = 1.0f;
-    if (pow2) {
-      const uint32_t b = __float_as_uint(cur);
-      cur = b >= 0x00800000u ? __uint_as_float(b & 0xFF800000u)
-                             : __uint_as_float(1u << (31 - __clz(b)));
-    }
-  }
+  const float cur = exmy_core_scale_from_amax(fmax, (float)st->amax, margin, pow2);
   st->delayed_over_current = (double)scale_inv[0] / (double)cur;
 }
 
-/* exmy_stats_acc_finish on the device. */
+/* The merge of the block partials and exmy_stats_sums_finish. */
 __global__ void __launch_bounds__(kStatThreads)
-    k_stats_finish(const Acc *partial, int nparts, exmy_tensor_stats *s) {
-  Acc a;
-  acc_init(a);
-  for (int i = threadIdx.x; i < nparts; i += kStatThreads) acc_merge(a, partial[i]);
+    k_stats_finish(const exmy_stats_sums *partial, int nparts, exmy_tensor_stats *s) {
+  exmy_stats_sums a;
+  exmy_stats_sums_init(&a);
+  for (int i = threadIdx.x; i < nparts; i += kStatThreads) exmy_stats_sums_merge(&a, &partial[i]);
   block_reduce(a);
   if (threadIdx.x != 0) return;
-  const double n = a.n ? (double)a.n : 1.0;
-  s->n = a.n;
-  s->amax = a.amax;
-  s->min_nonzero = isinf(a.minnz) ? 0.0 : a.minnz;
-  s->underflow_ratio = a.under / n;
-  s->subnormal_ratio = a.sub / n;
-  s->overflow_ratio = a.over / n;
-  s->mse = a.pairs ? a.see / a.pairs : 0.0;
-  s->rel_l2 = a.sxx > 0 ? sqrt(a.see / a.sxx) : (a.see > 0 ? INFINITY : 0.0);
-  if (a.sxx > 0 && a.syy > 0)
-    s->cosine = a.sxy / (sqrt(a.sxx) * sqrt(a.syy));
-  else
-    s->cosine = (a.sxx == 0 && a.syy == 0) ? 1.0 : 0.0;
-  s->sqnr_db = a.see > 0 ? 10.0 * log10(a.sxx / a.see) : INFINITY;
+  exmy_stats_sums_finish(&a, s);
   s->scale = 1.0;
   s->delayed_over_current = NAN;
 }
@@ -229,23 +151,10 @@ __global__ void __launch_bounds__(256)
   if ((threadIdx.x & 31) == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
 }
 
-/* exmy_scale_from_amax: s = ldexpf(fmax / amax, -margin), 1 if not usable,
- * rounded down to a power of two if pow2; then inv = 1 / s. */
+/* exmy_scale_from_amax of the device amax; then inv = 1 / s. */
 __global__ void k_scale(const unsigned int *amax_bits, float fmax, int margin,
                         int pow2, float *scale_inv) {
-  const float amax = __uint_as_float(*amax_bits);
-  float s = 1.0f;
-  if (amax > 0.0f && isfinite(amax)) {
-    /* ldexpf rounds once; so does the double product converted to float */
-    const double t = (double)__fdiv_rn(fmax, amax) * exp2((double)-margin);
-    s = (float)t;
-    if (!isfinite(s) || !(s > 0.0f)) s = 1.0f;
-    if (pow2) {
-      const uint32_t b = __float_as_uint(s);
-      s = b >= 0x00800000u ? __uint_as_float(b & 0xFF800000u)
-                           : __uint_as_float(1u << (31 - __clz(b)));
-    }
-  }
+  const float s = exmy_core_scale_from_amax(fmax, __uint_as_float(*amax_bits), margin, pow2);
   scale_inv[0] = s;
   scale_inv[1] = __fdiv_rn(1.0f, s);
 }
@@ -267,40 +176,30 @@ __global__ void __launch_bounds__(kThreads)
   float q[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; k++) q[k] = mul_keep_nan(decode_one<ID>(f, c[k]), inv);
-  if (full) {
-    *reinterpret_cast<float4 *>(y + base) = make_float4(q[0], q[1], q[2], q[3]);
-    *reinterpret_cast<float4 *>(y + base + 4) = make_float4(q[4], q[5], q[6], q[7]);
-  } else {
-    for (int k = 0; k < kPer; k++)
-      if (base + k < n) y[base + k] = q[k];
-  }
+  store8f(y, base, n, full, q);
 }
 
-template <int ID, int MODE>
-void launch_scaled(const exmy_format &f, const KOpts &o, const float *x, float *y,
-                   size_t n, int vec, const float *si, cudaStream_t s) {
-  k_quantize_scaled<ID, MODE><<<blocks_for((n + kPer - 1) / kPer, kThreads), kThreads, 0, s>>>(
-      f, o, x, y, n, vec, si);
-}
+/* The compile-time formats get an rne kernel of their own; everything else
+ * runs the run-time-mode kernel of its format (the generic one included). */
+template <int ID>
+struct ScaledOp {
+  static void run(const exmy_format &f, const KOpts &k, const float *x, float *y, size_t n,
+                  const float *si, cudaStream_t s) {
+    const int vec = (((uintptr_t)x | (uintptr_t)y) & 15u) == 0;
+    const unsigned blocks = blocks_for((n + kPer - 1) / kPer, kThreads);
+    if constexpr (ID != SPEC_GENERIC) {
+      if (k.mode == EXMY_RNE) {
+        k_quantize_scaled<ID, EXMY_RNE><<<blocks, kThreads, 0, s>>>(f, k, x, y, n, vec, si);
+        return;
+      }
+    }
+    k_quantize_scaled<ID, kRuntimeMode><<<blocks, kThreads, 0, s>>>(f, k, x, y, n, vec, si);
+  }
+};
 
 void launch_scaled_any(const exmy_format &f, const KOpts &k, const float *x, float *y,
                        size_t n, const float *si, cudaStream_t stream) {
-  const int vec = (((uintptr_t)x | (uintptr_t)y) & 15u) == 0;
-  switch (spec_id(&f)) {
-#define EXMY_SC(ID)                                                              \
-  case ID:                                                                       \
-    if (k.mode == EXMY_RNE) launch_scaled<ID, EXMY_RNE>(f, k, x, y, n, vec, si, stream); \
-    else launch_scaled<ID, kRuntimeMode>(f, k, x, y, n, vec, si, stream);        \
-    break;
-    EXMY_SC(SPEC_E4M3FN)
-    EXMY_SC(SPEC_E5M2)
-    EXMY_SC(SPEC_E2M3)
-    EXMY_SC(SPEC_E3M2)
-    EXMY_SC(SPEC_E2M1)
-#undef EXMY_SC
-    default:
-      launch_scaled<SPEC_GENERIC, kRuntimeMode>(f, k, x, y, n, vec, si, stream);
-  }
+  with_spec_format<EXMY_GPU_SCALED, ScaledOp>(&f, f, k, x, y, n, si, stream);
 }
 
 /* The BF16 GEMM path's operand in one pass: q = Q(x·s) stored as bfloat16
@@ -347,34 +246,34 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int ID, int MODE>
-void launch_scaled_bf16(const exmy_format &f, const KOpts &o, const float *x, uint16_t *y,
-                        size_t n, const float *si, unsigned int *amax, cudaStream_t s) {
-  const int vec = (((uintptr_t)x | (uintptr_t)y) & 15u) == 0;
-  k_quantize_scaled_bf16<ID, MODE><<<blocks_for((n + kPer - 1) / kPer, kThreads), kThreads, 0, s>>>(
-      f, o, x, y, n, vec, si, amax);
-}
+/* The compile-time formats get rne and sr kernels of their own; everything
+ * else runs the run-time-mode kernel of its format (the generic one too). */
+template <int ID>
+struct ScaledBf16Op {
+  static void run(const exmy_format &f, const KOpts &k, const float *x, uint16_t *y, size_t n,
+                  const float *si, unsigned int *amax, cudaStream_t s) {
+    const int vec = (((uintptr_t)x | (uintptr_t)y) & 15u) == 0;
+    const unsigned blocks = blocks_for((n + kPer - 1) / kPer, kThreads);
+    if constexpr (ID != SPEC_GENERIC) {
+      if (k.mode == EXMY_RNE) {
+        k_quantize_scaled_bf16<ID, EXMY_RNE><<<blocks, kThreads, 0, s>>>(f, k, x, y, n, vec, si,
+                                                                         amax);
+        return;
+      }
+      if (k.mode == EXMY_SR) {
+        k_quantize_scaled_bf16<ID, EXMY_SR><<<blocks, kThreads, 0, s>>>(f, k, x, y, n, vec, si,
+                                                                        amax);
+        return;
+      }
+    }
+    k_quantize_scaled_bf16<ID, kRuntimeMode><<<blocks, kThreads, 0, s>>>(f, k, x, y, n, vec, si,
+                                                                         amax);
+  }
+};
 
 void launch_scaled_bf16_any(const exmy_format &f, const KOpts &k, const float *x, uint16_t *y,
                             size_t n, const float *si, unsigned int *amax, cudaStream_t s) {
-  switch (spec_id(&f)) {
-#define EXMY_SCB(ID)                                                                    \
-  case ID:                                                                              \
-    if (k.mode == EXMY_RNE) launch_scaled_bf16<ID, EXMY_RNE>(f, k, x, y, n, si, amax, s); \
-    else if (k.mode == EXMY_SR) launch_scaled_bf16<ID, EXMY_SR>(f, k, x, y, n, si, amax, s); \
-    else launch_scaled_bf16<ID, kRuntimeMode>(f, k, x, y, n, si, amax, s);             \
-    break;
-    EXMY_SCB(SPEC_E4M3FN)
-    EXMY_SCB(SPEC_E5M2)
-    EXMY_SCB(SPEC_BF16)
-    EXMY_SCB(SPEC_E8M3)
-    EXMY_SCB(SPEC_E8M4)
-    EXMY_SCB(SPEC_E8M5)
-    EXMY_SCB(SPEC_E8M6)
-#undef EXMY_SCB
-    default:
-      launch_scaled_bf16<SPEC_GENERIC, kRuntimeMode>(f, k, x, y, n, si, amax, s);
-  }
+  with_spec_format<EXMY_GPU_BF16, ScaledBf16Op>(&f, f, k, x, y, n, si, amax, s);
 }
 
 void launch_amax(const float *x, size_t n, unsigned int *amax_bits, cudaStream_t stream) {
@@ -385,30 +284,14 @@ void launch_amax(const float *x, size_t n, unsigned int *amax_bits, cudaStream_t
       x, n, amax_bits);
 }
 
-/* exmy_delayed_state_update on the device: record amax in slot `latest`, take
- * the history's max (or this amax), keep the old scale if that is 0 or not
- * finite. */
+/* exmy_delayed_state_update on the device (the host has advanced `latest`). */
 __global__ void k_delayed_update(float *history, int len, int latest,
                                  const unsigned int *amax_bits, int most_recent,
                                  float fmax, int margin, int pow2, float *scale_inv,
                                  float *scale_used = nullptr) {
   if (scale_used) *scale_used = scale_inv[0]; /* the scale this call rounded with */
-  const float amax = __uint_as_float(*amax_bits);
-  history[latest] = amax;
-  float use = amax;
-  if (!most_recent)
-    for (int i = 0; i < len; i++)
-      if (history[i] > use) use = history[i];
-  if (!(use > 0.0f) || !isfinite(use)) return;
-  float s = (float)((double)__fdiv_rn(fmax, use) * exp2((double)-margin));
-  if (!isfinite(s) || !(s > 0.0f)) s = 1.0f;
-  if (pow2) {
-    const uint32_t b = __float_as_uint(s);
-    s = b >= 0x00800000u ? __uint_as_float(b & 0xFF800000u)
-                         : __uint_as_float(1u << (31 - __clz(b)));
-  }
-  scale_inv[0] = s;
-  scale_inv[1] = __fdiv_rn(1.0f, s);
+  exmy_core_delayed_update(history, len, latest, __uint_as_float(*amax_bits), most_recent, fmax,
+                           margin, pow2, &scale_inv[0], &scale_inv[1]);
 }
 
 }  // namespace
@@ -475,8 +358,8 @@ extern "C" cudaError_t exmy_cuda_tensor_stats_f32(const exmy_format *f,
   exmy_format_info info;
   exmy_format_get_info(f, &info);
   const int nb = stat_blocks();
-  Acc *partial;
-  EXMY_CUDA_TRY(cudaMallocAsync((void **)&partial, sizeof(Acc) * nb, stream));
+  exmy_stats_sums *partial;
+  EXMY_CUDA_TRY(cudaMallocAsync((void **)&partial, sizeof(exmy_stats_sums) * nb, stream));
   const int vec = (((uintptr_t)x | (uintptr_t)y) & 15u) == 0;
   k_stats_partial<<<nb, kStatThreads, 0, stream>>>(x, y, n, info.max,
                                                    info.min_normal, vec, partial);
@@ -523,8 +406,8 @@ extern "C" cudaError_t exmy_cuda_tensor_stats_scaled_f32(
   exmy_format_info info;
   exmy_format_get_info(f, &info);
   const int nb = stat_blocks();
-  Acc *partial;
-  EXMY_CUDA_TRY(cudaMallocAsync((void **)&partial, sizeof(Acc) * nb, stream));
+  exmy_stats_sums *partial;
+  EXMY_CUDA_TRY(cudaMallocAsync((void **)&partial, sizeof(exmy_stats_sums) * nb, stream));
   k_stats_partial_scaled<<<nb, kStatThreads, 0, stream>>>(*f, x, y, n, scale_inv, info.max,
                                                           info.min_normal, partial);
   k_stats_finish<<<1, kStatThreads, 0, stream>>>(partial, nb, stats);
@@ -568,8 +451,8 @@ extern "C" cudaError_t exmy_cuda_tensor_stats_mx_f32(const exmy_format *f, int b
   exmy_format_info info;
   exmy_format_get_info(f, &info);
   const int nb = stat_blocks();
-  Acc *partial;
-  EXMY_CUDA_TRY(cudaMallocAsync((void **)&partial, sizeof(Acc) * nb, stream));
+  exmy_stats_sums *partial;
+  EXMY_CUDA_TRY(cudaMallocAsync((void **)&partial, sizeof(exmy_stats_sums) * nb, stream));
   k_stats_partial_mx<<<nb, kStatThreads, 0, stream>>>(x, y, scales, rows, cols, block, info.max,
                                                       info.min_normal, partial);
   k_stats_finish<<<1, kStatThreads, 0, stream>>>(partial, nb, stats);

@@ -6,9 +6,10 @@
 #include <string.h>
 
 #include "lib/exmy.h"
+#include "lib/format_core.h"
 #include "lib/round_core.h"
 
-/* One row per named format; adding a format is adding a row. */
+/* The rows of EXMY_FORMAT_TABLE (lib/format_core.h) the parser reads. */
 typedef struct {
   const char *name;
   const char *alias;
@@ -17,19 +18,10 @@ typedef struct {
 } named_format;
 
 static const named_format kNamedFormats[] = {
-    {"float8_e4m3fn", "e4m3", 4, 3, 7, EXMY_SPECIALS_FN},
-    {"float8_e5m2", "e5m2", 5, 2, 15, EXMY_SPECIALS_IEEE},
-    {"float8_e4m3fnuz", NULL, 4, 3, 8, EXMY_SPECIALS_FNUZ},
-    {"float8_e5m2fnuz", NULL, 5, 2, 16, EXMY_SPECIALS_FNUZ},
-    {"float8_e3m4", NULL, 3, 4, 3, EXMY_SPECIALS_IEEE},
-    {"float8_e4m3", NULL, 4, 3, 7, EXMY_SPECIALS_IEEE},
-    {"float6_e2m3fn", "e2m3", 2, 3, 1, EXMY_SPECIALS_NONE},
-    {"float6_e3m2fn", "e3m2", 3, 2, 3, EXMY_SPECIALS_NONE},
-    {"float4_e2m1fn", "e2m1", 2, 1, 1, EXMY_SPECIALS_NONE},
-    {"float8_e8m0fnu", "e8m0", 8, 0, 127, EXMY_SPECIALS_E8M0},
-    {"bfloat16", "bf16", 8, 7, 127, EXMY_SPECIALS_IEEE},
-    {"float16", "fp16", 5, 10, 15, EXMY_SPECIALS_IEEE},
-    {"float32", "fp32", 8, 23, 127, EXMY_SPECIALS_IEEE},
+#define EXMY_NAMED_FORMAT(id, name, alias, E, M, bias, specials, gpu) \
+  {name, alias, E, M, bias, EXMY_SPECIALS_##specials},
+    EXMY_FORMAT_TABLE(EXMY_NAMED_FORMAT)
+#undef EXMY_NAMED_FORMAT
 };
 
 static int name_equal(const char *a, const char *b) {
@@ -41,52 +33,22 @@ static int name_equal(const char *a, const char *b) {
 int exmy_format_make(const char *name, int exp_bits, int man_bits, int bias,
                      exmy_specials specials, exmy_format *out) {
   if (exp_bits < 1 || exp_bits > 8 || man_bits < 0 || man_bits > 23) return -1;
-  exmy_format f;
-  memset(&f, 0, sizeof f);
-  snprintf(f.name, sizeof f.name, "%s", name ? name : "");
-  f.exp_bits = exp_bits;
-  f.man_bits = man_bits;
-  f.bias = bias;
-  f.specials = specials;
-  f.is_signed = specials != EXMY_SPECIALS_E8M0;
-  f.bits = exp_bits + man_bits + (f.is_signed ? 1 : 0);
-  const uint32_t all = (uint32_t)1 << (exp_bits + man_bits); /* magnitude codes */
-  f.sign_mask = f.is_signed ? all : 0;
-  f.inf_code = EXMY_NO_CODE;
-  f.nan_code = EXMY_NO_CODE;
   switch (specials) {
     case EXMY_SPECIALS_IEEE:
-      f.inf_code = (((uint32_t)1 << exp_bits) - 1) << man_bits;
-      if (man_bits > 0) f.nan_code = f.inf_code | ((uint32_t)1 << (man_bits - 1));
-      f.max_code = f.inf_code - 1;
-      break;
-    case EXMY_SPECIALS_FN:
-      if (exp_bits + man_bits < 2) return -1;
-      f.nan_code = all - 1;
-      f.max_code = all - 2;
-      break;
     case EXMY_SPECIALS_FNUZ:
-      f.nan_code = f.sign_mask;
-      f.max_code = all - 1;
-      break;
     case EXMY_SPECIALS_NONE:
-      f.max_code = all - 1;
+      break;
+    case EXMY_SPECIALS_FN: /* the NaN code needs a code below it */
+      if (exp_bits + man_bits < 2) return -1;
       break;
     case EXMY_SPECIALS_E8M0:
       if (man_bits != 0) return -1;
-      f.nan_code = all - 1;
-      f.max_code = all - 2;
       break;
     default:
       return -1;
   }
-  /* E8M0 has no subnormal field: code 0 is the smallest normal 2^-bias. */
-  f.emin = specials == EXMY_SPECIALS_E8M0 ? -bias : 1 - bias;
-  f.emax = (int)(f.max_code >> man_bits) - bias;
-  if (specials == EXMY_SPECIALS_IEEE && f.max_code >> man_bits == 0) {
-    /* E = 1: only subnormals below the reserved exponent */
-    f.emax = f.emin - 1;
-  }
+  exmy_format f = exmy_format_fields(exp_bits, man_bits, bias, specials);
+  snprintf(f.name, sizeof f.name, "%s", name ? name : "");
   /* a format must have a positive finite value (e1m0 IEEE-like has none) */
   if (f.max_code == 0 && specials != EXMY_SPECIALS_E8M0) return -1;
   /* every finite value must be a float32: no overflow, no underflow */

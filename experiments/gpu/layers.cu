@@ -29,18 +29,21 @@ constexpr int kWarpsPerBlock = 8;    /* warp-per-row kernels: 256 threads */
 constexpr unsigned kFull = 0xffffffffu;
 
 /* Blocks for a grid-stride loop over n elements (any cap is correct; this one
- * fills an H100 many times over). */
-unsigned grid_for(size_t n) {
+ * fills an H100 many times over; cuda/gather.cuh's grid_for, for the GEMM
+ * operands, caps higher). */
+unsigned elementwise_grid(size_t n) {
   size_t b = (n + kThreads - 1) / kThreads;
   if (b > 32768) b = 32768;
   return (unsigned)(b ? b : 1);
 }
 
 /* Blocks for a block-per-row kernel (grid-stride over rows beyond the cap). */
-unsigned grid_rows(long rows) { return (unsigned)(rows < 65536 ? (rows > 0 ? rows : 1) : 65536); }
+unsigned block_per_row_grid(long rows) {
+  return (unsigned)(rows < 65536 ? (rows > 0 ? rows : 1) : 65536);
+}
 
 /* Blocks for a warp-per-row kernel. */
-unsigned grid_for_rows(long rows) {
+unsigned warp_per_row_grid(long rows) {
   return (unsigned)((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
 }
 
@@ -407,7 +410,7 @@ extern "C" {
 void gpu_encoder_forward(float *out, const int *tokens, const float *wte, int N, int C,
                          cudaStream_t s) {
   if (N <= 0 || C <= 0) return;
-  encoder_forward_kernel<<<grid_rows(N), kThreads, 0, s>>>(out, tokens, wte, N, C);
+  encoder_forward_kernel<<<block_per_row_grid(N), kThreads, 0, s>>>(out, tokens, wte, N, C);
 }
 
 void gpu_encoder_backward(float *dwte, const float *dout, const int *bucket_start,
@@ -430,14 +433,15 @@ void gpu_token_buckets(const int *tokens, int N, int V, int *bucket_start, int *
 void gpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
                          cudaStream_t s) {
   if (N <= 0) return;
-  rmsnorm_forward_kernel<<<grid_for_rows(N), 32 * kWarpsPerBlock, 0, s>>>(out, rstd, inp, w, N, C);
+  rmsnorm_forward_kernel<<<warp_per_row_grid(N), 32 * kWarpsPerBlock, 0, s>>>(out, rstd, inp, w,
+                                                                              N, C);
 }
 
 void gpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
                           const float *w, const float *rstd, int N, int C, cudaStream_t s) {
   if (N <= 0 || C <= 0) return;
-  rmsnorm_backward_dinp_kernel<<<grid_for_rows(N), 32 * kWarpsPerBlock, 0, s>>>(dinp, dout, inp, w,
-                                                                               rstd, N, C);
+  rmsnorm_backward_dinp_kernel<<<warp_per_row_grid(N), 32 * kWarpsPerBlock, 0, s>>>(
+      dinp, dout, inp, w, rstd, N, C);
   const int chunks = (N + DW_ROWS - 1) / DW_ROWS;
   float *partial = (float *)cached_scratch(&dw_scratch, &dw_scratch_cap,
                                            (size_t)chunks * C * sizeof(float));
@@ -451,7 +455,8 @@ void gpu_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, i
                       int hs, cudaStream_t s) {
   const long rows = (long)B * T;
   if (rows <= 0 || nh * (hs / 2) <= 0) return;
-  rope_kernel<<<grid_rows(rows), kThreads, 0, s>>>(x, cos_t, sin_t, rows, T, nh, hs / 2, 1.0f);
+  rope_kernel<<<block_per_row_grid(rows), kThreads, 0, s>>>(x, cos_t, sin_t, rows, T, nh, hs / 2,
+                                                            1.0f);
 }
 
 /* The rotation is orthogonal: its gradient is the inverse rotation. */
@@ -459,49 +464,51 @@ void gpu_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B,
                        int hs, cudaStream_t s) {
   const long rows = (long)B * T;
   if (rows <= 0 || nh * (hs / 2) <= 0) return;
-  rope_kernel<<<grid_rows(rows), kThreads, 0, s>>>(dx, cos_t, sin_t, rows, T, nh, hs / 2, -1.0f);
+  rope_kernel<<<block_per_row_grid(rows), kThreads, 0, s>>>(dx, cos_t, sin_t, rows, T, nh, hs / 2,
+                                                            -1.0f);
 }
 
 void gpu_swiglu_forward(float *out, const float *h1, const float *h3, size_t n, cudaStream_t s) {
   if (!n) return;
-  swiglu_forward_kernel<<<grid_for(n), kThreads, 0, s>>>(out, h1, h3, n);
+  swiglu_forward_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(out, h1, h3, n);
 }
 
 void gpu_swiglu_backward(float *dh1, float *dh3, const float *dout, const float *h1,
                          const float *h3, size_t n, cudaStream_t s) {
   if (!n) return;
-  swiglu_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(dh1, dh3, dout, h1, h3, n);
+  swiglu_backward_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(dh1, dh3, dout, h1, h3, n);
 }
 
 void gpu_add_inplace(float *y, const float *x, size_t n, cudaStream_t s) {
   if (!n) return;
-  add_inplace_kernel<<<grid_for(n), kThreads, 0, s>>>(y, x, n);
+  add_inplace_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(y, x, n);
 }
 
 void gpu_causal_softmax_forward(float *att, long rows, int T, cudaStream_t s) {
   if (rows <= 0) return;
-  causal_softmax_forward_kernel<<<grid_for_rows(rows), 32 * kWarpsPerBlock, 0, s>>>(att, rows, T);
+  causal_softmax_forward_kernel<<<warp_per_row_grid(rows), 32 * kWarpsPerBlock, 0, s>>>(att, rows,
+                                                                                       T);
 }
 
 void gpu_causal_softmax_backward(float *datt, const float *att, long rows, int T, float scale,
                                  cudaStream_t s) {
   if (rows <= 0) return;
-  causal_softmax_backward_kernel<<<grid_for_rows(rows), 32 * kWarpsPerBlock, 0, s>>>(datt, att,
+  causal_softmax_backward_kernel<<<warp_per_row_grid(rows), 32 * kWarpsPerBlock, 0, s>>>(datt, att,
                                                                                     rows, T, scale);
 }
 
 void gpu_crossentropy_forward(float *probs, float *losses, const int *targets, int N, int V,
                               cudaStream_t s) {
   if (N <= 0) return;
-  crossentropy_forward_kernel<<<grid_for_rows(N), 32 * kWarpsPerBlock, 0, s>>>(probs, losses,
+  crossentropy_forward_kernel<<<warp_per_row_grid(N), 32 * kWarpsPerBlock, 0, s>>>(probs, losses,
                                                                               targets, N, V);
 }
 
 void gpu_crossentropy_backward(float *dlogits, const float *probs, const int *targets, int N,
                                int V, float scale, cudaStream_t s) {
   if (N <= 0 || V <= 0) return;
-  crossentropy_backward_kernel<<<grid_rows(N), kThreads, 0, s>>>(dlogits, probs, targets, N, V,
-                                                                 scale);
+  crossentropy_backward_kernel<<<block_per_row_grid(N), kThreads, 0, s>>>(dlogits, probs, targets,
+                                                                          N, V, scale);
 }
 
 void gpu_mean(const float *x, int n, double *out, cudaStream_t s) {
@@ -520,7 +527,7 @@ void gpu_adamw(float *p, float *g, float *m, float *v, size_t n, const double *s
                double max_norm, float b1, float b2, float eps, float step_size, float bc2_sqrt,
                float decay, cudaStream_t s) {
   if (!n) return;
-  adamw_kernel<<<grid_for(n), kThreads, 0, s>>>(p, g, m, v, n, sumsq, max_norm, b1, b2, eps,
+  adamw_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(p, g, m, v, n, sumsq, max_norm, b1, b2, eps,
                                                step_size, bc2_sqrt, decay);
 }
 

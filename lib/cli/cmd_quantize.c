@@ -13,28 +13,19 @@ const char cli_quantize_help[] =
     "format F in one rounding step and writes the result as float32 to OUT\n"
     "('-' = stdout): equal to decode(encode(IN)).\n"
     "\n"
-    "  --format F       target format (required; see 'exmy --help')\n"
-    "  --round R        rne (default), rna, rz, ru, rd, ro, or sr (stochastic)\n"
-    "  --saturate       out-of-range values (and inf) become +-max\n"
-    "                   (default: follow IEEE 754 and the format)\n"
-    "  --no-subnormals  take the format without its subnormals (flush to 0\n"
-    "                   or round to the smallest normal)\n"
-    "  --seed S         sr: Philox key (default 0)\n"
-    "  --offset O       sr: counter of the file's first element (default 0);\n"
-    "                   element i uses offset + i, so a file split in two\n"
-    "                   with --offset = elements before gives the same bits\n"
-    "  --sr-bits B      sr: random bits per element, 1..32 (default 32)\n"
-    "  --seed, --offset and --sr-bits are ignored unless --round sr.\n";
+    CLI_ROUNDING_OPTIONS_HELP;
 
-int cli_quantize(int argc, char **argv) {
+int cli_round_stream(const char *command, int argc, char **argv, bool to_codes) {
   cli_conversion_args a;
-  cli_parse_conversion_args("quantize", argc, argv, true, &a);
+  cli_parse_conversion_args(command, argc, argv, true, &a);
+  const size_t out_bytes = to_codes ? exmy_code_bytes(&a.format) : sizeof(float);
   cli_input in;
   cli_input_open(&in, a.in, sizeof(float), "float32 values");
   cli_output out;
   cli_output_open(&out, a.out);
 
   float *x = cli_alloc(CLI_CHUNK_ELEMENTS * sizeof *x);
+  void *y = to_codes ? cli_alloc(CLI_CHUNK_ELEMENTS * out_bytes) : x;
   exmy_rounding_opts o = a.round;
   size_t n;
   while ((n = cli_input_read(&in, x, CLI_CHUNK_ELEMENTS)) > 0) {
@@ -42,12 +33,20 @@ int cli_quantize(int argc, char **argv) {
      * call over the whole file would. */
     o.offset = a.round.offset + (in.elements - n);
     cli_le_swap(x, n, sizeof *x);
-    exmy_quantize_f32(&a.format, &o, x, x, n);
-    cli_le_swap(x, n, sizeof *x);
-    cli_output_write(&out, x, n * sizeof *x);
+    if (to_codes)
+      exmy_encode_f32(&a.format, &o, x, y, n);
+    else
+      exmy_quantize_f32(&a.format, &o, x, x, n);
+    cli_le_swap(y, n, out_bytes);
+    cli_output_write(&out, y, n * out_bytes);
   }
   cli_input_close(&in);
   cli_output_commit(&out);
+  if (to_codes) cli_free(y);
   cli_free(x);
   return 0;
+}
+
+int cli_quantize(int argc, char **argv) {
+  return cli_round_stream("quantize", argc, argv, false);
 }

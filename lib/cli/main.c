@@ -5,6 +5,7 @@
 
 #include "lib/cli/commands.h"
 #include "lib/cli/io.h"
+#include "lib/cli/options.h"
 
 #define EXMY_CLI_ROW(name, summary) {#name, summary, cli_##name##_help, cli_##name},
 static const cli_command kCommands[] = {EXMY_CLI_COMMANDS(EXMY_CLI_ROW)};
@@ -29,15 +30,15 @@ static int print_usage(void) {
          "files: values are raw little-endian float32; codes take 1 byte each\n"
          "  for formats of <= 8 bits (FP6/FP4 in the low bits), 2 little-endian\n"
          "  bytes for <= 16 bits, 4 for float32.  '-' is stdin / stdout.\n"
-         "  Files stream in chunks of 1 Mi elements; OUT may be IN.\n"
-         "formats: float8_e4m3fn (e4m3), float8_e5m2 (e5m2), float8_e4m3fnuz,\n"
-         "  float8_e5m2fnuz, float8_e3m4, float8_e4m3, float6_e2m3fn (e2m3),\n"
-         "  float6_e3m2fn (e3m2), float4_e2m1fn (e2m1), float8_e8m0fnu (e8m0),\n"
-         "  bfloat16 (bf16), float16 (fp16), float32 (fp32), and IEEE-like eXmY\n"
+         "  Files stream in chunks of 1 Mi elements; OUT may be IN.\n");
+  char names[1024];
+  cli_format_names(names, sizeof names, true, strlen("formats: "), 76);
+  printf("formats: %s and IEEE-like eXmY\n"
          "  with 1 <= X <= 8, 0 <= Y <= 23 (bias 2^(X-1)-1), e.g. e8m3, e5m10.\n"
          "rounding: rne (default), rna, rz, ru, rd, ro, sr (stochastic).\n"
          "errors: one line on stderr starting 'exmy: ', exit status 2, and no\n"
-         "  output file (an existing OUT is left as it was).\n");
+         "  output file (an existing OUT is left as it was).\n",
+         names);
   cli_stdout_finish();
   return 0;
 }

@@ -4,17 +4,59 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lib/cli/io.h"
+#include "lib/format_core.h"
+
+/* The rows of the format table (lib/format_core.h). */
+static const struct {
+  const char *name, *alias;
+  int exp_bits, man_bits, bias;
+  exmy_specials specials;
+} kFormatRows[] = {
+#define EXMY_CLI_ROW(id, name, alias, E, M, bias, sp, gpu) \
+  {name, alias, E, M, bias, EXMY_SPECIALS_##sp},
+    EXMY_FORMAT_TABLE(EXMY_CLI_ROW)
+#undef EXMY_CLI_ROW
+};
+
+size_t cli_format_names(char *buf, size_t size, bool with_aliases, size_t first_col,
+                        size_t width) {
+  size_t len = 0, col = first_col;
+  buf[0] = '\0';
+  for (size_t i = 0; i < sizeof kFormatRows / sizeof kFormatRows[0]; i++) {
+    const char *name = kFormatRows[i].name, *alias = kFormatRows[i].alias;
+    /* rows named as a generic eXmY (E8M3..E8M6) go under "eXmY" */
+    char generic[16];
+    snprintf(generic, sizeof generic, "e%dm%d", kFormatRows[i].exp_bits,
+             kFormatRows[i].man_bits);
+    if (strcmp(name, generic) == 0 && kFormatRows[i].specials == EXMY_SPECIALS_IEEE &&
+        kFormatRows[i].bias == (1 << (kFormatRows[i].exp_bits - 1)) - 1)
+      continue;
+    char word[64];
+    if (with_aliases && alias)
+      snprintf(word, sizeof word, "%s (%s),", name, alias);
+    else
+      snprintf(word, sizeof word, "%s,", alias ? alias : name);
+    const size_t w = strlen(word);
+    const char *sep = len == 0 ? "" : width && col + 1 + w > width ? "\n  " : " ";
+    if (len + strlen(sep) + w + 1 > size) break;
+    len += (size_t)snprintf(buf + len, size - len, "%s%s", sep, word);
+    col = sep[0] == '\n' ? 2 + w : col + strlen(sep) + w;
+  }
+  return col;
+}
 
 void cli_parse_format(const char *command, const char *name, exmy_format *f) {
-  if (exmy_format_parse(name, f) != 0)
-    cli_fail("%s: unknown format '%s' (known: e4m3, e5m2, float8_e4m3fnuz, "
-             "float8_e5m2fnuz, float8_e3m4, float8_e4m3, e2m3, e3m2, e2m1, "
-             "e8m0, bf16, fp16, fp32, their ml_dtypes names, and eXmY with "
-             "1<=X<=8, 0<=Y<=23)", command, name);
+  if (exmy_format_parse(name, f) != 0) {
+    char names[512];
+    cli_format_names(names, sizeof names, false, 0, 0);
+    cli_fail("%s: unknown format '%s' (known: %s their ml_dtypes names, and eXmY "
+             "with 1<=X<=8, 0<=Y<=23)", command, name, names);
+  }
 }
 
 /* A decimal or 0x-prefixed hexadecimal unsigned 64-bit integer, nothing else

@@ -7,6 +7,7 @@
 #define EXMY_CLI_OPTIONS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "lib/exmy.h"
 
@@ -39,9 +40,35 @@ typedef cli_args cli_conversion_args;
 void cli_parse_conversion_args(const char *command, int argc, char **argv,
                                bool rounding, cli_conversion_args *args);
 
+/* The help lines of --format and the rounding options (quantize, encode). */
+#define CLI_ROUNDING_OPTIONS_HELP                                                \
+    "  --format F       target format (required; see 'exmy --help')\n"           \
+    "  --round R        rne (default), rna, rz, ru, rd, ro, or sr (stochastic)\n"\
+    "  --saturate       out-of-range values (and inf) become +-max\n"            \
+    "                   (default: follow IEEE 754 and the format)\n"             \
+    "  --no-subnormals  take the format without its subnormals (flush to 0\n"    \
+    "                   or round to the smallest normal)\n"                      \
+    "  --seed S         sr: Philox key (default 0)\n"                            \
+    "  --offset O       sr: counter of the file's first element (default 0);\n"  \
+    "                   element i uses offset + i, so a file split in two\n"     \
+    "                   with --offset = elements before gives the same bits\n"   \
+    "  --sr-bits B      sr: random bits per element, 1..32 (default 32)\n"       \
+    "  --seed, --offset and --sr-bits are ignored unless --round sr.\n"
+
+/* quantize (to_codes false) and encode: rounds IN to OUT chunk by chunk, the
+ * sr counter running on across chunks; returns the exit status. */
+int cli_round_stream(const char *command, int argc, char **argv, bool to_codes);
+
 /* Parses the single argument F of `exmy info F` / `exmy table F`. */
 void cli_parse_format_arg(const char *command, int argc, char **argv,
                           exmy_format *f);
+
+/* The named formats of the format table into buf: "e4m3, e5m2, ...," (the
+ * alias where there is one) or, with_aliases, "float8_e4m3fn (e4m3), ...,".
+ * width > 0: the text starts at column first_col and breaks its lines before
+ * column `width`, continuing with two spaces.  Returns the last line's length. */
+size_t cli_format_names(char *buf, size_t size, bool with_aliases, size_t first_col,
+                        size_t width);
 
 /* exmy_format_parse, failing with a message that lists the known names. */
 void cli_parse_format(const char *command, const char *name, exmy_format *f);

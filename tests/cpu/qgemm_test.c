@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "lib/exmy.h"
+#include "tests/check_suite.h"
 
 static float urand(unsigned *s) {
   *s = *s * 1664525u + 1013904223u;
@@ -111,16 +112,7 @@ START_TEST(quantized_operand_hand_case) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("qgemm");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, every_transpose_and_recipe);
-  tcase_add_test(tc, unquantized_is_sgemm);
-  tcase_add_test(tc, quantized_operand_hand_case);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  const TTest *const tests[] = {every_transpose_and_recipe, unquantized_is_sgemm,
+                                quantized_operand_hand_case, NULL};
+  return run_suite(suite_of("qgemm", 60, tests), true);
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "lib/exmy.h"
+#include "tests/check_suite.h"
 
 static exmy_format fmt(const char *name) {
   exmy_format f;
@@ -260,21 +261,9 @@ START_TEST(sr_stream_follows_element_index) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("scaling");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, current_scale_formula);
-  tcase_add_test(tc, tensor_scaling_hand_case);
-  tcase_add_test(tc, delayed_scaling_history);
-  tcase_add_test(tc, mx_hand_case);
-  tcase_add_test(tc, group_hand_case);
-  tcase_add_test(tc, dynamic_range_expansion);
-  tcase_add_test(tc, round_trip_bounds);
-  tcase_add_test(tc, sr_stream_follows_element_index);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  const TTest *const tests[] = {current_scale_formula, tensor_scaling_hand_case,
+                                delayed_scaling_history, mx_hand_case, group_hand_case,
+                                dynamic_range_expansion, round_trip_bounds,
+                                sr_stream_follows_element_index, NULL};
+  return run_suite(suite_of("scaling", 60, tests), true);
 }

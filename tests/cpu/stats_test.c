@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "lib/exmy.h"
+#include "tests/check_suite.h"
 
 /* x = {1, 2, 3, 1e-9, 1000, -0.5, 0, 0.01} in E4M3 (fmax 448, smallest
  * normal 2^-6, smallest subnormal 2^-9): 1e-9 underflows to 0, 1000
@@ -125,16 +126,8 @@ START_TEST(same_bits_on_any_thread_count) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("stats");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, hand_case_no_saturation);
-  tcase_add_test(tc, hand_case_saturation);
-  tcase_add_test(tc, scaled_stats_judge_the_scaled_values);
-  tcase_add_test(tc, same_bits_on_any_thread_count);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  const TTest *const tests[] = {hand_case_no_saturation, hand_case_saturation,
+                                scaled_stats_judge_the_scaled_values,
+                                same_bits_on_any_thread_count, NULL};
+  return run_suite(suite_of("stats", 0, tests), true);
 }

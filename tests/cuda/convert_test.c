@@ -12,6 +12,7 @@
 
 #include "cuda/exmy_cuda.h"
 #include "lib/exmy.h"
+#include "tests/check_suite.h"
 #include "tests/cuda/gpu_check.h"
 
 static const char *const kFormats[] = {
@@ -174,17 +175,7 @@ START_TEST(decode_every_code) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("cuda_convert");
-  TCase *tc = tcase_create("convert");
-  tcase_set_timeout(tc, 600);
-  tcase_add_loop_test(tc, every_mode_and_option, 0, NFORMATS);
-  tcase_add_test(tc, unaligned_and_ragged);
-  tcase_add_test(tc, decode_every_code);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  const TTest *const tests[] = {unaligned_and_ragged, decode_every_code, NULL};
+  return run_suite(suite_of_loop("cuda_convert", 600, every_mode_and_option, NFORMATS, tests),
+                   false);
 }

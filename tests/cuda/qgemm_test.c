@@ -11,6 +11,7 @@
 
 #include "cuda/exmy_cuda.h"
 #include "lib/exmy.h"
+#include "tests/check_suite.h"
 #include "tests/cuda/gpu_check.h"
 
 enum { M = 256, N = 192, K = 512 };
@@ -237,16 +238,6 @@ START_TEST(full_qgemm_matches_cpu) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("cuda_qgemm");
-  TCase *tc = tcase_create("qgemm");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, paths_agree_with_cpu);
-  tcase_add_test(tc, full_qgemm_matches_cpu);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  const TTest *const tests[] = {paths_agree_with_cpu, full_qgemm_matches_cpu, NULL};
+  return run_suite(suite_of("cuda_qgemm", 120, tests), false);
 }

@@ -10,6 +10,7 @@
 
 #include "cuda/exmy_cuda.h"
 #include "lib/exmy.h"
+#include "tests/check_suite.h"
 #include "tests/cuda/gpu_check.h"
 
 /* Values spread over many binades, with zeros, specials and a few blocks that
@@ -276,19 +277,8 @@ START_TEST(stats_match_cpu) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("cuda_recipes");
-  TCase *tc = tcase_create("recipes");
-  tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, mx_matches_cpu);
-  tcase_add_test(tc, tensor_scaling_matches_cpu);
-  tcase_add_test(tc, group_scaling_matches_cpu);
-  tcase_add_test(tc, delayed_scaling_matches_cpu);
-  tcase_add_test(tc, stats_match_cpu);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  const TTest *const tests[] = {mx_matches_cpu, tensor_scaling_matches_cpu,
+                                group_scaling_matches_cpu, delayed_scaling_matches_cpu,
+                                stats_match_cpu, NULL};
+  return run_suite(suite_of("cuda_recipes", 300, tests), false);
 }

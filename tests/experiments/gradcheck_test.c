@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "experiments/model.h"
+#include "tests/check_suite.h"
 
 static uint64_t rng = 12345;
 static double urand(void) { /* uniform in [-1, 1) */
@@ -218,22 +219,7 @@ START_TEST(test_model) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("gradcheck");
-  TCase *tc = tcase_create("layers");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, test_rmsnorm);
-  tcase_add_test(tc, test_linear);
-  tcase_add_test(tc, test_rope);
-  tcase_add_test(tc, test_attention);
-  tcase_add_test(tc, test_swiglu);
-  tcase_add_test(tc, test_crossentropy);
-  tcase_add_test(tc, test_encoder);
-  tcase_add_test(tc, test_model);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  const TTest *const tests[] = {test_rmsnorm, test_linear, test_rope, test_attention, test_swiglu,
+                                test_crossentropy, test_encoder, test_model, NULL};
+  return run_suite(suite_of("gradcheck", 120, tests), false);
 }

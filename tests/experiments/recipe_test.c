@@ -11,6 +11,7 @@
 #include "experiments/config.h"
 #include "experiments/model.h"
 #include "experiments/recipe.h"
+#include "tests/check_suite.h"
 
 /* ---------------- the spy: every sgemm call's operands, copied ---------------- */
 typedef struct {
@@ -264,20 +265,8 @@ START_TEST(test_msamp_grads_high_first_last) { round_grads_check(1); }
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("recipes");
-  TCase *tc = tcase_create("recipes");
-  tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, test_fp32_recipe_is_unquantized_path);
-  tcase_add_test(tc, test_spy_e8m3);
-  tcase_add_test(tc, test_spy_bf16);
-  tcase_add_test(tc, test_spy_fp8_current);
-  tcase_add_test(tc, test_msamp_grads_rounded);
-  tcase_add_test(tc, test_msamp_grads_high_first_last);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  const TTest *const tests[] = {test_fp32_recipe_is_unquantized_path, test_spy_e8m3, test_spy_bf16,
+                                test_spy_fp8_current, test_msamp_grads_rounded,
+                                test_msamp_grads_high_first_last, NULL};
+  return run_suite(suite_of("recipes", 60, tests), false);
 }

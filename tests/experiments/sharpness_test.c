@@ -16,6 +16,7 @@
 
 #include "experiments/model.h"
 #include "experiments/sharpness.h"
+#include "tests/check_suite.h"
 
 enum { B = 2, NB = 2 };
 
@@ -139,18 +140,8 @@ START_TEST(test_invariant_to_invisible_rescaling) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("sharpness");
-  TCase *tc = tcase_create("sharpness");
-  tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, test_deterministic_and_restoring);
-  tcase_add_test(tc, test_lm_head_second_order);
-  tcase_add_test(tc, test_scaled_lm_head_is_sharper);
-  tcase_add_test(tc, test_invariant_to_invisible_rescaling);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  const TTest *const tests[] = {test_deterministic_and_restoring, test_lm_head_second_order,
+                                test_scaled_lm_head_is_sharper,
+                                test_invariant_to_invisible_rescaling, NULL};
+  return run_suite(suite_of("sharpness", 60, tests), false);
 }

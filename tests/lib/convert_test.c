@@ -319,16 +319,9 @@ START_TEST(test_float32_is_identity) {
 }
 END_TEST
 
-Suite *convert_suite(void) {
-  Suite *s = suite_create("convert");
-  TCase *tc = tcase_create("convert");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, test_hand_written_cases);
-  tcase_add_test(tc, test_special_codes);
-  tcase_add_loop_test(tc, test_structured_inputs, 0, (int)kNumTestFormats);
-  tcase_add_test(tc, test_float32_is_identity);
-  suite_add_tcase(s, tc);
-  return s;
+int main(void) {
+  const TTest *const tests[] = {test_hand_written_cases, test_special_codes,
+                                test_float32_is_identity, NULL};
+  const int nformats = (int)kNumTestFormats;
+  return run_suite(suite_of_loop("convert", 120, test_structured_inputs, nformats, tests), true);
 }
-
-int main(void) { return run_suite(convert_suite()); }

@@ -3,8 +3,8 @@
  * the round trip code -> value -> code of every code of every <= 16-bit
  * format under test.
  *
- * References: the facts are hand-written from the issue's table and the
- * format definitions (e.g. e4m3 max 448); decoding is compared with the
+ * References: the facts are hand-written from the published format tables
+ * and definitions (e.g. e4m3 max 448); decoding is compared with the
  * oracle's table, built from the fields with ldexp (tests/lib/oracle.c).
  */
 #include <check.h>
@@ -22,7 +22,7 @@
 /* ------------------------------------------------------------------ parser */
 
 START_TEST(test_parse_names_and_aliases) {
-  /* every name and alias of the issue's table, in several spellings; each
+  /* every name and alias, in several spellings; each
    * alias must give exactly the canonical name's descriptor */
   static const char *const pairs[][2] = {
       {"float8_e4m3fn", "e4m3"},      {"FLOAT8_E4M3FN", "E4M3"},
@@ -331,19 +331,10 @@ START_TEST(test_round_trip_every_code) {
 }
 END_TEST
 
-Suite *formats_suite(void) {
-  Suite *s = suite_create("formats");
-  TCase *tc = tcase_create("formats");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, test_parse_names_and_aliases);
-  tcase_add_test(tc, test_parse_rejects_garbage);
-  tcase_add_test(tc, test_rounding_names_and_options);
-  tcase_add_test(tc, test_format_facts);
-  tcase_add_test(tc, test_facts_match_table);
-  tcase_add_test(tc, test_decode_every_code);
-  tcase_add_test(tc, test_round_trip_every_code);
-  suite_add_tcase(s, tc);
-  return s;
+int main(void) {
+  const TTest *const tests[] = {test_parse_names_and_aliases, test_parse_rejects_garbage,
+                                test_rounding_names_and_options, test_format_facts,
+                                test_facts_match_table, test_decode_every_code,
+                                test_round_trip_every_code, NULL};
+  return run_suite(suite_of("formats", 120, tests), true);
 }
-
-int main(void) { return run_suite(formats_suite()); }

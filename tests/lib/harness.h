@@ -11,10 +11,11 @@
 #include <stdint.h>
 
 #include "lib/exmy.h"
+#include "tests/check_suite.h"
 #include "tests/lib/oracle.h"
 
 /* A format under test: the name the library parses and the fields the
- * issue's table (and ml_dtypes) give it, independently of lib/format.c. */
+ * published tables (OCP, ml_dtypes) give it, independently of lib/format.c. */
 typedef struct {
   const char *name;
   int exp_bits, man_bits, bias;
@@ -63,8 +64,5 @@ void code_put(const exmy_format *f, void *codes, size_t i, uint32_t c);
 
 uint32_t f32_bits(float x);
 float bits_f32(uint32_t u);
-
-/* Runs a suite (fork mode, all tests), returns the process exit status. */
-int run_suite(Suite *s);
 
 #endif /* EXMY_TESTS_LIB_HARNESS_H */

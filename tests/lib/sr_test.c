@@ -459,21 +459,6 @@ START_TEST(test_sr_bits_zero_means_32) {
 }
 END_TEST
 
-Suite *sr_suite(void) {
-  Suite *s = suite_create("sr");
-  TCase *tc = tcase_create("sr");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, test_philox_known_answers);
-  tcase_add_test(tc, test_sr_stream_words);
-  tcase_add_test(tc, test_sr_threshold_words);
-  tcase_add_test(tc, test_sr_bulk_is_the_stream);
-  tcase_add_test(tc, test_sr_same_bits_any_thread_count);
-  tcase_add_test(tc, test_sr_unbiased_and_exact_frequency);
-  tcase_add_test(tc, test_sr_bits_truncation);
-  tcase_add_test(tc, test_sr_bits_zero_means_32);
-  suite_add_tcase(s, tc);
-  return s;
-}
 
 int main(int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], "--sr-hash") == 0) {
@@ -481,5 +466,10 @@ int main(int argc, char **argv) {
            (unsigned long long)sr_workload_hash());
     return 0;
   }
-  return run_suite(sr_suite());
+  const TTest *const tests[] = {test_philox_known_answers, test_sr_stream_words,
+                                test_sr_threshold_words, test_sr_bulk_is_the_stream,
+                                test_sr_same_bits_any_thread_count,
+                                test_sr_unbiased_and_exact_frequency, test_sr_bits_truncation,
+                                test_sr_bits_zero_means_32, NULL};
+  return run_suite(suite_of("sr", 120, tests), true);
 }

@@ -209,10 +209,7 @@ int main(int argc, char **argv) {
     }
   }
   if (g_stride == 0) g_stride = 1;
-  Suite *s = suite_create("sweep");
-  TCase *tc = tcase_create("sweep");
-  tcase_set_timeout(tc, 86400); /* bounded by Bazel's test timeout instead */
-  tcase_add_test(tc, test_sweep);
-  suite_add_tcase(s, tc);
-  return run_suite(s);
+  const TTest *const tests[] = {test_sweep, NULL};
+  /* the timeout: Bazel's instead */
+  return run_suite(suite_of("sweep", 86400, tests), true);
 }

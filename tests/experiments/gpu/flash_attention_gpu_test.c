@@ -46,6 +46,7 @@
 #include <string.h>
 
 #include "experiments/gpu/flash_attention.h"
+#include "tests/check_suite.h"
 #include "tests/cuda/gpu_check.h"
 #include "experiments/model.h"
 
@@ -712,10 +713,5 @@ int main(void) {
   tcase_add_test(tc, matches_cpu);
   tcase_add_test(tc, speed);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return run_suite(s, false);
 }

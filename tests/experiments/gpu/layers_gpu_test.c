@@ -4,7 +4,7 @@
  * and a 120M-model slice), plus the reductions at full 120M scale for
  * determinism and speed.
  *
- * Criterion (issue 6): max |gpu - cpu| / max |cpu| < 1e-5 for every output.
+ * Criterion: max |gpu - cpu| / max |cpu| < 1e-5 for every output.
  * Elementwise layers do the CPU's float operations in its order and come out
  * bit-identical; the row and column sums differ from the CPU only in the order
  * of their additions.  Every reduction is also run twice and must repeat bit
@@ -21,6 +21,7 @@
 #include "experiments/gpu/layers.h"
 #include "experiments/model.h"
 #include "experiments/optim.h"
+#include "tests/check_suite.h"
 #include "tests/cuda/gpu_check.h"
 
 /* ------------------------------------------------------------ helpers */
@@ -95,6 +96,15 @@ static void check_close(const char *fn, const char *what, const char *shape, con
   ck_assert_msg(rel < 1e-5, "%s %s (%s): relative error %g", fn, what, shape, rel);
 }
 
+/* After a launch: its error, then n floats of dev copied into g and compared
+ * with cpu (check_close). */
+static void check_launch(const char *fn, const char *what, const char *shape, float *g,
+                         const float *dev, const float *cpu, size_t n) {
+  LAUNCHED();
+  to_host(g, dev, n * sizeof(float));
+  check_close(fn, what, shape, g, cpu, n);
+}
+
 static void check_same_bits(const char *fn, const char *what, const void *a, const void *b,
                             size_t bytes) {
   ck_assert_msg(!memcmp(a, b, bytes), "%s %s: two runs differ", fn, what);
@@ -126,9 +136,7 @@ START_TEST(encoder) {
     int *d_tokens = dev_from(tokens, N * sizeof(int));
     float *d_wte = dev_from(wte, VC * sizeof(float)), *d_out = dev_alloc(NC * sizeof(float));
     gpu_encoder_forward(d_out, d_tokens, d_wte, N, C, 0);
-    LAUNCHED();
-    to_host(g, d_out, NC * sizeof(float));
-    check_close("encoder_forward", "out", sh->name, g, out, NC);
+    check_launch("encoder_forward", "out", sh->name, g, d_out, out, NC);
 
     /* backward into a gradient that is not zero: the GPU must add, as the CPU does */
     float *dout = rand_floats(NC, -1, 1, 3), *dwte0 = rand_floats(VC, -1, 1, 4);
@@ -281,13 +289,9 @@ START_TEST(swiglu_and_add) {
     swiglu_forward(out, h1, h3, n);
     swiglu_backward(dh1, dh3, dout, h1, h3, n);
     gpu_swiglu_forward(d_out, d_h1, d_h3, n, 0);
-    LAUNCHED();
-    to_host(g, d_out, n * sizeof(float));
-    check_close("swiglu_forward", "out", sh->name, g, out, n);
+    check_launch("swiglu_forward", "out", sh->name, g, d_out, out, n);
     gpu_swiglu_backward(d_dh1, d_dh3, d_dout, d_h1, d_h3, n, 0);
-    LAUNCHED();
-    to_host(g, d_dh1, n * sizeof(float));
-    check_close("swiglu_backward", "dh1", sh->name, g, dh1, n);
+    check_launch("swiglu_backward", "dh1", sh->name, g, d_dh1, dh1, n);
     to_host(g, d_dh3, n * sizeof(float));
     check_close("swiglu_backward", "dh3", sh->name, g, dh3, n);
 
@@ -349,9 +353,7 @@ START_TEST(causal_softmax) {
     cpu_causal_softmax_forward(att, rows, T);
     float *d_att = dev_from(att0, n * sizeof(float));
     gpu_causal_softmax_forward(d_att, rows, T, 0);
-    LAUNCHED();
-    to_host(g, d_att, n * sizeof(float));
-    check_close("causal_softmax_forward", "P", sh->name, g, att, n);
+    check_launch("causal_softmax_forward", "P", sh->name, g, d_att, att, n);
     to_dev(d_att, att0, n * sizeof(float));
     gpu_causal_softmax_forward(d_att, rows, T, 0);
     LAUNCHED();
@@ -364,9 +366,7 @@ START_TEST(causal_softmax) {
     to_dev(d_att, att, n * sizeof(float));
     float *d_datt = dev_from(dp0, n * sizeof(float));
     gpu_causal_softmax_backward(d_datt, d_att, rows, T, scale, 0);
-    LAUNCHED();
-    to_host(g, d_datt, n * sizeof(float));
-    check_close("causal_softmax_backward", "dS", sh->name, g, dp, n);
+    check_launch("causal_softmax_backward", "dS", sh->name, g, d_datt, dp, n);
     to_dev(d_datt, dp0, n * sizeof(float));
     gpu_causal_softmax_backward(d_datt, d_att, rows, T, scale, 0);
     LAUNCHED();
@@ -430,13 +430,9 @@ START_TEST(crossentropy) {
     to_dev(d_probs, probs, NV * sizeof(float));
     float *d_dlogits = dev_alloc(NV * sizeof(float));
     gpu_crossentropy_backward(d_dlogits, d_probs, d_targets, N, V, scale, 0);
-    LAUNCHED();
-    to_host(g, d_dlogits, NV * sizeof(float));
-    check_close("crossentropy_backward", "dlogits", sh->name, g, dlogits, NV);
+    check_launch("crossentropy_backward", "dlogits", sh->name, g, d_dlogits, dlogits, NV);
     gpu_crossentropy_backward(d_probs, d_probs, d_targets, N, V, scale, 0);
-    LAUNCHED();
-    to_host(g, d_probs, NV * sizeof(float));
-    check_close("crossentropy_backward", "in place", sh->name, g, dlogits, NV);
+    check_launch("crossentropy_backward", "in place", sh->name, g, d_probs, dlogits, NV);
 
     CU(cudaFree(d_targets)); CU(cudaFree(d_probs)); CU(cudaFree(d_losses)); CU(cudaFree(d_mean));
     CU(cudaFree(d_dlogits));
@@ -703,27 +699,12 @@ int main(void) {
   }
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  Suite *s = suite_create("gpu_layers");
-  TCase *tc = tcase_create("layers");
-  tcase_set_timeout(tc, 300);
-  tcase_add_test(tc, encoder);
-  tcase_add_test(tc, rmsnorm);
-  tcase_add_test(tc, rope);
-  tcase_add_test(tc, swiglu_and_add);
-  tcase_add_test(tc, causal_softmax);
-  tcase_add_test(tc, crossentropy);
-  tcase_add_test(tc, sumsq);
-  tcase_add_test(tc, adamw);
-  tcase_add_test(tc, scale_120m);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  const int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  const TTest *const tests[] = {encoder, rmsnorm, rope, swiglu_and_add, causal_softmax,
+                                crossentropy, sumsq, adamw, scale_120m, NULL};
+  const int failed = run_suite(suite_of("gpu_layers", 300, tests), false);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   printf("worst max|gpu - cpu| / max|cpu| per function (criterion < 1e-5):\n");
   for (int k = 0; k < n_worst; k++) printf("  %-26s %.3g\n", worst_table[k].fn, worst_table[k].worst);
   printf("total %.1f s\n", (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec));
-  return failed ? 1 : 0;
+  return failed;
 }

@@ -1,4 +1,4 @@
-/* The GPU trainer against the CPU trainer (issue 6):
+/* The GPU trainer against the CPU trainer:
  *  - the recipe's GEMM operands: the same float tensors fed through the CPU's
  *    tq_operand_for_gemm and the GPU's gtq_operand_for_gemm, three steps in
  *    a row, give bit-identical quantized operands for every recipe kind
@@ -18,6 +18,7 @@
 #include "experiments/gpu/model_gpu.h"
 #include "experiments/model.h"
 #include "experiments/recipe.h"
+#include "tests/check_suite.h"
 #include "tests/cuda/gpu_check.h"
 
 static uint64_t rng_state = 12345;
@@ -286,17 +287,7 @@ START_TEST(model_e8m3_weights_bit_identical) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("trainer_gpu");
-  TCase *tc = tcase_create("gpu");
-  tcase_set_timeout(tc, 600);
-  tcase_add_loop_test(tc, operands_match_cpu, 0, N_RECIPES);
-  tcase_add_test(tc, model_fp32_matches_cpu);
-  tcase_add_test(tc, model_e8m3_weights_bit_identical);
-  suite_add_tcase(s, tc);
-  SRunner *r = srunner_create(s);
-  srunner_set_fork_status(r, CK_NOFORK);
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? 1 : 0;
+  const TTest *const tests[] = {model_fp32_matches_cpu, model_e8m3_weights_bit_identical, NULL};
+  return run_suite(suite_of_loop("trainer_gpu", 600, operands_match_cpu, N_RECIPES, tests),
+                   false);
 }

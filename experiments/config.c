@@ -12,7 +12,7 @@ typedef struct {
 
 static const config_key keys[] = {
     /* model */
-    {"size", "tiny", "named size: test | tiny | small | 120m (the fields below override it when > 0)"},
+    {"size", "tiny", "named size: test | tiny | small | 120m | 120m-32k (the fields below override it when > 0)"},
     {"vocab", "0", "vocabulary size (256 for byte-level data)"},
     {"dim", "0", "model width C"},
     {"n_layers", "0", "number of blocks L"},

@@ -13,7 +13,7 @@ root="$(cd "$here/../.." && pwd)"
 inputs="$root/data/corpus/inputs"
 text="$root/data/corpus/text"
 
-if [ -f "$text/train.txt" ] && (cd "$text" && sha256sum --quiet -c "$here/corpus.sha256" 2>/dev/null); then
+if [ -f "$text/train.txt" ] && (cd "$text" && sha256sum --quiet -c "$here/corpus.sha256" >/dev/null 2>&1); then
   echo "build_corpus: $text already built (checksums of corpus.sha256)"
   exit 0
 fi

@@ -14,6 +14,7 @@ packages=(
   python3-torch python3-numpy  # experiments: the PyTorch reference model (tests, benchmark)
   python3-pip python3-setuptools python3-wheel  # offline `pip install ./lib/python` (tests/python)
   clang libclang-rt-dev libomp-dev  # tests/fuzz: libFuzzer with ASan/UBSan, and clang's OpenMP
+  sentencepiece libsentencepiece-dev python3-sentencepiece  # the corpus's tokenizer: spm_train, the C++ reference encoder, the Python encoder (experiments/data)
 )
 
 missing=()

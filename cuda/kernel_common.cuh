@@ -57,9 +57,11 @@ __device__ __forceinline__ void sr_words8(uint64_t seed, uint64_t j0,
   uint32_t w[12];
   const uint64_t b = j0 >> 2;
   const unsigned r = (unsigned)(j0 & 3);
+  /* the next blocks from j0 + 4 and j0 + 8, not b + 1 and b + 2: a stream
+   * index wraps at 2^64, so its block index wraps at 2^62 */
   exmy_sr_block(seed, b, w);
-  exmy_sr_block(seed, b + 1, w + 4);
-  if (r) exmy_sr_block(seed, b + 2, w + 8);
+  exmy_sr_block(seed, (j0 + 4) >> 2, w + 4);
+  if (r) exmy_sr_block(seed, (j0 + 8) >> 2, w + 8);
 #pragma unroll
   for (int k = 0; k < 8; k++)
     rnd[k] = r == 0 ? w[k] : r == 1 ? w[k + 1] : r == 2 ? w[k + 2] : w[k + 3];

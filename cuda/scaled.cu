@@ -114,7 +114,7 @@ __global__ void k_stats_scale(exmy_tensor_stats *st, const float *scale_inv, flo
   st->scale = scale_inv[0];
   if (!delayed) return;
   const float cur = exmy_core_scale_from_amax(fmax, (float)st->amax, margin, pow2);
-  st->delayed_over_current = (double)scale_inv[0] / (double)cur;
+  st->delayed_over_current = exmy_fdiv_rn(scale_inv[0], cur); /* in float, as the CPU divides */
 }
 
 /* The merge of the block partials and exmy_stats_sums_finish. */

@@ -592,6 +592,9 @@ int model_named_size(const char *name, model_config *c) {
       {"tiny", {256, 128, 6, 4, 4, 384, 128}},      /* ~1.3M */
       {"small", {256, 384, 10, 6, 6, 1152, 256}},   /* ~19.5M */
       {"120m", {256, 768, 12, 12, 12, 2048, 1024}}, /* TinyLLaMA-120M shape (byte vocabulary) */
+      /* TinyLlama's tiny_LLaMA_120M (lit_gpt/config.py): one key/value head, context 2048, and
+       * the 32000-token SentencePiece vocabulary of experiments/data/tokenizer; ~121M */
+      {"120m-32k", {32000, 768, 12, 12, 1, 2048, 2048}},
   };
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
     if (!strcmp(sizes[i].name, name)) {

@@ -349,7 +349,7 @@ int main(int argc, char **argv) {
   /* ---- the model's shape ---- */
   model_config mc;
   if (model_named_size(config_str(&cfg, "size"), &mc))
-    die(2, "unknown size '%s' (test, tiny, small, 120m)", config_str(&cfg, "size"));
+    die(2, "unknown size '%s' (test, tiny, small, 120m, 120m-32k)", config_str(&cfg, "size"));
   static const char *const shape_keys[7] = {"vocab",      "dim",    "n_layers", "n_heads",
                                             "n_kv_heads", "hidden", "seq_len"};
   int *shape[7] = {&mc.vocab, &mc.dim, &mc.n_layers, &mc.n_heads, &mc.n_kv_heads, &mc.hidden,

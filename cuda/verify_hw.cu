@@ -1,6 +1,6 @@
 /*
  * verify_hw: our reference core against the GPU's own conversions, on ALL
- * 2^32 float32 inputs (issue 2, "Done when").
+ * 2^32 float32 inputs.
  *
  * Each line of the table pairs one CUDA conversion (cuda_fp8.h, cuda_fp6.h,
  * cuda_fp4.h, cuda_bf16.h, cuda_fp16.h) with the exmy format and options that

@@ -198,7 +198,7 @@ void exmy_decode_f32(const exmy_format *f, const void *codes, float *y,
                      size_t n);
 
 
-/* =========================================== tensor level (issue 3, cpu/)
+/* =========================================== tensor level (cpu/)
  * Scaling recipes, per-tensor statistics and the quantized GEMM.  cpu/
  * implements them; cuda/ mirrors them.  Tensors are row-major: `rows` rows of
  * `cols` contiguous float32 values.  Every recipe quantizes x·s with the bulk

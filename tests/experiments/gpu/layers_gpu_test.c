@@ -4,7 +4,7 @@
  * and a 120M-model slice), plus the reductions at full 120M scale for
  * determinism and speed.
  *
- * Criterion (issue 6): max |gpu - cpu| / max |cpu| < 1e-5 for every output.
+ * Criterion: max |gpu - cpu| / max |cpu| < 1e-5 for every output.
  * Elementwise layers do the CPU's float operations in its order and come out
  * bit-identical; the row and column sums differ from the CPU only in the order
  * of their additions.  Every reduction is also run twice and must repeat bit

@@ -1,4 +1,4 @@
-/* The GPU trainer against the CPU trainer (issue 6):
+/* The GPU trainer against the CPU trainer:
  *  - the recipe's GEMM operands: the same float tensors fed through the CPU's
  *    tq_operand_for_gemm and the GPU's gtq_operand_for_gemm, three steps in
  *    a row, give bit-identical quantized operands for every recipe kind

@@ -62,7 +62,7 @@ if [[ ${1:-} == --make-seeds ]]; then
   exit 0
 fi
 
-export OMP_NUM_THREADS=1
+export OMP_NUM_THREADS=1 TMPDIR=$build # fuzz_cli's scratch directory goes with the build
 export ASAN_OPTIONS=allocator_may_return_null=1:max_allocation_size_mb=2048:detect_leaks=1
 names=("$@")
 ((${#names[@]})) || names=(fuzz_config fuzz_checkpoint fuzz_cli)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# shadow: the shadow check of a low-precision run (issue 7, study 7; a practice
+# shadow: the shadow check of a low-precision run (study 7; a practice
 # reported by 01.AI): from every kept checkpoint of the run, continue a copy in
 # bf16 for a few steps and compare its losses with the run's own.
 #

@@ -1,5 +1,5 @@
 /*
- * Loss-landscape sharpness measured on the output logits (issue 7, study 4).
+ * Loss-landscape sharpness measured on the output logits (study 4).
  *
  * Lee et al. (2024, "To FP8 and Back Again") propose a sharpness metric for
  * autoregressive language models computed on the logits; we could not read

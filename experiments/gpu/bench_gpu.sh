@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Speed of the GPU trainer at `120m` (dim 768, 12 layers, 12 heads, context
-# 1024) against the same model in PyTorch, measured in the same call
-# (issue 6).  Runs from the GPU bundle (cuda/bundle.sh):
+# 1024) against the same model in PyTorch, measured in the same call.
+# Runs from the GPU bundle (cuda/bundle.sh):
 #   ./bench_gpu.sh OUTDIR [STEPS (12)] [BATCH (32)]
 # Prints, per recipe (with an optional --set override, e.g. rounding=rz) and
 # attention kernel: median ms/step over steps 4..,

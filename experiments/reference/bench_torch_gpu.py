@@ -1,4 +1,4 @@
-"""The GPU speed reference of issue 6: the model of llama_torch.py trained in
+"""The GPU speed reference of the GPU trainer: the model of llama_torch.py trained in
 PyTorch the way a practitioner would on an H100 (bf16 autocast,
 scaled_dot_product_attention, fused AdamW, gradient clipping), eager and
 torch.compile'd.  Writes one line per mode: MODE MS_PER_STEP TOKENS_PER_S PEAK_GIB.

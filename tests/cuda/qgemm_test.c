@@ -1,4 +1,4 @@
-/* The GPU quantized GEMM against the CPU's exmy_qgemm (OpenBLAS): every path
+/* The GPU quantized GEMM against the CPU's exmy_qgemm (exmy_sgemm): every path
  * multiplies the same quantized operands, so results differ only by the
  * order of float32 additions (relative error far below 1e-5 here), except the
  * hardware FP8 path, whose accumulator is narrower.  Needs a GPU (tag

@@ -1,7 +1,7 @@
 /* The global gradient norm: the same bits on 1, 2 and 3 threads (it decides
  * the clipping, hence every later loss), and within a few ulps of a long
  * double sum. */
-#include <check.h>
+#include "tests/check_suite.h"
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -42,14 +42,6 @@ START_TEST(norm_independent_of_threads) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("optim");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, norm_independent_of_threads);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  const TTest *const tests[] = {norm_independent_of_threads, NULL};
+  return run_suite(suite_of("optim", 60, tests), true);
 }

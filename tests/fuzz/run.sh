@@ -21,12 +21,12 @@ trap 'rm -rf "$build"' EXIT
 cd "$root"
 
 command -v clang >/dev/null || { echo "fuzz: clang not found (setup.sh installs it)" >&2; exit 2; }
-flags=(-g -O1 -std=c11 -D_GNU_SOURCE -march=x86-64-v2 -fopenmp -I"$root" -DEXMY_NO_CLONES
+flags=(-g -O1 -std=c11 -D_GNU_SOURCE -march=x86-64-v2 -fopenmp -ffp-contract=off -I"$root" -DEXMY_NO_CLONES
        -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
        -Wno-unknown-pragmas -Wno-macro-redefined -Wno-comment)
 fuzz=(-fsanitize=fuzzer-no-link)
 # the library and the trainer's parts, compiled once (instrumented for coverage)
-lib=(lib/format.c lib/reference.c cpu/bulk.c cpu/mx.c cpu/qgemm.c cpu/quantize_scaled.c
+lib=(lib/format.c lib/reference.c cpu/bulk.c cpu/gemm.c cpu/mx.c cpu/qgemm.c cpu/quantize_scaled.c
      cpu/scaling.c cpu/stats.c)
 trainer=(experiments/config.c experiments/recipe.c experiments/model.c experiments/qgemm.c
          experiments/checkpoint.c experiments/crc32c.c)
@@ -62,7 +62,7 @@ if [[ ${1:-} == --make-seeds ]]; then
   exit 0
 fi
 
-export OMP_NUM_THREADS=1
+export OMP_NUM_THREADS=1 TMPDIR=$build # fuzz_cli's scratch directory goes with the build
 export ASAN_OPTIONS=allocator_may_return_null=1:max_allocation_size_mb=2048:detect_leaks=1
 names=("$@")
 ((${#names[@]})) || names=(fuzz_config fuzz_checkpoint fuzz_cli)

@@ -323,7 +323,7 @@ for recipe in ("e8m3", "e8m3-sr", "bf16", "mxfp8", "fp8-te", "fp8-current"):
             with torch.no_grad():
                 layer.weight.copy_(w)
             layer.weight.grad = None
-            xi = x.to(d).requires_grad_()
+            xi = x.detach().to(d).requires_grad_()  # a leaf on every device
             out = layer(xi)
             out.backward(dy.to(d))
             res[d] = [out.detach().cpu(), xi.grad.cpu(), layer.weight.grad.cpu()]

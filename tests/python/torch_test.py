@@ -71,9 +71,10 @@ with tempfile.TemporaryDirectory() as tmp:
         "ok_minimal": "format_w = e4m3\n",
         "ok_comment": "format_a = e5m2  # trailing comment\n\n  # only a comment\n",
         "ok_case": "format_w = E4M3\nrounding = SR\n",
-        "ok_fp32_bad_scaling": "scaling = bogus\n",  # no operand quantized: C never reads it
+        "bad_fp32_scaling": "scaling = bogus\n",  # checked by the key table even when unused
         "ok_high": "format_w = e4m3\nhigh_precision_first_last = 1\nhigh_format = bf16\n",
-        "ok_signs": "format_w = e4m3\nmargin = -2\nsr_bits = +7\n",
+        "ok_signs": "format_w = e4m3\nmargin = -2\n",
+        "bad_plus_sign": "format_w = e4m3\nsr_bits = +7\n",
         "bad_format": "format_w = e4m9x\n",
         "bad_rounding": "format_a = e4m3\nrounding = nearest\n",
         "bad_role_rounding": "format_g = e5m2\nrounding_g = up\n",

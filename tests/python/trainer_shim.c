@@ -1,6 +1,6 @@
 /*
  * Test-only shared library: the C side that the Python package is compared
- * with, called through ctypes by tests/python/*.py.  Every entry point takes
+ * with, called through ctypes by the tests/python scripts.  Every entry point takes
  * plain values and names (never exmy structs built by Python), so that a
  * mistake in the package's struct mirror cannot cancel out.
  *

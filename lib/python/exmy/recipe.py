@@ -56,7 +56,7 @@ RECIPE_DEFAULTS = {
 ROLES = ("w", "a", "g")
 DEFAULT_SEED = 1337  # experiments/config.c's default `seed`
 CONFIG_VALUE_LEN = 512
-_INT = re.compile(r"\s*[+-]?\d+\s*\Z")
+_INT = re.compile(r"\s*-?\d+\s*\Z")  # as the C key table: no "+"
 
 
 def config_dirs():
@@ -142,6 +142,9 @@ class Recipe:
             if not _INT.match(v[key]) or not -(1 << 63) <= int(v[key]) < 1 << 63:
                 raise ValueError(f"{source}: config key '{key}': not an integer: '{v[key]}'")
             ints[key] = int(v[key])
+        if v["scaling"] not in ("none", "tensor", "delayed", "mx"):  # checked even when unused, as in C
+            raise ValueError(f"{source}: config key 'scaling' must be one of none|tensor|delayed|mx, "
+                             f"not '{v['scaling']}'")
         self.name = v["recipe"]
         self.amax_history = ints["amax_history"]
         if not 1 <= self.amax_history <= 1024:

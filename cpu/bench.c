@@ -14,7 +14,7 @@
 #include <sys/resource.h>
 
 #include "cpu/bulk_dispatch.h"
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 
 enum { REPS = 5 };
 

@@ -35,7 +35,7 @@
 #include "cpu/bulk_kernel.h"
 #include "cpu/bulk_dispatch.h"
 #include "cpu/omp_threshold.h"
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 #include "lib/philox.h"
 #include "lib/round_core.h"
 

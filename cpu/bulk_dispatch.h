@@ -23,7 +23,7 @@
 
 #include <stddef.h>
 
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 
 /* where sysconf does not know the cache size, and the least ever used */
 #define EXMY_STREAM_MIN_BYTES_UNKNOWN ((size_t)64 << 20)

@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "cpu/gemm_dispatch.h"
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

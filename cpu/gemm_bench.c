@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "cpu/gemm_dispatch.h"
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 
 typedef struct {
   const char *what;

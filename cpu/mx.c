@@ -3,7 +3,7 @@
  * EXMY_SCALING_MX in exmy_quantize_scaled_f32. */
 #include <math.h>
 
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 #include "lib/scale_core.h"
 
 enum { CHUNK = 256 };

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 
 static exmy_sgemm_fn sgemm = exmy_sgemm;
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cpu/stats_acc.h"
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 #include "lib/scale_core.h"
 
 enum { CHUNK = 2048 };

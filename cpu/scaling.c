@@ -3,7 +3,7 @@
  * arithmetic itself is lib/scale_core.h, shared with cuda/. */
 #include <stdlib.h>
 
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 #include "lib/scale_core.h"
 
 float exmy_scale_from_amax(const exmy_format *f, float amax, int margin,

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include "cpu/stats_acc.h"
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 
 /* Chunks of STATS_CHUNK elements, each summed into its own accumulator, merged
  * in chunk order: the same statistics for any number of threads. */

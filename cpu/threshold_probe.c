@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 
 static double best_time(const exmy_format *f, const exmy_rounding_opts *o,
                         const float *x, float *y, size_t n, int split) {

@@ -9,6 +9,11 @@
  * Codes: a format of <= 8 bits stores one code per uint8_t, <= 16 bits per
  * uint16_t, wider formats (float32 itself) per uint32_t; exmy_code_bytes() tells.
  * Sub-byte formats (FP6, FP4) keep their bits in the low bits of the byte.
+ *
+ * This header is the exact core (//lib:exmy): formats, rounding options, the
+ * scalar reference, Philox, and the types of the tensor-level API.  The array
+ * and tensor functions are the devices': cpu/exmy_cpu.h (bulk kernels,
+ * scaling recipes, statistics, GEMMs; //:libexmy.so) and cuda/exmy_cuda.h.
  */
 #ifndef EXMY_H
 #define EXMY_H
@@ -183,28 +188,13 @@ uint32_t exmy_sr_random(uint64_t seed, uint64_t index);
 void exmy_philox4x32_10(const uint32_t counter[4], const uint32_t key[2],
                         uint32_t out[4]);
 
-/* ------------------------------------------------------------ bulk kernels */
-
-/* y[i] = the nearest value (per the options) of x[i] in format f, as float32.
- * y may alias x. */
-void exmy_quantize_f32(const exmy_format *f, const exmy_rounding_opts *o,
-                       const float *x, float *y, size_t n);
-/* codes[i] = the code of x[i]; codes is uint8_t / uint16_t / uint32_t per
- * exmy_code_bytes(f). */
-void exmy_encode_f32(const exmy_format *f, const exmy_rounding_opts *o,
-                     const float *x, void *codes, size_t n);
-/* y[i] = the value of codes[i]. */
-void exmy_decode_f32(const exmy_format *f, const void *codes, float *y,
-                     size_t n);
-
-
-/* ================================================== tensor level (cpu/)
- * Scaling recipes, per-tensor statistics and the quantized GEMM.  cpu/
- * implements them; cuda/ mirrors them.  Tensors are row-major: `rows` rows of
- * `cols` contiguous float32 values.  Every recipe quantizes x·s with the bulk
- * kernels (so stochastic rounding follows the same (seed, offset + index)
- * rule, index = r * cols + c) and dequantizes as q · (1/s), both products in
- * float32, so that two implementations agree bit for bit.                  */
+/* ============================================== tensor-level vocabulary
+ * The types of the scaling recipes and of the per-tensor statistics: the
+ * words cpu/ (cpu/exmy_cpu.h) and cuda/ (cuda/exmy_cuda.h) speak, and what the
+ * exact cores lib/scale_core.h and lib/stats_core.h compute.  The functions
+ * that quantize tensors live with their device: this header declares only
+ * what lib/ itself defines.  Tensors are row-major: `rows` rows of `cols`
+ * contiguous float32 values.                                              */
 
 /* ---- scaling recipes (the vocabulary of FP8 training) ---- */
 typedef enum {
@@ -274,18 +264,6 @@ typedef struct exmy_delayed_state {
   float scale_inv;      /* 1 / scale */
 } exmy_delayed_state;
 
-/* history_len >= 1; NULL on bad length or no memory. */
-exmy_delayed_state *exmy_delayed_state_new(int history_len);
-void exmy_delayed_state_free(exmy_delayed_state *s);
-/* Records one amax and recomputes scale/scale_inv for format f and sc (the
- * update every DELAYED quantization does after use). */
-void exmy_delayed_state_update(exmy_delayed_state *s, const exmy_format *f,
-                               const exmy_scaling *sc, float amax);
-
-/* The TENSOR-recipe scale for a given amax (see EXMY_SCALING_TENSOR). */
-float exmy_scale_from_amax(const exmy_format *f, float amax, int margin,
-                           bool pow2);
-
 /* ---- statistics (what NVIDIA's FP8 debug tool reports per tensor) ---- */
 typedef struct {
   size_t n;               /* number of elements */
@@ -308,89 +286,6 @@ typedef struct {
   double delayed_over_current; /* DELAYED: scale used / the TENSOR-recipe scale
                                 * of this very x; NAN for the other recipes */
 } exmy_tensor_stats;
-
-/* The statistics of x (n values) against its quantized image y = Q(x) in
- * format f (no scaling: scale = 1, delayed_over_current = NAN). */
-void exmy_tensor_stats_f32(const exmy_format *f, const float *x,
-                           const float *y, size_t n, exmy_tensor_stats *stats);
-
-/* ---- fake quantization of a row-major tensor ---- */
-/* y = dequant(Q(x)) under the recipe sc (NULL = NONE); y may alias x.  state:
- * DELAYED only (updated after use).  stats: may be NULL.  Returns 0, or -1 on
- * invalid arguments (DELAYED without state, negative group). */
-int exmy_quantize_scaled_f32(const exmy_format *f, const exmy_rounding_opts *o,
-                             const exmy_scaling *sc, exmy_delayed_state *state,
-                             const float *x, float *y, size_t rows, size_t cols,
-                             exmy_tensor_stats *stats);
-
-/* MX encoding proper: codes (one byte per element, format f of <= 8 bits) and
- * one E8M0 code per block (scales[r * nblocks + b], nblocks = ceil(cols /
- * block)); block = 0 means 32.  The values are exactly those of
- * EXMY_SCALING_MX.  Returns 0, or -1 if f is wider than 8 bits. */
-int exmy_mx_encode_f32(const exmy_format *f, const exmy_rounding_opts *o,
-                       int block, const float *x, size_t rows, size_t cols,
-                       uint8_t *codes, uint8_t *scales);
-/* The inverse: y = decode(code) · 2^(scale - 127). */
-void exmy_mx_decode_f32(const exmy_format *f, int block, const uint8_t *codes,
-                        const uint8_t *scales, size_t rows, size_t cols,
-                        float *y);
-
-/* ---- float32 GEMM with one order of operations ---- */
-
-/* C = alpha · op(A) · op(B) + beta · C, row-major like
- * cblas_sgemm(CblasRowMajor, ...) (op(A) is m x k: A, or A^T if trans_a;
- * op(B) is k x n), where every element of C is computed as
- *     acc = 0;  for p = 0, 1, ..., k-1:  acc = fmaf(op(A)[i][p], op(B)[p][j], acc);
- *     C[i][j] = alpha·acc            if beta == 0 (C is not read: NaN there is fine)
- *     C[i][j] = alpha·acc + beta·C[i][j]   otherwise (a multiply, a multiply, an add),
- * each operation rounded to float32 as IEEE 754 says (rne, subnormals kept).
- * So C is the same bits on every CPU (AVX-512, AVX2 + FMA and plain C kernels,
- * chosen at run time: cpu/gemm_dispatch.h) and for any number of OpenMP
- * threads, which an optimised BLAS does not promise.  Leading dimensions:
- * lda >= k (m if trans_a), ldb >= n (k if trans_b), ldc >= n.  Returns 0, or
- * -1 on a leading dimension too small or no memory (C untouched). */
-int exmy_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
-               const float *a, size_t lda, const float *b, size_t ldb, float beta, float *c,
-               size_t ldc);
-
-/* A function with exmy_sgemm's signature and contract (apart from the order
- * of operations). */
-typedef int (*exmy_sgemm_fn)(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
-                             float alpha, const float *a, size_t lda, const float *b,
-                             size_t ldb, float beta, float *c, size_t ldc);
-
-/* ---- quantized GEMM: an FP8 tensor-core GEMM with FP32 accumulation ---- */
-typedef struct {
-  bool enabled;                /* false: this operand stays float32 */
-  exmy_format format;
-  exmy_rounding_opts round;
-  /* Blocks and groups run along the reduction dimension K: the operand is
-   * quantized as a dense row-major matrix with K contiguous, op(A) (m x k) and
-   * op(B)^T (n x k); sr's element index is its position there + round.offset.
-   * For C (qc) it is C itself, m x n dense. */
-  exmy_scaling scaling;
-  exmy_delayed_state *delayed; /* DELAYED only */
-  exmy_tensor_stats *stats;    /* if non-NULL, filled for this operand */
-} exmy_operand_quant;
-
-/* C = alpha · op(A) · op(B) + beta · C, row-major like
- * cblas_sgemm(CblasRowMajor, ...), with A and B replaced by dequant(Q(.)) per
- * qa / qb (NULL or !enabled: used as they are), then C quantized per qc (NULL
- * or !enabled: left as the GEMM wrote it).  The products are exmy_sgemm's:
- * float32 accumulation in order along K, the same bits on every CPU and
- * thread count.  A quantized operand is first copied, K contiguous, into a
- * temporary of its size (m·k or n·k floats).  Returns 0, or -1 on invalid
- * arguments or no memory. */
-int exmy_qgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
-               float alpha, const float *a, size_t lda,
-               const exmy_operand_quant *qa, const float *b, size_t ldb,
-               const exmy_operand_quant *qb, float beta, float *c, size_t ldc,
-               const exmy_operand_quant *qc);
-
-/* Replaces the float32 GEMM inside exmy_qgemm (NULL: exmy_sgemm again), for
- * the whole process; not while a GEMM runs.  For comparisons (an optimised
- * BLAS's speed) and tests (a spy on the operands the GEMM receives). */
-void exmy_qgemm_set_sgemm(exmy_sgemm_fn f);
 
 #ifdef __cplusplus
 }

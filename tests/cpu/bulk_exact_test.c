@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "cpu/bulk_dispatch.h"
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 
 static uint32_t bits_of(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static float f_of(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "cpu/gemm_dispatch.h"
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 
 static uint32_t rng_state = 12345;
 static uint32_t rnd(void) {

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 #include "tests/check_suite.h"
 
 static float urand(unsigned *s) {

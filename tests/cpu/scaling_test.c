@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 #include "tests/check_suite.h"
 
 static exmy_format fmt(const char *name) {

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 #include "tests/check_suite.h"
 
 /* x = {1, 2, 3, 1e-9, 1000, -0.5, 0, 0.01} in E4M3 (fmax 448, smallest

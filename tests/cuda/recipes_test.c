@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cuda/exmy_cuda.h"
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 #include "tests/check_suite.h"
 #include "tests/cuda/gpu_check.h"
 

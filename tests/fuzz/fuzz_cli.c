@@ -1,5 +1,5 @@
 /*
- * libFuzzer harness: the exmy CLI (lib/cli/) end to end, in process: its
+ * libFuzzer harness: the exmy CLI (cpu/cli/) end to end, in process: its
  * arguments, the input file it reads and the outputs it writes.
  *
  * Input: up to 12 arguments separated by NUL bytes, then "\0\0", then the
@@ -27,8 +27,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "lib/cli/commands.h"
-#include "lib/cli/io.h"
+#include "cpu/cli/commands.h"
+#include "cpu/cli/io.h"
 
 static jmp_buf failed;
 static void on_fail(void) { longjmp(failed, 1); }

@@ -30,7 +30,7 @@ lib=(lib/format.c lib/reference.c cpu/bulk.c cpu/gemm.c cpu/mx.c cpu/qgemm.c cpu
      cpu/scaling.c cpu/stats.c)
 trainer=(experiments/config.c experiments/recipe.c experiments/model.c experiments/qgemm.c
          experiments/checkpoint.c experiments/crc32c.c)
-cli=(lib/cli/*.c)
+cli=(cpu/cli/*.c)
 echo "fuzz: building with $(clang --version | head -1)"
 compile() { # compile OUTDIR EXTRA_FLAGS... -- SOURCES...
   local out=$1 extra=()

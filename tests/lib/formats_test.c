@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 #include "tests/lib/harness.h"
 #include "tests/lib/oracle.h"
 

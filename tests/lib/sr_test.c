@@ -20,7 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 #include "tests/lib/harness.h"
 #include "tests/lib/oracle.h"
 

@@ -22,7 +22,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 #include "tests/lib/harness.h"
 #include "tests/lib/oracle.h"
 

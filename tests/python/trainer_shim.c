@@ -27,7 +27,7 @@
 #include "experiments/model.h"
 #include "experiments/qgemm.h"
 #include "experiments/recipe.h"
-#include "lib/exmy.h"
+#include "cpu/exmy_cpu.h"
 
 static int opts_of(const char *mode, int saturate, int flush, uint64_t seed, uint64_t offset,
                    int sr_bits, exmy_rounding_opts *o) {

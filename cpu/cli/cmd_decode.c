@@ -2,9 +2,9 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
-#include "lib/cli/io.h"
-#include "lib/cli/options.h"
-#include "lib/exmy.h"
+#include "cpu/cli/io.h"
+#include "cpu/cli/options.h"
+#include "cpu/exmy_cpu.h"
 
 const char cli_decode_help[] =
     "usage: exmy decode --format F IN OUT\n"

@@ -1,5 +1,5 @@
 /* exmy encode: float32 values -> the codes of a format. */
-#include "lib/cli/options.h"
+#include "cpu/cli/options.h"
 
 const char cli_encode_help[] =
     "usage: exmy encode --format F [--round R] [--saturate] [--no-subnormals]\n"

@@ -3,13 +3,13 @@
  *
  * Adding a subcommand (e.g. `exmy stats`) is ONE row in EXMY_CLI_COMMANDS
  * below plus its own file:
- *   1. write lib/cli/cmd_stats.c defining
+ *   1. write cpu/cli/cmd_stats.c defining
  *        const char cli_stats_help[] = "usage: exmy stats ...\n...";
  *        int cli_stats(int argc, char **argv);  (argv[0] is "stats";
  *                                                 returns the exit status)
  *      using io.h for errors and files (cli_fail: one line, exit 2);
  *   2. add   X(stats, "one-line summary")   to the list.
- * lib/BUILD compiles every .c file of lib/cli/, so the BUILD file needs no change.
+ * cpu/BUILD compiles every .c file of cpu/cli/, so the BUILD file needs no change.
  * The row declares cli_stats / cli_stats_help, lists the command in
  * `exmy --help` and makes `exmy stats` and `exmy help stats` work.
  */

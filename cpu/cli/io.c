@@ -1,7 +1,7 @@
 /* Shared I/O of the exmy CLI: see io.h for the error and output contract. */
 #define _XOPEN_SOURCE 700 /* realpath, mkstemp, fchown */
 
-#include "lib/cli/io.h"
+#include "cpu/cli/io.h"
 
 #include <errno.h>
 #include <fcntl.h>

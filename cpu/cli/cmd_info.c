@@ -2,8 +2,8 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-#include "lib/cli/io.h"
-#include "lib/cli/options.h"
+#include "cpu/cli/io.h"
+#include "cpu/cli/options.h"
 #include "lib/exmy.h"
 
 const char cli_info_help[] =

@@ -1,9 +1,9 @@
 /* exmy quantize: float32 values -> the nearest values of a format, as float32. */
 #include <stdlib.h>
 
-#include "lib/cli/io.h"
-#include "lib/cli/options.h"
-#include "lib/exmy.h"
+#include "cpu/cli/io.h"
+#include "cpu/cli/options.h"
+#include "cpu/exmy_cpu.h"
 
 const char cli_quantize_help[] =
     "usage: exmy quantize --format F [--round R] [--saturate] [--no-subnormals]\n"

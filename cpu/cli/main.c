@@ -3,9 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "lib/cli/commands.h"
-#include "lib/cli/io.h"
-#include "lib/cli/options.h"
+#include "cpu/cli/commands.h"
+#include "cpu/cli/io.h"
+#include "cpu/cli/options.h"
 
 #define EXMY_CLI_ROW(name, summary) {#name, summary, cli_##name##_help, cli_##name},
 static const cli_command kCommands[] = {EXMY_CLI_COMMANDS(EXMY_CLI_ROW)};

@@ -4,9 +4,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "lib/cli/io.h"
-#include "lib/cli/options.h"
-#include "lib/exmy.h"
+#include "cpu/cli/io.h"
+#include "cpu/cli/options.h"
+#include "cpu/exmy_cpu.h"
 
 const char cli_stats_help[] =
     "usage: exmy stats --format F [--round R] [--saturate] [--no-subnormals]\n"

@@ -3,9 +3,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "lib/cli/io.h"
-#include "lib/cli/options.h"
-#include "lib/exmy.h"
+#include "cpu/cli/io.h"
+#include "cpu/cli/options.h"
+#include "cpu/exmy_cpu.h"
 
 const char cli_table_help[] =
     "usage: exmy table F\n"

@@ -1,5 +1,5 @@
 /* Argument parsing of every command: see options.h. */
-#include "lib/cli/options.h"
+#include "cpu/cli/options.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/cli/io.h"
+#include "cpu/cli/io.h"
 #include "lib/format_core.h"
 
 /* The rows of the format table (lib/format_core.h). */

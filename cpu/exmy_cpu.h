@@ -104,18 +104,6 @@ typedef int (*exmy_sgemm_fn)(bool trans_a, bool trans_b, size_t m, size_t n, siz
                              size_t ldb, float beta, float *c, size_t ldc);
 
 /* ---- quantized GEMM: an FP8 tensor-core GEMM with FP32 accumulation ---- */
-typedef struct {
-  bool enabled;                /* false: this operand stays float32 */
-  exmy_format format;
-  exmy_rounding_opts round;
-  /* Blocks and groups run along the reduction dimension K: the operand is
-   * quantized as a dense row-major matrix with K contiguous, op(A) (m x k) and
-   * op(B)^T (n x k); sr's element index is its position there + round.offset.
-   * For C (qc) it is C itself, m x n dense. */
-  exmy_scaling scaling;
-  exmy_delayed_state *delayed; /* DELAYED only */
-  exmy_tensor_stats *stats;    /* if non-NULL, filled for this operand */
-} exmy_operand_quant;
 
 /* C = alpha · op(A) · op(B) + beta · C, row-major like
  * cblas_sgemm(CblasRowMajor, ...), with A and B replaced by dequant(Q(.)) per

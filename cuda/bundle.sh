@@ -13,7 +13,7 @@ OB=(--output_base="${EXMY_BAZEL_OUTPUT_BASE:-$HOME/.cache/bazel_ob_cuda}")
 TARGETS=(//cuda:bench //cuda:verify_hw //:libexmy.so
          //tests/cuda:convert_test //tests/cuda:recipes_test //tests/cuda:qgemm_test
          //tests/cuda:fast_path_test
-         //experiments:train //tests/experiments/gpu:layers_gpu_test
+         //experiments/trainer:train //tests/experiments/gpu:layers_gpu_test
          //tests/experiments/gpu:flash_attention_gpu_test //tests/experiments/gpu:trainer_gpu_test)
 bazel "${OB[@]}" build -c opt "${TARGETS[@]}"
 BIN=$(bazel "${OB[@]}" info -c opt bazel-bin 2>/dev/null)
@@ -24,7 +24,7 @@ cp "$BIN/cuda/bench" "$BIN/cuda/verify_hw" "$BIN/libexmy.so" \
    "$BIN/tests/cuda/qgemm_test" "$BIN/tests/cuda/fast_path_test" gpu_bundle/
 cp cuda/verify_mldtypes.py cuda/gpu_run.sh gpu_bundle/
 # the trainer: binary, tests, recipe configs, sweeps, benchmark, PyTorch reference
-cp "$BIN/experiments/train" "$BIN/tests/experiments/gpu/layers_gpu_test" \
+cp "$BIN/experiments/trainer/train" "$BIN/tests/experiments/gpu/layers_gpu_test" \
    "$BIN/tests/experiments/gpu/flash_attention_gpu_test" \
    "$BIN/tests/experiments/gpu/trainer_gpu_test" tests/experiments/gpu/train_gpu_test.sh \
    experiments/gpu/bench_gpu.sh experiments/reference/llama_torch.py \

@@ -287,6 +287,20 @@ typedef struct {
                                 * of this very x; NAN for the other recipes */
 } exmy_tensor_stats;
 
+/* ---- how a GEMM quantizes one operand (exmy_qgemm, the GPU trainer) ---- */
+typedef struct {
+  bool enabled;                /* false: this operand stays float32 */
+  exmy_format format;
+  exmy_rounding_opts round;
+  /* Blocks and groups run along the reduction dimension K: the operand is
+   * quantized as a dense row-major matrix with K contiguous, op(A) (m x k) and
+   * op(B)^T (n x k); sr's element index is its position there + round.offset.
+   * For C (qc) it is C itself, m x n dense. */
+  exmy_scaling scaling;
+  exmy_delayed_state *delayed; /* DELAYED only */
+  exmy_tensor_stats *stats;    /* if non-NULL, filled for this operand */
+} exmy_operand_quant;
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,5 @@
 /*
- * The trainer's GEMM on the GPU: the twin of experiments/qgemm.h.
+ * The trainer's GEMM on the GPU: the twin of experiments/trainer/qgemm.h.
  *
  * Each GEMM site keeps, per tensor slot (X, W, dY), the quantized copy its
  * GEMMs of the step read: filled by the first use (X and W in the forward, dY
@@ -31,7 +31,7 @@
 #ifdef __cplusplus
 extern "C" { /* the C headers of experiments/ have no guards of their own */
 #endif
-#include "experiments/qgemm.h"
+#include "experiments/trainer/qgemm.h"
 
 typedef struct gtq_ctx gtq_ctx;
 

@@ -2,7 +2,7 @@
  * The GPU twins of model.c's layers that are not matrix products, and of
  * optim.c's update: one function per layer and direction, each a kernel launch
  * on `s` over DEVICE pointers, with the arguments and the accumulate/overwrite
- * contract of its CPU twin in experiments/model.h / optim.h.
+ * contract of its CPU twin in experiments/trainer/model.h / optim.h.
  *
  * Determinism: every reduction (RMSNorm's weight gradient, the embedding
  * gradient, the gradient norm, the mean loss) runs in a fixed order that does

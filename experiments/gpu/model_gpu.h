@@ -1,5 +1,5 @@
 /*
- * The LLaMA model of experiments/model.h on the GPU: the same layers in the
+ * The LLaMA model of experiments/trainer/model.h on the GPU: the same layers in the
  * same order, every matrix product through the recipe's GEMM (gemm.h), all
  * state on the device between steps; the host sees the loss, the gradient
  * norm, the statistics of stats steps and, for checkpoints, the parameters.
@@ -18,9 +18,9 @@
 #ifdef __cplusplus
 extern "C" { /* the C headers of experiments/ have no guards of their own */
 #endif
-#include "experiments/model.h"
-#include "experiments/optim.h"
-#include "experiments/recipe.h"
+#include "experiments/trainer/model.h"
+#include "experiments/trainer/optim.h"
+#include "experiments/trainer/recipe.h"
 
 typedef enum {
   GPU_ATTENTION_MATERIALIZED = 0, /* scores stored, each product through the recipe: model.c exactly */

@@ -1,12 +1,12 @@
-"""An independent PyTorch implementation of the trainer's model (experiments/model.c):
+"""An independent PyTorch implementation of the trainer's model (experiments/trainer/model.c):
 the reference that the C forward, backward and AdamW are tested against
-(tests/experiments/torch_ref_test.py) and timed against (experiments/bench.sh).
+(tests/experiments/torch_ref_test.py) and timed against (experiments/studies/bench.sh).
 
 LLaMA: token embedding; L blocks of [RMSNorm -> causal multi-head attention with
 rotary embeddings (theta 10000, interleaved pairs (2i, 2i+1) of each head, as in
 Meta's reference code) and grouped-query heads -> residual; RMSNorm -> SwiGLU
 MLP -> residual]; final RMSNorm (eps 1e-5); untied LM head; cross-entropy.
-Parameters in the order and layout of experiments/model.h (per-layer tensors
+Parameters in the order and layout of experiments/trainer/model.h (per-layer tensors
 stacked over layers), so that a flat float32 array maps onto them.
 """
 import math

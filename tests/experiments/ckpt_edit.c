@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "experiments/checkpoint.h"
-#include "experiments/crc32c.h"
+#include "experiments/trainer/checkpoint.h"
+#include "experiments/trainer/crc32c.h"
 
 static unsigned char *data;
 static size_t size;

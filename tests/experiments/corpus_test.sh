@@ -17,7 +17,7 @@ set -euo pipefail
 data=experiments/data
 fixture=$data/fixture
 encoder=$data/spm_encode_docs
-train=experiments/train
+train=experiments/trainer/train
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 fail=0; passed=0
 ok() { echo "ok   $*"; passed=$((passed+1)); }

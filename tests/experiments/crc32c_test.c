@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "experiments/crc32c.h"
+#include "experiments/trainer/crc32c.h"
 
 START_TEST(test_known_values) {
   ck_assert_uint_eq(crc32c(0, "123456789", 9), 0xE3069283u);

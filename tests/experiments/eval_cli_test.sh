@@ -7,7 +7,7 @@
 #    the gaps flags every check; checks are not repeated; bad input exit 2.
 # Usage: eval_cli_test.sh [TRAIN SHARPNESS]
 set -uo pipefail
-train=${1:-experiments/train} sharpness=${2:-experiments/sharpness} shadow=experiments/shadow.sh
+train=${1:-experiments/trainer/train} sharpness=${2:-experiments/studies/sharpness} shadow=experiments/studies/shadow.sh
 export SHADOW_TRAIN=$train
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 fail=0; passed=0
@@ -15,7 +15,7 @@ ok() { echo "ok   $*"; passed=$((passed+1)); }
 ko() { echo "FAIL $*"; fail=$((fail+1)); }
 
 run=$tmp/run
-"$train" --config experiments/configs/fp8-te.cfg --set size=test --set data=experiments/model.c \
+"$train" --config experiments/configs/fp8-te.cfg --set size=test --set data=experiments/trainer/model.c \
   --set val_data= --set batch_size=4 --set steps=12 --set warmup=2 --set lr=1e-2 --set val_every=0 \
   --set val_batches=2 --set progress=0 --set stats_every=0 --set ckpt_every=4 --set ckpt_keep=1 \
   --set run_dir="$run" >/dev/null || { echo "FAIL training"; exit 1; }

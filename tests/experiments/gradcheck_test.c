@@ -1,12 +1,12 @@
 /* Finite-difference gradient check of every layer and of the whole model, in
- * double precision (experiments/model.c compiled with MODEL_DOUBLE). */
+ * double precision (experiments/trainer/model.c compiled with MODEL_DOUBLE). */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "experiments/model.h"
+#include "experiments/trainer/model.h"
 #include "tests/check_suite.h"
 
 static uint64_t rng = 12345;

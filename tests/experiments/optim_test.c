@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "experiments/optim.h"
+#include "experiments/trainer/optim.h"
 
 START_TEST(norm_independent_of_threads) {
   /* sizes around the block of 16384: one block, a ragged tail, many blocks */

@@ -8,9 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "experiments/config.h"
-#include "experiments/model.h"
-#include "experiments/recipe.h"
+#include "cpu/exmy_cpu.h"
+#include "experiments/trainer/config.h"
+#include "experiments/trainer/model.h"
+#include "experiments/trainer/recipe.h"
 #include "tests/check_suite.h"
 
 /* ---------------- the spy: every sgemm call's operands, copied ---------------- */

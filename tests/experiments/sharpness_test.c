@@ -1,4 +1,4 @@
-/* The logit sharpness of experiments/sharpness.h on the `test` size:
+/* The logit sharpness of experiments/studies/sharpness.h on the `test` size:
  *  - deterministic for a seed, different for another, parameters restored bit for bit;
  *  - with only the LM head perturbed the logits move linearly, dz = rho lnf d^T, so
  *    the measure must equal its second-order closed form (1/2) Var_p(dz) averaged
@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "experiments/model.h"
-#include "experiments/sharpness.h"
+#include "experiments/trainer/model.h"
+#include "experiments/studies/sharpness.h"
 #include "tests/check_suite.h"
 
 enum { B = 2, NB = 2 };

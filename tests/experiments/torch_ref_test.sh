@@ -6,4 +6,4 @@ if [ ! -x "$py" ]; then
   if [ "${CI:-}" = "true" ]; then echo "torch_ref_test: FAIL: $py missing"; exit 1; fi
   echo "torch_ref_test: SKIPPED: $py missing"; exit 0
 fi
-exec "$py" tests/experiments/torch_ref_test.py experiments/export_ref experiments/reference
+exec "$py" tests/experiments/torch_ref_test.py experiments/trainer/export_ref experiments/reference

@@ -12,8 +12,8 @@
 #    not; device = gpu rejects grad_format.
 # Usage: train_cli_test.sh [TRAIN]
 set -euo pipefail
-train=${1:-experiments/train}
-data=experiments/model.c
+train=${1:-experiments/trainer/train}
+data=experiments/trainer/model.c
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 common=(--set size=test --set data=$data --set val_data= --set batch_size=4 --set steps=8
         --set warmup=2 --set val_every=4 --set val_batches=2 --set stats_every=3 --set progress=0
@@ -68,7 +68,7 @@ bad() {
 }
 # other data sources: a directory of text files, an llm.c shard (uint16 tokens)
 mkdir -p "$tmp/textdir"
-cp experiments/model.c "$tmp/textdir/a.txt"; cp experiments/configs/fp8-te.cfg "$tmp/textdir/b.txt"
+cp experiments/trainer/model.c "$tmp/textdir/a.txt"; cp experiments/configs/fp8-te.cfg "$tmp/textdir/b.txt"
 if "$train" --config experiments/configs/fp32.cfg "${common[@]}" --set steps=2 --set data="$tmp/textdir" \
      --set run_dir="$tmp/dir" >/dev/null; then echo "ok   a directory of text files"; passed=$((passed+1))
 else echo "FAIL directory data"; fail=$((fail+1)); fi

@@ -17,10 +17,10 @@
 # Usage: train_faults_test.sh checkpoints|inputs|all [TRAIN CKPT_EDIT SHARPNESS]
 set -uo pipefail
 section=${1:-all}
-train=${2:-experiments/train} edit=${3:-tests/experiments/ckpt_edit}
-sharpness=${4:-experiments/sharpness}
+train=${2:-experiments/trainer/train} edit=${3:-tests/experiments/ckpt_edit}
+sharpness=${4:-experiments/studies/sharpness}
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
-common=(--set size=test --set data=experiments/model.c --set val_data= --set batch_size=4
+common=(--set size=test --set data=experiments/trainer/model.c --set val_data= --set batch_size=4
         --set steps=8 --set warmup=2 --set val_every=4 --set val_batches=2 --set stats_every=0
         --set progress=0 --set lr=3e-3)
 cfg=experiments/configs/fp8-te.cfg # delayed scaling: its states are in the checkpoint

@@ -1,5 +1,5 @@
 /*
- * libFuzzer harness: the checkpoint reader (experiments/checkpoint.c) on
+ * libFuzzer harness: the checkpoint reader (experiments/trainer/checkpoint.c) on
  * arbitrary files, against a tiny model (vocab 4, dim 4, one layer: 116
  * parameters) under a delayed-scaling recipe (histories of 2), so that the
  * file is short and most of it is delayed-scaling states.
@@ -24,10 +24,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "experiments/checkpoint.h"
-#include "experiments/config.h"
-#include "experiments/crc32c.h"
-#include "experiments/recipe.h"
+#include "cpu/exmy_cpu.h"
+#include "experiments/trainer/checkpoint.h"
+#include "experiments/trainer/config.h"
+#include "experiments/trainer/crc32c.h"
+#include "experiments/trainer/recipe.h"
 
 static const char recipe_text[] =
     "format_w = e4m3\nformat_a = e4m3\nformat_g = e5m2\nscaling = delayed\n"

@@ -1,5 +1,5 @@
 /*
- * libFuzzer harness: the trainer's config parser (experiments/config.c) on
+ * libFuzzer harness: the trainer's config parser (experiments/trainer/config.c) on
  * arbitrary bytes, read as a file.  Properties beyond "no crash": a refused
  * file gets one line of message; an accepted one, written back out
  * (config_write) and read again (config_load_text), gives the same
@@ -14,8 +14,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "experiments/config.h"
-#include "experiments/recipe.h"
+#include "experiments/trainer/config.h"
+#include "experiments/trainer/recipe.h"
 
 static char *written(const config *c) {
   char *buf = NULL;

@@ -5,7 +5,7 @@
    and it accepts and rejects the same malformed recipes as
    recipe_from_config.
 2. QuantLinear against the trainer's own linear layer (linear_forward and
-   linear_backward of experiments/model.c: tq_operand_for_gemm and tq_gemm,
+   linear_backward of experiments/trainer/model.c: tq_operand_for_gemm and tq_gemm,
    through the test shim) for every recipe file, over 3 steps (delayed
    scaling's history and the sr counter at step << 36 carried along):
    - on inputs built so that every float32 sum of the GEMMs is exact

@@ -8,9 +8,9 @@
  *    element by element, with exmy_sr_random's word for element i;
  *  - shim_scaled: exmy_quantize_scaled_f32 over `calls` successive tensors
  *    (a delayed state carried between them), with statistics;
- *  - shim_linear: the trainer's linear layer (experiments/model.c's
+ *  - shim_linear: the trainer's linear layer (experiments/trainer/model.c's
  *    linear_forward / linear_backward, i.e. tq_operand_for_gemm and tq_gemm)
- *    with the operands of a recipe file as experiments/recipe.c builds them,
+ *    with the operands of a recipe file as experiments/trainer/recipe.c builds them,
  *    over `steps` steps, the sr counter at step << 36 as in train.c;
  *  - shim_recipe: a recipe file through config.c and recipe_from_config;
  *  - shim_layout: sizeof / offsetof of lib/exmy.h's structs.
@@ -23,10 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "experiments/config.h"
-#include "experiments/model.h"
-#include "experiments/qgemm.h"
-#include "experiments/recipe.h"
+#include "experiments/trainer/config.h"
+#include "experiments/trainer/model.h"
+#include "experiments/trainer/qgemm.h"
+#include "experiments/trainer/recipe.h"
 #include "cpu/exmy_cpu.h"
 
 static int opts_of(const char *mode, int saturate, int flush, uint64_t seed, uint64_t offset,

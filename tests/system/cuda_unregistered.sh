@@ -32,12 +32,12 @@ check() { # name, then a command that must succeed
   if "$@"; then pass=$((pass + 1)); echo "ok: $name"; else fail=$((fail + 1)); echo "FAILED: $name"; fi
 }
 check "the loader's cache knows no cuBLAS" bash -c '! ldconfig -p | grep -q libcublas'
-check "train needs no library the loader cannot find" bash -c "! ldd '$BIN/experiments/train' | grep -q 'not found'"
+check "train needs no library the loader cannot find" bash -c "! ldd '$BIN/experiments/trainer/train' | grep -q 'not found'"
 
 cd "$ROOT"
 run_cpu() {
   rm -rf "$tmp/cpu"
-  "$BIN/experiments/train" --config experiments/configs/e8m3.cfg --set steps=3 --set size=test \
+  "$BIN/experiments/trainer/train" --config experiments/configs/e8m3.cfg --set steps=3 --set size=test \
     --set run_dir="$tmp/cpu" --set progress=0 >"$tmp/cpu.out" 2>&1 &&
     grep -q '"step":3' "$tmp/cpu/log.jsonl"
 }
@@ -45,7 +45,7 @@ check "a CPU run trains" run_cpu
 
 run_gpu() {
   local rc=0
-  "$BIN/experiments/train" --config experiments/configs/e8m3.cfg --set steps=3 --set size=test \
+  "$BIN/experiments/trainer/train" --config experiments/configs/e8m3.cfg --set steps=3 --set size=test \
     --set device=gpu --set run_dir="$tmp/gpu" >"$tmp/gpu.out" 2>"$tmp/gpu.err" || rc=$?
   [ "$rc" -eq 2 ] && [ "$(wc -l <"$tmp/gpu.err")" -eq 1 ] && grep -q '^train: ' "$tmp/gpu.err" &&
     [ ! -e "$tmp/gpu" ] && echo "  device=gpu said: $(cat "$tmp/gpu.err")"

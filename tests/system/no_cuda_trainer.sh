@@ -11,14 +11,14 @@ trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
 result() { if [ "$1" = 0 ]; then pass=$((pass + 1)); echo "ok: $2"; else fail=$((fail + 1)); echo "FAILED: $2"; fi; }
 
-bazel --output_base="$OB" run --symlink_prefix=/ //experiments:train -- \
+bazel --output_base="$OB" run --symlink_prefix=/ //experiments/trainer:train -- \
   --config experiments/configs/e8m3.cfg --set steps=20 --set run_dir="$tmp/cpu" --set progress=0 \
   >"$tmp/cpu.out" 2>&1
 grep -q '"step":20' "$tmp/cpu/log.jsonl" 2>/dev/null
 result $? "a CPU run of e8m3 trains 20 steps"
 
 rc=0
-bazel --output_base="$OB" run --symlink_prefix=/ //experiments:train -- \
+bazel --output_base="$OB" run --symlink_prefix=/ //experiments/trainer:train -- \
   --config experiments/configs/e8m3.cfg --set steps=20 --set device=gpu --set run_dir="$tmp/gpu" \
   >"$tmp/gpu.out" 2>"$tmp/gpu.err" || rc=$?
 # Bazel's own lines go to stderr too: the trainer's are those that start with "train:"

@@ -1,8 +1,8 @@
 /*
  * c_first_step: the C trainer's first step under a precision recipe, on the
- * weights and the first batch that //experiments:export_ref writes: the
+ * weights and the first batch that //experiments/trainer:export_ref writes: the
  * forward loss and the global gradient norm (model_forward / model_backward
- * of experiments/model.c with the recipe's sites, sr counter 0 as at step 0
+ * of experiments/trainer/model.c with the recipe's sites, sr counter 0 as at step 0
  * of train.c).  The reference for llama_e8m3.py's PyTorch model.
  *
  *   c_first_step REF.bin RECIPE.cfg   ->   "loss <x> grad_norm <y>" on stdout
@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "experiments/config.h"
-#include "experiments/model.h"
-#include "experiments/optim.h"
-#include "experiments/recipe.h"
+#include "experiments/trainer/config.h"
+#include "experiments/trainer/model.h"
+#include "experiments/trainer/optim.h"
+#include "experiments/trainer/recipe.h"
 
 static int die(const char *msg, const char *arg) {
   fprintf(stderr, "c_first_step: %s%s\n", msg, arg);

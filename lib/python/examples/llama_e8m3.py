@@ -3,14 +3,14 @@ exmy.torch.QuantLinear (and QuantMatmul for the attention products, which
 the trainer's e8m3 recipe quantizes too), and check its first step against
 the C trainer's on the same weights and batch.
 
-The weights, batches and optimizer settings come from //experiments:export_ref
+The weights, batches and optimizer settings come from //experiments/trainer:export_ref
 (the state that tests/experiments/torch_ref_test.py checks the PyTorch
 reference model against); the C side of the first step is c_first_step
-(model_forward / model_backward of experiments/model.c under the same
+(model_forward / model_backward of experiments/trainer/model.c under the same
 recipe file).  The architecture is experiments/reference/llama_torch.py's,
 with its linear layers replaced by QuantLinear modules.
 
-    bazel build -c opt //:libexmy.so //experiments:export_ref //lib/python/examples:c_first_step
+    bazel build -c opt //:libexmy.so //experiments/trainer:export_ref //lib/python/examples:c_first_step
     PYTHONPATH=lib/python python3 lib/python/examples/llama_e8m3.py [--recipe e8m3] [--steps 30]
 
 Exit status 1 if the first-step loss differs from the C trainer's by more
@@ -74,7 +74,7 @@ class QuantLlama(torch.nn.Module):
         self.rmsnorm, self._rope = Llama.rmsnorm, Llama.rope
 
     def load_flat(self, flat):
-        """The flat float32 parameters in experiments/model.h's layout."""
+        """The flat float32 parameters in experiments/trainer/model.h's layout."""
         from llama_torch import PARAM_NAMES, param_shapes
         shapes = param_shapes(self.V, self.C, self.L, self.NH, self.NKV, self.H, self.T)
         off = 0
@@ -166,7 +166,7 @@ def main():
                     help="relative tolerance of the loss (E8M3 moves it by ~5e-5 here)")
     ap.add_argument("--grad-tol", type=float, default=1e-5,
                     help="relative tolerance of the gradient norm")
-    ap.add_argument("--export-ref", default=os.path.join(ROOT, "bazel-bin/experiments/export_ref"))
+    ap.add_argument("--export-ref", default=os.path.join(ROOT, "bazel-bin/experiments/trainer/export_ref"))
     ap.add_argument("--c-first-step",
                     default=os.path.join(ROOT, "bazel-bin/lib/python/examples/c_first_step"))
     ap.add_argument("--reference-dir", default=os.path.join(ROOT, "experiments/reference"))
@@ -177,7 +177,7 @@ def main():
     for exe in (args.export_ref, args.c_first_step):
         if not os.path.exists(exe):
             sys.exit(f"llama_e8m3: {exe} not found; build it: bazel build -c opt "
-                     "//experiments:export_ref //lib/python/examples:c_first_step")
+                     "//experiments/trainer:export_ref //lib/python/examples:c_first_step")
 
     with tempfile.TemporaryDirectory() as tmp:
         ref = os.path.join(tmp, "ref.bin")

@@ -1,9 +1,9 @@
 """The trainer's precision recipes (experiments/configs/*.cfg) for Python.
 
 A recipe file holds `key = value` lines ('#' starts a comment) of the recipe
-keys of experiments/config.c; keys it leaves out take their defaults.  This
+keys of experiments/trainer/config.c; keys it leaves out take their defaults.  This
 module reads those same files and turns them into GEMM operands exactly as
-experiments/recipe.c does (recipe_from_config):
+experiments/trainer/recipe.c does (recipe_from_config):
 
   * roles: "w" (weights), "a" (activations), "g" (output gradients dY), with
     format_w / format_a / format_g (fp32, float32, none or empty: not
@@ -15,7 +15,7 @@ experiments/recipe.c does (recipe_from_config):
   * the "high" operands (high_format, rne, no scaling, seed 0) are those of
     the first and last blocks under high_precision_first_last.
 
-RECIPE_DEFAULTS mirrors the recipe section of experiments/config.c's key
+RECIPE_DEFAULTS mirrors the recipe section of experiments/trainer/config.c's key
 table; tests/python/torch_test.py checks it against the C parser for every
 file in experiments/configs.
 """
@@ -24,7 +24,7 @@ import re
 
 from . import _core, _lib
 
-# key -> default, in the order of experiments/config.c
+# key -> default, in the order of experiments/trainer/config.c
 RECIPE_DEFAULTS = {
     "recipe": "fp32",
     "format_w": "fp32",
@@ -54,7 +54,7 @@ RECIPE_DEFAULTS = {
     "moment_dre": "1",
 }
 ROLES = ("w", "a", "g")
-DEFAULT_SEED = 1337  # experiments/config.c's default `seed`
+DEFAULT_SEED = 1337  # experiments/trainer/config.c's default `seed`
 CONFIG_VALUE_LEN = 512
 _INT = re.compile(r"\s*-?\d+\s*\Z")  # as the C key table: no "+"
 

@@ -1,7 +1,7 @@
 """exmy for PyTorch training: fake quantization with a straight-through
 gradient, and linear layers / matrix products whose GEMM operands are rounded
 by one of the trainer's precision recipes (exmy.recipe), as the C trainer's
-tq_gemm does (experiments/qgemm.c, experiments/model.c).
+tq_gemm does (experiments/trainer/qgemm.c, experiments/trainer/model.c).
 
     import exmy.torch as xt
     layer = xt.QuantLinear(512, 512, recipe="e8m3")     # experiments/configs/e8m3.cfg
@@ -22,7 +22,7 @@ rows for dW).  Delayed scaling keeps one exmy.DelayedState per operand use
 (X, W, dY), with the recipe's amax_history.
 
 Stochastic rounding: operand of role r uses seed (seed + 1 + index of r in
-w, a, g), as experiments/recipe.c, and the offset is taken from an SRStream,
+w, a, g), as experiments/trainer/recipe.c, and the offset is taken from an SRStream,
 a running element counter shared by the layers (default: the module-wide
 default_sr_stream): each stochastically rounded operand takes the next
 numel() elements of the stream, in the trainer's order within a layer

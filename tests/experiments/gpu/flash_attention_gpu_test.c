@@ -48,7 +48,7 @@
 #include "experiments/gpu/flash_attention.h"
 #include "tests/check_suite.h"
 #include "tests/cuda/gpu_check.h"
-#include "experiments/model.h"
+#include "experiments/trainer/model.h"
 
 
 typedef struct {

@@ -1,5 +1,5 @@
 /* Each GPU layer of experiments/gpu/layers.h against its CPU twin in
- * experiments/model.c and optim.c, on random inputs of three shapes (the tiny
+ * experiments/trainer/model.c and optim.c, on random inputs of three shapes (the tiny
  * model, a grouped-query shape with sizes that are not multiples of a warp,
  * and a 120M-model slice), plus the reductions at full 120M scale for
  * determinism and speed.
@@ -19,8 +19,8 @@
 #include <time.h>
 
 #include "experiments/gpu/layers.h"
-#include "experiments/model.h"
-#include "experiments/optim.h"
+#include "experiments/trainer/model.h"
+#include "experiments/trainer/optim.h"
 #include "tests/check_suite.h"
 #include "tests/cuda/gpu_check.h"
 

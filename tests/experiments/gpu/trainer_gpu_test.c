@@ -13,11 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "experiments/config.h"
+#include "experiments/trainer/config.h"
 #include "experiments/gpu/gemm.h"
 #include "experiments/gpu/model_gpu.h"
-#include "experiments/model.h"
-#include "experiments/recipe.h"
+#include "experiments/trainer/model.h"
+#include "experiments/trainer/recipe.h"
 #include "tests/check_suite.h"
 #include "tests/cuda/gpu_check.h"
 

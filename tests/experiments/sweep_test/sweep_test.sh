@@ -17,8 +17,8 @@
 set -u
 fail() { echo "FAIL: $*" >&2; exit 1; }
 rf=${RUNFILES_DIR:-$0.runfiles}/exmy
-sweep=$rf/experiments/sweep.sh
-real_train=$rf/experiments/train
+sweep=$rf/experiments/studies/sweep.sh
+real_train=$rf/experiments/trainer/train
 export SWEEP_TRAIN=$real_train
 have_gnuplot=0
 if command -v gnuplot >/dev/null; then have_gnuplot=1; elif [[ -n ${CI:-} ]]; then fail "gnuplot missing in CI"; fi

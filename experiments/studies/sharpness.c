@@ -1,5 +1,5 @@
 /* Logit-based sharpness of a checkpoint (sharpness.h). */
-#include "experiments/sharpness.h"
+#include "experiments/studies/sharpness.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* The configuration keys: type, range, default and meaning of each. */
-#include "experiments/config.h"
+#include "experiments/trainer/config.h"
 
 #include <ctype.h>
 #include <errno.h>

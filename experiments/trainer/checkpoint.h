@@ -19,8 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "experiments/model.h"
-#include "experiments/qgemm.h"
+#include "experiments/trainer/model.h"
+#include "experiments/trainer/qgemm.h"
 
 #define CKPT_MAGIC "EXMYCKPT"
 #define CKPT_VERSION 2

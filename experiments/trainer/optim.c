@@ -1,5 +1,5 @@
 /* AdamW (Loshchilov & Hutter), as torch.optim.AdamW computes it. */
-#include "experiments/optim.h"
+#include "experiments/trainer/optim.h"
 
 #include <math.h>
 #include <stdlib.h>

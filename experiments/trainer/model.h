@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "experiments/qgemm.h"
+#include "experiments/trainer/qgemm.h"
 
 #ifdef MODEL_DOUBLE
 typedef double real;

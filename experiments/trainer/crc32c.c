@@ -1,6 +1,6 @@
 /* CRC32C: SSE4.2's crc32 instruction where the build targets it (x86-64-v2
  * and up), else a byte-wise table. */
-#include "experiments/crc32c.h"
+#include "experiments/trainer/crc32c.h"
 
 #include <string.h>
 #ifdef __SSE4_2__

@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "experiments/model.h"
+#include "experiments/trainer/model.h"
 
 typedef struct {
   float lr, beta1, beta2, eps, weight_decay;

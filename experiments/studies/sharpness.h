@@ -37,7 +37,7 @@
 
 #include <stdint.h>
 
-#include "experiments/model.h"
+#include "experiments/trainer/model.h"
 
 typedef struct {
   double rho;            /* relative step, > 0 (e.g. 0.05) */

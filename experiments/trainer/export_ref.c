@@ -18,8 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "experiments/model.h"
-#include "experiments/optim.h"
+#include "experiments/trainer/model.h"
+#include "experiments/trainer/optim.h"
 
 enum { STEPS = 10, BATCH = 4 };
 

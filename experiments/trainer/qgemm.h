@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cpu/exmy_cpu.h"
+#include "lib/exmy.h"
 
 enum { USE_FWD_X, USE_FWD_W, USE_DX_DY, USE_DX_W, USE_DW_DY, USE_DW_X, USES_PER_SITE };
 extern const char *const tq_use_names[USES_PER_SITE];

@@ -1,7 +1,7 @@
 /*
  * sharpness: the logit-based sharpness (sharpness.h) of a checkpoint.
  *
- *   bazel run //experiments:sharpness -- RUN_DIR [--ckpt FILE] [--rho R] [--directions K]
+ *   bazel run //experiments/studies:sharpness -- RUN_DIR [--ckpt FILE] [--rho R] [--directions K]
  *                                        [--batches N] [--seed S] [--tensors matrices|all|NAME,...]
  *
  * Reads RUN_DIR/ckpt.bin (or FILE: e.g. RUN_DIR/ckpt-500.bin, kept by
@@ -20,11 +20,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "experiments/checkpoint.h"
-#include "experiments/config.h"
-#include "experiments/data.h"
-#include "experiments/model.h"
-#include "experiments/sharpness.h"
+#include "experiments/trainer/checkpoint.h"
+#include "experiments/trainer/config.h"
+#include "experiments/trainer/data.h"
+#include "experiments/trainer/model.h"
+#include "experiments/studies/sharpness.h"
 
 static void die(const char *fmt, const char *arg) {
   char msg[1024]; /* one line, whatever the paths and values quoted in it hold */

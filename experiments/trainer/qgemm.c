@@ -1,11 +1,13 @@
 /* The trainer's GEMM: exmy_qgemm with the stochastic-rounding stream and
  * statistics switched per step. */
-#include "experiments/qgemm.h"
+#include "experiments/trainer/qgemm.h"
 
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cpu/exmy_cpu.h"
 
 const char *const tq_use_names[USES_PER_SITE] = {"fwd_x", "fwd_w", "dx_dy", "dx_w", "dw_dy", "dw_x"};
 

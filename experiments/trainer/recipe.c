@@ -1,9 +1,11 @@
 /* Precision recipes -> per-site GEMM operands. */
-#include "experiments/recipe.h"
+#include "experiments/trainer/recipe.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "cpu/exmy_cpu.h"
 
 static bool is_fp32(const char *name) {
   return !strcmp(name, "fp32") || !strcmp(name, "float32") || !strcmp(name, "none") || !*name;

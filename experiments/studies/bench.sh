@@ -8,18 +8,20 @@
 #    everywhere; target: at most 10% fewer tokens/s).
 # The runs alternate for ROUNDS rounds; each figure is the best round's
 # median step time (a shared machine's load comes in bursts).
-# usage: bazel run //experiments:bench -- [STEPS (12)] [ROUNDS (3)] [SIZE (tiny)] [BATCH (16)]
+# usage: bazel run //experiments/studies:bench -- [STEPS (12)] [ROUNDS (3)] [SIZE (tiny)] [BATCH (16)]
 set -euo pipefail
 steps=${1:-12}; rounds=${2:-3}; size=${3:-tiny}; batch=${4:-16}
 here="$(pwd)"
-train="$here/experiments/train"
+train="$here/experiments/trainer/train"
 ref="$here/experiments/reference"
 ws="${BUILD_WORKSPACE_DIRECTORY:-$here}"
 data="$ws/data/brown/train.u8"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 if [ ! -s "$data" ]; then
   echo "bench: $data missing (run experiments/data/prepare_brown.sh); using source text instead"
-  cat "$here"/experiments/*.c > "$tmp/text.u8"; data="$tmp/text.u8"
+  # the trainer's and the studies' C sources, in the order of their names
+  for f in "$here"/experiments/trainer/*.c "$here"/experiments/studies/*.c; do echo "${f##*/} $f"; done |
+    sort | cut -d' ' -f2 | xargs cat > "$tmp/text.u8"; data="$tmp/text.u8"
 fi
 pin=()
 if command -v taskset >/dev/null && [ "$(nproc)" -gt 2 ]; then pin=(taskset -c 0,1); fi

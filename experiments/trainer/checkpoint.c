@@ -1,5 +1,5 @@
 /* Atomic, checksummed checkpoints of the whole training state (checkpoint.h). */
-#include "experiments/checkpoint.h"
+#include "experiments/trainer/checkpoint.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "experiments/crc32c.h"
-#include "experiments/recipe.h"
+#include "experiments/trainer/crc32c.h"
+#include "experiments/trainer/recipe.h"
 
 static const char *const section_names[CKPT_SECTIONS] = {
     "config text", "parameters", "first moments", "second moments", "delayed-scaling states"};

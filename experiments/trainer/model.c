@@ -1,5 +1,5 @@
 /* LLaMA forward and backward (see model.h). */
-#include "experiments/model.h"
+#include "experiments/trainer/model.h"
 
 #include <cblas.h>
 #include <math.h>

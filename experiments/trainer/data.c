@@ -1,5 +1,5 @@
 /* Token data: files, directories, llm.c shards; seeded window order. */
-#include "experiments/data.h"
+#include "experiments/trainer/data.h"
 
 #include <dirent.h>
 #include <errno.h>

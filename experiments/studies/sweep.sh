@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # sweep: run a study's grid with the trainer, then aggregate CSVs and draw plots.
 #
-#   bazel run //experiments:sweep -- experiments/sweeps/<study>.cfg [--quick] [--jobs N] [--publish]
+#   bazel run //experiments/studies:sweep -- experiments/studies/sweeps/<study>.cfg [--quick] [--jobs N] [--publish]
 #
 # The grid is recipes x variants x lrs x seeds x every `vary` axis (format:
-# experiments/sweeps/README.md). Everything a sweep writes goes to the git-ignored
+# experiments/studies/sweeps/README.md). Everything a sweep writes goes to the git-ignored
 # experiments/runs/sweeps/<study>[-quick]/: a folder per point, the CSVs, the plots.
 # --publish then refreshes the published copy in experiments/results/<study>[-quick]/
 # (the CSVs and plots the repository keeps), and only when every point finished.
@@ -27,15 +27,15 @@ die() { echo "sweep: $*" >&2; exit 2; }
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # the helper scripts: beside this one, or in bazel's runfiles
-[[ -x $here/sweep_collect.sh ]] || here=${RUNFILES_DIR:-$0.runfiles}/exmy/experiments
+[[ -x $here/sweep_collect.sh ]] || here=${RUNFILES_DIR:-$0.runfiles}/exmy/experiments/studies
 ws=${BUILD_WORKSPACE_DIRECTORY:-$PWD}
 # The trainer: SWEEP_TRAIN, else the one bazel put in our runfiles, else bazel-bin.
 train=${SWEEP_TRAIN:-}
-for c in "${RUNFILES_DIR:-$0.runfiles}/exmy/experiments/train" "$here/train" "$ws/bazel-bin/experiments/train"; do
+for c in "${RUNFILES_DIR:-$0.runfiles}/exmy/experiments/trainer/train" "$here/../trainer/train" "$ws/bazel-bin/experiments/trainer/train"; do
   [[ -z $train && -x $c ]] && train=$c
 done
 sharpness=${SWEEP_SHARPNESS:-}
-for c in "${RUNFILES_DIR:-$0.runfiles}/exmy/experiments/sharpness" "$here/sharpness" "$ws/bazel-bin/experiments/sharpness"; do
+for c in "${RUNFILES_DIR:-$0.runfiles}/exmy/experiments/studies/sharpness" "$here/sharpness" "$ws/bazel-bin/experiments/studies/sharpness"; do
   [[ -z $sharpness && -x $c ]] && sharpness=$c
 done
 

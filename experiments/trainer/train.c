@@ -1,7 +1,7 @@
 /*
  * train: a LLaMA language model trained with emulated low-precision GEMMs.
  *
- *   bazel run //experiments:train -- --config experiments/configs/<recipe>.cfg [--set key=value]...
+ *   bazel run //experiments/trainer:train -- --config experiments/configs/<recipe>.cfg [--set key=value]...
  *   ... --resume [RUN_DIR]      continue from RUN_DIR/ckpt.bin bit-identically
  *   ... --recipe FILE           replace the precision recipe (every recipe key reset, then
  *                               FILE): e.g. a bf16 continuation of an FP8 checkpoint
@@ -30,14 +30,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "experiments/checkpoint.h"
-#include "experiments/config.h"
-#include "experiments/data.h"
+#include "experiments/trainer/checkpoint.h"
+#include "experiments/trainer/config.h"
+#include "experiments/trainer/data.h"
 #include "experiments/gpu/model_gpu.h"
-#include "experiments/model.h"
-#include "experiments/optim.h"
-#include "experiments/qgemm.h"
-#include "experiments/recipe.h"
+#include "experiments/trainer/model.h"
+#include "experiments/trainer/optim.h"
+#include "experiments/trainer/qgemm.h"
+#include "experiments/trainer/recipe.h"
 
 static void die(int code, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
 static void die(int code, const char *fmt, ...) {
@@ -280,7 +280,7 @@ static void usage(void) {
   fprintf(stderr,
           "usage: train --config FILE [--recipe FILE] [--set key=value]... [--resume [RUN_DIR]]\n"
           "             [--overwrite]\n"
-          "  recipes: experiments/configs/*.cfg; keys and defaults: experiments/config.c\n"
+          "  recipes: experiments/configs/*.cfg; keys and defaults: experiments/trainer/config.c\n"
           "  a new run refuses a run directory that holds a run, unless --overwrite\n"
           "  Unless OMP_WAIT_POLICY is set, train restarts itself once with\n"
           "  OMP_WAIT_POLICY=PASSIVE (OpenMP threads that spin starve OpenBLAS's threads);\n"

@@ -10,9 +10,9 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "experiments/config.h"
-#include "experiments/model.h"
-#include "experiments/qgemm.h"
+#include "experiments/trainer/config.h"
+#include "experiments/trainer/model.h"
+#include "experiments/trainer/qgemm.h"
 
 enum { ROLE_W, ROLE_A, ROLE_G, NUM_ROLES };
 

@@ -3,7 +3,7 @@
 # reported by 01.AI): from every kept checkpoint of the run, continue a copy in
 # bf16 for a few steps and compare its losses with the run's own.
 #
-#   bazel run //experiments:shadow -- RUN_DIR [--steps N] [--threshold X] [--recipe R] [--threads T]
+#   bazel run //experiments/studies:shadow -- RUN_DIR [--steps N] [--threshold X] [--recipe R] [--threads T]
 #
 # RUN_DIR must have been trained with ckpt_keep = 1 (checkpoints ckpt-S.bin every
 # ckpt_every steps). For each S whose steps S+1..S+N the run has logged, the
@@ -28,11 +28,11 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ws=${BUILD_WORKSPACE_DIRECTORY:-$PWD}
 rf=${RUNFILES_DIR:-$0.runfiles}/exmy/experiments
 train=${SHADOW_TRAIN:-${SWEEP_TRAIN:-}}
-for c in "$rf/train" "$here/train" "$ws/bazel-bin/experiments/train"; do
+for c in "$rf/trainer/train" "$here/../trainer/train" "$ws/bazel-bin/experiments/trainer/train"; do
   [[ -z $train && -x $c ]] && train=$c
 done
 configs=""
-for c in "$ws/experiments/configs" "$rf/configs" "$here/configs"; do
+for c in "$ws/experiments/configs" "$rf/configs" "$here/../configs"; do
   [[ -z $configs && -d $c ]] && configs=$c
 done
 

@@ -1,6 +1,6 @@
 /*
  * exmy_sgemm: a float32 GEMM whose every element of C is one fixed sequence
- * of roundings (lib/exmy.h), so that it gives the same bits on any CPU, with
+ * of roundings (cpu/exmy_cpu.h), so that it gives the same bits on any CPU, with
  * any vector width and any number of threads.  An optimised BLAS does not:
  * OpenBLAS picks its kernels by CPU model, and the kernels and the threading
  * decide how the sum over K is split into partial sums, so the trainer's

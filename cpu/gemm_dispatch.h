@@ -1,7 +1,7 @@
 /*
  * Which loop exmy_sgemm (cpu/gemm.c) runs, open to the tests and the
  * benchmarks.  All of them compute the same bits (see exmy_sgemm in
- * lib/exmy.h); they differ in speed and in the instructions they need.
+ * cpu/exmy_cpu.h); they differ in speed and in the instructions they need.
  *
  * The environment variable EXMY_SGEMM_KERNEL = avx512 | avx2 | scalar, read
  * at the first call, picks one for a whole process (the trainer's golden-loss

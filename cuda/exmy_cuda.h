@@ -1,5 +1,5 @@
 /*
- * exmy_cuda.h — the GPU twin of lib/exmy.h's bulk conversions.
+ * exmy_cuda.h — the GPU twin of cpu/exmy_cpu.h's bulk conversions.
  *
  * Every function takes device pointers, enqueues its work on `stream` and
  * returns at once (the result of the launch; errors of the kernel itself show
@@ -210,7 +210,7 @@ cudaError_t exmy_cuda_qgemm_nt(exmy_cuda_gemm *g, exmy_cuda_gemm_path path,
                                exmy_cuda_gemm_path *used, cudaStream_t stream);
 
 /* ---- exmy_qgemm's twin: C = alpha . op(A) . op(B) + beta . C ----
- * Same argument order and meaning as exmy_qgemm (lib/exmy.h), device
+ * Same argument order and meaning as exmy_qgemm (cpu/exmy_cpu.h), device
  * pointers, row-major, plus the context g, *used and a stream.  Each operand
  * is first copied K contiguous into a workspace of g (op(A) as m x k, op(B)^T
  * as n x k) and quantized there with its recipe by the GPU recipe kernels

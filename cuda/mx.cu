@@ -1,6 +1,6 @@
 /*
  * OCP MX on the GPU: element codes plus one E8M0 scale per block, the twin of
- * cpu/mx.c (exmy_mx_encode_f32 / exmy_mx_decode_f32 in lib/exmy.h).
+ * cpu/mx.c (exmy_mx_encode_f32 / exmy_mx_decode_f32 in cpu/exmy_cpu.h).
  *
  * Fast path (block a multiple of 8 that divides 256, cols a multiple of the
  * block, aligned pointers): each thread holds 8 consecutive elements, the

@@ -3,7 +3,7 @@
  *
  * Every linear layer's three GEMMs (Y = X W^T, dX = dY W, dW = dY^T X) and,
  * when the recipe says so, the attention products, call tq_gemm with the
- * operands of their site.  tq_gemm is exmy_qgemm (lib/exmy.h, cpu/): each
+ * operands of their site.  tq_gemm is exmy_qgemm (cpu/exmy_cpu.h): each
  * input rounded into its format under its scaling, then float32 GEMM, i.e. a
  * low-precision tensor-core GEMM with float32 accumulation, emulated.  The
  * float32 GEMM is exmy_sgemm (one order of operations: the same losses on any

@@ -1,4 +1,4 @@
-/* exmy_sgemm against its definition (lib/exmy.h), written here as a plain
+/* exmy_sgemm against its definition (cpu/exmy_cpu.h), written here as a plain
  * triple loop of fmaf: bit for bit, with every kernel this CPU runs (AVX-512,
  * AVX2 + FMA, scalar), on 1 and 2 threads, over ragged shapes (0 and 1
  * included), all transposes, leading dimensions larger than the rows, alpha

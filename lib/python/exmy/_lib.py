@@ -1,4 +1,4 @@
-"""ctypes mirror of lib/exmy.h and the loading of libexmy.so.
+"""ctypes mirror of lib/exmy.h and cpu/exmy_cpu.h, and the loading of libexmy.so.
 
 The structures below copy the C declarations field for field, in order, so
 that ctypes lays them out as the C compiler does (tests/python checks every

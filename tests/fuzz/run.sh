@@ -28,8 +28,7 @@ fuzz=(-fsanitize=fuzzer-no-link)
 # the library and the trainer's parts, compiled once (instrumented for coverage)
 lib=(lib/format.c lib/reference.c cpu/bulk.c cpu/gemm.c cpu/mx.c cpu/qgemm.c cpu/quantize_scaled.c
      cpu/scaling.c cpu/stats.c)
-trainer=(experiments/trainer/config.c experiments/trainer/recipe.c experiments/trainer/model.c experiments/trainer/qgemm.c
-         experiments/trainer/checkpoint.c experiments/trainer/crc32c.c)
+trainer=(experiments/trainer/{config,recipe,model,qgemm,checkpoint,crc32c}.c)
 cli=(cpu/cli/*.c)
 echo "fuzz: building with $(clang --version | head -1)"
 compile() { # compile OUTDIR EXTRA_FLAGS... -- SOURCES...

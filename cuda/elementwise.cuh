@@ -58,14 +58,13 @@ __device__ __forceinline__ void encode8(const exmy_format &f, const KOpts &o,
   if constexpr (MODE == kRuntimeMode) {
 #pragma unroll
     for (int k = 0; k < kPer; k++) c[k] = encode_runtime<ID>(f, o, v[k], rnd[k]);
-  } else if constexpr (ID == SPEC_GENERIC) { /* rne or sr, run-time format */
+  } else if constexpr (ID == SPEC_GENERIC) { /* a compile-time mode, run-time format */
     const bool fast = !o.flush && fast_path_ok(f);
 #pragma unroll
     for (int k = 0; k < kPer; k++)
       if (!fast || !fast_encode_f<MODE>(f, o.sr_bits, o.saturate, v[k], rnd[k], c[k]))
         c[k] = encode_runtime<ID>(f, o, v[k], rnd[k]);
-  } else if constexpr (Fast<ID>::enabled &&
-                       (MODE == EXMY_RNE || MODE == EXMY_SR)) {
+  } else if constexpr (Fast<ID>::enabled) {
     /* the fast path, and the core where it declines (rare) */
 #pragma unroll
     for (int k = 0; k < kPer; k++) {

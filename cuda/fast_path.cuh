@@ -1,7 +1,7 @@
 /*
- * Fast paths for the hot (format, mode) pairs: rne and sr in the formats that
- * spec_format() knows (E8M0 excepted, whose core is already short), and in
- * run-time formats that fast_path_ok() accepts.  The
+ * Fast paths for every rounding mode in the formats that spec_format() knows
+ * (E8M0 excepted, whose core is already short), and in run-time formats that
+ * fast_path_ok() accepts.  The
  * reference core spends ~60 integer instructions per element on generality;
  * at copy speed an H100 has room for about 40.  These paths compute the same
  * code with float32 bit arithmetic:
@@ -9,10 +9,14 @@
  *   normal range, rne: add (half ulp - 1 + the kept lsb) to the bits and
  *     truncate, the classic ties-to-even bit trick; sr: add the carry of the
  *     top sr_bits dropped bits plus the random word, as the core does;
+ *     rna, rz, ru, rd, ro: truncate the bits to a code, then step up (or set
+ *     the last bit) as the core's exmy_round_up decides from the dropped bits;
  *   subnormal range (|x| < 2^emin): the quantum 2^(emin-M) is fixed, so
  *     rne is |x| + C in float32 with C = 2^(emin-M+23) (the FPU's own
- *     ties-to-even, exact), and sr splits u = |x| / quantum (exact) into its
- *     integer and fractional parts in float32.
+ *     ties-to-even, exact), the truncated code of the other modes is the same
+ *     sum rounded toward zero (__fadd_rz) and the remainder |x| - code *
+ *     quantum is exact in float32; sr splits u = |x| / quantum (exact) into
+ *     its integer and fractional parts in float32.
  *
  * Overflow resolves as in the core.  Anything else (NaN, inf, flushed
  * subnormals) returns false and
@@ -52,7 +56,7 @@ __host__ __device__ constexpr uint32_t pow2_bits(int p) { /* p in [-126, 127] */
   return (uint32_t)(p + 127) << 23;
 }
 
-/* The code of x under rne or sr (sr_bits R, random word rnd), or false.
+/* The code of x under MODE (sr: sr_bits R, random word rnd), or false.
  * f must pass fast_path_ok(); when f is a compile-time constant every field
  * folds. */
 template <int MODE>
@@ -71,6 +75,26 @@ __device__ __forceinline__ bool fast_encode_f(const exmy_format &f, int R, int s
     const float t = __fadd_rn(ax, __uint_as_float(cbits));
     const uint32_t cs = __float_as_uint(t) - cbits;
     c = a < min_normal ? cs : cn;
+  } else if constexpr (MODE != EXMY_SR) { /* rna, rz, ru, rd, ro */
+    const uint32_t rem = a & ((1u << drop) - 1u);
+    const uint32_t cn = (a >> drop) - base;
+    const bool inexact_n = rem != 0, half_n = rem >= 1u << (drop - 1);
+    /* subnormal: C + (truncated code) * quantum, the remainder (exact: a
+     * multiple of ulp(|x|) below |x|) and twice it (exact) against the quantum */
+    const uint32_t cbits = pow2_bits(f.emin - M + 23);
+    const float tz = __fadd_rz(ax, __uint_as_float(cbits));
+    const uint32_t cs = __float_as_uint(tz) - cbits;
+    const float rs = __fsub_rn(ax, __fsub_rn(tz, __uint_as_float(cbits)));
+    const bool inexact_s = rs != 0.0f;
+    const bool half_s = __fadd_rn(rs, rs) >= exmy_pow2f(f.emin - M);
+    const bool sub = a < min_normal, negative = xb >> 31;
+    const bool inexact = sub ? inexact_s : inexact_n;
+    c = sub ? cs : cn;
+    if constexpr (MODE == EXMY_RNA) c += (sub ? half_s : half_n) ? 1u : 0u;
+    else if constexpr (MODE == EXMY_RU) c += inexact && !negative ? 1u : 0u;
+    else if constexpr (MODE == EXMY_RD) c += inexact && negative ? 1u : 0u;
+    else if constexpr (MODE == EXMY_RO) c |= inexact ? 1u : 0u;
+    else static_assert(MODE == EXMY_RZ, "a rounding mode of lib/exmy.h");
   } else { /* EXMY_SR */
     const uint32_t r_rnd = rnd >> (32 - R);
     const uint32_t rem = a & ((1u << drop) - 1u);

@@ -110,18 +110,13 @@ __device__ __forceinline__ bool fast_encode_f(const exmy_format &f, int R, int s
       else static_assert(MODE == EXMY_RZ, "a rounding mode of lib/exmy.h");
     }
   }
-  if (a >= 0x7F800000u) return false; /* inf, NaN: the core */
+  /* selects, not branches: overflow, exactly as the core resolves it, and
+   * FNUZ's zero without -0 */
   const uint32_t sign = (xb >> 31) ? f.sign_mask : 0u;
-  if (c > f.max_code) { /* overflow, exactly as the core resolves it */
-    code = exmy_overflow_code(&f, (exmy_rounding)MODE, saturate, sign);
-    return true;
-  }
-  if (f.specials == EXMY_SPECIALS_FNUZ && c == 0) { /* no -0 */
-    code = 0;
-    return true;
-  }
-  code = c | sign;
-  return true;
+  const uint32_t over = exmy_overflow_code(&f, (exmy_rounding)MODE, saturate, sign);
+  const uint32_t in_range = f.specials == EXMY_SPECIALS_FNUZ && c == 0 ? 0u : c | sign;
+  code = c > f.max_code ? over : in_range;
+  return a < 0x7F800000u; /* inf, NaN: the core */
 }
 
 template <int ID, int MODE>

@@ -58,20 +58,26 @@ __device__ __forceinline__ void encode8(const exmy_format &f, const KOpts &o,
   if constexpr (MODE == kRuntimeMode) {
 #pragma unroll
     for (int k = 0; k < kPer; k++) c[k] = encode_runtime<ID>(f, o, v[k], rnd[k]);
-  } else if constexpr (ID == SPEC_GENERIC) { /* rne or sr, run-time format */
+  } else if constexpr (ID == SPEC_GENERIC) { /* a compile-time mode, run-time format */
     const bool fast = !o.flush && fast_path_ok(f);
 #pragma unroll
     for (int k = 0; k < kPer; k++)
       if (!fast || !fast_encode_f<MODE>(f, o.sr_bits, o.saturate, v[k], rnd[k], c[k]))
         c[k] = encode_runtime<ID>(f, o, v[k], rnd[k]);
-  } else if constexpr (Fast<ID>::enabled &&
-                       (MODE == EXMY_RNE || MODE == EXMY_SR)) {
-    /* the fast path, and the core where it declines (rare) */
+  } else if constexpr (Fast<ID>::enabled) {
+    /* the fast path, and the core where it declines (rare: NaN, inf, flushed
+     * subnormals); one branch for the 8 elements keeps the fast loop free of
+     * per-element branches */
+    uint32_t slow = o.flush ? 0xFFu : 0u;
 #pragma unroll
-    for (int k = 0; k < kPer; k++) {
-      if (o.flush || !fast_encode<ID, MODE>(o.sr_bits, o.saturate, v[k], rnd[k], c[k]))
-        c[k] = exmy_core_encode(&f, (exmy_rounding)MODE, o.saturate, o.flush,
-                                MODE == EXMY_SR ? o.sr_bits : 32, v[k], rnd[k]);
+    for (int k = 0; k < kPer; k++)
+      if (!fast_encode<ID, MODE>(o.sr_bits, o.saturate, v[k], rnd[k], c[k])) slow |= 1u << k;
+    if (slow) {
+#pragma unroll
+      for (int k = 0; k < kPer; k++)
+        if (slow & (1u << k))
+          c[k] = exmy_core_encode(&f, (exmy_rounding)MODE, o.saturate, o.flush,
+                                  MODE == EXMY_SR ? o.sr_bits : 32, v[k], rnd[k]);
     }
   } else {
     const int sr_bits = mode == EXMY_SR ? o.sr_bits : 32;

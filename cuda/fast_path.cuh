@@ -1,7 +1,7 @@
 /*
- * Fast paths for the hot (format, mode) pairs: rne and sr in the formats that
- * spec_format() knows (E8M0 excepted, whose core is already short), and in
- * run-time formats that fast_path_ok() accepts.  The
+ * Fast paths for every rounding mode in the formats that spec_format() knows
+ * (E8M0 excepted, whose core is already short), and in run-time formats that
+ * fast_path_ok() accepts.  The
  * reference core spends ~60 integer instructions per element on generality;
  * at copy speed an H100 has room for about 40.  These paths compute the same
  * code with float32 bit arithmetic:
@@ -9,10 +9,14 @@
  *   normal range, rne: add (half ulp - 1 + the kept lsb) to the bits and
  *     truncate, the classic ties-to-even bit trick; sr: add the carry of the
  *     top sr_bits dropped bits plus the random word, as the core does;
+ *     rna, rz, ru, rd, ro: truncate the bits to a code, then step up (or set
+ *     the last bit) as the core's exmy_round_up decides from the dropped bits;
  *   subnormal range (|x| < 2^emin): the quantum 2^(emin-M) is fixed, so
  *     rne is |x| + C in float32 with C = 2^(emin-M+23) (the FPU's own
- *     ties-to-even, exact), and sr splits u = |x| / quantum (exact) into its
- *     integer and fractional parts in float32.
+ *     ties-to-even, exact); the truncated code of the other modes is the same
+ *     sum rounded toward zero (__fadd_rz), and the remainder |x| - code *
+ *     quantum is exact in float32 (sr scales it by a power of two to a
+ *     32-bit fraction of the quantum).
  *
  * Overflow resolves as in the core.  Anything else (NaN, inf, flushed
  * subnormals) returns false and
@@ -52,7 +56,7 @@ __host__ __device__ constexpr uint32_t pow2_bits(int p) { /* p in [-126, 127] */
   return (uint32_t)(p + 127) << 23;
 }
 
-/* The code of x under rne or sr (sr_bits R, random word rnd), or false.
+/* The code of x under MODE (sr: sr_bits R, random word rnd), or false.
  * f must pass fast_path_ok(); when f is a compile-time constant every field
  * folds. */
 template <int MODE>
@@ -71,35 +75,48 @@ __device__ __forceinline__ bool fast_encode_f(const exmy_format &f, int R, int s
     const float t = __fadd_rn(ax, __uint_as_float(cbits));
     const uint32_t cs = __float_as_uint(t) - cbits;
     c = a < min_normal ? cs : cn;
-  } else { /* EXMY_SR */
-    const uint32_t r_rnd = rnd >> (32 - R);
-    const uint32_t rem = a & ((1u << drop) - 1u);
-    const uint32_t top = (rem << (32 - drop)) >> (32 - R);
-    const uint32_t up = (uint32_t)(((uint64_t)top + r_rnd) >> R);
-    const uint32_t cn = (a >> drop) + up - base;
-    /* u = |x| / 2^(emin - M), exact: two steps keep each factor a float */
-    const int P = M - f.emin, P1 = P > 127 ? 127 : P, P2 = P - P1;
-    const float u = __fmul_rn(__fmul_rn(ax, __uint_as_float(pow2_bits(P1))),
-                              __uint_as_float(pow2_bits(P2)));
-    const float kf = truncf(u);
-    const float fr = __fsub_rn(u, kf); /* exact: the fraction of a float */
-    const uint32_t tops = __float2uint_rz(__fmul_rn(fr, __uint_as_float(pow2_bits(R))));
-    const uint32_t ups = (uint32_t)(((uint64_t)tops + r_rnd) >> R);
-    const uint32_t cs = __float2uint_rz(kf) + ups;
-    c = a < min_normal ? cs : cn;
+  } else { /* rna, rz, ru, rd, ro, sr: truncate, then step up or not */
+    const uint32_t cn = (a >> drop) - base;
+    /* subnormal: C + (truncated code) * quantum, and the remainder (exact: a
+     * multiple of ulp(|x|) below |x|) */
+    const uint32_t cbits = pow2_bits(f.emin - M + 23);
+    const float tz = __fadd_rz(ax, __uint_as_float(cbits));
+    const uint32_t cs = __float_as_uint(tz) - cbits;
+    const float rs = __fsub_rn(ax, __fsub_rn(tz, __uint_as_float(cbits)));
+    const bool sub = a < min_normal;
+    c = sub ? cs : cn;
+    if constexpr (MODE == EXMY_SR) {
+      /* The dropped part as a 32-bit fraction of the gap, F (floor(rs / quantum
+       * * 2^32): the product is exact, two steps keep each factor a float).
+       * The core steps up when F's top R bits plus rnd's top R bits reach
+       * 2^R, i.e. when the two, kept in place in 32 bits, carry out. */
+      const uint32_t fn = a << (32 - drop);
+      const int P = 32 + M - f.emin, P1 = P > 127 ? 127 : P, P2 = P - P1;
+      const uint32_t fs = __float2uint_rz(__fmul_rn(
+          __fmul_rn(rs, __uint_as_float(pow2_bits(P1))), __uint_as_float(pow2_bits(P2))));
+      const uint32_t keep = ~0u << (32 - R), t = (sub ? fs : fn) & keep;
+      c += t + (rnd & keep) < t ? 1u : 0u;
+    } else {
+      const uint32_t rem = a & ((1u << drop) - 1u);
+      const bool negative = xb >> 31;
+      const bool inexact = sub ? rs != 0.0f : rem != 0;
+      /* twice the remainder (exact) against the quantum */
+      const bool half = sub ? __fadd_rn(rs, rs) >= exmy_pow2f(f.emin - M)
+                            : rem >= 1u << (drop - 1);
+      if constexpr (MODE == EXMY_RNA) c += half ? 1u : 0u;
+      else if constexpr (MODE == EXMY_RU) c += inexact && !negative ? 1u : 0u;
+      else if constexpr (MODE == EXMY_RD) c += inexact && negative ? 1u : 0u;
+      else if constexpr (MODE == EXMY_RO) c |= inexact ? 1u : 0u;
+      else static_assert(MODE == EXMY_RZ, "a rounding mode of lib/exmy.h");
+    }
   }
-  if (a >= 0x7F800000u) return false; /* inf, NaN: the core */
+  /* selects, not branches: overflow, exactly as the core resolves it, and
+   * FNUZ's zero without -0 */
   const uint32_t sign = (xb >> 31) ? f.sign_mask : 0u;
-  if (c > f.max_code) { /* overflow, exactly as the core resolves it */
-    code = exmy_overflow_code(&f, (exmy_rounding)MODE, saturate, sign);
-    return true;
-  }
-  if (f.specials == EXMY_SPECIALS_FNUZ && c == 0) { /* no -0 */
-    code = 0;
-    return true;
-  }
-  code = c | sign;
-  return true;
+  const uint32_t over = exmy_overflow_code(&f, (exmy_rounding)MODE, saturate, sign);
+  const uint32_t in_range = f.specials == EXMY_SPECIALS_FNUZ && c == 0 ? 0u : c | sign;
+  code = c > f.max_code ? over : in_range;
+  return a < 0x7F800000u; /* inf, NaN: the core */
 }
 
 template <int ID, int MODE>

@@ -49,22 +49,34 @@ static inline KOpts kopts_of(const exmy_rounding_opts *o) {
   return k;
 }
 
+/* rnd[k] = word R + k of rnd[0..7] followed by w[0..3]. */
+template <int R>
+__device__ __forceinline__ void sr_words_down(uint32_t rnd[8], const uint32_t w[4]) {
+#pragma unroll
+  for (int k = 0; k < 8; k++) rnd[k] = k + R < 8 ? rnd[(k + R) & 7] : w[(k + R - 8) & 3];
+}
+
 /* The random words of stream indices j0 .. j0+7.  j0 & 3 is the same in every
  * thread of a launch (each thread starts at a multiple of 8 past offset), so
- * the selection below is a uniform choice among constant register indices. */
+ * the branch below is uniform.  When the offset is a multiple of 4 the 8
+ * words are two whole Philox blocks, one call per 4 elements; otherwise a
+ * third block is drawn and the words move down by j0 & 3 (constant register
+ * indices in each case). */
 __device__ __forceinline__ void sr_words8(uint64_t seed, uint64_t j0,
                                           uint32_t rnd[8]) {
-  uint32_t w[12];
-  const uint64_t b = j0 >> 2;
+  /* the next blocks from j0 + 4 and j0 + 8, not (j0 >> 2) + 1 and + 2: a
+   * stream index wraps at 2^64, so its block index wraps at 2^62 */
+  exmy_sr_block(seed, j0 >> 2, rnd);
+  exmy_sr_block(seed, (j0 + 4) >> 2, rnd + 4);
   const unsigned r = (unsigned)(j0 & 3);
-  /* the next blocks from j0 + 4 and j0 + 8, not b + 1 and b + 2: a stream
-   * index wraps at 2^64, so its block index wraps at 2^62 */
-  exmy_sr_block(seed, b, w);
-  exmy_sr_block(seed, (j0 + 4) >> 2, w + 4);
-  if (r) exmy_sr_block(seed, (j0 + 8) >> 2, w + 8);
-#pragma unroll
-  for (int k = 0; k < 8; k++)
-    rnd[k] = r == 0 ? w[k] : r == 1 ? w[k + 1] : r == 2 ? w[k + 2] : w[k + 3];
+  if (r == 0) return;
+  uint32_t w[4];
+  exmy_sr_block(seed, (j0 + 8) >> 2, w);
+  switch (r) {
+    case 1: sr_words_down<1>(rnd, w); break;
+    case 2: sr_words_down<2>(rnd, w); break;
+    default: sr_words_down<3>(rnd, w); break;
+  }
 }
 
 /* ---------------------------------------------- formats at compile time */

@@ -122,7 +122,8 @@ __host__ __device__ __forceinline__ float round_mantissa(float x, int shift) {
  * the core's truncated code is (|x| bits) >> shift with the dropped bits as
  * its remainder, even for float32 subnormals (the core normalises them, which
  * scales code and remainder alike), and adding one to a code is adding 2^shift
- * to the bits: the core's own exmy_round_up() decides, a carry flows into the
+ * to the bits: the core's exmy_round_up() decides (sr: restated in 32 bits,
+ * the same function of rem and rnd), a carry flows into the
  * exponent and past the largest value into inf, as the core's overflow does
  * without saturation.  NaN gives the core's NaN.  M >= 1 (16 <= shift <=
  * 22).  flash_attention_round() exposes this for the tests that hold it to
@@ -134,12 +135,12 @@ __host__ __device__ __forceinline__ float round_e8(float x, int shift, uint32_t 
   const uint32_t rem = a & ((1u << shift) - 1u);
   uint32_t r = u - rem;
   if constexpr (MODE == EXMY_SR) {
-    /* the dropped part as the core's 64-bit fraction, rem << (64 - shift),
-     * built from its high word (shift < 32) */
-    const uint64_t frac = (uint64_t)(rem << (32 - shift)) << 32;
-    r += (uint32_t)exmy_round_up(EXMY_SR, frac, rem != 0, (int)((a >> shift) & 1u),
-                                 (int)(u >> 31), rnd, sr_bits)
-         << shift;
+    /* exmy_round_up(EXMY_SR) in 32 bits: the core steps up when the top
+     * sr_bits bits of the dropped part (as a fraction of the gap, rem << (32
+     * - shift)) plus the top sr_bits bits of rnd reach 2^sr_bits, that is
+     * when the two, kept in place in 32 bits, carry out of 32 bits */
+    const uint32_t keep = ~0u << (32 - sr_bits), t = (rem << (32 - shift)) & keep;
+    r += (t + (rnd & keep) < t ? 1u : 0u) << shift;
   }
   if (a > 0x7F800000u) r = (u & 0x80000000u) | 0x7FC00000u;
   return exmy_bits_f32(r);

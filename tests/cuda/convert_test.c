@@ -1,8 +1,8 @@
 /* GPU quantize / encode / decode against the CPU reference (exmy_ref_*), bit
  * for bit: every format of the issue table plus generic eXmY, every rounding
  * mode, saturation on and off, subnormals kept and flushed, stochastic
- * rounding with aligned and unaligned offsets and short sr_bits, on the
- * structured input set; then unaligned pointers and ragged lengths, and every
+ * rounding with aligned and unaligned offsets (one wrapping past 2^64) and
+ * short sr_bits, on the structured input set; then unaligned pointers and ragged lengths, and every
  * code through decode.  Needs a GPU (tag "gpu"). */
 #include <check.h>
 #include <math.h>
@@ -110,7 +110,11 @@ START_TEST(every_mode_and_option) {
           o.offset = (1ull << 40) + 2;
           o.sr_bits = 0;
           bad += compare_one(&f, &o, g_x, g_dx, g_n);
-          runs += 2;
+          /* the stream index wraps past 2^64 inside the array (its Philox
+           * block index at 2^62), from an offset of 3 mod 4 */
+          o.offset = 0 - (uint64_t)1000001;
+          bad += compare_one(&f, &o, g_x, g_dx, g_n);
+          runs += 3;
         }
       }
   printf("convert %-16s %zu runs x %zu inputs: %zu differences\n", f.name, runs, g_n, bad);

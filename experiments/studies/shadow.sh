@@ -4,6 +4,7 @@
 # bf16 for a few steps and compare its losses with the run's own.
 #
 #   bazel run //experiments/studies:shadow -- RUN_DIR [--steps N] [--threshold X] [--recipe R] [--threads T]
+#   shadow.sh --train TRAIN RUN_DIR ...   (bazel run passes its trainer; else SHADOW_TRAIN)
 #
 # RUN_DIR must have been trained with ckpt_keep = 1 (checkpoints ckpt-S.bin every
 # ckpt_every steps). For each S whose steps S+1..S+N the run has logged, the
@@ -24,17 +25,8 @@ set -u
 {
 die() { echo "shadow: $*" >&2; exit 2; }
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ws=${BUILD_WORKSPACE_DIRECTORY:-$PWD}
-rf=${RUNFILES_DIR:-$0.runfiles}/exmy/experiments
-train=${SHADOW_TRAIN:-${SWEEP_TRAIN:-}}
-for c in "$rf/trainer/train" "$here/../trainer/train" "$ws/bazel-bin/experiments/trainer/train"; do
-  [[ -z $train && -x $c ]] && train=$c
-done
-configs=""
-for c in "$ws/experiments/configs" "$rf/configs" "$here/../configs"; do
-  [[ -z $configs && -d $c ]] && configs=$c
-done
+train=${SHADOW_TRAIN:-} configs=$ws/experiments/configs
 
 run="" steps=10 threshold=0.05 recipe=bf16 threads=0
 while (($#)); do
@@ -43,6 +35,7 @@ while (($#)); do
     --threshold) [[ ${2:-} =~ ^-?[0-9.]+([eE][-+]?[0-9]+)?$ ]] || die "--threshold needs a number"; threshold=$2; shift ;;
     --recipe) [[ -n ${2:-} ]] || die "--recipe needs a name"; recipe=$2; shift ;;
     --threads) [[ ${2:-} =~ ^[0-9]+$ ]] || die "--threads needs an integer"; threads=$2; shift ;;
+    --train) [[ -n ${2:-} ]] || die "--train needs a path"; train=$2; shift ;;
     -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; exit 0 ;;
     -*) die "unknown option '$1'" ;;
     *) [[ -z $run ]] || die "more than one run directory ('$run', '$1')"; run=$1 ;;
@@ -52,8 +45,9 @@ done
 [[ -n $run ]] || die "usage: shadow RUN_DIR [--steps N] [--threshold X] [--recipe R]"
 [[ $run == /* ]] || run=$ws/$run
 [[ -f $run/config.cfg && -f $run/log.jsonl ]] || die "'$run' is not a run directory"
-[[ -n $train ]] || die "trainer binary not found (set SHADOW_TRAIN)"
-[[ -r $configs/$recipe.cfg ]] || die "no recipe config '$recipe.cfg' in ${configs:-experiments/configs}"
+[[ -n $train ]] || die "no trainer: --train TRAIN (bazel run passes it) or SHADOW_TRAIN"
+[[ $train == */* && $train != /* ]] && train=$PWD/$train
+[[ -r $configs/$recipe.cfg ]] || die "no recipe config '$recipe.cfg' in $configs"
 
 # the run's own losses: step,loss (the last line of a step wins: a resumed run repeats steps)
 losses() { awk '/"loss":/ && !/"event"/ { match($0, /"step":[0-9]+/); s = substr($0, RSTART + 7, RLENGTH - 7) + 0

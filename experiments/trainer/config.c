@@ -244,12 +244,13 @@ int config_set_assignment(config *c, const char *assignment, char *err, size_t e
   return assign(c, assignment, strlen(assignment), &index, err, errlen) ? one_line(err) : 0;
 }
 
-/* Lines of any length; '#' starts a comment; a key may appear once. */
-static int load_stream(config *c, FILE *f, const char *name, char *err, size_t errlen) {
+/* The `name = value` lines of f (config.h: config_read_lines). */
+static int read_lines(FILE *f, const char *name, config_line_fn fn, void *ctx, char *err,
+                      size_t errlen) {
   char *line = NULL;
   size_t cap = 0;
   ssize_t len;
-  int lineno = 0, rc = 0, seen[NKEYS] = {0};
+  int lineno = 0, rc = 0;
   char msg[CONFIG_VALUE_LEN + 128];
   while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
     lineno++;
@@ -262,16 +263,22 @@ static int load_stream(config *c, FILE *f, const char *name, char *err, size_t e
     const char *s = line, *e = hash ? hash : line + len;
     trim(&s, &e);
     if (s == e) continue;
-    int k = -1;
-    if (assign(c, s, (size_t)(e - s), &k, msg, sizeof msg)) {
+    char *eq = memchr(s, '=', (size_t)(e - s));
+    if (!eq) {
+      snprintf(err, errlen, "%s:%d: expected key=value, got '%.*s'", name, lineno,
+               e - s > 200 ? 200 : (int)(e - s), s);
+      rc = -1;
+      break;
+    }
+    const char *k = s, *ke = eq, *v = eq + 1, *ve = e;
+    trim(&k, &ke);
+    trim(&v, &ve);
+    *(char *)ke = 0; /* within line: the name and the value end in place */
+    *(char *)ve = 0;
+    msg[0] = 0;
+    if (fn(ctx, (char *)k, (char *)v, lineno, msg, sizeof msg)) {
       snprintf(err, errlen, "%s:%d: %s", name, lineno, msg);
       rc = -1;
-    } else if (seen[k]) {
-      snprintf(err, errlen, "%s:%d: key '%s' already set on line %d", name, lineno, keys[k].key,
-               seen[k]);
-      rc = -1;
-    } else {
-      seen[k] = lineno;
     }
   }
   if (rc == 0 && ferror(f)) {
@@ -282,18 +289,62 @@ static int load_stream(config *c, FILE *f, const char *name, char *err, size_t e
   return rc ? one_line(err) : 0;
 }
 
-int config_load_file(config *c, const char *path, char *err, size_t errlen) {
+/* Opens a config file for reading: not a directory; NULL with a message in err. */
+static FILE *open_config(const char *path, char *err, size_t errlen) {
   FILE *f = fopen(path, "r");
   if (!f) {
     snprintf(err, errlen, "cannot open config '%s': %s", path, strerror(errno));
-    return one_line(err);
+    one_line(err);
+    return NULL;
   }
   struct stat st;
   if (fstat(fileno(f), &st) || S_ISDIR(st.st_mode)) {
     snprintf(err, errlen, "cannot read config '%s': is a directory", path);
+    one_line(err);
     fclose(f);
-    return one_line(err);
+    return NULL;
   }
+  return f;
+}
+
+int config_read_lines(const char *path, config_line_fn fn, void *ctx, char *err, size_t errlen) {
+  FILE *f = open_config(path, err, errlen);
+  if (!f) return -1;
+  int rc = read_lines(f, path, fn, ctx, err, errlen);
+  fclose(f);
+  return rc;
+}
+
+/* A config's line: a key of the table, at most once. */
+typedef struct {
+  config *c;
+  int seen[NKEYS];
+} load_state;
+
+static int load_line(void *ctx, char *key, char *value, int lineno, char *err, size_t errlen) {
+  load_state *st = ctx;
+  const int k = key_index(key);
+  if (strlen(key) >= 64) {
+    snprintf(err, errlen, "unknown config key '%.60s...'", key);
+    return -1;
+  }
+  if (config_set(st->c, key, value, err, errlen)) return -1;
+  if (st->seen[k]) {
+    snprintf(err, errlen, "key '%s' already set on line %d", keys[k].key, st->seen[k]);
+    return -1;
+  }
+  st->seen[k] = lineno;
+  return 0;
+}
+
+static int load_stream(config *c, FILE *f, const char *name, char *err, size_t errlen) {
+  load_state st = {.c = c};
+  return read_lines(f, name, load_line, &st, err, errlen);
+}
+
+int config_load_file(config *c, const char *path, char *err, size_t errlen) {
+  FILE *f = open_config(path, err, errlen);
+  if (!f) return -1;
   int rc = load_stream(c, f, path, err, errlen);
   fclose(f);
   return rc;
@@ -325,6 +376,8 @@ const char *config_recipe_diff(const config *a, const config *b) {
       return keys[i].key; /* the name is informational */
   return NULL;
 }
+
+int config_has_key(const char *key) { return key_index(key) >= 0; }
 
 const char *config_str(const config *c, const char *key) {
   int i = key_index(key);

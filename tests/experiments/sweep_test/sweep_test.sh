@@ -17,7 +17,7 @@
 set -u
 fail() { echo "FAIL: $*" >&2; exit 1; }
 rf=${RUNFILES_DIR:-$0.runfiles}/exmy
-sweep=$rf/experiments/studies/sweep.sh
+sweep=$rf/experiments/studies/sweep
 real_train=$rf/experiments/trainer/train
 export SWEEP_TRAIN=$real_train
 have_gnuplot=0

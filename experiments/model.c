@@ -324,18 +324,18 @@ const char *model_config_check(const model_config *c) {
 size_t model_param_sizes(const model_config *c, size_t s[NUM_PARAM_TENSORS]) {
   size_t V = c->vocab, C = c->dim, L = c->n_layers, H = c->hidden;
   size_t KVC = (size_t)c->n_kv_heads * (C / c->n_heads);
-  s[0] = V * C;       /* wte */
-  s[1] = L * C;       /* rms1 */
-  s[2] = L * C * C;   /* wq */
-  s[3] = L * KVC * C; /* wk */
-  s[4] = L * KVC * C; /* wv */
-  s[5] = L * C * C;   /* wo */
-  s[6] = L * C;       /* rms2 */
-  s[7] = L * H * C;   /* w1 */
-  s[8] = L * H * C;   /* w3 */
-  s[9] = L * C * H;   /* w2 */
-  s[10] = C;          /* rmsf */
-  s[11] = V * C;      /* lm_head */
+  s[PARAM_WTE] = V * C;
+  s[PARAM_RMS1] = L * C;
+  s[PARAM_WQ] = L * C * C;
+  s[PARAM_WK] = L * KVC * C;
+  s[PARAM_WV] = L * KVC * C;
+  s[PARAM_WO] = L * C * C;
+  s[PARAM_RMS2] = L * C;
+  s[PARAM_W1] = L * H * C;
+  s[PARAM_W3] = L * H * C;
+  s[PARAM_W2] = L * C * H;
+  s[PARAM_RMSF] = C;
+  s[PARAM_LM_HEAD] = V * C;
   size_t total = 0;
   for (int i = 0; i < NUM_PARAM_TENSORS; i++) total += s[i];
   return total;
@@ -383,8 +383,7 @@ int model_init(model *m, const model_config *c, uint64_t seed) {
   const double out_scale = 1.0 / sqrt(2.0 * c->n_layers);
   real *p = m->params_mem;
   for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-    int is_norm = i == 1 || i == 6 || i == 10;
-    int is_out_proj = i == 5 || i == 9;
+    const int is_norm = param_is_norm(i), is_out_proj = i == PARAM_WO || i == PARAM_W2;
     for (size_t j = 0; j < m->param_sizes[i]; j++)
       p[j] = is_norm ? 1 : (real)(0.02 * normal01(&state) * (is_out_proj ? out_scale : 1.0));
     p += m->param_sizes[i];

@@ -72,6 +72,8 @@ enum {
   PARAM_RMSF,
   PARAM_LM_HEAD,
 };
+/* Whether tensor i is an RMSNorm weight (initialised to 1, no weight decay). */
+static inline int param_is_norm(int i) { return i == PARAM_RMS1 || i == PARAM_RMS2 || i == PARAM_RMSF; }
 
 /* Activations kept for the backward pass, for a batch of B sequences of T. */
 #define NUM_ACT_TENSORS 18

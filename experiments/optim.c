@@ -60,7 +60,7 @@ void grad_clip(float *g, size_t n, double norm, double max_norm) {
 }
 
 int adamw_decays(int tensor) {
-  return !(tensor == 1 || tensor == 6 || tensor == 10); /* rms1, rms2, rmsf */
+  return !param_is_norm(tensor);
 }
 
 void adamw_update(model *m, float *mom1, float *mom2, const adamw_hparams *h, int t) {

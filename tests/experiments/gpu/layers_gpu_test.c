@@ -470,8 +470,6 @@ START_TEST(sumsq) {
 }
 END_TEST
 
-static int decayed(int tensor) { return !(tensor == 1 || tensor == 6 || tensor == 10); }
-
 /* gpu_sumsq + gpu_adamw per tensor against grad_global_norm + grad_clip +
  * adamw_update on the tiny model: clipping active, inactive, and off. */
 START_TEST(adamw) {
@@ -499,7 +497,7 @@ START_TEST(adamw) {
     LAUNCHED();
     size_t off = 0;
     for (int ti = 0; ti < NUM_PARAM_TENSORS; ti++) {
-      const float decay = decayed(ti) ? 1.0f - h.lr * h.weight_decay : 1.0f;
+      const float decay = adamw_decays(ti) ? 1.0f - h.lr * h.weight_decay : 1.0f;
       const size_t k = m.param_sizes[ti];
       gpu_adamw(d_p + off, d_g + off, d_m + off, d_v + off, k, d_sumsq, max_norms[c], h.beta1,
                 h.beta2, h.eps, step_size, bc2_sqrt, decay, 0);

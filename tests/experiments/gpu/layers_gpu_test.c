@@ -491,16 +491,13 @@ START_TEST(adamw) {
     double *d_scratch = dev_alloc(gpu_sumsq_scratch(n) * sizeof(double)),
            *d_sumsq = dev_alloc(sizeof(double));
 
-    const float bc1 = 1.0f - powf(h.beta1, (float)t), bc2 = 1.0f - powf(h.beta2, (float)t);
-    const float step_size = h.lr / bc1, bc2_sqrt = sqrtf(bc2);
     gpu_sumsq(d_g, n, d_scratch, d_sumsq, 0);
     LAUNCHED();
     size_t off = 0;
     for (int ti = 0; ti < NUM_PARAM_TENSORS; ti++) {
-      const float decay = adamw_decays(ti) ? 1.0f - h.lr * h.weight_decay : 1.0f;
+      const adamw_coefs coefs = adamw_step_coefs(&h, t, ti);
       const size_t k = m.param_sizes[ti];
-      gpu_adamw(d_p + off, d_g + off, d_m + off, d_v + off, k, d_sumsq, max_norms[c], h.beta1,
-                h.beta2, h.eps, step_size, bc2_sqrt, decay, 0);
+      gpu_adamw(d_p + off, d_g + off, d_m + off, d_v + off, k, d_sumsq, max_norms[c], &coefs, 0);
       LAUNCHED();
       off += k;
     }
@@ -581,9 +578,11 @@ START_TEST(scale_120m) {
   timer_start();
   for (int r = 0; r < R; r++) gpu_sumsq(d_g, P, d_scratch, d_sumsq, 0);
   timer_report("sumsq (all grads)", R, 4.0 * P);
+  const adamw_coefs coefs = {.beta1 = 0.9f, .beta2 = 0.95f, .one_minus_beta1 = 1.0f - 0.9f,
+                             .one_minus_beta2 = 1.0f - 0.95f, .eps = 1e-8f, .step_size = 1e-3f,
+                             .bc2_sqrt = 0.5f, .decay = 0.9999f};
   timer_start();
-  for (int r = 0; r < R; r++)
-    gpu_adamw(d_p, d_g, d_m, d_v, P, d_sumsq, 1e9, 0.9f, 0.95f, 1e-8f, 1e-3f, 0.5f, 0.9999f, 0);
+  for (int r = 0; r < R; r++) gpu_adamw(d_p, d_g, d_m, d_v, P, d_sumsq, 1e9, &coefs, 0);
   timer_report("adamw (all params)", R, 7.0 * 4 * P);
   CU(cudaFree(d_p)); CU(cudaFree(d_g)); CU(cudaFree(d_m)); CU(cudaFree(d_v));
   CU(cudaFree(d_scratch)); CU(cudaFree(d_sumsq));

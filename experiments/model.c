@@ -391,55 +391,82 @@ int model_init(model *m, const model_config *c, uint64_t seed) {
   return 0;
 }
 
-static int model_alloc_acts(model *m, int B, int T) {
-  const model_config *c = &m->cfg;
-  size_t L = c->n_layers, C = c->dim, H = c->hidden, V = c->vocab, NH = c->n_heads;
-  size_t hs = C / NH, KVC = c->n_kv_heads * hs, BT = (size_t)B * T;
-  size_t *s = m->act_sizes;
-  s[0] = (L + 1) * BT * C; /* res */
-  s[1] = L * BT * C;       /* ln1 */
-  s[2] = L * BT;           /* ln1_rstd */
-  s[3] = L * BT * C;       /* q */
-  s[4] = L * BT * KVC;     /* k */
-  s[5] = L * BT * KVC;     /* v */
-  s[6] = L * B * NH * T * T; /* att */
-  s[7] = L * BT * C;       /* atty */
-  s[8] = L * BT * C;       /* res_mid */
-  s[9] = L * BT * C;       /* ln2 */
-  s[10] = L * BT;          /* ln2_rstd */
-  s[11] = L * BT * H;      /* h1 */
-  s[12] = L * BT * H;      /* h3 */
-  s[13] = L * BT * H;      /* hg */
-  s[14] = BT * C;          /* lnf */
-  s[15] = BT;              /* lnf_rstd */
-  s[16] = BT * V;          /* probs */
-  s[17] = BT;              /* losses */
-  size_t total = 0;
-  for (int i = 0; i < NUM_ACT_TENSORS; i++) total += s[i];
-  free(m->acts_mem);
-  free(m->grad_acts_mem);
-  free(m->rope_cos);
-  free(m->rope_sin);
-  m->grad_acts_mem = m->rope_cos = m->rope_sin = NULL;
-  m->B = m->T = 0;
-  if (!(m->acts_mem = zalloc(total, sizeof(real)))) return -1;
-  activation_tensors *a = &m->acts;
+void model_act_sizes(const model_config *c, int B, int T, size_t act[NUM_ACT_TENSORS],
+                     size_t grad_act[NUM_GRAD_ACT_TENSORS]) {
+  const size_t L = c->n_layers, C = c->dim, H = c->hidden, V = c->vocab, NH = c->n_heads;
+  const size_t hs = C / NH, KVC = c->n_kv_heads * hs, BT = (size_t)B * T;
+  const size_t *sizes = (const size_t[NUM_ACT_TENSORS]){
+      (L + 1) * BT * C,  /* res */
+      L * BT * C,        /* ln1 */
+      L * BT,            /* ln1_rstd */
+      L * BT * C,        /* q */
+      L * BT * KVC,      /* k */
+      L * BT * KVC,      /* v */
+      L * B * NH * T * T, /* att */
+      L * BT * C,        /* atty */
+      L * BT * C,        /* res_mid */
+      L * BT * C,        /* ln2 */
+      L * BT,            /* ln2_rstd */
+      L * BT * H,        /* h1 */
+      L * BT * H,        /* h3 */
+      L * BT * H,        /* hg */
+      BT * C,            /* lnf */
+      BT,                /* lnf_rstd */
+      BT * V,            /* probs */
+      BT,                /* losses */
+  };
+  memcpy(act, sizes, NUM_ACT_TENSORS * sizeof *act);
+  const size_t *grad_sizes = (const size_t[NUM_GRAD_ACT_TENSORS]){
+      BT * C,            /* dres */
+      BT * C,            /* dln */
+      BT * C,            /* datty */
+      BT * C,            /* dq */
+      BT * KVC,          /* dk */
+      BT * KVC,          /* dv */
+      (size_t)B * NH * T * T, /* datt */
+      BT * H,            /* dh1 */
+      BT * H,            /* dh3 */
+      BT * H,            /* dhg */
+  };
+  memcpy(grad_act, grad_sizes, NUM_GRAD_ACT_TENSORS * sizeof *grad_act);
+}
+
+/* Points *ptrs[i] at byte offsets of mem, each tensor aligned; returns the end offset. */
+static size_t carve(char *mem, size_t offset, const size_t *sizes, int n, real **ptrs[]) {
+  for (int i = 0; i < n; i++) {
+    if (mem) *ptrs[i] = (real *)(mem + offset);
+    offset += arena_round_up(sizes[i] * sizeof(real));
+  }
+  return offset;
+}
+
+size_t model_point_acts(activation_tensors *a, grad_act_tensors *d, void *mem,
+                        const size_t act[NUM_ACT_TENSORS],
+                        const size_t grad_act[NUM_GRAD_ACT_TENSORS]) {
   real **ptrs[NUM_ACT_TENSORS] = {&a->res, &a->ln1, &a->ln1_rstd, &a->q, &a->k, &a->v,
                                   &a->att, &a->atty, &a->res_mid, &a->ln2, &a->ln2_rstd,
                                   &a->h1, &a->h3, &a->hg, &a->lnf, &a->lnf_rstd, &a->probs,
                                   &a->losses};
-  point_tensors(m->acts_mem, s, NUM_ACT_TENSORS, ptrs);
-
-  size_t *g = m->grad_act_sizes;
-  g[0] = BT * C; g[1] = BT * C; g[2] = BT * C; g[3] = BT * C; g[4] = BT * KVC; g[5] = BT * KVC;
-  g[6] = (size_t)B * NH * T * T; g[7] = BT * H; g[8] = BT * H; g[9] = BT * H;
-  total = 0;
-  for (int i = 0; i < NUM_GRAD_ACT_TENSORS; i++) total += g[i];
-  if (!(m->grad_acts_mem = zalloc(total, sizeof(real)))) return -1;
-  grad_act_tensors *d = &m->grad_acts;
   real **gptrs[NUM_GRAD_ACT_TENSORS] = {&d->dres, &d->dln, &d->datty, &d->dq, &d->dk,
                                         &d->dv, &d->datt, &d->dh1, &d->dh3, &d->dhg};
-  point_tensors(m->grad_acts_mem, g, NUM_GRAD_ACT_TENSORS, gptrs);
+  const size_t end = carve(mem, 0, act, NUM_ACT_TENSORS, ptrs);
+  return carve(mem, end, grad_act, NUM_GRAD_ACT_TENSORS, gptrs);
+}
+
+static int model_alloc_acts(model *m, int B, int T) {
+  const model_config *c = &m->cfg;
+  const size_t hs = c->dim / c->n_heads;
+  free(m->acts_mem);
+  free(m->rope_cos);
+  free(m->rope_sin);
+  m->acts_mem = m->rope_cos = m->rope_sin = NULL;
+  m->B = m->T = 0;
+  model_act_sizes(c, B, T, m->act_sizes, m->grad_act_sizes);
+  const size_t bytes = model_point_acts(&m->acts, &m->grad_acts, NULL, m->act_sizes,
+                                        m->grad_act_sizes);
+  if (!(m->acts_mem = aligned_alloc(ARENA_ALIGN, bytes ? bytes : ARENA_ALIGN))) return -1;
+  memset(m->acts_mem, 0, bytes);
+  model_point_acts(&m->acts, &m->grad_acts, m->acts_mem, m->act_sizes, m->grad_act_sizes);
 
   m->rope_cos = zalloc((size_t)T * hs / 2, sizeof(real));
   m->rope_sin = zalloc((size_t)T * hs / 2, sizeof(real));
@@ -458,7 +485,6 @@ void model_free(model *m) {
   free(m->params_mem);
   free(m->grads_mem);
   free(m->acts_mem);
-  free(m->grad_acts_mem);
   free(m->rope_cos);
   free(m->rope_sin);
   memset(m, 0, sizeof *m);

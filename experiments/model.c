@@ -111,15 +111,15 @@ void linear_forward(real *out, const real *inp, const real *w, int N, int C, int
 }
 
 void linear_backward(real *dinp, real *dw, const real *dout, const real *inp, const real *w,
-                     int N, int C, int OC, tq_site *s) {
+                     int N, int C, int OC, tq_site *s, real dinp_beta) {
   const exmy_operand_quant *qdy, *qw, *qdy2, *qx;
   int lddy = OC, ldw = C, lddy2 = OC, ldx = C;
   const real *dy = operand(s, USE_DX_DY, SLOT_DY, FILL, dout, &lddy, N, OC, &qdy);
   const real *wq = operand(s, USE_DX_W, SLOT_W, REUSE, w, &ldw, OC, C, &qw);
   const real *dy2 = operand(s, USE_DW_DY, SLOT_DY, REUSE, dout, &lddy2, N, OC, &qdy2);
   const real *x = operand(s, USE_DW_X, SLOT_X, REUSE, inp, &ldx, N, C, &qx);
-  /* dX += dY W */
-  gemm(0, 0, N, C, OC, 1, dy, lddy, qdy, wq, ldw, qw, 1, dinp, C);
+  /* dX = dinp_beta dX + dY W */
+  gemm(0, 0, N, C, OC, 1, dy, lddy, qdy, wq, ldw, qw, dinp_beta, dinp, C);
   /* dW += dY^T X */
   gemm(1, 0, OC, C, N, 1, dy2, lddy2, qdy2, x, ldx, qx, 1, dw, C);
 }
@@ -562,8 +562,7 @@ void model_backward(model *m, const int *tokens, const int *targets, real loss_s
   /* the logits' gradient replaces the probabilities in place */
   real *dlogits = a.probs;
   crossentropy_softmax_backward(dlogits, a.probs, targets, N, V, loss_scale / N);
-  memset(d.dln, 0, BTC * sizeof(real));
-  linear_backward(d.dln, g.lm_head, dlogits, a.lnf, p.lm_head, N, C, V, site_of(m, L, 0));
+  linear_backward(d.dln, g.lm_head, dlogits, a.lnf, p.lm_head, N, C, V, site_of(m, L, 0), 0);
   memset(d.dres, 0, BTC * sizeof(real));
   rmsnorm_backward(d.dres, g.rmsf, d.dln, a.res + L * BTC, p.rmsf, a.lnf_rstd, N, C);
 
@@ -573,34 +572,31 @@ void model_backward(model *m, const int *tokens, const int *targets, real loss_s
                *atty = a.atty + l * BTC, *res_mid = a.res_mid + l * BTC, *ln2 = a.ln2 + l * BTC,
                *h1 = a.h1 + l * BTH, *h3 = a.h3 + l * BTH, *hg = a.hg + l * BTH;
     /* MLP: dres holds d(res_out) and becomes d(res_mid) */
-    memset(d.dhg, 0, BTH * sizeof(real));
     linear_backward(d.dhg, g.w2 + (size_t)l * C * H, d.dres, hg, p.w2 + (size_t)l * C * H, N, H, C,
-                    site_of(m, l, SITE_W2));
+                    site_of(m, l, SITE_W2), 0);
     swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, BTH);
-    memset(d.dln, 0, BTC * sizeof(real));
     linear_backward(d.dln, g.w1 + (size_t)l * H * C, d.dh1, ln2, p.w1 + (size_t)l * H * C, N, C, H,
-                    site_of(m, l, SITE_W1));
+                    site_of(m, l, SITE_W1), 0);
     linear_backward(d.dln, g.w3 + (size_t)l * H * C, d.dh3, ln2, p.w3 + (size_t)l * H * C, N, C, H,
-                    site_of(m, l, SITE_W3));
+                    site_of(m, l, SITE_W3), 1);
     rmsnorm_backward(d.dres, g.rms2 + (size_t)l * C, d.dln, res_mid, p.rms2 + (size_t)l * C,
                      a.ln2_rstd + (size_t)l * N, N, C);
     /* attention: dres becomes d(res) */
-    memset(d.datty, 0, BTC * sizeof(real));
     linear_backward(d.datty, g.wo + (size_t)l * C * C, d.dres, atty, p.wo + (size_t)l * C * C, N, C,
-                    C, site_of(m, l, SITE_O));
+                    C, site_of(m, l, SITE_O), 0);
+    /* attention_backward accumulates dk and dv head by head */
     memset(d.dk, 0, BTK * sizeof(real));
     memset(d.dv, 0, BTK * sizeof(real));
     attention_backward(d.dq, d.dk, d.dv, d.datt, d.datty, att, q, k, v, B, T, NH, NKV, hs,
                        site_of(m, l, SITE_ATT_QK), site_of(m, l, SITE_ATT_PV));
     rope_backward(d.dq, m->rope_cos, m->rope_sin, B, T, NH, hs);
     rope_backward(d.dk, m->rope_cos, m->rope_sin, B, T, NKV, hs);
-    memset(d.dln, 0, BTC * sizeof(real));
     linear_backward(d.dln, g.wq + (size_t)l * C * C, d.dq, ln1, p.wq + (size_t)l * C * C, N, C, C,
-                    site_of(m, l, SITE_Q));
+                    site_of(m, l, SITE_Q), 0);
     linear_backward(d.dln, g.wk + (size_t)l * KVC * C, d.dk, ln1, p.wk + (size_t)l * KVC * C, N, C,
-                    KVC, site_of(m, l, SITE_K));
+                    KVC, site_of(m, l, SITE_K), 1);
     linear_backward(d.dln, g.wv + (size_t)l * KVC * C, d.dv, ln1, p.wv + (size_t)l * KVC * C, N, C,
-                    KVC, site_of(m, l, SITE_V));
+                    KVC, site_of(m, l, SITE_V), 1);
     rmsnorm_backward(d.dres, g.rms1 + (size_t)l * C, d.dln, res, p.rms1 + (size_t)l * C,
                      a.ln1_rstd + (size_t)l * N, N, C);
   }

@@ -187,7 +187,7 @@ void model_free(model *m);
 /* Forward over tokens (B, T); with targets (B, T) also the loss (m->loss). */
 void model_forward(model *m, const int *tokens, const int *targets, int B, int T);
 void model_zero_grad(model *m);
-/* Accumulates into m->grads the gradient of loss_scale * mean loss of the last
+/* Accumulates into m->grads (cleared once per step by model_zero_grad) the gradient of loss_scale * mean loss of the last
  * forward (loss_scale = 1 / accumulation steps). */
 void model_backward(model *m, const int *tokens, const int *targets, real loss_scale);
 
@@ -200,9 +200,11 @@ void rmsnorm_backward(real *dinp, real *dw, const real *dout, const real *inp, c
 /* out (N, OC) = inp (N, C) w (OC, C)^T */
 void linear_forward(real *out, const real *inp, const real *w, int N, int C, int OC,
                     tq_site *site);
-/* dinp += dout w; dw += dout^T inp */
+/* dinp = dinp_beta * dinp + dout w (dinp_beta 0: overwritten, which spares
+ * clearing it first; 1: accumulated); dw += dout^T inp.  The GPU's
+ * linear_backward (experiments/gpu/model_gpu.cu) keeps the same contract. */
 void linear_backward(real *dinp, real *dw, const real *dout, const real *inp, const real *w,
-                     int N, int C, int OC, tq_site *site);
+                     int N, int C, int OC, tq_site *site, real dinp_beta);
 void rope_tables(real *cos_t, real *sin_t, int T, int hs, double theta);
 /* x (B, T, nh*hs) rotated in place, pairs (2i, 2i+1) of each head */
 void rope_forward(real *x, const real *cos_t, const real *sin_t, int B, int T, int nh, int hs);

@@ -70,16 +70,15 @@ static void linear_forward(gpu_model *g, float *out, const float *inp, const flo
   gtq_gemm(g->gq, false, true, N, OC, C, 1.0f, x, wq, 0.0f, out, OC); /* Y = X W^T */
 }
 
-/* dX += dY W (overwrite: dX = dY W, which saves clearing dX first: the same
- * values as adding to zeros), dW += dY^T X. */
+/* dX = dinp_beta dX + dY W, dW += dY^T X: model.c's linear_backward. */
 static void linear_backward(gpu_model *g, float *dinp, float *dw, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC, int site,
-                            bool overwrite = false) {
+                            float dinp_beta) {
   gtq_operand dy = gtq_operand_for_gemm(g->gq, site, USE_DX_DY, SLOT_DY, FILL, dout, OC, N, OC);
   gtq_operand wq = gtq_operand_for_gemm(g->gq, site, USE_DX_W, SLOT_W, REUSE, w, C, OC, C);
   gtq_operand dy2 = gtq_operand_for_gemm(g->gq, site, USE_DW_DY, SLOT_DY, REUSE, dout, OC, N, OC);
   gtq_operand x = gtq_operand_for_gemm(g->gq, site, USE_DW_X, SLOT_X, REUSE, inp, C, N, C);
-  gtq_gemm(g->gq, false, false, N, C, OC, 1.0f, dy, wq, overwrite ? 0.0f : 1.0f, dinp, C);
+  gtq_gemm(g->gq, false, false, N, C, OC, 1.0f, dy, wq, dinp_beta, dinp, C);
   gtq_gemm(g->gq, true, false, OC, C, N, 1.0f, dy2, x, 1.0f, dw, C);    /* dW += dY^T X */
 }
 
@@ -488,7 +487,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
   float *dlogits = a.probs;
   gpu_crossentropy_backward(dlogits, a.probs, g->targets, N, V, loss_scale / N, s);
   linear_backward(g, d.dln, gr.lm_head, dlogits, a.lnf, p.lm_head, N, C, V, site_index(g, L, 0),
-                  true);
+                  0);
   gtq_check(cudaMemsetAsync(d.dres, 0, BTC * sizeof(float), s), "memset");
   gpu_rmsnorm_backward(d.dres, gr.rmsf, d.dln, a.res + L * BTC, p.rmsf, a.lnf_rstd, N, C, s);
   for (int l = L - 1; l >= 0; l--) {
@@ -497,17 +496,18 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
                 *res_mid = a.res_mid + l * BTC, *ln2 = a.ln2 + l * BTC, *h1 = a.h1 + l * BTH,
                 *h3 = a.h3 + l * BTH, *hg = a.hg + l * BTH;
     linear_backward(g, d.dhg, gr.w2 + (size_t)l * C * H, d.dres, hg, p.w2 + (size_t)l * C * H,
-                    N, H, C, site_index(g, l, SITE_W2), true);
+                    N, H, C, site_index(g, l, SITE_W2), 0);
     gpu_swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, BTH, s);
     linear_backward(g, d.dln, gr.w1 + (size_t)l * H * C, d.dh1, ln2, p.w1 + (size_t)l * H * C,
-                    N, C, H, site_index(g, l, SITE_W1), true);
+                    N, C, H, site_index(g, l, SITE_W1), 0);
     linear_backward(g, d.dln, gr.w3 + (size_t)l * H * C, d.dh3, ln2, p.w3 + (size_t)l * H * C,
-                    N, C, H, site_index(g, l, SITE_W3));
+                    N, C, H, site_index(g, l, SITE_W3), 1);
     gpu_rmsnorm_backward(d.dres, gr.rms2 + (size_t)l * C, d.dln, res_mid,
                          p.rms2 + (size_t)l * C, a.ln2_rstd + (size_t)l * N, N, C, s);
     linear_backward(g, d.datty, gr.wo + (size_t)l * C * C, d.dres, atty,
-                    p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O), true);
-    if (g->attention == GPU_ATTENTION_MATERIALIZED) { /* accumulated per head there */
+                    p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O), 0);
+    /* attention_backward accumulates dk and dv head by head (the fused kernel overwrites them) */
+    if (g->attention == GPU_ATTENTION_MATERIALIZED) {
       gtq_check(cudaMemsetAsync(d.dk, 0, BTK * sizeof(float), s), "memset");
       gtq_check(cudaMemsetAsync(d.dv, 0, BTK * sizeof(float), s), "memset");
     }
@@ -520,11 +520,11 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     gpu_rope_backward(d.dq, g->rope_cos, g->rope_sin, B, T, NH, hs, s);
     gpu_rope_backward(d.dk, g->rope_cos, g->rope_sin, B, T, NKV, hs, s);
     linear_backward(g, d.dln, gr.wq + (size_t)l * C * C, d.dq, ln1, p.wq + (size_t)l * C * C,
-                    N, C, C, site_index(g, l, SITE_Q), true);
+                    N, C, C, site_index(g, l, SITE_Q), 0);
     linear_backward(g, d.dln, gr.wk + (size_t)l * KVC * C, d.dk, ln1,
-                    p.wk + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_K));
+                    p.wk + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_K), 1);
     linear_backward(g, d.dln, gr.wv + (size_t)l * KVC * C, d.dv, ln1,
-                    p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V));
+                    p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V), 1);
     gpu_rmsnorm_backward(d.dres, gr.rms1 + (size_t)l * C, d.dln, res, p.rms1 + (size_t)l * C,
                          a.ln1_rstd + (size_t)l * N, N, C, s);
   }

@@ -1,5 +1,6 @@
 /* LLaMA forward and backward (see model.h). */
 #include "experiments/model.h"
+#include "experiments/splitmix64.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -355,12 +356,6 @@ void model_point_params(param_tensors *p, real *mem, const size_t *sizes) {
 }
 
 /* splitmix64 + Box-Muller: a small deterministic normal generator */
-static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 static double normal01(uint64_t *s) {
   double u1 = ((splitmix64(s) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
   double u2 = (splitmix64(s) >> 11) * (1.0 / 9007199254740992.0);

@@ -90,6 +90,18 @@ static void json_num(FILE *f, const char *key, double v) {
   else fprintf(f, "\"%s\":null", key);
 }
 
+/* "key":value pairs separated by commas (json_num each). */
+typedef struct {
+  const char *key;
+  double value;
+} json_field;
+static void json_nums(FILE *f, const json_field *fields, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (i) fputc(',', f);
+    json_num(f, fields[i].key, fields[i].value);
+  }
+}
+
 /* One JSONL line with the statistics of every quantized operand use. */
 static void log_stats(FILE *log, int step, const model_config *mc, const tq_site *sites, int n) {
   fprintf(log, "{\"step\":%d,\"stats\":[", step);
@@ -103,19 +115,12 @@ static void log_stats(FILE *log, int step, const model_config *mc, const tq_site
       site_name(mc, i, name, sizeof name);
       fprintf(log, "%s{\"site\":\"%s\",\"use\":\"%s\",\"format\":\"%s\",", first ? "" : ",", name,
               tq_use_names[u], q->format.name);
-      json_num(log, "amax", s->amax);
-      fputc(',', log);
-      json_num(log, "underflow", s->underflow_ratio);
-      fputc(',', log);
-      json_num(log, "overflow", s->overflow_ratio);
-      fputc(',', log);
-      json_num(log, "mse", s->mse);
-      fputc(',', log);
-      json_num(log, "cosine", s->cosine);
-      fputc(',', log);
-      json_num(log, "scale", s->scale);
-      fputc(',', log);
-      json_num(log, "delayed_over_current", s->delayed_over_current);
+      const json_field fields[] = {
+          {"amax", s->amax},   {"underflow", s->underflow_ratio}, {"overflow", s->overflow_ratio},
+          {"mse", s->mse},     {"cosine", s->cosine},             {"scale", s->scale},
+          {"delayed_over_current", s->delayed_over_current},
+      };
+      json_nums(log, fields, sizeof fields / sizeof *fields);
       fputc('}', log);
       first = 0;
     }
@@ -195,15 +200,10 @@ static int write_summary(const char *run_dir, const char *status, int steps_done
   if (!f) return -1;
   fprintf(f, "{\"status\":\"%s\",\"steps\":%d,", status, steps_done);
   if (diverged_at) fprintf(f, "\"diverged_at\":%d,", diverged_at);
-  json_num(f, "last_loss", last_loss);
-  fputc(',', f);
-  json_num(f, "min_loss", min_loss);
-  fputc(',', f);
-  json_num(f, "val_loss", val_loss);
-  fputc(',', f);
-  json_num(f, "tokens_per_s", tok_s);
-  fputc(',', f);
-  json_num(f, "wall_s", wall);
+  const json_field fields[] = {{"last_loss", last_loss}, {"min_loss", min_loss},
+                               {"val_loss", val_loss},   {"tokens_per_s", tok_s},
+                               {"wall_s", wall}};
+  json_nums(f, fields, sizeof fields / sizeof *fields);
   fprintf(f, "}\n");
   int ok = fflush(f) == 0 && !ferror(f), saved = errno;
   if (fclose(f) != 0 && ok) ok = 0, saved = errno;
@@ -610,9 +610,8 @@ int main(int argc, char **argv) {
       }
       if (gpu) gpu_model_fetch_stats(gpu);
       fprintf(log, "{\"step\":%d,\"event\":\"diverged\",", step + 1);
-      json_num(log, "loss", loss);
-      fputc(',', log);
-      json_num(log, "running_min", running_min);
+      const json_field fields[] = {{"loss", loss}, {"running_min", running_min}};
+      json_nums(log, fields, sizeof fields / sizeof *fields);
       fprintf(log, "}\n");
       log_stats(log, step + 1, &mc, sites, n_sites);
       diverged_at = step + 1;

@@ -21,6 +21,7 @@
 #include "experiments/gpu/layers.h"
 #include "experiments/model.h"
 #include "experiments/optim.h"
+#include "experiments/splitmix64.h"
 #include "tests/check_suite.h"
 #include "tests/cuda/gpu_check.h"
 
@@ -37,12 +38,6 @@ static void to_dev(void *dev, const void *host, size_t bytes) {
   CU(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
 }
 
-static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 static double uniform01(uint64_t *s) { return (splitmix64(s) >> 11) * (1.0 / 9007199254740992.0); }
 
 /* n floats uniform in [lo, hi) */

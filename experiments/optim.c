@@ -84,7 +84,9 @@ void adamw_update(model *m, float *mom1, float *mom2, const adamw_hparams *h, in
     const size_t n = m->param_sizes[ti];
     float *p = m->params_mem + off, *g = m->grads_mem + off, *mm = mom1 + off, *vv = mom2 + off;
     const adamw_coefs c = adamw_step_coefs(h, t, ti);
-#pragma omp parallel for schedule(static) if (n > 16384)
+    /* firstprivate: each thread's own copy, kept in registers (a shared one
+     * could alias the arrays, and would be reloaded for every element) */
+#pragma omp parallel for schedule(static) if (n > 16384) firstprivate(c)
     for (size_t i = 0; i < n; i++) adamw_element(&c, g[i], &p[i], &mm[i], &vv[i]);
     off += n;
   }

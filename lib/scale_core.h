@@ -27,6 +27,39 @@ EXMY_HD float exmy_fdiv_rn(float a, float b) {
 #endif
 }
 
+/* a + b, a - b, a * b, sqrt(a), each rounded once to nearest even: on the
+ * device the intrinsics that nvcc never contracts into a fused multiply-add,
+ * on the host C's operators (ISO C mode contracts nothing; x86-64-v2 has no
+ * FMA). */
+EXMY_HD float exmy_fadd_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+EXMY_HD float exmy_fsub_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+EXMY_HD float exmy_fmul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+EXMY_HD float exmy_fsqrt_rn(float a) {
+#ifdef __CUDA_ARCH__
+  return __fsqrt_rn(a);
+#else
+  return sqrtf(a);
+#endif
+}
+
 /* 2^p as float32 for p in [-149, 127], exactly. */
 EXMY_HD float exmy_pow2f(int p) {
   return p >= -126 ? exmy_bits_f32((uint32_t)(p + 127) << 23)

@@ -376,8 +376,7 @@ __global__ void sumsq_final_kernel(const double *partial, int blocks, double *ou
 /* ---------------------------------------------------------------- AdamW */
 
 __global__ void adamw_kernel(float *p, float *g, float *m, float *v, size_t n, const double *sumsq,
-                             double max_norm, float b1, float b2, float eps, float step_size,
-                             float bc2_sqrt, float decay) {
+                             double max_norm, adamw_coefs c) {
   /* grad_clip: coef = max_norm / (norm + 1e-6), applied when < 1 */
   float coef = 1.0f;
   bool clip = false;
@@ -385,19 +384,17 @@ __global__ void adamw_kernel(float *p, float *g, float *m, float *v, size_t n, c
     coef = (float)(max_norm / (sqrt(*sumsq) + 1e-6));
     clip = coef < 1.0f;
   }
-  const float one_b1 = __fsub_rn(1.0f, b1), one_b2 = __fsub_rn(1.0f, b2);
   for (size_t i = global_index(); i < n; i += global_stride()) {
     float gi = g[i];
     if (clip) {
       gi = __fmul_rn(gi, coef);
       g[i] = gi;
     }
-    const float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(one_b1, gi));
-    const float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(one_b2, gi), gi));
+    float pi = p[i], mi = m[i], vi = v[i];
+    adamw_element(&c, gi, &pi, &mi, &vi); /* experiments/trainer/adamw_core.h, as optim.c */
     m[i] = mi;
     v[i] = vi;
-    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2_sqrt), eps);
-    p[i] = __fsub_rn(__fmul_rn(p[i], decay), __fdiv_rn(__fmul_rn(step_size, mi), denom));
+    p[i] = pi;
   }
 }
 
@@ -524,11 +521,9 @@ void gpu_sumsq(const float *g, size_t n, double *scratch, double *out, cudaStrea
 }
 
 void gpu_adamw(float *p, float *g, float *m, float *v, size_t n, const double *sumsq,
-               double max_norm, float b1, float b2, float eps, float step_size, float bc2_sqrt,
-               float decay, cudaStream_t s) {
+               double max_norm, const adamw_coefs *c, cudaStream_t s) {
   if (!n) return;
-  adamw_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(p, g, m, v, n, sumsq, max_norm, b1, b2, eps,
-                                               step_size, bc2_sqrt, decay);
+  adamw_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(p, g, m, v, n, sumsq, max_norm, *c);
 }
 
 }  /* extern "C" */

@@ -15,6 +15,8 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 
+#include "experiments/trainer/adamw_core.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -78,13 +80,10 @@ void gpu_sumsq(const float *g, size_t n, double *scratch, double *out, cudaStrea
 /* Clipping and AdamW in one pass, as grad_clip + adamw_update (optim.c):
  * coef = max_norm / (sqrt(*sumsq) + 1e-6) in double, cast to float, applied
  * to g (g is scaled in place) when max_norm > 0 and coef < 1; then
- * m = b1 m + (1-b1) g, v = b2 v + (1-b2) g^2,
- * p = p * decay - step_size * m / (sqrt(v) / bc2_sqrt + eps)
- * with decay = 1 - lr * wd for this tensor (the caller passes 1 for norms).
- * All float arithmetic in the CPU's order. */
+ * adamw_element (experiments/trainer/adamw_core.h, the CPU's very code) with the
+ * coefficients of this step and tensor (adamw_step_coefs, optim.h). */
 void gpu_adamw(float *p, float *g, float *m, float *v, size_t n, const double *sumsq,
-               double max_norm, float b1, float b2, float eps, float step_size, float bc2_sqrt,
-               float decay, cudaStream_t s);
+               double max_norm, const adamw_coefs *c, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -32,22 +32,25 @@ struct gpu_model {
   size_t num_params, param_sizes[NUM_PARAM_TENSORS];
   float *params_mem, *grads_mem, *mom1, *mom2;
   param_tensors p, gr;
-  /* activations, as model.c's (att only for materialized attention; lse for flash) */
-  float *res, *ln1, *ln1_rstd, *q, *k, *v, *att, *atty, *res_mid, *ln2, *ln2_rstd, *h1, *h3, *hg,
-      *lnf, *lnf_rstd, *probs, *losses, *lse;
-  /* backward scratch */
-  float *dres, *dln, *datty, *dq, *dk, *dv, *datt, *dh1, *dh3, *dhg;
+  /* One device allocation, `arena`: the activations and the backward scratch
+   * laid out as model.c lays out its own (model_act_sizes, model_point_acts;
+   * att and datt empty under the fused attention), then the buffers the host
+   * model has no use for. */
+  void *arena;
+  activation_tensors acts;
+  grad_act_tensors grad_acts;
+  float *lse; /* (L, B, NH, T) the fused attention's log-sum-exp per row */
+  __nv_bfloat16 *fq, *fk, *fv; /* (L, B, T, C|KVC) plain bf16 copies for the fused backward */
+  __nv_bfloat16 *fdo;          /* (B, T, C) */
+  void *flash_scratch;
   float *rope_cos, *rope_sin;
   int *tokens, *targets, *bucket_start, *bucket_pos;
-  int *h_bucket_start, *h_bucket_pos;
   double *loss_dev, *sumsq, *sumsq_scratch;
-  /* fused attention: bf16 operands and scratch */
+  int *h_bucket_start, *h_bucket_pos;
   gpu_attention_kind attention;
   int p_bits;
   uint64_t *p_offsets; /* per layer: the sr stream index of P's element 0 */
   exmy_format bf16; /* the plain bf16 inputs of unquantized attention */
-  __nv_bfloat16 *fq, *fk, *fv, *fdo;
-  void *flash_scratch;
   const recipe *rc;
   tq_site *sites;
   gtq_ctx *gq;
@@ -67,16 +70,15 @@ static void linear_forward(gpu_model *g, float *out, const float *inp, const flo
   gtq_gemm(g->gq, false, true, N, OC, C, 1.0f, x, wq, 0.0f, out, OC); /* Y = X W^T */
 }
 
-/* dX += dY W (overwrite: dX = dY W, which saves clearing dX first: the same
- * values as adding to zeros), dW += dY^T X. */
+/* dX = dinp_beta dX + dY W, dW += dY^T X: model.c's linear_backward. */
 static void linear_backward(gpu_model *g, float *dinp, float *dw, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC, int site,
-                            bool overwrite = false) {
+                            float dinp_beta) {
   gtq_operand dy = gtq_operand_for_gemm(g->gq, site, USE_DX_DY, SLOT_DY, FILL, dout, OC, N, OC);
   gtq_operand wq = gtq_operand_for_gemm(g->gq, site, USE_DX_W, SLOT_W, REUSE, w, C, OC, C);
   gtq_operand dy2 = gtq_operand_for_gemm(g->gq, site, USE_DW_DY, SLOT_DY, REUSE, dout, OC, N, OC);
   gtq_operand x = gtq_operand_for_gemm(g->gq, site, USE_DW_X, SLOT_X, REUSE, inp, C, N, C);
-  gtq_gemm(g->gq, false, false, N, C, OC, 1.0f, dy, wq, overwrite ? 0.0f : 1.0f, dinp, C);
+  gtq_gemm(g->gq, false, false, N, C, OC, 1.0f, dy, wq, dinp_beta, dinp, C);
   gtq_gemm(g->gq, true, false, OC, C, N, 1.0f, dy2, x, 1.0f, dw, C);    /* dW += dY^T X */
 }
 
@@ -306,66 +308,64 @@ extern "C" gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *s
   model_point_params(&g->p, g->params_mem, g->param_sizes);
   model_point_params(&g->gr, g->grads_mem, g->param_sizes);
 
-  const size_t L = c.n_layers, C = c.dim, H = c.hidden, V = c.vocab, NH = c.n_heads;
+  const size_t L = c.n_layers, C = c.dim, V = c.vocab, NH = c.n_heads;
   const size_t hs = C / NH, KVC = c.n_kv_heads * hs, BT = (size_t)B * T;
-  g->res = dalloc<float>((L + 1) * BT * C);
-  g->ln1 = dalloc<float>(L * BT * C);
-  g->ln1_rstd = dalloc<float>(L * BT);
-  g->q = dalloc<float>(L * BT * C);
-  g->k = dalloc<float>(L * BT * KVC);
-  g->v = dalloc<float>(L * BT * KVC);
-  if (attention == GPU_ATTENTION_MATERIALIZED) {
-    g->att = dalloc<float>(L * B * NH * T * T);
-    g->datt = dalloc<float>((size_t)B * NH * T * T);
-  } else {
-    g->lse = dalloc<float>(L * B * NH * T);
-    const bool quantized = sites && sites[SITE_ATT_QK].op[USE_FWD_X].enabled;
-    /* plain bf16 copies kept per layer for the backward (unquantized attention) */
-    g->fq = dalloc<__nv_bfloat16>(quantized ? 1 : L * BT * C);
-    g->fk = dalloc<__nv_bfloat16>(quantized ? 1 : L * BT * KVC);
-    g->fv = dalloc<__nv_bfloat16>(quantized ? 1 : L * BT * KVC);
-    g->fdo = dalloc<__nv_bfloat16>(BT * C);
-    g->flash_scratch = dalloc<char>(flash_attention_scratch_bytes(B, T, NH, c.n_kv_heads, hs));
-  }
-  g->atty = dalloc<float>(L * BT * C);
-  g->res_mid = dalloc<float>(L * BT * C);
-  g->ln2 = dalloc<float>(L * BT * C);
-  g->ln2_rstd = dalloc<float>(L * BT);
-  g->h1 = dalloc<float>(L * BT * H);
-  g->h3 = dalloc<float>(L * BT * H);
-  g->hg = dalloc<float>(L * BT * H);
-  g->lnf = dalloc<float>(BT * C);
-  g->lnf_rstd = dalloc<float>(BT);
-  g->probs = dalloc<float>(BT * V);
-  g->losses = dalloc<float>(BT);
-  g->dres = dalloc<float>(BT * C);
-  g->dln = dalloc<float>(BT * C);
-  g->datty = dalloc<float>(BT * C);
-  g->dq = dalloc<float>(BT * C);
-  g->dk = dalloc<float>(BT * KVC);
-  g->dv = dalloc<float>(BT * KVC);
-  g->dh1 = dalloc<float>(BT * H);
-  g->dh3 = dalloc<float>(BT * H);
-  g->dhg = dalloc<float>(BT * H);
+  /* the arena: the activations as the host model lays them out, then the rest */
+  size_t act[NUM_ACT_TENSORS], grad_act[NUM_GRAD_ACT_TENSORS];
+  model_act_sizes(&c, B, T, act, grad_act);
+  const bool flash = attention == GPU_ATTENTION_FLASH;
+  if (flash) act[ACT_ATT] = grad_act[GRAD_ACT_DATT] = 0; /* the fused kernel keeps no scores */
+  /* plain bf16 copies kept per layer for the backward (unquantized attention) */
+  const bool plain_bf16 = flash && !(sites && sites[SITE_ATT_QK].op[USE_FWD_X].enabled);
+  size_t end = model_point_acts(&g->acts, &g->grad_acts, NULL, act, grad_act);
+  auto take = [&end](size_t bytes) { /* the byte offset of the next piece */
+    const size_t at = end;
+    end += arena_round_up(bytes);
+    return at;
+  };
+  const size_t bf = sizeof(__nv_bfloat16);
+  const size_t at_lse = take(flash ? sizeof(float) * L * B * NH * T : 0),
+               at_fq = take(plain_bf16 ? bf * L * BT * C : 0),
+               at_fk = take(plain_bf16 ? bf * L * BT * KVC : 0),
+               at_fv = take(plain_bf16 ? bf * L * BT * KVC : 0),
+               at_fdo = take(flash ? bf * BT * C : 0),
+               at_flash_scratch =
+                   take(flash ? flash_attention_scratch_bytes(B, T, NH, c.n_kv_heads, hs) : 0),
+               at_rope_cos = take(sizeof(float) * T * hs / 2),
+               at_rope_sin = take(sizeof(float) * T * hs / 2),
+               at_tokens = take(sizeof(int) * BT), at_targets = take(sizeof(int) * BT),
+               at_bucket_start = take(sizeof(int) * (V + 1)),
+               at_bucket_pos = take(sizeof(int) * BT), at_loss_dev = take(sizeof(double)),
+               at_sumsq = take(sizeof(double)),
+               at_sumsq_scratch = take(sizeof(double) * gpu_sumsq_scratch(g->num_params));
+  char *arena = dalloc<char>(end); /* cudaMalloc: 256-byte aligned, zeroed */
+  g->arena = arena;
+  model_point_acts(&g->acts, &g->grad_acts, arena, act, grad_act);
+  g->lse = (float *)(arena + at_lse);
+  g->fq = (__nv_bfloat16 *)(arena + at_fq);
+  g->fk = (__nv_bfloat16 *)(arena + at_fk);
+  g->fv = (__nv_bfloat16 *)(arena + at_fv);
+  g->fdo = (__nv_bfloat16 *)(arena + at_fdo);
+  g->flash_scratch = arena + at_flash_scratch;
+  g->rope_cos = (float *)(arena + at_rope_cos);
+  g->rope_sin = (float *)(arena + at_rope_sin);
+  g->tokens = (int *)(arena + at_tokens);
+  g->targets = (int *)(arena + at_targets);
+  g->bucket_start = (int *)(arena + at_bucket_start);
+  g->bucket_pos = (int *)(arena + at_bucket_pos);
+  g->loss_dev = (double *)(arena + at_loss_dev);
+  g->sumsq = (double *)(arena + at_sumsq);
+  g->sumsq_scratch = (double *)(arena + at_sumsq_scratch);
   /* RoPE tables computed by the host code of model.c, so both devices rotate alike */
   float *cos_t = (float *)malloc(sizeof(float) * T * hs / 2),
         *sin_t = (float *)malloc(sizeof(float) * T * hs / 2);
   rope_tables(cos_t, sin_t, T, (int)hs, 10000.0);
-  g->rope_cos = dalloc<float>((size_t)T * hs / 2);
-  g->rope_sin = dalloc<float>((size_t)T * hs / 2);
   gtq_check(cudaMemcpy(g->rope_cos, cos_t, sizeof(float) * T * hs / 2, cudaMemcpyHostToDevice), "rope");
   gtq_check(cudaMemcpy(g->rope_sin, sin_t, sizeof(float) * T * hs / 2, cudaMemcpyHostToDevice), "rope");
   free(cos_t);
   free(sin_t);
-  g->tokens = dalloc<int>(BT);
-  g->targets = dalloc<int>(BT);
-  g->bucket_start = dalloc<int>(V + 1);
-  g->bucket_pos = dalloc<int>(BT);
   g->h_bucket_start = (int *)malloc(sizeof(int) * (V + 1));
   g->h_bucket_pos = (int *)malloc(sizeof(int) * BT);
-  g->loss_dev = dalloc<double>(1);
-  g->sumsq = dalloc<double>(1);
-  g->sumsq_scratch = dalloc<double>(gpu_sumsq_scratch(g->num_params));
   g->gq = gtq_new(sites, n_sites, g->s);
   gpu_model_upload(g, m->params_mem, NULL, NULL);
   return g;
@@ -374,13 +374,7 @@ extern "C" gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *s
 extern "C" void gpu_model_free(gpu_model *g) {
   if (!g) return;
   gtq_free(g->gq);
-  void *bufs[] = {g->params_mem, g->grads_mem, g->mom1, g->mom2, g->res, g->ln1, g->ln1_rstd,
-                  g->q, g->k, g->v, g->att, g->atty, g->res_mid, g->ln2, g->ln2_rstd, g->h1,
-                  g->h3, g->hg, g->lnf, g->lnf_rstd, g->probs, g->losses, g->lse, g->dres,
-                  g->dln, g->datty, g->dq, g->dk, g->dv, g->datt, g->dh1, g->dh3, g->dhg,
-                  g->rope_cos, g->rope_sin, g->tokens, g->targets, g->bucket_start,
-                  g->bucket_pos, g->loss_dev, g->sumsq, g->sumsq_scratch, g->fq, g->fk, g->fv,
-                  g->fdo, g->flash_scratch};
+  void *bufs[] = {g->params_mem, g->grads_mem, g->mom1, g->mom2, g->arena};
   for (void *b : bufs) cudaFree(b);
   free(g->h_bucket_start);
   free(g->h_bucket_pos);
@@ -417,7 +411,7 @@ extern "C" void gpu_model_begin_step(gpu_model *g, uint64_t sr_counter, bool col
 extern "C" void gpu_model_fetch_stats(gpu_model *g) { gtq_fetch_stats(g->gq); }
 extern "C" float *gpu_model_params(gpu_model *g) { return g->params_mem; }
 extern "C" float *gpu_model_grads(gpu_model *g) { return g->grads_mem; }
-extern "C" const float *gpu_model_probs(gpu_model *g) { return g->probs; }
+extern "C" const float *gpu_model_probs(gpu_model *g) { return g->acts.probs; }
 extern "C" gtq_ctx *gpu_model_gemm(gpu_model *g) { return g->gq; }
 extern "C" double gpu_memory_in_use_gib(void) {
   size_t free_b = 0, total_b = 0;
@@ -440,14 +434,15 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
   gtq_check(cudaMemcpyAsync(g->bucket_pos, g->h_bucket_pos, sizeof(int) * N,
                             cudaMemcpyHostToDevice, s), "buckets");
   const param_tensors &p = g->p;
-  gpu_encoder_forward(g->res, g->tokens, p.wte, N, C, s);
+  const activation_tensors &a = g->acts;
+  gpu_encoder_forward(a.res, g->tokens, p.wte, N, C, s);
   for (int l = 0; l < L; l++) {
-    const float *res = g->res + l * BTC;
-    float *ln1 = g->ln1 + l * BTC, *q = g->q + l * BTC, *k = g->k + l * BTK, *v = g->v + l * BTK;
-    float *atty = g->atty + l * BTC, *res_mid = g->res_mid + l * BTC, *ln2 = g->ln2 + l * BTC;
-    float *h1 = g->h1 + l * BTH, *h3 = g->h3 + l * BTH, *hg = g->hg + l * BTH;
-    float *res_out = g->res + (l + 1) * BTC;
-    gpu_rmsnorm_forward(ln1, g->ln1_rstd + (size_t)l * N, res, p.rms1 + (size_t)l * C, N, C, s);
+    const float *res = a.res + l * BTC;
+    float *ln1 = a.ln1 + l * BTC, *q = a.q + l * BTC, *k = a.k + l * BTK, *v = a.v + l * BTK;
+    float *atty = a.atty + l * BTC, *res_mid = a.res_mid + l * BTC, *ln2 = a.ln2 + l * BTC;
+    float *h1 = a.h1 + l * BTH, *h3 = a.h3 + l * BTH, *hg = a.hg + l * BTH;
+    float *res_out = a.res + (l + 1) * BTC;
+    gpu_rmsnorm_forward(ln1, a.ln1_rstd + (size_t)l * N, res, p.rms1 + (size_t)l * C, N, C, s);
     linear_forward(g, q, ln1, p.wq + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_Q));
     linear_forward(g, k, ln1, p.wk + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_K));
     linear_forward(g, v, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V));
@@ -456,20 +451,20 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     if (g->attention == GPU_ATTENTION_FLASH)
       flash_forward(g, atty, g->lse + (size_t)l * B * NH * T, q, k, v, l);
     else
-      attention_forward(g, atty, g->att + (size_t)l * B * NH * T * T, q, k, v, l);
+      attention_forward(g, atty, a.att + (size_t)l * B * NH * T * T, q, k, v, l);
     linear_forward(g, res_mid, atty, p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O));
     gpu_add_inplace(res_mid, res, BTC, s);
-    gpu_rmsnorm_forward(ln2, g->ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, N, C, s);
+    gpu_rmsnorm_forward(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, N, C, s);
     linear_forward(g, h1, ln2, p.w1 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W1));
     linear_forward(g, h3, ln2, p.w3 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W3));
     gpu_swiglu_forward(hg, h1, h3, BTH, s);
     linear_forward(g, res_out, hg, p.w2 + (size_t)l * C * H, N, H, C, site_index(g, l, SITE_W2));
     gpu_add_inplace(res_out, res_mid, BTC, s);
   }
-  gpu_rmsnorm_forward(g->lnf, g->lnf_rstd, g->res + L * BTC, p.rmsf, N, C, s);
-  linear_forward(g, g->probs, g->lnf, p.lm_head, N, C, V, site_index(g, L, 0));
-  gpu_crossentropy_forward(g->probs, g->losses, g->targets, N, V, s);
-  gpu_mean(g->losses, N, g->loss_dev, s);
+  gpu_rmsnorm_forward(a.lnf, a.lnf_rstd, a.res + L * BTC, p.rmsf, N, C, s);
+  linear_forward(g, a.probs, a.lnf, p.lm_head, N, C, V, site_index(g, L, 0));
+  gpu_crossentropy_forward(a.probs, a.losses, g->targets, N, V, s);
+  gpu_mean(a.losses, N, g->loss_dev, s);
   double loss = 0;
   gtq_check(cudaMemcpyAsync(&loss, g->loss_dev, sizeof loss, cudaMemcpyDeviceToHost, s), "loss");
   gtq_check(cudaStreamSynchronize(s), "forward");
@@ -487,50 +482,53 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
   const size_t BTC = (size_t)N * C, BTK = (size_t)N * KVC, BTH = (size_t)N * H;
   cudaStream_t s = g->s;
   const param_tensors &p = g->p, &gr = g->gr;
-  float *dlogits = g->probs;
-  gpu_crossentropy_backward(dlogits, g->probs, g->targets, N, V, loss_scale / N, s);
-  linear_backward(g, g->dln, gr.lm_head, dlogits, g->lnf, p.lm_head, N, C, V, site_index(g, L, 0),
-                  true);
-  gtq_check(cudaMemsetAsync(g->dres, 0, BTC * sizeof(float), s), "memset");
-  gpu_rmsnorm_backward(g->dres, gr.rmsf, g->dln, g->res + L * BTC, p.rmsf, g->lnf_rstd, N, C, s);
+  const activation_tensors &a = g->acts;
+  const grad_act_tensors &d = g->grad_acts;
+  float *dlogits = a.probs;
+  gpu_crossentropy_backward(dlogits, a.probs, g->targets, N, V, loss_scale / N, s);
+  linear_backward(g, d.dln, gr.lm_head, dlogits, a.lnf, p.lm_head, N, C, V, site_index(g, L, 0),
+                  0);
+  gtq_check(cudaMemsetAsync(d.dres, 0, BTC * sizeof(float), s), "memset");
+  gpu_rmsnorm_backward(d.dres, gr.rmsf, d.dln, a.res + L * BTC, p.rmsf, a.lnf_rstd, N, C, s);
   for (int l = L - 1; l >= 0; l--) {
-    const float *res = g->res + l * BTC, *ln1 = g->ln1 + l * BTC, *q = g->q + l * BTC,
-                *k = g->k + l * BTK, *v = g->v + l * BTK, *atty = g->atty + l * BTC,
-                *res_mid = g->res_mid + l * BTC, *ln2 = g->ln2 + l * BTC, *h1 = g->h1 + l * BTH,
-                *h3 = g->h3 + l * BTH, *hg = g->hg + l * BTH;
-    linear_backward(g, g->dhg, gr.w2 + (size_t)l * C * H, g->dres, hg, p.w2 + (size_t)l * C * H,
-                    N, H, C, site_index(g, l, SITE_W2), true);
-    gpu_swiglu_backward(g->dh1, g->dh3, g->dhg, h1, h3, BTH, s);
-    linear_backward(g, g->dln, gr.w1 + (size_t)l * H * C, g->dh1, ln2, p.w1 + (size_t)l * H * C,
-                    N, C, H, site_index(g, l, SITE_W1), true);
-    linear_backward(g, g->dln, gr.w3 + (size_t)l * H * C, g->dh3, ln2, p.w3 + (size_t)l * H * C,
-                    N, C, H, site_index(g, l, SITE_W3));
-    gpu_rmsnorm_backward(g->dres, gr.rms2 + (size_t)l * C, g->dln, res_mid,
-                         p.rms2 + (size_t)l * C, g->ln2_rstd + (size_t)l * N, N, C, s);
-    linear_backward(g, g->datty, gr.wo + (size_t)l * C * C, g->dres, atty,
-                    p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O), true);
-    if (g->attention == GPU_ATTENTION_MATERIALIZED) { /* accumulated per head there */
-      gtq_check(cudaMemsetAsync(g->dk, 0, BTK * sizeof(float), s), "memset");
-      gtq_check(cudaMemsetAsync(g->dv, 0, BTK * sizeof(float), s), "memset");
+    const float *res = a.res + l * BTC, *ln1 = a.ln1 + l * BTC, *q = a.q + l * BTC,
+                *k = a.k + l * BTK, *v = a.v + l * BTK, *atty = a.atty + l * BTC,
+                *res_mid = a.res_mid + l * BTC, *ln2 = a.ln2 + l * BTC, *h1 = a.h1 + l * BTH,
+                *h3 = a.h3 + l * BTH, *hg = a.hg + l * BTH;
+    linear_backward(g, d.dhg, gr.w2 + (size_t)l * C * H, d.dres, hg, p.w2 + (size_t)l * C * H,
+                    N, H, C, site_index(g, l, SITE_W2), 0);
+    gpu_swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, BTH, s);
+    linear_backward(g, d.dln, gr.w1 + (size_t)l * H * C, d.dh1, ln2, p.w1 + (size_t)l * H * C,
+                    N, C, H, site_index(g, l, SITE_W1), 0);
+    linear_backward(g, d.dln, gr.w3 + (size_t)l * H * C, d.dh3, ln2, p.w3 + (size_t)l * H * C,
+                    N, C, H, site_index(g, l, SITE_W3), 1);
+    gpu_rmsnorm_backward(d.dres, gr.rms2 + (size_t)l * C, d.dln, res_mid,
+                         p.rms2 + (size_t)l * C, a.ln2_rstd + (size_t)l * N, N, C, s);
+    linear_backward(g, d.datty, gr.wo + (size_t)l * C * C, d.dres, atty,
+                    p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O), 0);
+    /* attention_backward accumulates dk and dv head by head (the fused kernel overwrites them) */
+    if (g->attention == GPU_ATTENTION_MATERIALIZED) {
+      gtq_check(cudaMemsetAsync(d.dk, 0, BTK * sizeof(float), s), "memset");
+      gtq_check(cudaMemsetAsync(d.dv, 0, BTK * sizeof(float), s), "memset");
     }
     if (g->attention == GPU_ATTENTION_FLASH)
-      flash_backward(g, g->dq, g->dk, g->dv, g->datty, atty, g->lse + (size_t)l * B * NH * T, q,
+      flash_backward(g, d.dq, d.dk, d.dv, d.datty, atty, g->lse + (size_t)l * B * NH * T, q,
                      k, v, l);
     else
-      attention_backward(g, g->dq, g->dk, g->dv, g->datt, g->datty,
-                         g->att + (size_t)l * B * NH * T * T, q, k, v, l);
-    gpu_rope_backward(g->dq, g->rope_cos, g->rope_sin, B, T, NH, hs, s);
-    gpu_rope_backward(g->dk, g->rope_cos, g->rope_sin, B, T, NKV, hs, s);
-    linear_backward(g, g->dln, gr.wq + (size_t)l * C * C, g->dq, ln1, p.wq + (size_t)l * C * C,
-                    N, C, C, site_index(g, l, SITE_Q), true);
-    linear_backward(g, g->dln, gr.wk + (size_t)l * KVC * C, g->dk, ln1,
-                    p.wk + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_K));
-    linear_backward(g, g->dln, gr.wv + (size_t)l * KVC * C, g->dv, ln1,
-                    p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V));
-    gpu_rmsnorm_backward(g->dres, gr.rms1 + (size_t)l * C, g->dln, res, p.rms1 + (size_t)l * C,
-                         g->ln1_rstd + (size_t)l * N, N, C, s);
+      attention_backward(g, d.dq, d.dk, d.dv, d.datt, d.datty,
+                         a.att + (size_t)l * B * NH * T * T, q, k, v, l);
+    gpu_rope_backward(d.dq, g->rope_cos, g->rope_sin, B, T, NH, hs, s);
+    gpu_rope_backward(d.dk, g->rope_cos, g->rope_sin, B, T, NKV, hs, s);
+    linear_backward(g, d.dln, gr.wq + (size_t)l * C * C, d.dq, ln1, p.wq + (size_t)l * C * C,
+                    N, C, C, site_index(g, l, SITE_Q), 0);
+    linear_backward(g, d.dln, gr.wk + (size_t)l * KVC * C, d.dk, ln1,
+                    p.wk + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_K), 1);
+    linear_backward(g, d.dln, gr.wv + (size_t)l * KVC * C, d.dv, ln1,
+                    p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V), 1);
+    gpu_rmsnorm_backward(d.dres, gr.rms1 + (size_t)l * C, d.dln, res, p.rms1 + (size_t)l * C,
+                         a.ln1_rstd + (size_t)l * N, N, C, s);
   }
-  gpu_encoder_backward(gr.wte, g->dres, g->bucket_start, g->bucket_pos, V, C, s);
+  gpu_encoder_backward(gr.wte, d.dres, g->bucket_start, g->bucket_pos, V, C, s);
   gtq_check(cudaGetLastError(), "backward");
 }
 
@@ -552,16 +550,12 @@ extern "C" double gpu_model_update(gpu_model *g, const adamw_hparams *h, int t, 
                 "grad_format");
   }
   gpu_sumsq(g->grads_mem, g->num_params, g->sumsq_scratch, g->sumsq, s);
-  const float b1 = h->beta1, b2 = h->beta2;
-  /* the host's powf, as optim.c */
-  const float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
-  const float step_size = h->lr / bc1, bc2_sqrt = sqrtf(bc2);
   size_t off = 0;
   for (int ti = 0; ti < NUM_PARAM_TENSORS; ti++) {
     const size_t n = g->param_sizes[ti];
-    const float decay = adamw_decays(ti) ? 1.0f - h->lr * h->weight_decay : 1.0f;
+    const adamw_coefs coefs = adamw_step_coefs(h, t, ti); /* as optim.c's adamw_update */
     gpu_adamw(g->params_mem + off, g->grads_mem + off, g->mom1 + off, g->mom2 + off, n, g->sumsq,
-              max_norm, b1, b2, h->eps, step_size, bc2_sqrt, decay, s);
+              max_norm, &coefs, s);
     off += n;
   }
   if (g->rc && g->rc->coat) {

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "experiments/trainer/splitmix64.h"
+
 #define LLMC_MAGIC 20240520
 
 static int append_file(dataset *d, const char *path, int vocab, size_t *cap, char *err,
@@ -113,13 +115,6 @@ void dataset_split_tail(dataset *d, dataset *tail, double frac) {
   memcpy(tail->tokens, d->tokens + d->n_tokens - n, n * sizeof(uint16_t));
   tail->n_tokens = n;
   d->n_tokens -= n;
-}
-
-static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
 }
 
 static void make_order(dataset *d) {

@@ -1,5 +1,6 @@
 /* LLaMA forward and backward (see model.h). */
 #include "experiments/trainer/model.h"
+#include "experiments/trainer/splitmix64.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -111,15 +112,15 @@ void linear_forward(real *out, const real *inp, const real *w, int N, int C, int
 }
 
 void linear_backward(real *dinp, real *dw, const real *dout, const real *inp, const real *w,
-                     int N, int C, int OC, tq_site *s) {
+                     int N, int C, int OC, tq_site *s, real dinp_beta) {
   const exmy_operand_quant *qdy, *qw, *qdy2, *qx;
   int lddy = OC, ldw = C, lddy2 = OC, ldx = C;
   const real *dy = operand(s, USE_DX_DY, SLOT_DY, FILL, dout, &lddy, N, OC, &qdy);
   const real *wq = operand(s, USE_DX_W, SLOT_W, REUSE, w, &ldw, OC, C, &qw);
   const real *dy2 = operand(s, USE_DW_DY, SLOT_DY, REUSE, dout, &lddy2, N, OC, &qdy2);
   const real *x = operand(s, USE_DW_X, SLOT_X, REUSE, inp, &ldx, N, C, &qx);
-  /* dX += dY W */
-  gemm(0, 0, N, C, OC, 1, dy, lddy, qdy, wq, ldw, qw, 1, dinp, C);
+  /* dX = dinp_beta dX + dY W */
+  gemm(0, 0, N, C, OC, 1, dy, lddy, qdy, wq, ldw, qw, dinp_beta, dinp, C);
   /* dW += dY^T X */
   gemm(1, 0, OC, C, N, 1, dy2, lddy2, qdy2, x, ldx, qx, 1, dw, C);
 }
@@ -324,18 +325,18 @@ const char *model_config_check(const model_config *c) {
 size_t model_param_sizes(const model_config *c, size_t s[NUM_PARAM_TENSORS]) {
   size_t V = c->vocab, C = c->dim, L = c->n_layers, H = c->hidden;
   size_t KVC = (size_t)c->n_kv_heads * (C / c->n_heads);
-  s[0] = V * C;       /* wte */
-  s[1] = L * C;       /* rms1 */
-  s[2] = L * C * C;   /* wq */
-  s[3] = L * KVC * C; /* wk */
-  s[4] = L * KVC * C; /* wv */
-  s[5] = L * C * C;   /* wo */
-  s[6] = L * C;       /* rms2 */
-  s[7] = L * H * C;   /* w1 */
-  s[8] = L * H * C;   /* w3 */
-  s[9] = L * C * H;   /* w2 */
-  s[10] = C;          /* rmsf */
-  s[11] = V * C;      /* lm_head */
+  s[PARAM_WTE] = V * C;
+  s[PARAM_RMS1] = L * C;
+  s[PARAM_WQ] = L * C * C;
+  s[PARAM_WK] = L * KVC * C;
+  s[PARAM_WV] = L * KVC * C;
+  s[PARAM_WO] = L * C * C;
+  s[PARAM_RMS2] = L * C;
+  s[PARAM_W1] = L * H * C;
+  s[PARAM_W3] = L * H * C;
+  s[PARAM_W2] = L * C * H;
+  s[PARAM_RMSF] = C;
+  s[PARAM_LM_HEAD] = V * C;
   size_t total = 0;
   for (int i = 0; i < NUM_PARAM_TENSORS; i++) total += s[i];
   return total;
@@ -355,12 +356,6 @@ void model_point_params(param_tensors *p, real *mem, const size_t *sizes) {
 }
 
 /* splitmix64 + Box-Muller: a small deterministic normal generator */
-static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 static double normal01(uint64_t *s) {
   double u1 = ((splitmix64(s) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
   double u2 = (splitmix64(s) >> 11) * (1.0 / 9007199254740992.0);
@@ -383,8 +378,7 @@ int model_init(model *m, const model_config *c, uint64_t seed) {
   const double out_scale = 1.0 / sqrt(2.0 * c->n_layers);
   real *p = m->params_mem;
   for (int i = 0; i < NUM_PARAM_TENSORS; i++) {
-    int is_norm = i == 1 || i == 6 || i == 10;
-    int is_out_proj = i == 5 || i == 9;
+    const int is_norm = param_is_norm(i), is_out_proj = i == PARAM_WO || i == PARAM_W2;
     for (size_t j = 0; j < m->param_sizes[i]; j++)
       p[j] = is_norm ? 1 : (real)(0.02 * normal01(&state) * (is_out_proj ? out_scale : 1.0));
     p += m->param_sizes[i];
@@ -392,55 +386,82 @@ int model_init(model *m, const model_config *c, uint64_t seed) {
   return 0;
 }
 
-static int model_alloc_acts(model *m, int B, int T) {
-  const model_config *c = &m->cfg;
-  size_t L = c->n_layers, C = c->dim, H = c->hidden, V = c->vocab, NH = c->n_heads;
-  size_t hs = C / NH, KVC = c->n_kv_heads * hs, BT = (size_t)B * T;
-  size_t *s = m->act_sizes;
-  s[0] = (L + 1) * BT * C; /* res */
-  s[1] = L * BT * C;       /* ln1 */
-  s[2] = L * BT;           /* ln1_rstd */
-  s[3] = L * BT * C;       /* q */
-  s[4] = L * BT * KVC;     /* k */
-  s[5] = L * BT * KVC;     /* v */
-  s[6] = L * B * NH * T * T; /* att */
-  s[7] = L * BT * C;       /* atty */
-  s[8] = L * BT * C;       /* res_mid */
-  s[9] = L * BT * C;       /* ln2 */
-  s[10] = L * BT;          /* ln2_rstd */
-  s[11] = L * BT * H;      /* h1 */
-  s[12] = L * BT * H;      /* h3 */
-  s[13] = L * BT * H;      /* hg */
-  s[14] = BT * C;          /* lnf */
-  s[15] = BT;              /* lnf_rstd */
-  s[16] = BT * V;          /* probs */
-  s[17] = BT;              /* losses */
-  size_t total = 0;
-  for (int i = 0; i < NUM_ACT_TENSORS; i++) total += s[i];
-  free(m->acts_mem);
-  free(m->grad_acts_mem);
-  free(m->rope_cos);
-  free(m->rope_sin);
-  m->grad_acts_mem = m->rope_cos = m->rope_sin = NULL;
-  m->B = m->T = 0;
-  if (!(m->acts_mem = zalloc(total, sizeof(real)))) return -1;
-  activation_tensors *a = &m->acts;
+void model_act_sizes(const model_config *c, int B, int T, size_t act[NUM_ACT_TENSORS],
+                     size_t grad_act[NUM_GRAD_ACT_TENSORS]) {
+  const size_t L = c->n_layers, C = c->dim, H = c->hidden, V = c->vocab, NH = c->n_heads;
+  const size_t hs = C / NH, KVC = c->n_kv_heads * hs, BT = (size_t)B * T;
+  const size_t *sizes = (const size_t[NUM_ACT_TENSORS]){
+      (L + 1) * BT * C,  /* res */
+      L * BT * C,        /* ln1 */
+      L * BT,            /* ln1_rstd */
+      L * BT * C,        /* q */
+      L * BT * KVC,      /* k */
+      L * BT * KVC,      /* v */
+      L * B * NH * T * T, /* att */
+      L * BT * C,        /* atty */
+      L * BT * C,        /* res_mid */
+      L * BT * C,        /* ln2 */
+      L * BT,            /* ln2_rstd */
+      L * BT * H,        /* h1 */
+      L * BT * H,        /* h3 */
+      L * BT * H,        /* hg */
+      BT * C,            /* lnf */
+      BT,                /* lnf_rstd */
+      BT * V,            /* probs */
+      BT,                /* losses */
+  };
+  memcpy(act, sizes, NUM_ACT_TENSORS * sizeof *act);
+  const size_t *grad_sizes = (const size_t[NUM_GRAD_ACT_TENSORS]){
+      BT * C,            /* dres */
+      BT * C,            /* dln */
+      BT * C,            /* datty */
+      BT * C,            /* dq */
+      BT * KVC,          /* dk */
+      BT * KVC,          /* dv */
+      (size_t)B * NH * T * T, /* datt */
+      BT * H,            /* dh1 */
+      BT * H,            /* dh3 */
+      BT * H,            /* dhg */
+  };
+  memcpy(grad_act, grad_sizes, NUM_GRAD_ACT_TENSORS * sizeof *grad_act);
+}
+
+/* Points *ptrs[i] at byte offsets of mem, each tensor aligned; returns the end offset. */
+static size_t carve(char *mem, size_t offset, const size_t *sizes, int n, real **ptrs[]) {
+  for (int i = 0; i < n; i++) {
+    if (mem) *ptrs[i] = (real *)(mem + offset);
+    offset += arena_round_up(sizes[i] * sizeof(real));
+  }
+  return offset;
+}
+
+size_t model_point_acts(activation_tensors *a, grad_act_tensors *d, void *mem,
+                        const size_t act[NUM_ACT_TENSORS],
+                        const size_t grad_act[NUM_GRAD_ACT_TENSORS]) {
   real **ptrs[NUM_ACT_TENSORS] = {&a->res, &a->ln1, &a->ln1_rstd, &a->q, &a->k, &a->v,
                                   &a->att, &a->atty, &a->res_mid, &a->ln2, &a->ln2_rstd,
                                   &a->h1, &a->h3, &a->hg, &a->lnf, &a->lnf_rstd, &a->probs,
                                   &a->losses};
-  point_tensors(m->acts_mem, s, NUM_ACT_TENSORS, ptrs);
-
-  size_t *g = m->grad_act_sizes;
-  g[0] = BT * C; g[1] = BT * C; g[2] = BT * C; g[3] = BT * C; g[4] = BT * KVC; g[5] = BT * KVC;
-  g[6] = (size_t)B * NH * T * T; g[7] = BT * H; g[8] = BT * H; g[9] = BT * H;
-  total = 0;
-  for (int i = 0; i < NUM_GRAD_ACT_TENSORS; i++) total += g[i];
-  if (!(m->grad_acts_mem = zalloc(total, sizeof(real)))) return -1;
-  grad_act_tensors *d = &m->grad_acts;
   real **gptrs[NUM_GRAD_ACT_TENSORS] = {&d->dres, &d->dln, &d->datty, &d->dq, &d->dk,
                                         &d->dv, &d->datt, &d->dh1, &d->dh3, &d->dhg};
-  point_tensors(m->grad_acts_mem, g, NUM_GRAD_ACT_TENSORS, gptrs);
+  const size_t end = carve(mem, 0, act, NUM_ACT_TENSORS, ptrs);
+  return carve(mem, end, grad_act, NUM_GRAD_ACT_TENSORS, gptrs);
+}
+
+static int model_alloc_acts(model *m, int B, int T) {
+  const model_config *c = &m->cfg;
+  const size_t hs = c->dim / c->n_heads;
+  free(m->acts_mem);
+  free(m->rope_cos);
+  free(m->rope_sin);
+  m->acts_mem = m->rope_cos = m->rope_sin = NULL;
+  m->B = m->T = 0;
+  model_act_sizes(c, B, T, m->act_sizes, m->grad_act_sizes);
+  const size_t bytes = model_point_acts(&m->acts, &m->grad_acts, NULL, m->act_sizes,
+                                        m->grad_act_sizes);
+  if (!(m->acts_mem = aligned_alloc(ARENA_ALIGN, bytes ? bytes : ARENA_ALIGN))) return -1;
+  memset(m->acts_mem, 0, bytes);
+  model_point_acts(&m->acts, &m->grad_acts, m->acts_mem, m->act_sizes, m->grad_act_sizes);
 
   m->rope_cos = zalloc((size_t)T * hs / 2, sizeof(real));
   m->rope_sin = zalloc((size_t)T * hs / 2, sizeof(real));
@@ -459,7 +480,6 @@ void model_free(model *m) {
   free(m->params_mem);
   free(m->grads_mem);
   free(m->acts_mem);
-  free(m->grad_acts_mem);
   free(m->rope_cos);
   free(m->rope_sin);
   memset(m, 0, sizeof *m);
@@ -537,8 +557,7 @@ void model_backward(model *m, const int *tokens, const int *targets, real loss_s
   /* the logits' gradient replaces the probabilities in place */
   real *dlogits = a.probs;
   crossentropy_softmax_backward(dlogits, a.probs, targets, N, V, loss_scale / N);
-  memset(d.dln, 0, BTC * sizeof(real));
-  linear_backward(d.dln, g.lm_head, dlogits, a.lnf, p.lm_head, N, C, V, site_of(m, L, 0));
+  linear_backward(d.dln, g.lm_head, dlogits, a.lnf, p.lm_head, N, C, V, site_of(m, L, 0), 0);
   memset(d.dres, 0, BTC * sizeof(real));
   rmsnorm_backward(d.dres, g.rmsf, d.dln, a.res + L * BTC, p.rmsf, a.lnf_rstd, N, C);
 
@@ -548,34 +567,31 @@ void model_backward(model *m, const int *tokens, const int *targets, real loss_s
                *atty = a.atty + l * BTC, *res_mid = a.res_mid + l * BTC, *ln2 = a.ln2 + l * BTC,
                *h1 = a.h1 + l * BTH, *h3 = a.h3 + l * BTH, *hg = a.hg + l * BTH;
     /* MLP: dres holds d(res_out) and becomes d(res_mid) */
-    memset(d.dhg, 0, BTH * sizeof(real));
     linear_backward(d.dhg, g.w2 + (size_t)l * C * H, d.dres, hg, p.w2 + (size_t)l * C * H, N, H, C,
-                    site_of(m, l, SITE_W2));
+                    site_of(m, l, SITE_W2), 0);
     swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, BTH);
-    memset(d.dln, 0, BTC * sizeof(real));
     linear_backward(d.dln, g.w1 + (size_t)l * H * C, d.dh1, ln2, p.w1 + (size_t)l * H * C, N, C, H,
-                    site_of(m, l, SITE_W1));
+                    site_of(m, l, SITE_W1), 0);
     linear_backward(d.dln, g.w3 + (size_t)l * H * C, d.dh3, ln2, p.w3 + (size_t)l * H * C, N, C, H,
-                    site_of(m, l, SITE_W3));
+                    site_of(m, l, SITE_W3), 1);
     rmsnorm_backward(d.dres, g.rms2 + (size_t)l * C, d.dln, res_mid, p.rms2 + (size_t)l * C,
                      a.ln2_rstd + (size_t)l * N, N, C);
     /* attention: dres becomes d(res) */
-    memset(d.datty, 0, BTC * sizeof(real));
     linear_backward(d.datty, g.wo + (size_t)l * C * C, d.dres, atty, p.wo + (size_t)l * C * C, N, C,
-                    C, site_of(m, l, SITE_O));
+                    C, site_of(m, l, SITE_O), 0);
+    /* attention_backward accumulates dk and dv head by head */
     memset(d.dk, 0, BTK * sizeof(real));
     memset(d.dv, 0, BTK * sizeof(real));
     attention_backward(d.dq, d.dk, d.dv, d.datt, d.datty, att, q, k, v, B, T, NH, NKV, hs,
                        site_of(m, l, SITE_ATT_QK), site_of(m, l, SITE_ATT_PV));
     rope_backward(d.dq, m->rope_cos, m->rope_sin, B, T, NH, hs);
     rope_backward(d.dk, m->rope_cos, m->rope_sin, B, T, NKV, hs);
-    memset(d.dln, 0, BTC * sizeof(real));
     linear_backward(d.dln, g.wq + (size_t)l * C * C, d.dq, ln1, p.wq + (size_t)l * C * C, N, C, C,
-                    site_of(m, l, SITE_Q));
+                    site_of(m, l, SITE_Q), 0);
     linear_backward(d.dln, g.wk + (size_t)l * KVC * C, d.dk, ln1, p.wk + (size_t)l * KVC * C, N, C,
-                    KVC, site_of(m, l, SITE_K));
+                    KVC, site_of(m, l, SITE_K), 1);
     linear_backward(d.dln, g.wv + (size_t)l * KVC * C, d.dv, ln1, p.wv + (size_t)l * KVC * C, N, C,
-                    KVC, site_of(m, l, SITE_V));
+                    KVC, site_of(m, l, SITE_V), 1);
     rmsnorm_backward(d.dres, g.rms1 + (size_t)l * C, d.dln, res, p.rms1 + (size_t)l * C,
                      a.ln1_rstd + (size_t)l * N, N, C);
   }

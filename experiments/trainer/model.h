@@ -72,9 +72,14 @@ enum {
   PARAM_RMSF,
   PARAM_LM_HEAD,
 };
+/* Whether tensor i is an RMSNorm weight (initialised to 1, no weight decay). */
+static inline int param_is_norm(int i) { return i == PARAM_RMS1 || i == PARAM_RMS2 || i == PARAM_RMSF; }
 
-/* Activations kept for the backward pass, for a batch of B sequences of T. */
+/* Activations kept for the backward pass, for a batch of B sequences of T.
+ * The CPU (model.c) and the GPU (experiments/gpu/model_gpu.cu) both lay them
+ * out by model_act_sizes and model_point_acts, in one allocation. */
 #define NUM_ACT_TENSORS 18
+enum { ACT_ATT = 6 }; /* att's index: the GPU's fused attention keeps no scores */
 typedef struct {
   real *res;      /* (L+1, B, T, C) residual stream entering each block; res[L] leaves the last */
   real *ln1;      /* (L, B, T, C) */
@@ -98,6 +103,7 @@ typedef struct {
 
 /* Scratch for the backward pass (one layer at a time). */
 #define NUM_GRAD_ACT_TENSORS 10
+enum { GRAD_ACT_DATT = 6 }; /* datt's index */
 typedef struct {
   real *dres;  /* (B, T, C) gradient of the residual stream */
   real *dln;   /* (B, T, C) */
@@ -133,10 +139,9 @@ typedef struct {
   /* activations, allocated on the first forward for (B, T) */
   int B, T;
   size_t act_sizes[NUM_ACT_TENSORS];
-  real *acts_mem;
-  activation_tensors acts;
   size_t grad_act_sizes[NUM_GRAD_ACT_TENSORS];
-  real *grad_acts_mem;
+  void *acts_mem; /* both, one allocation (model_point_acts) */
+  activation_tensors acts;
   grad_act_tensors grad_acts;
   real *rope_cos, *rope_sin; /* (T, hs/2) */
   /* the operand recipe of every site; NULL = every GEMM in float32 */
@@ -150,6 +155,22 @@ int model_named_size(const char *name, model_config *c);
 size_t model_param_sizes(const model_config *c, size_t sizes[NUM_PARAM_TENSORS]);
 /* Points the named tensors of p into one block `mem` laid out by `sizes`. */
 void model_point_params(param_tensors *p, real *mem, const size_t *sizes);
+/* Tensors carved from one allocation start at multiples of ARENA_ALIGN bytes
+ * (what cuBLAS and vector loads want). */
+#define ARENA_ALIGN 256
+static inline size_t arena_round_up(size_t bytes) {
+  return (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+}
+/* The element counts of the activations and of the backward scratch for
+ * micro-batches of B x T, in the structs' order. */
+void model_act_sizes(const model_config *c, int B, int T, size_t act[NUM_ACT_TENSORS],
+                     size_t grad_act[NUM_GRAD_ACT_TENSORS]);
+/* Lays out the activations, then the backward scratch, from byte 0 of mem,
+ * each tensor at a multiple of ARENA_ALIGN; returns the bytes they take.  mem
+ * NULL: only the bytes. */
+size_t model_point_acts(activation_tensors *a, grad_act_tensors *d, void *mem,
+                        const size_t act[NUM_ACT_TENSORS],
+                        const size_t grad_act[NUM_GRAD_ACT_TENSORS]);
 /* Checks a configuration; returns NULL or a message. */
 const char *model_config_check(const model_config *c);
 /* Allocates parameters and gradients; initialises the parameters from seed:
@@ -166,7 +187,7 @@ void model_free(model *m);
 /* Forward over tokens (B, T); with targets (B, T) also the loss (m->loss). */
 void model_forward(model *m, const int *tokens, const int *targets, int B, int T);
 void model_zero_grad(model *m);
-/* Accumulates into m->grads the gradient of loss_scale * mean loss of the last
+/* Accumulates into m->grads (cleared once per step by model_zero_grad) the gradient of loss_scale * mean loss of the last
  * forward (loss_scale = 1 / accumulation steps). */
 void model_backward(model *m, const int *tokens, const int *targets, real loss_scale);
 
@@ -179,9 +200,11 @@ void rmsnorm_backward(real *dinp, real *dw, const real *dout, const real *inp, c
 /* out (N, OC) = inp (N, C) w (OC, C)^T */
 void linear_forward(real *out, const real *inp, const real *w, int N, int C, int OC,
                     tq_site *site);
-/* dinp += dout w; dw += dout^T inp */
+/* dinp = dinp_beta * dinp + dout w (dinp_beta 0: overwritten, which spares
+ * clearing it first; 1: accumulated); dw += dout^T inp.  The GPU's
+ * linear_backward (experiments/gpu/model_gpu.cu) keeps the same contract. */
 void linear_backward(real *dinp, real *dw, const real *dout, const real *inp, const real *w,
-                     int N, int C, int OC, tq_site *site);
+                     int N, int C, int OC, tq_site *site, real dinp_beta);
 void rope_tables(real *cos_t, real *sin_t, int T, int hs, double theta);
 /* x (B, T, nh*hs) rotated in place, pairs (2i, 2i+1) of each head */
 void rope_forward(real *x, const real *cos_t, const real *sin_t, int B, int T, int nh, int hs);

@@ -60,26 +60,34 @@ void grad_clip(float *g, size_t n, double norm, double max_norm) {
 }
 
 int adamw_decays(int tensor) {
-  return !(tensor == 1 || tensor == 6 || tensor == 10); /* rms1, rms2, rmsf */
+  return !param_is_norm(tensor);
+}
+
+adamw_coefs adamw_step_coefs(const adamw_hparams *h, int t, int tensor) {
+  const float bc1 = 1.0f - powf(h->beta1, (float)t), bc2 = 1.0f - powf(h->beta2, (float)t);
+  const adamw_coefs c = {
+      .beta1 = h->beta1,
+      .beta2 = h->beta2,
+      .one_minus_beta1 = 1.0f - h->beta1,
+      .one_minus_beta2 = 1.0f - h->beta2,
+      .eps = h->eps,
+      .step_size = h->lr / bc1,
+      .bc2_sqrt = sqrtf(bc2),
+      .decay = adamw_decays(tensor) ? 1.0f - h->lr * h->weight_decay : 1.0f,
+  };
+  return c;
 }
 
 void adamw_update(model *m, float *mom1, float *mom2, const adamw_hparams *h, int t) {
-  const float b1 = h->beta1, b2 = h->beta2;
-  const float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
-  const float step_size = h->lr / bc1, bc2_sqrt = sqrtf(bc2);
   size_t off = 0;
   for (int ti = 0; ti < NUM_PARAM_TENSORS; ti++) {
     const size_t n = m->param_sizes[ti];
     float *p = m->params_mem + off, *g = m->grads_mem + off, *mm = mom1 + off, *vv = mom2 + off;
-    const float decay = adamw_decays(ti) ? 1.0f - h->lr * h->weight_decay : 1.0f;
-#pragma omp parallel for schedule(static) if (n > 16384)
-    for (size_t i = 0; i < n; i++) {
-      float gi = g[i];
-      mm[i] = b1 * mm[i] + (1 - b1) * gi;
-      vv[i] = b2 * vv[i] + (1 - b2) * gi * gi;
-      float denom = sqrtf(vv[i]) / bc2_sqrt + h->eps;
-      p[i] = p[i] * decay - step_size * mm[i] / denom;
-    }
+    const adamw_coefs c = adamw_step_coefs(h, t, ti);
+    /* firstprivate: each thread's own copy, kept in registers (a shared one
+     * could alias the arrays, and would be reloaded for every element) */
+#pragma omp parallel for schedule(static) if (n > 16384) firstprivate(c)
+    for (size_t i = 0; i < n; i++) adamw_element(&c, g[i], &p[i], &mm[i], &vv[i]);
     off += n;
   }
 }

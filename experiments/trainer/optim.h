@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 
+#include "experiments/trainer/adamw_core.h"
 #include "experiments/trainer/model.h"
 
 typedef struct {
@@ -23,6 +24,11 @@ void grad_clip(float *g, size_t n, double norm, double max_norm);
 /* Whether parameter tensor i (model.h's order) takes weight decay: the
  * matrices (embedding, projections, LM head), not the RMSNorm weights. */
 int adamw_decays(int tensor);
+
+/* The coefficients of AdamW step t (1-based) for parameter tensor `tensor`:
+ * bias corrections in float from the host's powf, and the tensor's decay.
+ * The CPU and the GPU update both take them from here. */
+adamw_coefs adamw_step_coefs(const adamw_hparams *h, int t, int tensor);
 
 /* One AdamW step t (1-based) over all parameters; weight decay only on the
  * matrices (2-D tensors: embedding, projections, LM head), not the norms. */

@@ -90,6 +90,18 @@ static void json_num(FILE *f, const char *key, double v) {
   else fprintf(f, "\"%s\":null", key);
 }
 
+/* "key":value pairs separated by commas (json_num each). */
+typedef struct {
+  const char *key;
+  double value;
+} json_field;
+static void json_nums(FILE *f, const json_field *fields, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (i) fputc(',', f);
+    json_num(f, fields[i].key, fields[i].value);
+  }
+}
+
 /* One JSONL line with the statistics of every quantized operand use. */
 static void log_stats(FILE *log, int step, const model_config *mc, const tq_site *sites, int n) {
   fprintf(log, "{\"step\":%d,\"stats\":[", step);
@@ -103,19 +115,12 @@ static void log_stats(FILE *log, int step, const model_config *mc, const tq_site
       site_name(mc, i, name, sizeof name);
       fprintf(log, "%s{\"site\":\"%s\",\"use\":\"%s\",\"format\":\"%s\",", first ? "" : ",", name,
               tq_use_names[u], q->format.name);
-      json_num(log, "amax", s->amax);
-      fputc(',', log);
-      json_num(log, "underflow", s->underflow_ratio);
-      fputc(',', log);
-      json_num(log, "overflow", s->overflow_ratio);
-      fputc(',', log);
-      json_num(log, "mse", s->mse);
-      fputc(',', log);
-      json_num(log, "cosine", s->cosine);
-      fputc(',', log);
-      json_num(log, "scale", s->scale);
-      fputc(',', log);
-      json_num(log, "delayed_over_current", s->delayed_over_current);
+      const json_field fields[] = {
+          {"amax", s->amax},   {"underflow", s->underflow_ratio}, {"overflow", s->overflow_ratio},
+          {"mse", s->mse},     {"cosine", s->cosine},             {"scale", s->scale},
+          {"delayed_over_current", s->delayed_over_current},
+      };
+      json_nums(log, fields, sizeof fields / sizeof *fields);
       fputc('}', log);
       first = 0;
     }
@@ -195,15 +200,10 @@ static int write_summary(const char *run_dir, const char *status, int steps_done
   if (!f) return -1;
   fprintf(f, "{\"status\":\"%s\",\"steps\":%d,", status, steps_done);
   if (diverged_at) fprintf(f, "\"diverged_at\":%d,", diverged_at);
-  json_num(f, "last_loss", last_loss);
-  fputc(',', f);
-  json_num(f, "min_loss", min_loss);
-  fputc(',', f);
-  json_num(f, "val_loss", val_loss);
-  fputc(',', f);
-  json_num(f, "tokens_per_s", tok_s);
-  fputc(',', f);
-  json_num(f, "wall_s", wall);
+  const json_field fields[] = {{"last_loss", last_loss}, {"min_loss", min_loss},
+                               {"val_loss", val_loss},   {"tokens_per_s", tok_s},
+                               {"wall_s", wall}};
+  json_nums(f, fields, sizeof fields / sizeof *fields);
   fprintf(f, "}\n");
   int ok = fflush(f) == 0 && !ferror(f), saved = errno;
   if (fclose(f) != 0 && ok) ok = 0, saved = errno;
@@ -287,6 +287,471 @@ static void usage(void) {
           "  without /proc it goes on without the restart.\n");
 }
 
+/* ------------------------------------------------------------ the steps of main */
+
+/* The command line. */
+typedef struct {
+  const char *config_path, *resume_dir, *recipe_path;
+  bool resume, overwrite;
+  const char *sets[256];
+  int n_sets;
+} options;
+
+/* Reads the command line into o; false after --help (the usage printed). */
+static bool parse_args(int argc, char **argv, options *o) {
+  memset(o, 0, sizeof *o);
+  for (int i = 1; i < argc; i++) {
+    const bool has_value = i + 1 < argc;
+    if (!strcmp(argv[i], "--config") && has_value) o->config_path = argv[++i];
+    else if (!strcmp(argv[i], "--recipe") && has_value) o->recipe_path = argv[++i];
+    else if (!strcmp(argv[i], "--set") && has_value) {
+      if (o->n_sets == 256) die(2, "%s", "more than 256 --set");
+      o->sets[o->n_sets++] = argv[++i];
+    } else if (!strcmp(argv[i], "--resume")) {
+      o->resume = true;
+      if (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) o->resume_dir = argv[++i];
+    } else if (!strcmp(argv[i], "--overwrite")) {
+      o->overwrite = true;
+    } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage();
+      return false;
+    } else if (!strcmp(argv[i], "--config") || !strcmp(argv[i], "--recipe") ||
+               !strcmp(argv[i], "--set")) {
+      die(2, "%s needs a value (see train --help)", argv[i]);
+    } else {
+      die(2, "unknown argument '%s' (see train --help)", argv[i]);
+    }
+  }
+  if (o->resume && o->overwrite) die(2, "%s", "--overwrite starts a new run; it cannot resume one");
+  return true;
+}
+
+/* The configuration: the defaults, then the resumed run's config.cfg (--resume
+ * RUN_DIR without --config), --config, --recipe (every recipe key reset
+ * first), the --set assignments, and run_dir = RUN_DIR when resuming one. */
+static void load_config(const options *o, config *cfg) {
+  char err[512] = "", pbuf[4400], pbuf2[4096];
+  if (o->resume_dir && !o->config_path) {
+    snprintf(pbuf2, sizeof pbuf2, "%s/config.cfg", o->resume_dir);
+    if (config_load_file(cfg, in_workspace(pbuf2, pbuf, sizeof pbuf), err, sizeof err))
+      die(2, "%s", err);
+  }
+  if (o->config_path && config_load_file(cfg, in_workspace(o->config_path, pbuf, sizeof pbuf),
+                                         err, sizeof err))
+    die(2, "%s", err);
+  if (o->recipe_path) {
+    config_reset_recipe(cfg);
+    if (config_load_file(cfg, in_workspace(o->recipe_path, pbuf, sizeof pbuf), err, sizeof err))
+      die(2, "%s", err);
+  }
+  for (int i = 0; i < o->n_sets; i++)
+    if (config_set_assignment(cfg, o->sets[i], err, sizeof err)) die(2, "%s", err);
+  if (o->resume_dir && config_set(cfg, "run_dir", o->resume_dir, err, sizeof err))
+    die(2, "%s", err);
+}
+
+/* The training settings of the configuration. */
+typedef struct {
+  int B, T, accum, steps, warmup, val_every, val_batches, ckpt_every, stats_every, threads,
+      progress, interrupt_at, ckpt_keep, stop_at, crash_at;
+  float lr, min_frac;
+  adamw_hparams hp; /* hp.lr: the base rate; the schedule sets each step's */
+  double clip, diverge_delta;
+  uint64_t seed;
+  bool on_gpu;
+  const char *attn; /* attention_kernel */
+} settings;
+
+/* The model's shape and the training settings, checked. */
+static void read_settings(config *cfg, model_config *mc, settings *s) {
+  char err[512] = "";
+  if (model_named_size(config_str(cfg, "size"), mc))
+    die(2, "unknown size '%s' (test, tiny, small, 120m, 120m-32k)", config_str(cfg, "size"));
+  static const char *const shape_keys[7] = {"vocab",      "dim",    "n_layers", "n_heads",
+                                            "n_kv_heads", "hidden", "seq_len"};
+  int *shape[7] = {&mc->vocab, &mc->dim, &mc->n_layers, &mc->n_heads, &mc->n_kv_heads,
+                   &mc->hidden, &mc->seq_len};
+  for (int i = 0; i < 7; i++) {
+    long v = config_int(cfg, shape_keys[i], err, sizeof err);
+    if (v > 0) *shape[i] = (int)v;
+  }
+  const char *bad = model_config_check(mc);
+  if (bad) die(2, "%s", bad);
+
+  s->B = (int)config_int(cfg, "batch_size", err, sizeof err);
+  s->accum = (int)config_int(cfg, "grad_accum", err, sizeof err);
+  s->steps = (int)config_int(cfg, "steps", err, sizeof err);
+  s->warmup = (int)config_int(cfg, "warmup", err, sizeof err);
+  s->lr = (float)config_double(cfg, "lr", err, sizeof err);
+  s->min_frac = (float)config_double(cfg, "min_lr_frac", err, sizeof err);
+  s->hp = (adamw_hparams){s->lr, (float)config_double(cfg, "beta1", err, sizeof err),
+                          (float)config_double(cfg, "beta2", err, sizeof err),
+                          (float)config_double(cfg, "adam_eps", err, sizeof err),
+                          (float)config_double(cfg, "weight_decay", err, sizeof err)};
+  s->clip = config_double(cfg, "grad_clip", err, sizeof err);
+  s->seed = (uint64_t)config_int(cfg, "seed", err, sizeof err);
+  s->val_every = (int)config_int(cfg, "val_every", err, sizeof err);
+  s->val_batches = (int)config_int(cfg, "val_batches", err, sizeof err);
+  s->ckpt_every = (int)config_int(cfg, "ckpt_every", err, sizeof err);
+  s->stats_every = (int)config_int(cfg, "stats_every", err, sizeof err);
+  s->diverge_delta = config_double(cfg, "diverge_delta", err, sizeof err);
+  s->threads = (int)config_int(cfg, "threads", err, sizeof err);
+  s->progress = (int)config_int(cfg, "progress", err, sizeof err);
+  s->interrupt_at = (int)config_int(cfg, "interrupt_at", err, sizeof err);
+  s->ckpt_keep = (int)config_int(cfg, "ckpt_keep", err, sizeof err);
+  s->stop_at = (int)config_int(cfg, "stop_at", err, sizeof err);
+  s->crash_at = (int)config_int(cfg, "crash_at", err, sizeof err);
+  if (*err) die(2, "%s", err);
+  const char *device = config_str(cfg, "device");
+  s->attn = config_str(cfg, "attention_kernel");
+  s->on_gpu = !strcmp(device, "gpu");
+  if (!s->on_gpu && strcmp(device, "cpu")) die(2, "device must be cpu or gpu, not '%s'", device);
+  if (strcmp(s->attn, "materialized") && strcmp(s->attn, "flash"))
+    die(2, "attention_kernel must be materialized or flash, not '%s'", s->attn);
+  if (s->B < 1 || s->accum < 1 || s->steps < 1 || s->val_batches < 1)
+    die(2, "%s", "batch_size, grad_accum, steps and val_batches must be >= 1");
+  s->T = mc->seq_len;
+  /* the model indexes a micro-batch's rows (tokens x width, heads x T x T) with int */
+  long long widest = mc->dim;
+  if (mc->hidden > widest) widest = mc->hidden;
+  if (mc->vocab > widest) widest = mc->vocab;
+  if ((long long)mc->n_heads * s->T > widest) widest = (long long)mc->n_heads * s->T;
+  if ((long long)s->B * s->T * widest > INT_MAX)
+    die(2, "%s", "batch_size x seq_len x max(dim, hidden, vocab, n_heads x seq_len) must be "
+                 "below 2^31");
+}
+
+/* Everything a run holds between its steps. */
+typedef struct {
+  const settings *s;
+  model_config mc;
+  recipe rc;
+  dataset train, val;
+  model m;
+  tq_site *sites;
+  int n_sites;
+  float *mom1, *mom2; /* AdamW moments (host copies; the GPU keeps its own) */
+  int *in, *tg;       /* one micro-batch of inputs and targets */
+  gpu_model *gpu;     /* NULL on the CPU */
+  char run_dir[4096], ckpt_path[4200], log_path[4200], cfg_path[4200];
+  char *config_text; /* config.cfg as written, and as the checkpoints carry it */
+  FILE *log;
+  ckpt_header hdr;
+  int start, last; /* the steps this invocation runs: start .. last - 1 */
+  int done, last_saved; /* last_saved: the step of the newest checkpoint on disk, or -1 */
+  double running_min, tokens_seen;
+  uint64_t log_bytes;
+  double t_start, loss, val_loss, step_time_avg, tok_s, gpu_mem_gib;
+  const char *status;
+  int diverged_at;
+} run;
+
+/* The recipe and the training and validation data. */
+static void open_data(run *r, const config *cfg) {
+  char err[512] = "", pbuf[4400];
+  const settings *s = r->s;
+  if (recipe_from_config(&r->rc, cfg, s->seed, err, sizeof err)) die(2, "%s", err);
+  if (dataset_load(&r->train, in_workspace(config_str(cfg, "data"), pbuf, sizeof pbuf),
+                   r->mc.vocab, err, sizeof err))
+    die(2, "%s", err);
+  if (*config_str(cfg, "val_data")) {
+    if (dataset_load(&r->val, in_workspace(config_str(cfg, "val_data"), pbuf, sizeof pbuf),
+                     r->mc.vocab, err, sizeof err))
+      die(2, "%s", err);
+  } else {
+    dataset_split_tail(&r->train, &r->val, 0.05);
+  }
+  if (dataset_start(&r->train, s->T, s->seed, 1, err, sizeof err) ||
+      dataset_start(&r->val, s->T, s->seed, 0, err, sizeof err))
+    die(2, "%s", err);
+}
+
+/* The model, the optimizer state, the recipe's sites and, on the GPU, the device model. */
+static void build_model(run *r) {
+  char err[512] = "";
+  const settings *s = r->s;
+  if (model_init(&r->m, &r->mc, s->seed))
+    die(1, "out of memory for a model of %zu parameters",
+        model_param_sizes(&r->mc, (size_t[NUM_PARAM_TENSORS]){0}));
+  r->n_sites = model_num_sites(&r->mc);
+  r->sites = recipe_make_sites(&r->rc, &r->mc);
+  r->m.sites = r->sites;
+  r->mom1 = calloc(r->m.num_params, sizeof(float));
+  r->mom2 = calloc(r->m.num_params, sizeof(float));
+  r->in = malloc(sizeof(int) * s->B * s->T);
+  r->tg = malloc(sizeof(int) * s->B * s->T);
+  if (!r->sites || !r->mom1 || !r->mom2 || !r->in || !r->tg) die(1, "%s", "out of memory");
+  if (s->on_gpu) {
+    r->gpu = gpu_model_new(&r->m, &r->rc, r->sites, r->n_sites, s->B, s->T,
+                           strcmp(s->attn, "flash") ? GPU_ATTENTION_MATERIALIZED
+                                                    : GPU_ATTENTION_FLASH,
+                           err, sizeof err);
+    if (!r->gpu) die(2, "%s", err);
+  } else if (model_reserve(&r->m, s->B, s->T)) {
+    die(1, "%s", "out of memory for the activations of a micro-batch");
+  }
+}
+
+/* The run directory (run_dir, or experiments/runs/RECIPE-SIZE-sSEED, which
+ * then goes into the configuration) and the text of config.cfg. */
+static void name_run_dir(run *r, config *cfg) {
+  char err[512] = "", pbuf[4400], pbuf2[4096];
+  if (*config_str(cfg, "run_dir")) {
+    snprintf(r->run_dir, sizeof r->run_dir, "%s",
+             in_workspace(config_str(cfg, "run_dir"), pbuf, sizeof pbuf));
+  } else {
+    snprintf(pbuf2, sizeof pbuf2, "experiments/runs/%s-%s-s%llu", config_str(cfg, "recipe"),
+             config_str(cfg, "size"), (unsigned long long)r->s->seed);
+    snprintf(r->run_dir, sizeof r->run_dir, "%s", in_workspace(pbuf2, pbuf, sizeof pbuf));
+    if (config_set(cfg, "run_dir", pbuf2, err, sizeof err)) die(2, "%s", err);
+  }
+  size_t config_len = 0;
+  FILE *f = open_memstream(&r->config_text, &config_len);
+  if (!f) die(1, "%s", "out of memory");
+  config_write(cfg, f);
+  if (fclose(f)) die(1, "%s", "out of memory");
+  snprintf(r->ckpt_path, sizeof r->ckpt_path, "%s/ckpt.bin", r->run_dir);
+  snprintf(r->log_path, sizeof r->log_path, "%s/log.jsonl", r->run_dir);
+  snprintf(r->cfg_path, sizeof r->cfg_path, "%s/config.cfg", r->run_dir);
+}
+
+/* --resume: the checkpoint's state into the model, the moments, the sites and
+ * the data position.  A new run: refuses a directory that holds a run, unless
+ * --overwrite.  Nothing in the run directory changes here. */
+static void resume_or_check(run *r, const config *cfg, const options *o) {
+  char err[512] = "";
+  if (o->resume) {
+    /* Under another recipe the checkpoint's delayed-scaling states belong to
+     * other operands: they are not read, the new recipe's start fresh. */
+    ckpt_header h;
+    char *saved_text = NULL;
+    config saved;
+    config_defaults(&saved);
+    if (checkpoint_read_config(r->ckpt_path, &h, &saved_text, err, sizeof err) ||
+        config_load_text(&saved, saved_text, err, sizeof err))
+      die(2, "%s", err);
+    free(saved_text);
+    const char *changed = config_recipe_diff(&saved, cfg);
+    if (checkpoint_load(r->ckpt_path, &h, &r->m, r->mom1, r->mom2, r->sites,
+                        changed ? 0 : r->n_sites, err, sizeof err) ||
+        checkpoint_check_position(&h, r->s->steps, r->train.n_windows, r->s->T, err, sizeof err))
+      die(2, "%s", err);
+    if (changed)
+      fprintf(stderr, "train: resuming under another recipe (%s: %s -> %s): the checkpoint's "
+              "delayed-scaling states are dropped\n", changed, config_str(&saved, changed),
+              config_str(cfg, changed));
+    r->start = r->last_saved = (int)h.step;
+    if (r->gpu) gpu_model_upload(r->gpu, r->m.params_mem, r->mom1, r->mom2);
+    dataset_seek(&r->train, h.data_epoch, h.data_index);
+    r->running_min = h.running_min;
+    r->tokens_seen = h.tokens_seen;
+    r->log_bytes = h.log_bytes;
+  } else {
+    const char *found = find_run_file(r->run_dir);
+    if (found && !o->overwrite)
+      die(2, "run directory '%s' already holds a run (%s): continue it with --resume, or start "
+          "over with --overwrite", r->run_dir, found);
+  }
+}
+
+/* Every check has passed: the run directory may change now.  Creates it,
+ * clears it (a new run: the old one's files; a resumed one: stale
+ * temporaries), writes config.cfg and opens the log (resumed: cut back to
+ * the checkpoint's length). */
+static void prepare_run_dir(run *r, bool resume) {
+  if (mkdir_p(r->run_dir)) die(2, "cannot create run directory '%s'", r->run_dir);
+  if (remove_run_files(r->run_dir, resume))
+    die(1, "cannot clear the run directory '%s'", r->run_dir);
+  if (write_file_atomic(r->cfg_path, r->config_text))
+    die(1, "cannot write '%s': %s", r->cfg_path, strerror(errno));
+  r->log = fopen(r->log_path, resume ? "r+" : "w");
+  if (!r->log && resume && errno == ENOENT) r->log = fopen(r->log_path, "w"); /* e.g. a shadow run's copy */
+  if (!r->log) die(1, "cannot write '%s': %s", r->log_path, strerror(errno));
+  if (resume) {
+    /* a crash after the checkpoint left the log ahead of it: those steps are redone */
+    struct stat st;
+    char last = '\n';
+    if (fstat(fileno(r->log), &st) == 0 && (uint64_t)st.st_size > r->log_bytes &&
+        (r->log_bytes == 0 || (fseeko(r->log, (off_t)r->log_bytes - 1, SEEK_SET) == 0 &&
+                               fread(&last, 1, 1, r->log) == 1)) &&
+        last == '\n' && ftruncate(fileno(r->log), (off_t)r->log_bytes) != 0)
+      die(1, "cannot truncate '%s' to its checkpoint's length", r->log_path);
+    if (fseeko(r->log, 0, SEEK_END) != 0) die(1, "cannot write '%s'", r->log_path);
+  }
+}
+
+/* A write the run cannot do without (log, checkpoint, summary): the run
+ * stops with exit 1 and says which checkpoint survives (summary.json says
+ * "failed" where it can still be written). */
+static void fail_write(const run *r, const char *path) __attribute__((noreturn));
+static void fail_write(const run *r, const char *path) {
+  const int e = errno;
+  if (r->s->progress) fputc('\n', stderr);
+  write_summary(r->run_dir, "failed", r->done, r->diverged_at, r->loss, r->running_min,
+                r->val_loss, 0, now_s() - r->t_start);
+  if (r->last_saved < 0) die(1, "cannot write %s: %s; no checkpoint was saved", path, strerror(e));
+  die(1, "cannot write %s: %s; the last checkpoint is of step %d (continue with --resume %s)",
+      path, strerror(e), r->last_saved, r->run_dir);
+}
+
+/* The log flushed, then ckpt.bin of step `done`. */
+static void save_checkpoint(run *r, int done) {
+  if (fflush(r->log) != 0 || ferror(r->log)) fail_write(r, r->log_path);
+  r->hdr.step = done;
+  r->hdr.data_epoch = r->train.epoch;
+  r->hdr.data_index = r->train.index;
+  r->hdr.running_min = r->running_min;
+  r->hdr.tokens_seen = r->tokens_seen;
+  r->hdr.log_bytes = (uint64_t)ftello(r->log);
+  if (r->gpu) gpu_model_download(r->gpu, r->m.params_mem, r->mom1, r->mom2);
+  if (checkpoint_save(r->ckpt_path, &r->hdr, r->config_text, &r->m, r->mom1, r->mom2, r->sites,
+                      r->n_sites))
+    fail_write(r, r->ckpt_path);
+  r->last_saved = done;
+}
+
+/* ckpt-STEP.bin: a hard link to the checkpoint just written (a later save
+ * renames a new file over ckpt.bin, so the link keeps this one) */
+static void keep_checkpoint(run *r, int done) {
+  char keep_path[4300];
+  snprintf(keep_path, sizeof keep_path, "%s/ckpt-%d.bin", r->run_dir, done);
+  unlink(keep_path);
+  if (link(r->ckpt_path, keep_path)) fail_write(r, keep_path);
+}
+
+/* Step `step` (0-based): forward and backward over the micro-batches, the
+ * update, the log line, validation and checkpoints when due.  false when the
+ * run stops here (diverged, interrupted). */
+static bool train_step(run *r, int step) {
+  const settings *s = r->s;
+  const int B = s->B, T = s->T, accum = s->accum;
+  const double t0 = now_s();
+  tq_sr_counter = (uint64_t)step << 36;
+  tq_collect_stats = s->stats_every > 0 && (step + 1) % s->stats_every == 0;
+  if (r->gpu) gpu_model_begin_step(r->gpu, tq_sr_counter, tq_collect_stats);
+
+  /* forward and backward over the micro-batches */
+  if (r->gpu) gpu_model_zero_grad(r->gpu);
+  else model_zero_grad(&r->m);
+  r->loss = 0;
+  for (int micro = 0; micro < accum; micro++) {
+    dataset_next_batch(&r->train, B, r->in, r->tg);
+    r->loss += forward_backward(&r->m, r->gpu, r->in, r->tg, B, T, 1.0f / accum) / accum;
+  }
+
+  /* divergence: stop cleanly, with the statistics of this step */
+  if (!isfinite(r->loss) ||
+      (s->diverge_delta > 0 && r->loss > r->running_min + s->diverge_delta)) {
+    if (!tq_collect_stats) { /* the last micro-batch again, now with statistics */
+      tq_collect_stats = true;
+      tq_sr_counter = ((uint64_t)step << 36) + ((uint64_t)1 << 35);
+      if (r->gpu) gpu_model_begin_step(r->gpu, tq_sr_counter, true);
+      forward_backward(&r->m, r->gpu, r->in, r->tg, B, T, 1.0f / accum);
+    }
+    if (r->gpu) gpu_model_fetch_stats(r->gpu);
+    fprintf(r->log, "{\"step\":%d,\"event\":\"diverged\",", step + 1);
+    const json_field fields[] = {{"loss", r->loss}, {"running_min", r->running_min}};
+    json_nums(r->log, fields, sizeof fields / sizeof *fields);
+    fprintf(r->log, "}\n");
+    log_stats(r->log, step + 1, &r->mc, r->sites, r->n_sites);
+    r->diverged_at = step + 1;
+    r->status = "diverged";
+    return false;
+  }
+  if (r->loss < r->running_min) r->running_min = r->loss;
+
+  /* update */
+  adamw_hparams hp = s->hp;
+  hp.lr = lr_schedule(step, s->steps, s->warmup, s->lr, s->min_frac);
+  double norm;
+  if (r->gpu) {
+    norm = gpu_model_update(r->gpu, &hp, step + 1, s->clip);
+  } else {
+    recipe_round_grads(&r->rc, &r->m); /* MS-AMP O1: gradients stored in FP8 */
+    norm = grad_global_norm(r->m.grads_mem, r->m.num_params);
+    grad_clip(r->m.grads_mem, r->m.num_params, norm, s->clip);
+    adamw_update(&r->m, r->mom1, r->mom2, &hp, step + 1);
+    recipe_store_moments(&r->rc, r->mom1, r->mom2, r->m.num_params);
+  }
+  const int done = r->done = step + 1;
+  r->tokens_seen += (double)B * T * accum;
+  if (r->gpu && step == r->start) r->gpu_mem_gib = gpu_memory_in_use_gib(); /* activations, caches, states */
+
+  /* log */
+  const double dt = now_s() - t0;
+  r->step_time_avg = step == r->start ? dt : 0.9 * r->step_time_avg + 0.1 * dt;
+  r->tok_s = B * T * accum / dt;
+  fprintf(r->log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,\"ms\":%.2f}\n",
+          done, r->loss, hp.lr, norm, r->tok_s, dt * 1e3);
+  if (tq_collect_stats) {
+    if (r->gpu) gpu_model_fetch_stats(r->gpu);
+    log_stats(r->log, done, &r->mc, r->sites, r->n_sites);
+  }
+  if ((s->val_every > 0 && done % s->val_every == 0) || done == s->steps) {
+    r->val_loss = validate(&r->m, r->gpu, &r->val, B, T, s->val_batches, r->in, r->tg, r->sites,
+                           r->n_sites);
+    fprintf(r->log, "{\"step\":%d,\"val_loss\":%.9g}\n", done, r->val_loss);
+  }
+  if (fflush(r->log) != 0 || ferror(r->log)) fail_write(r, r->log_path);
+  if (s->progress) {
+    double eta = r->step_time_avg * (s->steps - done);
+    char val_s[32] = "-"; /* "-" until the first validation */
+    if (!isnan(r->val_loss)) snprintf(val_s, sizeof val_s, "%.4f", r->val_loss);
+    fprintf(stderr, "\rstep %d/%d  loss %.4f  val %s  %.0f tok/s  ETA %dm%02ds   ", done,
+            s->steps, r->loss, val_s, r->tok_s, (int)eta / 60, (int)eta % 60);
+    if (done == s->steps) fputc('\n', stderr);
+  }
+
+  /* checkpoints */
+  if (s->interrupt_at > 0 && done == s->interrupt_at) raise(SIGINT);
+  if (interrupted) {
+    save_checkpoint(r, done);
+    r->status = "interrupted";
+    if (s->progress) fputc('\n', stderr);
+    return false;
+  }
+  const bool periodic = s->ckpt_every > 0 && done % s->ckpt_every == 0;
+  if (periodic || done == r->last) save_checkpoint(r, done);
+  if (periodic && s->ckpt_keep) keep_checkpoint(r, done);
+  if (s->crash_at > 0 && done == s->crash_at) raise(SIGKILL);
+  return true;
+}
+
+/* summary.json and the last line on stdout. */
+static void finish(run *r) {
+  const settings *s = r->s;
+  if (!strcmp(r->status, "completed") && r->done < s->steps) r->status = "stopped"; /* stop_at */
+  const double wall = now_s() - r->t_start;
+  double avg_tok_s =
+      wall > 0 ? (r->done - r->start) * (double)s->B * s->T * s->accum / wall : 0;
+  if (fflush(r->log) != 0 || ferror(r->log)) fail_write(r, r->log_path);
+  if (write_summary(r->run_dir, r->status, r->done, r->diverged_at, r->loss, r->running_min,
+                    r->val_loss, avg_tok_s, wall))
+    fail_write(r, "summary.json");
+  fclose(r->log);
+  const int done = r->done;
+  if (r->gpu) printf("train: GPU memory in use after the first step: %.2f GiB\n", r->gpu_mem_gib);
+  if (r->diverged_at) printf("train: diverged at step %d (loss %g, running min %g)\n", r->diverged_at, r->loss, r->running_min);
+  else if (!strcmp(r->status, "interrupted"))
+    printf("train: interrupted after step %d; checkpoint written, continue with --resume %s\n", done, r->run_dir);
+  else if (!strcmp(r->status, "stopped"))
+    printf("train: stopped after step %d (stop_at), loss %.4f; continue with --resume %s --set stop_at=0\n", done, r->loss, r->run_dir);
+  else printf("train: completed %d steps, loss %.4f, val loss %.4f, %.0f tokens/s\n", done, r->loss, r->val_loss, avg_tok_s);
+}
+
+static void free_run(run *r) {
+  gpu_model_free(r->gpu);
+  recipe_free_sites(r->sites, r->n_sites);
+  model_free(&r->m);
+  free(r->mom1);
+  free(r->mom2);
+  free(r->in);
+  free(r->tg);
+  free(r->config_text);
+  dataset_free(&r->train);
+  dataset_free(&r->val);
+}
+
 int main(int argc, char **argv) {
   /* OpenMP threads that spin after each parallel region starve OpenBLAS's
    * threads on a small machine (steps 5-10x slower on 2 cores): unless the
@@ -299,404 +764,48 @@ int main(int argc, char **argv) {
   }
   /* past RLIMIT_FSIZE a write fails (EFBIG), as on a full disk, instead of killing us */
   signal(SIGXFSZ, SIG_IGN);
-  char err[512] = "", pbuf[4400], pbuf2[4096];
-  config cfg;
+  options opt;
+  if (!parse_args(argc, argv, &opt)) return 0;
+  static config cfg;
   config_defaults(&cfg);
-  const char *config_path = NULL, *resume_dir = NULL, *recipe_path = NULL;
-  int resume = 0, overwrite = 0;
-  const char *sets[256];
-  int n_sets = 0;
-  for (int i = 1; i < argc; i++) {
-    const bool has_value = i + 1 < argc;
-    if (!strcmp(argv[i], "--config") && has_value) config_path = argv[++i];
-    else if (!strcmp(argv[i], "--recipe") && has_value) recipe_path = argv[++i];
-    else if (!strcmp(argv[i], "--set") && has_value) {
-      if (n_sets == 256) die(2, "%s", "more than 256 --set");
-      sets[n_sets++] = argv[++i];
-    } else if (!strcmp(argv[i], "--resume")) {
-      resume = 1;
-      if (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) resume_dir = argv[++i];
-    } else if (!strcmp(argv[i], "--overwrite")) {
-      overwrite = 1;
-    } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage();
-      return 0;
-    } else if (!strcmp(argv[i], "--config") || !strcmp(argv[i], "--recipe") ||
-               !strcmp(argv[i], "--set")) {
-      die(2, "%s needs a value (see train --help)", argv[i]);
-    } else {
-      die(2, "unknown argument '%s' (see train --help)", argv[i]);
-    }
-  }
-  if (resume && overwrite) die(2, "%s", "--overwrite starts a new run; it cannot resume one");
-  if (resume_dir && !config_path) {
-    snprintf(pbuf2, sizeof pbuf2, "%s/config.cfg", resume_dir);
-    if (config_load_file(&cfg, in_workspace(pbuf2, pbuf, sizeof pbuf), err, sizeof err))
-      die(2, "%s", err);
-  }
-  if (config_path && config_load_file(&cfg, in_workspace(config_path, pbuf, sizeof pbuf), err,
-                                      sizeof err))
-    die(2, "%s", err);
-  if (recipe_path) {
-    config_reset_recipe(&cfg);
-    if (config_load_file(&cfg, in_workspace(recipe_path, pbuf, sizeof pbuf), err, sizeof err))
-      die(2, "%s", err);
-  }
-  for (int i = 0; i < n_sets; i++)
-    if (config_set_assignment(&cfg, sets[i], err, sizeof err)) die(2, "%s", err);
-  if (resume_dir && config_set(&cfg, "run_dir", resume_dir, err, sizeof err)) die(2, "%s", err);
-
-  /* ---- the model's shape ---- */
-  model_config mc;
-  if (model_named_size(config_str(&cfg, "size"), &mc))
-    die(2, "unknown size '%s' (test, tiny, small, 120m, 120m-32k)", config_str(&cfg, "size"));
-  static const char *const shape_keys[7] = {"vocab",      "dim",    "n_layers", "n_heads",
-                                            "n_kv_heads", "hidden", "seq_len"};
-  int *shape[7] = {&mc.vocab, &mc.dim, &mc.n_layers, &mc.n_heads, &mc.n_kv_heads, &mc.hidden,
-                   &mc.seq_len};
-  for (int i = 0; i < 7; i++) {
-    long v = config_int(&cfg, shape_keys[i], err, sizeof err);
-    if (v > 0) *shape[i] = (int)v;
-  }
-  const char *bad = model_config_check(&mc);
-  if (bad) die(2, "%s", bad);
-
-  /* ---- training settings ---- */
-  const int B = (int)config_int(&cfg, "batch_size", err, sizeof err);
-  const int accum = (int)config_int(&cfg, "grad_accum", err, sizeof err);
-  const int steps = (int)config_int(&cfg, "steps", err, sizeof err);
-  const int warmup = (int)config_int(&cfg, "warmup", err, sizeof err);
-  const float lr = (float)config_double(&cfg, "lr", err, sizeof err);
-  const float min_frac = (float)config_double(&cfg, "min_lr_frac", err, sizeof err);
-  adamw_hparams hp = {lr, (float)config_double(&cfg, "beta1", err, sizeof err),
-                      (float)config_double(&cfg, "beta2", err, sizeof err),
-                      (float)config_double(&cfg, "adam_eps", err, sizeof err),
-                      (float)config_double(&cfg, "weight_decay", err, sizeof err)};
-  const double clip = config_double(&cfg, "grad_clip", err, sizeof err);
-  const uint64_t seed = (uint64_t)config_int(&cfg, "seed", err, sizeof err);
-  const int val_every = (int)config_int(&cfg, "val_every", err, sizeof err);
-  const int val_batches = (int)config_int(&cfg, "val_batches", err, sizeof err);
-  const int ckpt_every = (int)config_int(&cfg, "ckpt_every", err, sizeof err);
-  const int stats_every = (int)config_int(&cfg, "stats_every", err, sizeof err);
-  const double diverge_delta = config_double(&cfg, "diverge_delta", err, sizeof err);
-  const int threads = (int)config_int(&cfg, "threads", err, sizeof err);
-  const int progress = (int)config_int(&cfg, "progress", err, sizeof err);
-  const int interrupt_at = (int)config_int(&cfg, "interrupt_at", err, sizeof err);
-  const int ckpt_keep = (int)config_int(&cfg, "ckpt_keep", err, sizeof err);
-  const int stop_at = (int)config_int(&cfg, "stop_at", err, sizeof err);
-  const int crash_at = (int)config_int(&cfg, "crash_at", err, sizeof err);
-  if (*err) die(2, "%s", err);
-  const char *device = config_str(&cfg, "device"), *attn = config_str(&cfg, "attention_kernel");
-  const bool on_gpu = !strcmp(device, "gpu");
-  if (!on_gpu && strcmp(device, "cpu")) die(2, "device must be cpu or gpu, not '%s'", device);
-  if (strcmp(attn, "materialized") && strcmp(attn, "flash"))
-    die(2, "attention_kernel must be materialized or flash, not '%s'", attn);
-  if (B < 1 || accum < 1 || steps < 1 || val_batches < 1)
-    die(2, "%s", "batch_size, grad_accum, steps and val_batches must be >= 1");
-  const int T = mc.seq_len;
-  {
-    /* the model indexes a micro-batch's rows (tokens x width, heads x T x T) with int */
-    long long widest = mc.dim;
-    if (mc.hidden > widest) widest = mc.hidden;
-    if (mc.vocab > widest) widest = mc.vocab;
-    if ((long long)mc.n_heads * T > widest) widest = (long long)mc.n_heads * T;
-    if ((long long)B * T * widest > INT_MAX)
-      die(2, "%s", "batch_size x seq_len x max(dim, hidden, vocab, n_heads x seq_len) must be "
-                   "below 2^31");
-  }
-  if (threads > 0) omp_set_num_threads(threads);
-
-  recipe rc;
-  if (recipe_from_config(&rc, &cfg, seed, err, sizeof err)) die(2, "%s", err);
-
-  /* ---- data ---- */
-  dataset train, val;
-  if (dataset_load(&train, in_workspace(config_str(&cfg, "data"), pbuf, sizeof pbuf), mc.vocab,
-                   err, sizeof err))
-    die(2, "%s", err);
-  if (*config_str(&cfg, "val_data")) {
-    if (dataset_load(&val, in_workspace(config_str(&cfg, "val_data"), pbuf, sizeof pbuf),
-                     mc.vocab, err, sizeof err))
-      die(2, "%s", err);
-  } else {
-    dataset_split_tail(&train, &val, 0.05);
-  }
-  if (dataset_start(&train, T, seed, 1, err, sizeof err) ||
-      dataset_start(&val, T, seed, 0, err, sizeof err))
-    die(2, "%s", err);
-
-  /* ---- model, optimizer state, recipe sites ---- */
-  model m;
-  if (model_init(&m, &mc, seed))
-    die(1, "out of memory for a model of %zu parameters",
-        model_param_sizes(&mc, (size_t[NUM_PARAM_TENSORS]){0}));
-  const int n_sites = model_num_sites(&mc);
-  tq_site *sites = recipe_make_sites(&rc, &mc);
-  m.sites = sites;
-  float *mom1 = calloc(m.num_params, sizeof(float)), *mom2 = calloc(m.num_params, sizeof(float));
-  int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
-  if (!sites || !mom1 || !mom2 || !in || !tg) die(1, "%s", "out of memory");
-  gpu_model *gpu = NULL;
-  if (on_gpu) {
-    gpu = gpu_model_new(&m, &rc, sites, n_sites, B, T,
-                        strcmp(attn, "flash") ? GPU_ATTENTION_MATERIALIZED : GPU_ATTENTION_FLASH,
-                        err, sizeof err);
-    if (!gpu) die(2, "%s", err);
-  } else if (model_reserve(&m, B, T)) {
-    die(1, "%s", "out of memory for the activations of a micro-batch");
-  }
-
-  /* ---- the run directory: nothing in it changes until every check has passed ---- */
-  char run_dir[4096];
-  if (*config_str(&cfg, "run_dir")) {
-    snprintf(run_dir, sizeof run_dir, "%s", in_workspace(config_str(&cfg, "run_dir"), pbuf, sizeof pbuf));
-  } else {
-    snprintf(pbuf2, sizeof pbuf2, "experiments/runs/%s-%s-s%llu", config_str(&cfg, "recipe"),
-             config_str(&cfg, "size"), (unsigned long long)seed);
-    snprintf(run_dir, sizeof run_dir, "%s", in_workspace(pbuf2, pbuf, sizeof pbuf));
-    if (config_set(&cfg, "run_dir", pbuf2, err, sizeof err)) die(2, "%s", err);
-  }
-  char *config_text = NULL;
-  size_t config_len = 0;
-  {
-    FILE *f = open_memstream(&config_text, &config_len);
-    if (!f) die(1, "%s", "out of memory");
-    config_write(&cfg, f);
-    if (fclose(f)) die(1, "%s", "out of memory");
-  }
-
-  int start = 0, last_saved = -1; /* the step of the newest checkpoint on disk */
-  double running_min = INFINITY, tokens_seen = 0;
-  uint64_t log_bytes = 0;
-  char ckpt_path[4200], log_path[4200], cfg_path[4200];
-  snprintf(ckpt_path, sizeof ckpt_path, "%s/ckpt.bin", run_dir);
-  snprintf(log_path, sizeof log_path, "%s/log.jsonl", run_dir);
-  snprintf(cfg_path, sizeof cfg_path, "%s/config.cfg", run_dir);
-  if (resume) {
-    /* Under another recipe the checkpoint's delayed-scaling states belong to
-     * other operands: they are not read, the new recipe's start fresh. */
-    ckpt_header h;
-    char *saved_text = NULL;
-    config saved;
-    config_defaults(&saved);
-    if (checkpoint_read_config(ckpt_path, &h, &saved_text, err, sizeof err) ||
-        config_load_text(&saved, saved_text, err, sizeof err))
-      die(2, "%s", err);
-    free(saved_text);
-    const char *changed = config_recipe_diff(&saved, &cfg);
-    if (checkpoint_load(ckpt_path, &h, &m, mom1, mom2, sites, changed ? 0 : n_sites, err,
-                        sizeof err) ||
-        checkpoint_check_position(&h, steps, train.n_windows, T, err, sizeof err))
-      die(2, "%s", err);
-    if (changed)
-      fprintf(stderr, "train: resuming under another recipe (%s: %s -> %s): the checkpoint's "
-              "delayed-scaling states are dropped\n", changed, config_str(&saved, changed),
-              config_str(&cfg, changed));
-    start = last_saved = (int)h.step;
-    if (gpu) gpu_model_upload(gpu, m.params_mem, mom1, mom2);
-    dataset_seek(&train, h.data_epoch, h.data_index);
-    running_min = h.running_min;
-    tokens_seen = h.tokens_seen;
-    log_bytes = h.log_bytes;
-  } else {
-    const char *found = find_run_file(run_dir);
-    if (found && !overwrite)
-      die(2, "run directory '%s' already holds a run (%s): continue it with --resume, or start "
-          "over with --overwrite", run_dir, found);
-  }
-  /* every check has passed: the run directory may change now */
-  if (mkdir_p(run_dir)) die(2, "cannot create run directory '%s'", run_dir);
-  if (remove_run_files(run_dir, resume)) /* a new run: the old one's files; a resumed one: stale temporaries */
-    die(1, "cannot clear the run directory '%s'", run_dir);
-  if (write_file_atomic(cfg_path, config_text))
-    die(1, "cannot write '%s': %s", cfg_path, strerror(errno));
-  FILE *log = fopen(log_path, resume ? "r+" : "w");
-  if (!log && resume && errno == ENOENT) log = fopen(log_path, "w"); /* e.g. a shadow run's copy */
-  if (!log) die(1, "cannot write '%s': %s", log_path, strerror(errno));
-  if (resume) {
-    /* a crash after the checkpoint left the log ahead of it: those steps are redone */
-    struct stat st;
-    char last = '\n';
-    if (fstat(fileno(log), &st) == 0 && (uint64_t)st.st_size > log_bytes &&
-        (log_bytes == 0 || (fseeko(log, (off_t)log_bytes - 1, SEEK_SET) == 0 &&
-                            fread(&last, 1, 1, log) == 1)) &&
-        last == '\n' && ftruncate(fileno(log), (off_t)log_bytes) != 0)
-      die(1, "cannot truncate '%s' to its checkpoint's length", log_path);
-    if (fseeko(log, 0, SEEK_END) != 0) die(1, "cannot write '%s'", log_path);
-  }
+  load_config(&opt, &cfg);
+  settings s;
+  static run r; /* large (paths), and zeroed */
+  r.s = &s;
+  read_settings(&cfg, &r.mc, &s);
+  if (s.threads > 0) omp_set_num_threads(s.threads);
+  open_data(&r, &cfg);
+  build_model(&r);
+  name_run_dir(&r, &cfg);
+  r.last_saved = -1;
+  r.running_min = INFINITY;
+  resume_or_check(&r, &cfg, &opt);
+  prepare_run_dir(&r, opt.resume);
   signal(SIGINT, on_sigint);
   signal(SIGTERM, on_sigint);
 
+  const model_config *mc = &r.mc;
   printf("train: %s, %zu parameters (L=%d C=%d NH=%d NKV=%d H=%d T=%d V=%d), recipe %s, %s\n"
          "train: run directory %s%s\n",
-         config_str(&cfg, "size"), m.num_params, mc.n_layers, mc.dim, mc.n_heads, mc.n_kv_heads,
-         mc.hidden, T, mc.vocab, config_str(&cfg, "recipe"), on_gpu ? "GPU" : "CPU", run_dir,
-         resume ? " (resumed)" : "");
+         config_str(&cfg, "size"), r.m.num_params, mc->n_layers, mc->dim, mc->n_heads,
+         mc->n_kv_heads, mc->hidden, s.T, mc->vocab, config_str(&cfg, "recipe"),
+         s.on_gpu ? "GPU" : "CPU", r.run_dir, opt.resume ? " (resumed)" : "");
   fflush(stdout);
 
-  const double t_start = now_s();
-  double loss = NAN, val_loss = NAN, step_time_avg = 0, tok_s = 0;
-  const char *status = "completed";
-  int diverged_at = 0, done = start;
-  double gpu_mem_gib = NAN;
-
-  /* A write the run cannot do without (log, checkpoint, summary): the run
-   * stops with exit 1 and says which checkpoint survives (summary.json says
-   * "failed" where it can still be written). */
-#define FAIL_WRITE(path)                                                                    \
-  do {                                                                                      \
-    const int e_ = errno;                                                                   \
-    if (progress) fputc('\n', stderr);                                                      \
-    write_summary(run_dir, "failed", done, diverged_at, loss, running_min, val_loss, 0,     \
-                  now_s() - t_start);                                                       \
-    if (last_saved < 0) die(1, "cannot write %s: %s; no checkpoint was saved", (path),      \
-                            strerror(e_));                                                  \
-    die(1, "cannot write %s: %s; the last checkpoint is of step %d (continue with --resume %s)", \
-        (path), strerror(e_), last_saved, run_dir);                                         \
-  } while (0)
-  ckpt_header hdr = {.model_cfg = {mc.vocab, mc.dim, mc.n_layers, mc.n_heads, mc.n_kv_heads,
-                                   mc.hidden, mc.seq_len}};
-#define SAVE_CHECKPOINT(done)                                                               \
-  do {                                                                                      \
-    if (fflush(log) != 0 || ferror(log)) FAIL_WRITE(log_path);                              \
-    hdr.step = (done);                                                                      \
-    hdr.data_epoch = train.epoch;                                                           \
-    hdr.data_index = train.index;                                                           \
-    hdr.running_min = running_min;                                                          \
-    hdr.tokens_seen = tokens_seen;                                                          \
-    hdr.log_bytes = (uint64_t)ftello(log);                                                  \
-    if (gpu) gpu_model_download(gpu, m.params_mem, mom1, mom2);                             \
-    if (checkpoint_save(ckpt_path, &hdr, config_text, &m, mom1, mom2, sites, n_sites))      \
-      FAIL_WRITE(ckpt_path);                                                                \
-    last_saved = (done);                                                                    \
-  } while (0)
-  /* ckpt-STEP.bin: a hard link to the checkpoint just written (a later save
-   * renames a new file over ckpt.bin, so the link keeps this one) */
-#define KEEP_CHECKPOINT(done)                                                               \
-  do {                                                                                      \
-    char keep_path[4300];                                                                   \
-    snprintf(keep_path, sizeof keep_path, "%s/ckpt-%d.bin", run_dir, (done));              \
-    unlink(keep_path);                                                                      \
-    if (link(ckpt_path, keep_path)) FAIL_WRITE(keep_path);                                  \
-  } while (0)
-
-  if (ckpt_keep && start == 0) { /* the initial model, step 0 */
-    SAVE_CHECKPOINT(0);
-    KEEP_CHECKPOINT(0);
+  r.t_start = now_s();
+  r.loss = r.val_loss = r.gpu_mem_gib = NAN;
+  r.status = "completed";
+  r.done = r.start;
+  r.hdr = (ckpt_header){.model_cfg = {mc->vocab, mc->dim, mc->n_layers, mc->n_heads,
+                                      mc->n_kv_heads, mc->hidden, mc->seq_len}};
+  if (s.ckpt_keep && r.start == 0) { /* the initial model, step 0 */
+    save_checkpoint(&r, 0);
+    keep_checkpoint(&r, 0);
   }
-  const int last = stop_at > 0 && stop_at < steps ? stop_at : steps;
-  for (int step = start; step < last; step++) {
-    const double t0 = now_s();
-    tq_sr_counter = (uint64_t)step << 36;
-    tq_collect_stats = stats_every > 0 && (step + 1) % stats_every == 0;
-    if (gpu) gpu_model_begin_step(gpu, tq_sr_counter, tq_collect_stats);
-
-    /* forward and backward over the micro-batches */
-    if (gpu) gpu_model_zero_grad(gpu);
-    else model_zero_grad(&m);
-    loss = 0;
-    for (int micro = 0; micro < accum; micro++) {
-      dataset_next_batch(&train, B, in, tg);
-      loss += forward_backward(&m, gpu, in, tg, B, T, 1.0f / accum) / accum;
-    }
-
-    /* divergence: stop cleanly, with the statistics of this step */
-    if (!isfinite(loss) || (diverge_delta > 0 && loss > running_min + diverge_delta)) {
-      if (!tq_collect_stats) { /* the last micro-batch again, now with statistics */
-        tq_collect_stats = true;
-        tq_sr_counter = ((uint64_t)step << 36) + ((uint64_t)1 << 35);
-        if (gpu) gpu_model_begin_step(gpu, tq_sr_counter, true);
-        forward_backward(&m, gpu, in, tg, B, T, 1.0f / accum);
-      }
-      if (gpu) gpu_model_fetch_stats(gpu);
-      fprintf(log, "{\"step\":%d,\"event\":\"diverged\",", step + 1);
-      json_num(log, "loss", loss);
-      fputc(',', log);
-      json_num(log, "running_min", running_min);
-      fprintf(log, "}\n");
-      log_stats(log, step + 1, &mc, sites, n_sites);
-      diverged_at = step + 1;
-      status = "diverged";
-      break;
-    }
-    if (loss < running_min) running_min = loss;
-
-    /* update */
-    hp.lr = lr_schedule(step, steps, warmup, lr, min_frac);
-    double norm;
-    if (gpu) {
-      norm = gpu_model_update(gpu, &hp, step + 1, clip);
-    } else {
-      recipe_round_grads(&rc, &m); /* MS-AMP O1: gradients stored in FP8 */
-      norm = grad_global_norm(m.grads_mem, m.num_params);
-      grad_clip(m.grads_mem, m.num_params, norm, clip);
-      adamw_update(&m, mom1, mom2, &hp, step + 1);
-      recipe_store_moments(&rc, mom1, mom2, m.num_params);
-    }
-    done = step + 1;
-    tokens_seen += (double)B * T * accum;
-    if (gpu && step == start) gpu_mem_gib = gpu_memory_in_use_gib(); /* activations, caches, states */
-
-    /* log */
-    const double dt = now_s() - t0;
-    step_time_avg = step == start ? dt : 0.9 * step_time_avg + 0.1 * dt;
-    tok_s = B * T * accum / dt;
-    fprintf(log, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens_per_s\":%.1f,\"ms\":%.2f}\n",
-            done, loss, hp.lr, norm, tok_s, dt * 1e3);
-    if (tq_collect_stats) {
-      if (gpu) gpu_model_fetch_stats(gpu);
-      log_stats(log, done, &mc, sites, n_sites);
-    }
-    if ((val_every > 0 && done % val_every == 0) || done == steps) {
-      val_loss = validate(&m, gpu, &val, B, T, val_batches, in, tg, sites, n_sites);
-      fprintf(log, "{\"step\":%d,\"val_loss\":%.9g}\n", done, val_loss);
-    }
-    if (fflush(log) != 0 || ferror(log)) FAIL_WRITE(log_path);
-    if (progress) {
-      double eta = step_time_avg * (steps - done);
-      char val_s[32] = "-"; /* "-" until the first validation */
-      if (!isnan(val_loss)) snprintf(val_s, sizeof val_s, "%.4f", val_loss);
-      fprintf(stderr, "\rstep %d/%d  loss %.4f  val %s  %.0f tok/s  ETA %dm%02ds   ", done, steps,
-              loss, val_s, tok_s, (int)eta / 60, (int)eta % 60);
-      if (done == steps) fputc('\n', stderr);
-    }
-    if (interrupt_at > 0 && done == interrupt_at) raise(SIGINT);
-    if (interrupted) {
-      SAVE_CHECKPOINT(done);
-      status = "interrupted";
-      if (progress) fputc('\n', stderr);
-      break;
-    }
-    const bool periodic = ckpt_every > 0 && done % ckpt_every == 0;
-    if (periodic || done == last) SAVE_CHECKPOINT(done);
-    if (periodic && ckpt_keep) KEEP_CHECKPOINT(done);
-    if (crash_at > 0 && done == crash_at) raise(SIGKILL);
+  r.last = s.stop_at > 0 && s.stop_at < s.steps ? s.stop_at : s.steps;
+  for (int step = r.start; step < r.last && train_step(&r, step); step++) {
   }
-  if (!strcmp(status, "completed") && done < steps) status = "stopped"; /* stop_at */
-  const double wall = now_s() - t_start;
-  double avg_tok_s = wall > 0 ? (done - start) * (double)B * T * accum / wall : 0;
-  if (fflush(log) != 0 || ferror(log)) FAIL_WRITE(log_path);
-  if (write_summary(run_dir, status, done, diverged_at, loss, running_min, val_loss, avg_tok_s,
-                    wall))
-    FAIL_WRITE("summary.json");
-  fclose(log);
-  if (gpu) printf("train: GPU memory in use after the first step: %.2f GiB\n", gpu_mem_gib);
-  if (diverged_at) printf("train: diverged at step %d (loss %g, running min %g)\n", diverged_at, loss, running_min);
-  else if (!strcmp(status, "interrupted"))
-    printf("train: interrupted after step %d; checkpoint written, continue with --resume %s\n", done, run_dir);
-  else if (!strcmp(status, "stopped"))
-    printf("train: stopped after step %d (stop_at), loss %.4f; continue with --resume %s --set stop_at=0\n", done, loss, run_dir);
-  else printf("train: completed %d steps, loss %.4f, val loss %.4f, %.0f tokens/s\n", done, loss, val_loss, avg_tok_s);
-
-  gpu_model_free(gpu);
-  recipe_free_sites(sites, n_sites);
-  model_free(&m);
-  free(mom1);
-  free(mom2);
-  free(in);
-  free(tg);
-  free(config_text);
-  dataset_free(&train);
-  dataset_free(&val);
+  finish(&r);
+  free_run(&r);
   return 0;
 }

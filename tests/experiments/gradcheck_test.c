@@ -89,7 +89,7 @@ START_TEST(test_linear) {
   lin_ctx c = {rand_array(N * C, 1), rand_array(OC * C, 1), zeros(N * OC), rand_array(N * OC, 1)};
   double *dinp = zeros(N * C), *dw = zeros(OC * C);
   lin_loss(&c);
-  linear_backward(dinp, dw, c.R, c.inp, c.w, N, C, OC, NULL);
+  linear_backward(dinp, dw, c.R, c.inp, c.w, N, C, OC, NULL, 1);
   ck_assert(check_grad("linear.inp", lin_loss, &c, c.inp, dinp, N * C, 1000) < TOL);
   ck_assert(check_grad("linear.w", lin_loss, &c, c.w, dw, OC * C, 1000) < TOL);
 }

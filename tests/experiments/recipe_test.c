@@ -144,7 +144,7 @@ static void spy_layer(const char *recipe_name, int scaled) {
 
   exmy_qgemm_set_sgemm(spy_sgemm);
   linear_forward(y, x, w, N, C, OC, site);
-  linear_backward(dx, dw, dy, x, w, N, C, OC, site);
+  linear_backward(dx, dw, dy, x, w, N, C, OC, site, 1);
   exmy_qgemm_set_sgemm(NULL);
   ck_assert_int_eq(n_seen, 3);
   /* Y = X W^T: op(A) = X (N x C), op(B) = W^T (C x OC) */

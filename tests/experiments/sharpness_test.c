@@ -36,7 +36,7 @@ static model test_model(float lm_head_scale) {
   model_named_size("test", &c);
   model m;
   model_init(&m, &c, 7);
-  scale(m.params.lm_head, m.param_sizes[11], lm_head_scale);
+  scale(m.params.lm_head, m.param_sizes[PARAM_LM_HEAD], lm_head_scale);
   return m;
 }
 
@@ -75,13 +75,13 @@ START_TEST(test_lm_head_second_order) {
   model m = test_model(8.0f);
   const int T = m.cfg.seq_len, C = m.cfg.dim, V = m.cfg.vocab, N = B * T;
   const double rho = 0.01;
-  const unsigned mask = 1u << 11; /* lm_head */
+  const unsigned mask = 1u << PARAM_LM_HEAD;
   sharpness_result r = measure(&m, rho, 3, mask);
   /* the closed form: for each direction and token, (rho^2 / 2) Var_p(lnf . d_v) */
   int *in = malloc(sizeof(int) * NB * B * T), *tg = malloc(sizeof(int) * NB * B * T);
   tokens(in, tg, NB * B * T);
   float *dir = malloc(m.num_params * sizeof(float));
-  const size_t lm_off = m.num_params - m.param_sizes[11];
+  const size_t lm_off = m.num_params - m.param_sizes[PARAM_LM_HEAD];
   double want = 0;
   for (int k = 0; k < 3; k++) {
     sharpness_direction(&m, mask, 3, k, dir);
@@ -126,8 +126,8 @@ END_TEST
 
 START_TEST(test_invariant_to_invisible_rescaling) {
   model m1 = test_model(8.0f), m2 = test_model(8.0f);
-  scale(m2.params.lm_head, m2.param_sizes[11], 0.5f);
-  scale(m2.params.rmsf, m2.param_sizes[10], 2.0f); /* same logits */
+  scale(m2.params.lm_head, m2.param_sizes[PARAM_LM_HEAD], 0.5f);
+  scale(m2.params.rmsf, m2.param_sizes[PARAM_RMSF], 2.0f); /* same logits */
   sharpness_result a = measure(&m1, 0.05, 1, sharpness_default_mask());
   sharpness_result b = measure(&m2, 0.05, 1, sharpness_default_mask());
   const double rel = fabs(a.sharpness - b.sharpness) / a.sharpness;

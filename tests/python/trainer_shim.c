@@ -155,7 +155,7 @@ int shim_linear(const char *cfg_path, uint64_t seed, int steps, int N, int C, in
     linear_forward(y + t * ny, x + t * nx, w + t * nw, N, C, OC, s);
     memset(dx + t * nx, 0, nx * sizeof(float));
     memset(dw + t * nw, 0, nw * sizeof(float));
-    linear_backward(dx + t * nx, dw + t * nw, dy + t * ny, x + t * nx, w + t * nw, N, C, OC, s);
+    linear_backward(dx + t * nx, dw + t * nw, dy + t * ny, x + t * nx, w + t * nw, N, C, OC, s, 1);
     const float *cache[3] = {s->cache[SLOT_X].data, s->cache[SLOT_W].data, s->cache[SLOT_DY].data};
     float *outs[3] = {qx + t * nx, qw + t * nw, qdy + t * ny};
     const size_t sizes[3] = {nx, nw, ny};

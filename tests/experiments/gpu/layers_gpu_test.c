@@ -21,6 +21,7 @@
 #include "experiments/gpu/layers.h"
 #include "experiments/trainer/model.h"
 #include "experiments/trainer/optim.h"
+#include "experiments/trainer/splitmix64.h"
 #include "tests/check_suite.h"
 #include "tests/cuda/gpu_check.h"
 
@@ -37,12 +38,6 @@ static void to_dev(void *dev, const void *host, size_t bytes) {
   CU(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
 }
 
-static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 static double uniform01(uint64_t *s) { return (splitmix64(s) >> 11) * (1.0 / 9007199254740992.0); }
 
 /* n floats uniform in [lo, hi) */
@@ -470,8 +465,6 @@ START_TEST(sumsq) {
 }
 END_TEST
 
-static int decayed(int tensor) { return !(tensor == 1 || tensor == 6 || tensor == 10); }
-
 /* gpu_sumsq + gpu_adamw per tensor against grad_global_norm + grad_clip +
  * adamw_update on the tiny model: clipping active, inactive, and off. */
 START_TEST(adamw) {
@@ -493,16 +486,13 @@ START_TEST(adamw) {
     double *d_scratch = dev_alloc(gpu_sumsq_scratch(n) * sizeof(double)),
            *d_sumsq = dev_alloc(sizeof(double));
 
-    const float bc1 = 1.0f - powf(h.beta1, (float)t), bc2 = 1.0f - powf(h.beta2, (float)t);
-    const float step_size = h.lr / bc1, bc2_sqrt = sqrtf(bc2);
     gpu_sumsq(d_g, n, d_scratch, d_sumsq, 0);
     LAUNCHED();
     size_t off = 0;
     for (int ti = 0; ti < NUM_PARAM_TENSORS; ti++) {
-      const float decay = decayed(ti) ? 1.0f - h.lr * h.weight_decay : 1.0f;
+      const adamw_coefs coefs = adamw_step_coefs(&h, t, ti);
       const size_t k = m.param_sizes[ti];
-      gpu_adamw(d_p + off, d_g + off, d_m + off, d_v + off, k, d_sumsq, max_norms[c], h.beta1,
-                h.beta2, h.eps, step_size, bc2_sqrt, decay, 0);
+      gpu_adamw(d_p + off, d_g + off, d_m + off, d_v + off, k, d_sumsq, max_norms[c], &coefs, 0);
       LAUNCHED();
       off += k;
     }
@@ -583,9 +573,11 @@ START_TEST(scale_120m) {
   timer_start();
   for (int r = 0; r < R; r++) gpu_sumsq(d_g, P, d_scratch, d_sumsq, 0);
   timer_report("sumsq (all grads)", R, 4.0 * P);
+  const adamw_coefs coefs = {.beta1 = 0.9f, .beta2 = 0.95f, .one_minus_beta1 = 1.0f - 0.9f,
+                             .one_minus_beta2 = 1.0f - 0.95f, .eps = 1e-8f, .step_size = 1e-3f,
+                             .bc2_sqrt = 0.5f, .decay = 0.9999f};
   timer_start();
-  for (int r = 0; r < R; r++)
-    gpu_adamw(d_p, d_g, d_m, d_v, P, d_sumsq, 1e9, 0.9f, 0.95f, 1e-8f, 1e-3f, 0.5f, 0.9999f, 0);
+  for (int r = 0; r < R; r++) gpu_adamw(d_p, d_g, d_m, d_v, P, d_sumsq, 1e9, &coefs, 0);
   timer_report("adamw (all params)", R, 7.0 * 4 * P);
   CU(cudaFree(d_p)); CU(cudaFree(d_g)); CU(cudaFree(d_m)); CU(cudaFree(d_v));
   CU(cudaFree(d_scratch)); CU(cudaFree(d_sumsq));

@@ -37,14 +37,16 @@ while read -r mode ms tok mem; do
 done < <(cat "$tmp/torch.txt" 2>/dev/null)
 # e8m3 by rne, rz and sr, fused and materialised: the fused kernel rounds P
 # and dS itself in each mode
-for spec in "bf16 flash" "fp8-te flash" "e8m3 flash" "e8m3 flash rounding=rz" "e8m3-sr flash" \
+# bf16 also with cuda_graph = 0: the step's launches one by one, as before graphs
+for spec in "bf16 flash" "bf16 flash cuda_graph=0" "fp8-te flash" "e8m3 flash" "e8m3 flash rounding=rz" "e8m3-sr flash" \
             "bf16-sr flash" "fp8-current flash" "bf16 materialized" "fp8-te materialized" \
             "e8m3 materialized" "e8m3 materialized rounding=rz" "e8m3-sr materialized" \
             "mxfp8 flash" "fp8-coat flash"; do
   set -- $spec
   r=$1; a=$2; extra=${3:-}
-  name="exmy $r${extra:+ ${extra#*=}} ($a)"
-  tag="$r${extra:+-${extra#*=}}-$a"
+  label=${extra#rounding=} # rounding=rz shows as rz, other keys as key=value
+  name="exmy $r${label:+ $label} ($a)"
+  tag="$r${label:+-${label//=/-}}-$a"
   if "$here/train" --config "$here/configs/$r.cfg" ${extra:+--set "$extra"} \
        --set size=120m --set batch_size=$B \
        --set steps=$steps --set warmup=2 --set lr=3e-4 --set device=gpu --set attention_kernel=$a \

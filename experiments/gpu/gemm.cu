@@ -60,8 +60,13 @@ __global__ void k_batch_pointers(const char *a, long a_sb, long a_sh, int a_div,
 }
 
 
+/* Counts the reallocations of reserve(): a captured CUDA graph that read a
+ * buffer from before one is stale. */
+uint64_t realloc_epoch = 0;
+
 void reserve(void **p, size_t *cap, size_t bytes) {
   if (*cap >= bytes) return;
+  realloc_epoch++;
   if (*p) gtq_check(cudaFree(*p), "cudaFree");
   *p = nullptr;
   gtq_check(cudaMalloc(p, bytes), "cudaMalloc (operand cache)");
@@ -186,6 +191,10 @@ extern "C" uint64_t gtq_sr_reserve(gtq_ctx *g, uint64_t n) {
   return first;
 }
 extern "C" bool gtq_collecting(const gtq_ctx *g) { return g->collect; }
+extern "C" uint64_t gtq_alloc_epoch(const gtq_ctx *g) {
+  (void)g;
+  return realloc_epoch;
+}
 extern "C" bool gtq_site_bf16(const gtq_ctx *g, int site) {
   return site >= 0 && site < g->n_sites && g->sites[site].bf16;
 }

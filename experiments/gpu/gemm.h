@@ -49,6 +49,9 @@ uint64_t gtq_sr_counter(const gtq_ctx *g);
  * dS); returns the first. */
 uint64_t gtq_sr_reserve(gtq_ctx *g, uint64_t n);
 bool gtq_collecting(const gtq_ctx *g);
+/* Grows by one whenever an operand cache, staging or pointer buffer is
+ * reallocated (a CUDA graph captured before then reads freed memory). */
+uint64_t gtq_alloc_epoch(const gtq_ctx *g);
 /* Copies the device statistics of this step into the host sites (sync). */
 void gtq_fetch_stats(gtq_ctx *g);
 /* Delayed-scaling states: device -> host sites (for a checkpoint) and back. */

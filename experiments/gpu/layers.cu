@@ -91,8 +91,11 @@ __device__ __forceinline__ float sigmoid_as_cpu(float a) {
 
 /* A device buffer kept between calls, grown on demand (cudaFree synchronizes
  * the device, so a growth never frees memory a queued kernel still reads). */
+uint64_t scratch_epoch = 0; /* reallocations of cached_scratch (gpu_layers_scratch_epoch) */
+
 void *cached_scratch(void **buf, size_t *cap, size_t bytes) {
   if (bytes > *cap) {
+    scratch_epoch++;
     if (*buf) cudaFree(*buf);
     *buf = NULL;
     *cap = 0;
@@ -513,6 +516,8 @@ void gpu_mean(const float *x, int n, double *out, cudaStream_t s) {
 }
 
 size_t gpu_sumsq_scratch(size_t n) { return sumsq_blocks(n); }
+
+uint64_t gpu_layers_scratch_epoch(void) { return scratch_epoch; }
 
 void gpu_sumsq(const float *g, size_t n, double *scratch, double *out, cudaStream_t s) {
   const size_t blocks = sumsq_blocks(n);

@@ -14,6 +14,7 @@
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "experiments/trainer/adamw_core.h"
 
@@ -71,6 +72,10 @@ void gpu_crossentropy_backward(float *dlogits, const float *probs, const int *ta
                                int V, float scale, cudaStream_t s);
 /* *out (device) = mean of x (n values), summed in double in a fixed order. */
 void gpu_mean(const float *x, int n, double *out, cudaStream_t s);
+
+/* Grows by one whenever a layer's internal scratch buffer is reallocated (a
+ * CUDA graph captured before then reads freed memory). */
+uint64_t gpu_layers_scratch_epoch(void);
 
 /* *out (device) = sum of g[i]^2 in double, in a fixed order (the global
  * gradient norm's square).  scratch: at least gpu_sumsq_scratch(n) doubles. */

@@ -24,6 +24,17 @@ T *dalloc(size_t n) {
   return (T *)p;
 }
 
+/* A part of the step (forward body, backward) captured as a CUDA graph and
+ * replayed.  Captured on the second eager-capable call (the first, eager,
+ * makes every allocation), discarded when a buffer it reads has been
+ * reallocated since (alloc_epoch) or its one argument changed. */
+struct step_graph {
+  cudaGraphExec_t exec = nullptr;
+  bool warm = false;    /* one eager run of this part since the last discard */
+  uint64_t epoch = 0;   /* alloc_epoch() at capture */
+  float arg = 0;        /* the backward's loss_scale */
+};
+
 }  // namespace
 
 struct gpu_model {
@@ -53,9 +64,74 @@ struct gpu_model {
   exmy_format bf16; /* the plain bf16 inputs of unquantized attention */
   const recipe *rc;
   tq_site *sites;
+  int n_sites;
   gtq_ctx *gq;
   cudaStream_t s;
+  bool graphs;          /* cuda_graph = 1 and the recipe lets the step be replayed */
+  step_graph fwd, bwd;
 };
+
+/* Whether a step's launches can be replayed from a graph: every kernel
+ * argument the host computes must be the same at every step.  Stochastic
+ * rounding passes each operand's stream offset (new every step), delayed
+ * scaling the history position the host advances, current scaling allocates
+ * per call, MX GEMMs synchronise: those recipes run eagerly. */
+static bool recipe_replayable(const tq_site *sites, int n_sites) {
+  for (int i = 0; sites && i < n_sites; i++)
+    for (int u = 0; u < USES_PER_SITE; u++) {
+      const exmy_operand_quant &q = sites[i].op[u];
+      if (q.enabled && (q.scaling.kind != EXMY_SCALING_NONE || q.round.mode == EXMY_SR))
+        return false;
+    }
+  return true;
+}
+
+/* Every reallocation a captured launch could have read from. */
+static uint64_t alloc_epoch(const gpu_model *g) {
+  return gtq_alloc_epoch(g->gq) + gpu_layers_scratch_epoch();
+}
+
+static void graph_drop(step_graph &sg) {
+  if (sg.exec) cudaGraphExecDestroy(sg.exec);
+  sg.exec = nullptr;
+  sg.warm = false;
+}
+
+/* Runs body's launches on g->s: replayed from sg's graph when one is valid,
+ * else eagerly, or captured and then replayed (the graph replays exactly the
+ * launches an eager run enqueues: same kernels, arguments, buffers, order).
+ * Statistics steps always run eagerly (they fill host bookkeeping). */
+template <typename F>
+static void run_step_part(gpu_model *g, step_graph &sg, float arg, F body) {
+  if (!g->graphs || gtq_collecting(g->gq)) {
+    body();
+    return;
+  }
+  if (sg.exec && (sg.epoch != alloc_epoch(g) || sg.arg != arg)) graph_drop(sg);
+  if (!sg.exec && !sg.warm) {
+    body();
+    sg.warm = true;
+    return;
+  }
+  if (!sg.exec) {
+    const uint64_t epoch = alloc_epoch(g);
+    cudaGraph_t graph = nullptr;
+    gtq_check(cudaStreamBeginCapture(g->s, cudaStreamCaptureModeRelaxed), "graph capture");
+    body();
+    gtq_check(cudaStreamEndCapture(g->s, &graph), "graph capture");
+    if (alloc_epoch(g) != epoch) { /* a buffer moved while capturing: run it eagerly */
+      cudaGraphDestroy(graph);
+      sg.warm = false;
+      body();
+      return;
+    }
+    gtq_check(cudaGraphInstantiate(&sg.exec, graph, 0), "graph instantiate");
+    cudaGraphDestroy(graph);
+    sg.epoch = epoch;
+    sg.arg = arg;
+  }
+  gtq_check(cudaGraphLaunch(sg.exec, g->s), "graph launch");
+}
 
 static int site_index(const gpu_model *g, int layer, int kind) {
   return g->sites ? layer * SITES_PER_LAYER + kind : -1;
@@ -298,6 +374,7 @@ extern "C" gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *s
   exmy_format_parse("bf16", &g->bf16);
   g->rc = rc;
   g->sites = sites;
+  g->n_sites = sites ? n_sites : 0;
   gtq_check(cudaStreamCreateWithFlags(&g->s, cudaStreamNonBlocking), "stream");
   g->num_params = m->num_params;
   memcpy(g->param_sizes, m->param_sizes, sizeof g->param_sizes);
@@ -371,8 +448,17 @@ extern "C" gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *s
   return g;
 }
 
+extern "C" void gpu_model_set_cuda_graph(gpu_model *g, bool on) {
+  graph_drop(g->fwd);
+  graph_drop(g->bwd);
+  g->graphs = on && recipe_replayable(g->sites, g->n_sites);
+}
+extern "C" bool gpu_model_cuda_graph(const gpu_model *g) { return g->graphs; }
+
 extern "C" void gpu_model_free(gpu_model *g) {
   if (!g) return;
+  graph_drop(g->fwd);
+  graph_drop(g->bwd);
   gtq_free(g->gq);
   void *bufs[] = {g->params_mem, g->grads_mem, g->mom1, g->mom2, g->arena};
   for (void *b : bufs) cudaFree(b);
@@ -435,6 +521,7 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
                             cudaMemcpyHostToDevice, s), "buckets");
   const param_tensors &p = g->p;
   const activation_tensors &a = g->acts;
+  run_step_part(g, g->fwd, 0.0f, [&] {
   gpu_encoder_forward(a.res, g->tokens, p.wte, N, C, s);
   for (int l = 0; l < L; l++) {
     const float *res = a.res + l * BTC;
@@ -465,6 +552,7 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
   linear_forward(g, a.probs, a.lnf, p.lm_head, N, C, V, site_index(g, L, 0));
   gpu_crossentropy_forward(a.probs, a.losses, g->targets, N, V, s);
   gpu_mean(a.losses, N, g->loss_dev, s);
+  });
   double loss = 0;
   gtq_check(cudaMemcpyAsync(&loss, g->loss_dev, sizeof loss, cudaMemcpyDeviceToHost, s), "loss");
   gtq_check(cudaStreamSynchronize(s), "forward");
@@ -485,6 +573,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
   const activation_tensors &a = g->acts;
   const grad_act_tensors &d = g->grad_acts;
   float *dlogits = a.probs;
+  run_step_part(g, g->bwd, loss_scale, [&] {
   gpu_crossentropy_backward(dlogits, a.probs, g->targets, N, V, loss_scale / N, s);
   linear_backward(g, d.dln, gr.lm_head, dlogits, a.lnf, p.lm_head, N, C, V, site_index(g, L, 0),
                   0);
@@ -529,6 +618,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
                          a.ln1_rstd + (size_t)l * N, N, C, s);
   }
   gpu_encoder_backward(gr.wte, d.dres, g->bucket_start, g->bucket_pos, V, C, s);
+  });
   gtq_check(cudaGetLastError(), "backward");
 }
 

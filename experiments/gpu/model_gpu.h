@@ -45,6 +45,15 @@ void gpu_model_download(gpu_model *g, float *params, float *mom1, float *mom2);
 void gpu_model_states_download(gpu_model *g);
 void gpu_model_states_upload(gpu_model *g);
 
+/* Whether the forward and backward launches are captured into CUDA graphs
+ * (on their second call) and replayed afterwards: the same kernels with the
+ * same arguments in the same order, so the same bits, fewer launch gaps.
+ * Off after gpu_model_new; on takes effect only for recipes whose launches do
+ * not change from step to step (no stochastic rounding, no scaling, no MX);
+ * statistics steps always run eagerly. */
+void gpu_model_set_cuda_graph(gpu_model *g, bool on);
+bool gpu_model_cuda_graph(const gpu_model *g);
+
 /* As tq_sr_counter / tq_collect_stats at the start of a step. */
 void gpu_model_begin_step(gpu_model *g, uint64_t sr_counter, bool collect_stats);
 /* Copies this step's statistics into the host sites. */

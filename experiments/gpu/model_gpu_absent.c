@@ -42,6 +42,11 @@ void gpu_model_begin_step(gpu_model *g, uint64_t sr_counter, bool collect_stats)
   unreachable();
 }
 void gpu_model_fetch_stats(gpu_model *g) { (void)g, unreachable(); }
+void gpu_model_set_cuda_graph(gpu_model *g, bool on) { (void)g, (void)on, unreachable(); }
+bool gpu_model_cuda_graph(const gpu_model *g) {
+  (void)g, unreachable();
+  return false;
+}
 float gpu_model_forward(gpu_model *g, const int *tokens, const int *targets) {
   (void)g, (void)tokens, (void)targets;
   unreachable();

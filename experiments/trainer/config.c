@@ -80,6 +80,7 @@ static const config_key keys[] = {
     INT("crash_at", "0", 0, STEPS_MAX, "testing: die by SIGKILL after this step (as a crash: nothing saved)"),
     CHOICE("device", "cpu", "cpu|gpu", "cpu | gpu (CUDA: the same model, recipes, logs and checkpoints)"),
     CHOICE("attention_kernel", "materialized", "materialized|flash", "gpu: materialized (scores stored, every product through the recipe, as on the CPU) | flash (fused bf16 kernel)"),
+    BOOL("cuda_graph", "1", "gpu: replay each step's forward and backward launches from a CUDA graph (the same bits; recipes with sr, scaling or MX, and statistics steps, run eagerly)"),
     /* precision recipe (`--recipe FILE` resets these keys) */
     R_STR("recipe", "fp32", "recipe name (informational)"),
     R_STR("format_w", "fp32", "format of weights in GEMMs (fp32: not quantized)"),

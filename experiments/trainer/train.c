@@ -353,7 +353,7 @@ static void load_config(const options *o, config *cfg) {
 /* The training settings of the configuration. */
 typedef struct {
   int B, T, accum, steps, warmup, val_every, val_batches, ckpt_every, stats_every, threads,
-      progress, interrupt_at, ckpt_keep, stop_at, crash_at;
+      progress, interrupt_at, ckpt_keep, stop_at, crash_at, cuda_graph;
   float lr, min_frac;
   adamw_hparams hp; /* hp.lr: the base rate; the schedule sets each step's */
   double clip, diverge_delta;
@@ -401,6 +401,7 @@ static void read_settings(config *cfg, model_config *mc, settings *s) {
   s->ckpt_keep = (int)config_int(cfg, "ckpt_keep", err, sizeof err);
   s->stop_at = (int)config_int(cfg, "stop_at", err, sizeof err);
   s->crash_at = (int)config_int(cfg, "crash_at", err, sizeof err);
+  s->cuda_graph = (int)config_int(cfg, "cuda_graph", err, sizeof err);
   if (*err) die(2, "%s", err);
   const char *device = config_str(cfg, "device");
   s->attn = config_str(cfg, "attention_kernel");
@@ -487,6 +488,7 @@ static void build_model(run *r) {
                                                     : GPU_ATTENTION_FLASH,
                            err, sizeof err);
     if (!r->gpu) die(2, "%s", err);
+    gpu_model_set_cuda_graph(r->gpu, s->cuda_graph);
   } else if (model_reserve(&r->m, s->B, s->T)) {
     die(1, "%s", "out of memory for the activations of a micro-batch");
   }
@@ -731,6 +733,7 @@ static void finish(run *r) {
   fclose(r->log);
   const int done = r->done;
   if (r->gpu) printf("train: GPU memory in use after the first step: %.2f GiB\n", r->gpu_mem_gib);
+  if (r->gpu) printf("train: CUDA graphs: %s\n", gpu_model_cuda_graph(r->gpu) ? "on" : "off");
   if (r->diverged_at) printf("train: diverged at step %d (loss %g, running min %g)\n", r->diverged_at, r->loss, r->running_min);
   else if (!strcmp(r->status, "interrupted"))
     printf("train: interrupted after step %d; checkpoint written, continue with --resume %s\n", done, r->run_dir);

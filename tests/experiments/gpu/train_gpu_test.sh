@@ -9,7 +9,11 @@
 #     and one written on the CPU resumes on the GPU (losses within 1e-3);
 #  4. the fused attention (attention_kernel = flash) against the materialised
 #     one on bf16 `tiny`, and on e8m3 with P and dS rounded rz and sr: losses
-#     within 1e-2.
+#     within 1e-2;
+#  5. CUDA graphs (cuda_graph = 1, the default) against eager launches
+#     (cuda_graph = 0): every logged value but the timings bit-identical, with
+#     statistics steps and validations (eager, between replays) in the run;
+#     recipes whose launches change per step (sr, scaling) run eagerly.
 # usage: train_gpu_test.sh TRAIN_BINARY CONFIG_DIR
 set -uo pipefail
 train=$(realpath "$1"); configs=$(realpath "$2")
@@ -115,6 +119,25 @@ for mode in rz sr; do
     else bad "flash attention e8m3 $mode: $m over $n steps"; fi
   else bad "e8m3 $mode flash run failed: $(tail -1 "$tmp/flash-e8m3-$mode.out")"; fi
 done
+
+# 5. CUDA graphs: the same bits as eager launches
+values() { sed 's/"tokens_per_s":[^,}]*,\{0,1\}//; s/"ms":[^,}]*,\{0,1\}//' "$tmp/$1/log.jsonl"; }
+for spec in "bf16 flash" "e8m3 materialized" "fp32 materialized"; do
+  set -- $spec
+  g=(bf16 "${common[@]}" --set device=gpu --set attention_kernel=$2 --set stats_every=7 --set val_every=5)
+  g[0]=$1
+  if run "graph1-$1-$2" "${g[@]}" --set cuda_graph=1 && run "graph0-$1-$2" "${g[@]}" --set cuda_graph=0; then
+    if ! grep -q 'CUDA graphs: on' "$tmp/graph1-$1-$2.out" || ! grep -q 'CUDA graphs: off' "$tmp/graph0-$1-$2.out"; then
+      bad "cuda_graph $1 $2: not on with 1 and off with 0 ($(grep 'CUDA graphs' "$tmp/graph1-$1-$2.out"))"
+    elif [ "$(grep -c '"loss"' "$tmp/graph1-$1-$2/log.jsonl")" = 20 ] &&
+         cmp -s <(values "graph1-$1-$2") <(values "graph0-$1-$2"); then
+      ok "cuda_graph = 1 vs 0, $1 $2 tiny: 20 steps (stats, validation between), every logged value bit-identical"
+    else bad "cuda_graph $1 $2 differs: $(diff <(values "graph1-$1-$2") <(values "graph0-$1-$2") | head -3)"; fi
+  else bad "cuda_graph $1 $2 run failed: $(tail -1 "$tmp/graph1-$1-$2.out") $(tail -1 "$tmp/graph0-$1-$2.out")"; fi
+done
+if run graph-bf16-sr bf16-sr "${common[@]}" --set device=gpu --set steps=3 &&
+   grep -q 'CUDA graphs: off' "$tmp/graph-bf16-sr.out"; then ok "bf16-sr (per-step sr offsets): CUDA graphs off, eager"
+else bad "bf16-sr: $(grep 'CUDA graphs' "$tmp/graph-bf16-sr.out") $(tail -1 "$tmp/graph-bf16-sr.out")"; fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -6,6 +6,8 @@
 #ifndef EXMY_CUDA_ELEMENTWISE_CUH
 #define EXMY_CUDA_ELEMENTWISE_CUH
 
+#include <type_traits>
+
 #include "cuda/fast_path.cuh"
 #include "cuda/kernel_common.cuh"
 
@@ -15,6 +17,24 @@ namespace exmy_cuda {
 constexpr int kThreads = 256;
 constexpr int kPer = 8;
 constexpr int kRuntimeMode = -1;
+
+/* Calls launch(std::integral_constant<int, MODE>{}) with the kernel mode that
+ * serves rounding mode `mode` for format ID when a GEMM operand is rounded
+ * into bf16 storage: the modes the recipes round operands with (rne; rz, the
+ * bit masking of "To FP8 and Back Again"; sr) have kernels of their own for
+ * the table formats, everything else the run-time-mode kernel. */
+template <int ID, typename Launch>
+inline void with_operand_mode(int mode, Launch &&launch) {
+  if constexpr (ID != SPEC_GENERIC) {
+    switch (mode) {
+      case EXMY_RNE: return launch(std::integral_constant<int, EXMY_RNE>{});
+      case EXMY_RZ: return launch(std::integral_constant<int, EXMY_RZ>{});
+      case EXMY_SR: return launch(std::integral_constant<int, EXMY_SR>{});
+      default: break;
+    }
+  }
+  launch(std::integral_constant<int, kRuntimeMode>{});
+}
 
 template <int MODE>
 __device__ __forceinline__ int mode_of(const KOpts &o) {

@@ -246,28 +246,17 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-/* The compile-time formats get rne and sr kernels of their own; everything
- * else runs the run-time-mode kernel of its format (the generic one too). */
+/* The kernel for the format and mode: with_operand_mode (elementwise.cuh). */
 template <int ID>
 struct ScaledBf16Op {
   static void run(const exmy_format &f, const KOpts &k, const float *x, uint16_t *y, size_t n,
                   const float *si, unsigned int *amax, cudaStream_t s) {
     const int vec = (((uintptr_t)x | (uintptr_t)y) & 15u) == 0;
     const unsigned blocks = blocks_for((n + kPer - 1) / kPer, kThreads);
-    if constexpr (ID != SPEC_GENERIC) {
-      if (k.mode == EXMY_RNE) {
-        k_quantize_scaled_bf16<ID, EXMY_RNE><<<blocks, kThreads, 0, s>>>(f, k, x, y, n, vec, si,
-                                                                         amax);
-        return;
-      }
-      if (k.mode == EXMY_SR) {
-        k_quantize_scaled_bf16<ID, EXMY_SR><<<blocks, kThreads, 0, s>>>(f, k, x, y, n, vec, si,
-                                                                        amax);
-        return;
-      }
-    }
-    k_quantize_scaled_bf16<ID, kRuntimeMode><<<blocks, kThreads, 0, s>>>(f, k, x, y, n, vec, si,
-                                                                         amax);
+    with_operand_mode<ID>(k.mode, [&](auto mode) {
+      k_quantize_scaled_bf16<ID, decltype(mode)::value><<<blocks, kThreads, 0, s>>>(
+          f, k, x, y, n, vec, si, amax);
+    });
   }
 };
 

@@ -31,8 +31,8 @@ namespace {
 using exmy_cuda::decode_one;
 using exmy_cuda::encode8;
 using exmy_cuda::kPer;
-using exmy_cuda::kRuntimeMode;
 using exmy_cuda::store8;
+using exmy_cuda::with_operand_mode;
 
 constexpr int kThreads = 256;        /* elementwise kernels */
 constexpr int kWarpsPerBlock = 8;    /* warp-per-row kernels: 256 threads */
@@ -346,22 +346,16 @@ __global__ void swiglu_forward_bf16_kernel(const __grid_constant__ exmy_format r
 }
 
 /* The kernel instance exmy_cuda_quantize_bf16 picks for the format and mode
- * (cuda/scaled.cu's ScaledBf16Op: a table format by rne gets its rne kernel,
- * everything else the run-time-mode one). */
+ * (with_operand_mode, cuda/elementwise.cuh). */
 template <int ID>
 struct RmsnormBf16Op {
   static void run(const exmy_format &f, const KOpts &k, float *out, float *rstd, const float *inp,
                   const float *w, int N, int C, const Bf16Dst &d, cudaStream_t s) {
     const unsigned grid = warp_per_row_grid(N), threads = 32 * kWarpsPerBlock;
-    if constexpr (ID != SPEC_GENERIC) {
-      if (k.mode == EXMY_RNE) {
-        rmsnorm_forward_bf16_kernel<ID, EXMY_RNE><<<grid, threads, 0, s>>>(f, k, out, rstd, inp, w,
-                                                                          N, C, d);
-        return;
-      }
-    }
-    rmsnorm_forward_bf16_kernel<ID, kRuntimeMode><<<grid, threads, 0, s>>>(f, k, out, rstd, inp, w,
-                                                                          N, C, d);
+    with_operand_mode<ID>(k.mode, [&](auto mode) {
+      rmsnorm_forward_bf16_kernel<ID, decltype(mode)::value><<<grid, threads, 0, s>>>(
+          f, k, out, rstd, inp, w, N, C, d);
+    });
   }
 };
 
@@ -370,13 +364,10 @@ struct SwigluBf16Op {
   static void run(const exmy_format &f, const KOpts &k, float *out, const float *h1,
                   const float *h3, size_t n, const Bf16Dst &d, cudaStream_t s) {
     const unsigned grid = elementwise_grid((n + kPer - 1) / kPer);
-    if constexpr (ID != SPEC_GENERIC) {
-      if (k.mode == EXMY_RNE) {
-        swiglu_forward_bf16_kernel<ID, EXMY_RNE><<<grid, kThreads, 0, s>>>(f, k, out, h1, h3, n, d);
-        return;
-      }
-    }
-    swiglu_forward_bf16_kernel<ID, kRuntimeMode><<<grid, kThreads, 0, s>>>(f, k, out, h1, h3, n, d);
+    with_operand_mode<ID>(k.mode, [&](auto mode) {
+      swiglu_forward_bf16_kernel<ID, decltype(mode)::value><<<grid, kThreads, 0, s>>>(
+          f, k, out, h1, h3, n, d);
+    });
   }
 };
 

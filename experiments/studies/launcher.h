@@ -27,7 +27,8 @@ struct launcher {
   long (*start)(launcher *self, const launch_spec *spec);
   /* Waits until a started program ends: its handle and its status as a shell
    * gives it (the exit code, 128 + N when killed by signal N; 127 when the
-   * program could not be found, 126 when it could not be run).  -1 when none
+   * program could not be found, 126 when it could not be run; -1 when it
+   * never started: a queued one cancelled by signal()).  -1 when none
    * is running, or when a signal interrupted the wait (errno EINTR), or when
    * nothing ended within one poll of a launcher that polls (errno ETIMEDOUT:
    * the caller may look at the results so far and wait again). */
@@ -46,9 +47,9 @@ launcher *launcher_local(void);
  * .end appeared, polling every poll_s seconds; a task that squeue no longer
  * lists without having written its .end (cancelled while pending, killed by
  * the node's end) ends with 137 and a line in its err file.  signal()
- * cancels the array's pending tasks and sends sig to its running ones
- * (scancel --full: the program gets it, saves a checkpoint and its exit
- * status is still written).  The folder must be on a file system the
+ * cancels the array's pending tasks (they end with status -1, never started)
+ * and sends sig to its running ones (scancel --full: the program gets it,
+ * saves a checkpoint, and its exit status is still written).  The folder must be on a file system the
  * cluster's nodes share. */
 typedef struct {
   const char *dir;                  /* the array's files (created; emptied) */

@@ -29,6 +29,7 @@ typedef struct {
   char job[32];   /* the array's job id ("" until submitted) */
   bool ended;
   int missing;    /* polls in a row in which squeue did not list it */
+  bool cancelled; /* pending when signal() cancelled the pending tasks */
 } slurm_task;
 
 typedef struct {
@@ -243,6 +244,10 @@ static long slurm_wait_any(launcher *self, int *status) {
       t->missing = listed(squeue, t->job, k) ? 0 : t->missing + 1;
       /* twice: its .end may have been written between the look and squeue */
       if (t->missing >= 2 && end_status(l, k) < 0) {
+        if (t->cancelled) {
+          t->ended = true, *status = -1;
+          return k + 1;
+        }
         char *line = sfmt("sweep: Slurm task %s_%d ended without writing its exit status "
                           "(cancelled, out of time, or its node failed); its log: %s/task-%d.log",
                           t->job, k, l->o.dir, k);
@@ -269,6 +274,16 @@ static void slurm_signal(launcher *self, long handle, int sig) {
   snprintf(job, sizeof job, "%s", t->job);
   const char *abbrev = sigabbrev_np(sig);
   snprintf(sigopt, sizeof sigopt, "--signal=%s", abbrev ? abbrev : "INT");
+  /* the tasks still pending: those the first scancel cancels, unless one
+   * starts meanwhile (then the second signals it, and it writes its .end) */
+  char *query[] = {"squeue", "--noheader", "--array", "--states=PENDING", "--jobs", job, "--format=%K", NULL};
+  static char listed_pending[1 << 20];
+  if (run_capture(query, listed_pending, sizeof listed_pending) == 0)
+    for (char *save = NULL, *w = strtok_r(listed_pending, "\n", &save); w; w = strtok_r(NULL, "\n", &save)) {
+      char *end;
+      const long k = strtol(w, &end, 10);
+      if (end != w && k >= 0 && k < l->submitted && !strcmp(l->t[k].job, job)) l->t[k].cancelled = true;
+    }
   char *pending[] = {"scancel", "--state=PENDING", job, NULL};
   char *running[] = {"scancel", "--state=RUNNING", "--full", sigopt, job, NULL};
   run_capture(pending, out, sizeof out);
@@ -284,9 +299,10 @@ static const char array_script[] =
     "d=\n"
     "# OpenMP on the CPUs Slurm gave the task (the points run with threads=0)\n"
     "export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-${SLURM_CPUS_ON_NODE:-${OMP_NUM_THREADS:-1}}}\n"
-    "# scancel and the time limit send SIGTERM to all of the task's processes:\n"
-    "# the program saves a checkpoint and exits, this script lives on to say so\n"
-    "trap 'echo \"sweep: task $k: SIGTERM\" >&2' TERM\n"
+    "# scancel (the sweep's Ctrl-C: --signal=INT --full) and the time limit signal\n"
+    "# all of the task's processes: the program saves a checkpoint and exits (or\n"
+    "# dies of it), this script lives on to write its status\n"
+    "trap 'echo \"sweep: task $k: signalled\" >&2' INT TERM\n"
     ". \"$d/task-$k.sh\"\n"
     "rc=$?\n"
     "echo \"$rc\" >\"$d/task-$k.end.tmp\" && mv -f \"$d/task-$k.end.tmp\" \"$d/task-$k.end\"\n";

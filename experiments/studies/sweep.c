@@ -455,6 +455,7 @@ static void run_grid(sweep *s, launcher *l) {
       if (handle[k] == h) {
         const int i = point_of[k];
         handle[k] = 0, running--;
+        if (rc < 0) break; /* never started (cancelled in the queue): not run */
         char *dir = fmt("%s/%s", s->work, s->p[i].name), *o = classify(rc, dir);
         account(s, i, o);
         s->ran++;

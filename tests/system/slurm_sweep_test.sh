@@ -8,7 +8,9 @@
 #  - while the array runs, the CSVs show the tasks that ended (partial
 #    results), and a second sweep of the study is refused (exit 2);
 #  - tasks that crash are FAILED lines with the end of their stderr, exit 1;
-#    the next invocation resubmits only those points.
+#    the next invocation resubmits only those points;
+#  - Ctrl-C interrupts the running task (a checkpoint) and cancels the
+#    pending one (not run).
 # Slurm that cannot start is a failure, with the reason (./setup.sh installs
 # slurm-wlm and munge).
 #   bazel test //tests/system:slurm_sweep_test   (or run it as root with a built sweep:
@@ -188,4 +190,21 @@ if command -v gnuplot >/dev/null; then
   [[ -s $res/train_curves.png ]] || fail "no plots"
   grep -qx "sweep: plot experiments/runs/sweeps/t/train_curves.png" "$log/b.out" || fail "plot not printed: $(cat "$log/b.out")"
 fi
+
+# Ctrl-C: the running task is interrupted (it saves a checkpoint), the pending
+# one is cancelled (not run); nothing of the array stays in the queue
+sed -e 's/^study = t$/study = c/' -e 's/^lrs = 0.3$/lrs = 1e-3/' -e 's/^seeds = 1 2$/seeds = 1/' -e 's/^set steps = 6$/set steps = 1000000/' \
+  "$cfg/s.cfg" >"$cfg/c.cfg"
+"$sweep" "$cfg/c.cfg" --backend slurm --jobs 1 >"$log/c.out" 2>"$log/c.err" &
+sweep_pid=$!
+cres=$tmp/ws-slurm/experiments/runs/sweeps/c
+for _ in $(seq 300); do [[ -s $cres/bf16_lr1e-3_s1_diverge_delta-0/log.jsonl ]] && break; sleep 0.2; done
+[[ -s $cres/bf16_lr1e-3_s1_diverge_delta-0/log.jsonl ]] || fail "Ctrl-C: the first task did not start: $(cat "$log/c.out" "$log/c.err")"
+kill -INT $sweep_pid
+wait $sweep_pid; rc=$?
+[[ $rc == 1 ]] || fail "Ctrl-C: exit $rc, want 1: $(cat "$log/c.err")"
+[[ $(tail -1 "$log/c.out") == "sweep: 0/2 done, 0 diverged, 0 failed, 1 interrupted (run the same command again to resume), 1 not run" ]] ||
+  fail "Ctrl-C: last line: $(tail -1 "$log/c.out") $(cat "$log/c.err")"
+grep -q '"status":"interrupted"' "$cres/bf16_lr1e-3_s1_diverge_delta-0/summary.json" || fail "Ctrl-C: not interrupted with a checkpoint"
+[[ -z $(squeue --noheader 2>&1) ]] || fail "Ctrl-C: left in the queue: $(squeue 2>&1)"
 echo PASS

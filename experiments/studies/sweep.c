@@ -2,6 +2,7 @@
  * sweep: run a study's grid with the trainer, then aggregate CSVs and draw plots.
  *
  *   bazel run //experiments/studies:sweep -- experiments/studies/sweeps/<study>.cfg [--quick] [--jobs N] [--publish]
+ *       [--gpus 0,1,... [--per-gpu K]] [--backend slurm [--partition P] [--time T] [--gpus-per-task N] [--sbatch-arg A]...]
  *
  * The grid is recipes x variants x lrs x seeds x every `vary` axis (format:
  * experiments/studies/sweeps/README.md; read with the trainer's config syntax, every
@@ -26,8 +27,11 @@
  * SWEEP_SHARPNESS name the binaries, else they are the runfiles of this one.
  *
  * Runs and evaluations start through a launcher (launcher.h): each run gets a
- * slot 0..N-1, which a GPU launcher maps to a device and a Slurm launcher
- * submits as a job; only launcher_local (fork/exec) exists now.
+ * slot 0..N-1; --gpus maps a slot to a GPU (gpus.h: CUDA_VISIBLE_DEVICES in
+ * the run's environment).  --backend slurm starts the runs through
+ * launcher_slurm instead, as one job array with a slot per point (Slurm keeps
+ * --jobs of them running), and each poll in which a run ended rewrites the
+ * CSVs and plots; the evaluations and the plots run here with launcher_local.
  */
 #include <ctype.h>
 #include <dirent.h>

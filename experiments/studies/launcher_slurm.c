@@ -202,7 +202,10 @@ static bool queued_tasks(slurm_launcher *l, char *out, size_t outlen) {
   }
   if (!jobs[0]) return out[0] = 0, true;
   char *argv[] = {"squeue", "--noheader", "--array", "--jobs", jobs, "--format=%F %K", NULL};
-  return run_capture(argv, out, outlen) == 0;
+  if (run_capture(argv, out, outlen) == 0) return true;
+  /* the controller forgot the jobs (MinJobAge after their end): none queued */
+  if (strstr(out, "Invalid job id")) return out[0] = 0, true;
+  return false;
 }
 
 static bool listed(const char *squeue, const char *job, int k) {

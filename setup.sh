@@ -16,6 +16,7 @@ packages=(
   python3-pip python3-setuptools python3-wheel  # offline `pip install ./lib/python` (tests/python)
   clang libclang-rt-dev libomp-dev  # tests/fuzz: libFuzzer with ASan/UBSan, and clang's OpenMP
   sentencepiece libsentencepiece-dev python3-sentencepiece  # the corpus's tokenizer: spm_train, the C++ reference encoder, the Python encoder (experiments/data)
+  slurm-wlm munge   # tests/system:slurm_sweep_test: sweep --backend slurm on a one-node Slurm it starts (slurmctld, slurmd, munged)
 )
 
 missing=()

@@ -63,6 +63,6 @@ int launch_and_wait(launcher *l, const launch_spec *spec) {
   for (;;) {
     const long got = l->wait_any(l, &status);
     if (got == h) return status;
-    if (got < 0 && errno != EINTR) return 126;
+    if (got < 0 && errno != EINTR && errno != ETIMEDOUT) return 126;
   }
 }

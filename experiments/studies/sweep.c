@@ -2,6 +2,7 @@
  * sweep: run a study's grid with the trainer, then aggregate CSVs and draw plots.
  *
  *   bazel run //experiments/studies:sweep -- experiments/studies/sweeps/<study>.cfg [--quick] [--jobs N] [--publish]
+ *       [--gpus 0,1,... [--per-gpu K]] [--backend slurm [--partition P] [--time T] [--gpus-per-task N] [--sbatch-arg A]...]
  *
  * The grid is recipes x variants x lrs x seeds x every `vary` axis (format:
  * experiments/studies/sweeps/README.md; read with the trainer's config syntax, every
@@ -26,8 +27,11 @@
  * SWEEP_SHARPNESS name the binaries, else they are the runfiles of this one.
  *
  * Runs and evaluations start through a launcher (launcher.h): each run gets a
- * slot 0..N-1, which a GPU launcher maps to a device and a Slurm launcher
- * submits as a job; only launcher_local (fork/exec) exists now.
+ * slot 0..N-1; --gpus maps a slot to a GPU (gpus.h: CUDA_VISIBLE_DEVICES in
+ * the run's environment).  --backend slurm starts the runs through
+ * launcher_slurm instead, as one job array with a slot per point (Slurm keeps
+ * --jobs of them running), and each poll in which a run ended rewrites the
+ * CSVs and plots; the evaluations and the plots run here with launcher_local.
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -46,6 +50,7 @@
 
 #include "experiments/trainer/config.h"
 #include "experiments/studies/collect.h"
+#include "experiments/studies/gpus.h"
 #include "experiments/studies/launcher.h"
 #include "experiments/studies/runfiles.h"
 #include "experiments/studies/study.h"
@@ -231,6 +236,11 @@ typedef struct {
   const char *train, *sharpness, *shadow, *plot; /* programs */
   const char *work, *published;                  /* folders */
   int threads, all_threads, jobs;
+  char **slot_env;                               /* per slot: CUDA_VISIBLE_DEVICES=N (--gpus), or NULL */
+  const study *st;
+  launcher *local;                               /* the plots (and evaluations) run here */
+  const char *tmp;                               /* a temporary folder */
+  int collected;                                 /* points settled at the last partial collect */
   sweep_point *p;
   int n;
   char **outcome;                                /* per point; NULL: not run */
@@ -325,6 +335,59 @@ static void free_argv(char **argv) {
   free(argv);
 }
 
+static bool ends_with(const char *s, const char *suffix) {
+  const size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/* The CSVs and the plots of the points settled so far (a point not settled:
+ * the outcome `unsettled`); the plots show the finished points only.  The
+ * names of the plots drawn into *written, the plot script's status into
+ * *plot_rc; say: print what is missing.  0, or -1 when collecting failed. */
+static int collect_and_plot(sweep *s, const char *unsettled, bool say, strlist *written, int *plot_rc) {
+  const char **outcomes = calloc((size_t)s->n + 1, sizeof *outcomes);
+  for (int i = 0; i < s->n; i++) {
+    const char *o = s->outcome[i] ? s->outcome[i] : unsettled;
+    outcomes[i] = strncmp(o, "failed: ", 8) ? o : "failed";
+  }
+  *plot_rc = 0;
+  if (collect_csvs(s->work, s->p, s->n, outcomes)) {
+    free(outcomes);
+    return -1;
+  }
+  DIR *d = opendir(s->work); /* an earlier invocation's plots: the folder shows this one */
+  for (struct dirent *e; d && (e = readdir(d));)
+    if ((ends_with(e->d_name, ".png") || ends_with(e->d_name, ".svg")) && e->d_name[0] != '.') {
+      char *p = fmt("%s/%s", s->work, e->d_name);
+      unlink(p);
+      free(p);
+    }
+  if (d) closedir(d);
+  if (s->done == 0) {
+    if (say) printf("sweep: no plots: no point finished\n");
+  } else {
+    char *names = fmt("%s/plotted", s->tmp);
+    char *pargv[] = {(char *)s->plot, (char *)s->work, s->st->plots, NULL};
+    launch_spec spec = {.argv = pargv, .out = names};
+    *plot_rc = launch_and_wait(s->local, &spec);
+    char *text = text_of(names);
+    for (char *save = NULL, *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+      strlist_push(written, line);
+    free(text), free(names);
+    if (say && s->done < s->n) {
+      strlist missing = {0};
+      for (int i = 0; i < s->n; i++)
+        if (!outcome_finished(outcomes[i])) strlist_push(&missing, s->p[i].name);
+      char *list = strlist_join(&missing, " ");
+      printf("sweep: the plots show %d of %d points; missing: %s\n", s->done, s->n, list);
+      free(list);
+      strlist_free(&missing);
+    }
+  }
+  free(outcomes);
+  return 0;
+}
+
 /* Runs the grid: up to jobs points at once. */
 static void run_grid(sweep *s, launcher *l) {
   long *handle = calloc((size_t)s->jobs, sizeof *handle);
@@ -362,7 +425,8 @@ static void run_grid(sweep *s, launcher *l) {
       char *err = fmt("%s/%s/train.err", s->work, s->p[next].name);
       long h = -1;
       if (argv) {
-        launch_spec spec = {.argv = argv, .out = out, .err = err, .append = append, .slot = slot};
+        const char *env[] = {s->slot_env ? s->slot_env[slot] : NULL, NULL};
+        launch_spec spec = {.argv = argv, .env = env, .out = out, .err = err, .append = append, .slot = slot};
         h = l->start(l, &spec);
       }
       free_argv(argv), free(out), free(err);
@@ -380,11 +444,22 @@ static void run_grid(sweep *s, launcher *l) {
     if (!running) break;
     int rc;
     const long h = l->wait_any(l, &rc);
-    if (h < 0) continue; /* a signal: see stop_requested */
+    if (h < 0 && errno == ETIMEDOUT) { /* a launcher that polls (Slurm): the results so far */
+      const int settled = s->done + s->failed + s->unfinished;
+      if (settled != s->collected) {
+        strlist written = {0};
+        int plot_rc;
+        collect_and_plot(s, "queued", false, &written, &plot_rc);
+        strlist_free(&written);
+        s->collected = settled;
+      }
+    }
+    if (h < 0) continue; /* a signal (see stop_requested), or a poll */
     for (int k = 0; k < s->jobs; k++)
       if (handle[k] == h) {
         const int i = point_of[k];
         handle[k] = 0, running--;
+        if (rc < 0) break; /* never started (cancelled in the queue): not run */
         char *dir = fmt("%s/%s", s->work, s->p[i].name), *o = classify(rc, dir);
         account(s, i, o);
         s->ran++;
@@ -554,11 +629,6 @@ static int copy_over(const char *src, const char *dir, const char *name) {
   return rc;
 }
 
-static bool ends_with(const char *s, const char *suffix) {
-  const size_t n = strlen(s), m = strlen(suffix);
-  return n >= m && !strcmp(s + n - m, suffix);
-}
-
 /* The repository's copy, only of a sweep without gaps: replaces the published
  * files of the kinds a sweep writes (the CSVs, grid.txt, the plots). */
 static int publish(sweep *s, const strlist *plots) {
@@ -605,12 +675,12 @@ static int publish(sweep *s, const strlist *plots) {
   return rc;
 }
 
-static bool have_gnuplot(void) {
+static bool on_path(const char *program) {
   const char *path = getenv("PATH");
   char *copy = strdup(path ? path : "/usr/bin:/bin"), *save = NULL;
   bool found = false;
   for (char *d = strtok_r(copy, ":", &save); d && !found; d = strtok_r(NULL, ":", &save)) {
-    char *p = fmt("%s/gnuplot", *d ? d : ".");
+    char *p = fmt("%s/%s", *d ? d : ".", program);
     found = access(p, X_OK) == 0;
     free(p);
   }
@@ -625,13 +695,42 @@ static char *binary(const char *env, const char *argv0, const char *runfile_path
   return runfile(argv0, runfile_path);
 }
 
+#define USAGE                                                                              \
+  "usage: sweep STUDY.cfg [--quick] [--jobs N] [--gpus 0,1,... [--per-gpu K]] [--publish]\n" \
+  "       sweep STUDY.cfg --backend slurm [--jobs N] [--partition P] [--time T]\n"           \
+  "             [--gpus-per-task N] [--sbatch-arg ARG]... [--quick] [--publish]\n"
+
 static void usage_exit(void) {
-  fputs("usage: sweep STUDY.cfg [--quick] [--jobs N] [--publish]\n"
+  fputs(USAGE
         "  runs a study's grid with the trainer into experiments/runs/sweeps/<study>[-quick]/,\n"
         "  then the CSVs and plots; --publish also into experiments/results/ when every\n"
-        "  point finished (experiments/studies/sweeps/README.md)\n",
+        "  point finished (experiments/studies/sweeps/README.md)\n"
+        "  --jobs N         N points at once (nproc/N OpenMP threads each)\n"
+        "  --gpus 0,1,...   runs on these GPUs: each running point sees one of them as\n"
+        "                   CUDA_VISIBLE_DEVICES (slot k on the (k mod count)-th);\n"
+        "                   --jobs defaults to count x K.  Only points whose config\n"
+        "                   says device = gpu use it; with device = cpu the variable\n"
+        "                   is set all the same and changes nothing\n"
+        "  --per-gpu K      K points at once on each GPU (default 1)\n"
+        "  --backend slurm  the points as the tasks of one Slurm job array (sbatch;\n"
+        "                   squeue polled, CSVs and plots refreshed as tasks end;\n"
+        "                   --jobs N: at most N tasks at once); the folder must be on\n"
+        "                   a file system the nodes share.  --partition, --time,\n"
+        "                   --gpus-per-task and each --sbatch-arg go to sbatch\n",
         stdout);
   exit(0);
+}
+
+/* The value of option `name` at argv[*i] ("--name V" or "--name=V"; *i moves
+ * past it), or NULL when argv[*i] is another option. */
+static const char *option(int argc, char **argv, int *i, const char *name) {
+  const char *a = argv[*i];
+  const size_t n = strlen(name);
+  if (strncmp(a, name, n)) return NULL;
+  if (a[n] == '=') return a + n + 1;
+  if (a[n]) return NULL;
+  if (*i + 1 >= argc) die("%s needs a value", name);
+  return argv[++*i];
 }
 
 static bool positive(const char *s) {
@@ -640,18 +739,34 @@ static bool positive(const char *s) {
 
 int main(int argc, char **argv) {
   const char *cfg_arg = NULL;
-  bool quick = false, publish_asked = false;
-  int jobs = 1;
+  bool quick = false, publish_asked = false, slurm = false, jobs_asked = false;
+  int jobs = 1, gpus[GPUS_MAX], ngpus = 0, per_gpu = 0;
+  strlist sbatch_args = {0};
+  char err[2048];
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
+    const char *a = argv[i], *v;
     if (!strcmp(a, "--quick")) quick = true;
+    else if ((v = option(argc, argv, &i, "--gpus"))) {
+      if ((ngpus = gpus_parse(v, gpus, err, sizeof err)) < 0) die("%s", err);
+    } else if ((v = option(argc, argv, &i, "--per-gpu"))) {
+      if (!positive(v)) die("--per-gpu needs a positive integer, not '%s'", v);
+      per_gpu = atoi(v);
+    } else if ((v = option(argc, argv, &i, "--backend"))) {
+      if (strcmp(v, "local") && strcmp(v, "slurm")) die("--backend '%s': want local or slurm", v);
+      slurm = !strcmp(v, "slurm");
+    } else if ((v = option(argc, argv, &i, "--partition"))) strlist_push(&sbatch_args, "--partition"), strlist_push(&sbatch_args, v);
+    else if ((v = option(argc, argv, &i, "--time"))) strlist_push(&sbatch_args, "--time"), strlist_push(&sbatch_args, v);
+    else if ((v = option(argc, argv, &i, "--gpus-per-task"))) {
+      if (!positive(v)) die("--gpus-per-task needs a positive integer, not '%s'", v);
+      strlist_push(&sbatch_args, "--gpus-per-task"), strlist_push(&sbatch_args, v);
+    } else if ((v = option(argc, argv, &i, "--sbatch-arg"))) strlist_push(&sbatch_args, v);
     else if (!strcmp(a, "--publish")) publish_asked = true;
     else if (!strcmp(a, "--jobs")) {
       if (!positive(i + 1 < argc ? argv[i + 1] : NULL)) die("--jobs needs a positive integer");
-      jobs = atoi(argv[++i]);
+      jobs = atoi(argv[++i]), jobs_asked = true;
     } else if (!strncmp(a, "--jobs=", 7)) {
       if (!positive(a + 7)) die("--jobs needs a positive integer");
-      jobs = atoi(a + 7);
+      jobs = atoi(a + 7), jobs_asked = true;
     } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) usage_exit();
     else if (a[0] == '-') die("unknown option '%s'", a);
     else if (cfg_arg) die("more than one sweep config ('%s', '%s')", cfg_arg, a);
@@ -660,17 +775,22 @@ int main(int argc, char **argv) {
   const char *bwd = getenv("BUILD_WORKSPACE_DIRECTORY");
   if (bwd && *bwd) snprintf(ws, sizeof ws, "%s", bwd);
   else if (!getcwd(ws, sizeof ws)) die("cannot tell the current directory");
-  if (!cfg_arg) die("usage: sweep STUDY.cfg [--quick] [--jobs N] [--publish]");
+  if (!cfg_arg) die("usage: sweep STUDY.cfg [--quick] [--jobs N] [--publish] (--help: more)");
+  if (per_gpu && !ngpus) die("--per-gpu needs --gpus");
+  if (ngpus && slurm) die("--gpus is for the local backend; on Slurm ask with --gpus-per-task");
+  if (sbatch_args.n && !slurm) die("--partition, --time, --gpus-per-task and --sbatch-arg need --backend slurm");
+  if (ngpus && !jobs_asked) jobs = ngpus * (per_gpu ? per_gpu : 1);
+  if (slurm && (!on_path("sbatch") || !on_path("squeue") || !on_path("scancel")))
+    die("--backend slurm needs sbatch, squeue and scancel on PATH");
   char *cfg = cfg_arg[0] == '/' ? strdup(cfg_arg) : fmt("%s/%s", ws, cfg_arg);
   if (access(cfg, R_OK)) die("cannot read sweep config '%s'", cfg);
   char *train = binary("SWEEP_TRAIN", argv[0], "exmy/experiments/trainer/train");
   if (!train) die("trainer binary not found (set SWEEP_TRAIN)");
   if (!is_file(train) || access(train, X_OK)) die("trainer '%s' is not an executable file", train);
   /* a published figure must not go stale beside its refreshed CSVs */
-  if (publish_asked && !have_gnuplot()) die("--publish needs gnuplot (apt-get install gnuplot-nox)");
+  if (publish_asked && !on_path("gnuplot")) die("--publish needs gnuplot (apt-get install gnuplot-nox)");
 
   study st;
-  char err[2048];
   if (study_load(&st, cfg, quick, err, sizeof err)) die("%s", err);
   strlist recipes = {0};
   strlist_split(&recipes, st.recipes);
@@ -708,9 +828,30 @@ int main(int argc, char **argv) {
   char *work = fmt("%s/experiments/runs/sweeps/%s", ws, st.study);
   char *published = fmt("%s/experiments/results/%s", ws, st.study);
   s.work = work, s.published = published;
+  char *slurm_dir = fmt("%s/slurm", work);
+  if (slurm) { /* two arrays on one folder would run a point twice at once */
+    char *job = slurm_array_still_queued(slurm_dir);
+    if (job) die("Slurm job %s of an earlier sweep of %s is still queued or running (wait for it, or scancel %s)", job, st.study, job);
+  }
   if (mkdir_p(work)) die("cannot create %s", work);
   s.all_threads = nproc();
   s.threads = s.all_threads / jobs > 0 ? s.all_threads / jobs : 1;
+  if (ngpus) {
+    s.slot_env = calloc((size_t)jobs, sizeof *s.slot_env);
+    for (int k = 0; k < jobs; k++) s.slot_env[k] = fmt("CUDA_VISIBLE_DEVICES=%d", slot_gpu(k, gpus, ngpus));
+  }
+  launcher *runs = launcher_local();
+  if (slurm) { /* every point to run is a task at once; Slurm throttles them to --jobs */
+    strlist_push(&sbatch_args, "");
+    free(sbatch_args.v[sbatch_args.n - 1]), sbatch_args.v[sbatch_args.n - 1] = NULL;
+    const char *poll = getenv("SWEEP_SLURM_POLL");
+    slurm_options o = {.dir = slurm_dir, .job_name = fmt("sweep-%s", st.study),
+                       .max_running = jobs_asked ? jobs : 0,
+                       .sbatch_args = (const char *const *)sbatch_args.v,
+                       .poll_s = poll && positive(poll) ? atoi(poll) : 15};
+    if (!(runs = launcher_slurm(&o, err, sizeof err))) die("%s", err);
+    s.jobs = s.n, s.threads = 0; /* threads=0: the OpenMP threads of the task's CPUs */
+  }
   s.outcome = calloc((size_t)s.n + 1, sizeof *s.outcome);
   s.start = time(NULL);
 
@@ -723,64 +864,37 @@ int main(int argc, char **argv) {
     free(line);
   }
   if (ferror(grid) | fclose(grid)) die("cannot write %s", grid_path);
-  printf("sweep: study %s, %d points, %d job(s) x %d thread(s); runs in %s\n", st.study, s.n, jobs,
-         s.threads, rel(work));
+  if (!slurm)
+    printf("sweep: study %s, %d points, %d job(s) x %d thread(s)%s; runs in %s\n", st.study, s.n, jobs,
+           s.threads, ngpus ? " on GPUs" : "", rel(work));
+  else if (jobs_asked)
+    printf("sweep: study %s, %d points, a Slurm job array of at most %d at once; runs in %s\n", st.study, s.n,
+           jobs, rel(work));
+  else
+    printf("sweep: study %s, %d points, a Slurm job array; runs in %s\n", st.study, s.n, rel(work));
   fflush(stdout);
 
   struct sigaction sa = {.sa_handler = on_stop}; /* no SA_RESTART: a wait returns */
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
+  char tmp[] = "/tmp/sweep.XXXXXX";
+  if (!mkdtemp(tmp)) die("cannot create a temporary folder");
   launcher *l = launcher_local();
-  run_grid(&s, l);
+  s.local = l, s.st = &st, s.tmp = tmp;
+  run_grid(&s, runs);
   progress(&s);
   if (isatty(2)) fputc('\n', stderr);
   const int not_run = s.n - s.done - s.failed - s.unfinished;
 
-  char tmp[] = "/tmp/sweep.XXXXXX";
-  if (!mkdtemp(tmp)) die("cannot create a temporary folder");
   evaluate(&s, l, &st, tmp);
 
   /* ---- aggregate and plot: the plots show the finished points only ---- */
-  const char **outcomes = calloc((size_t)s.n + 1, sizeof *outcomes);
-  for (int i = 0; i < s.n; i++) {
-    const char *o = s.outcome[i] ? s.outcome[i] : "not-run";
-    outcomes[i] = strncmp(o, "failed: ", 8) ? o : "failed";
-  }
-  if (collect_csvs(work, s.p, s.n, outcomes)) {
+  strlist written = {0};
+  int plot_rc = 0;
+  if (collect_and_plot(&s, "not-run", true, &written, &plot_rc)) {
     remove_tree(tmp);
     fprintf(stderr, "sweep: collecting the CSVs failed\n");
     return 1;
-  }
-  DIR *d = opendir(work); /* an earlier invocation's plots: the folder shows this one */
-  for (struct dirent *e; d && (e = readdir(d));)
-    if ((ends_with(e->d_name, ".png") || ends_with(e->d_name, ".svg")) && e->d_name[0] != '.') {
-      char *p = fmt("%s/%s", work, e->d_name);
-      unlink(p);
-      free(p);
-    }
-  if (d) closedir(d);
-  strlist written = {0};
-  int plot_rc = 0;
-  if (s.done == 0) {
-    printf("sweep: no plots: no point finished\n");
-  } else {
-    char *names = fmt("%s/plotted", tmp);
-    char *pargv[] = {(char *)plot, work, st.plots, NULL};
-    launch_spec spec = {.argv = pargv, .out = names};
-    plot_rc = launch_and_wait(l, &spec);
-    char *text = text_of(names);
-    for (char *save = NULL, *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
-      strlist_push(&written, line);
-    free(text), free(names);
-    if (s.done < s.n) {
-      strlist missing = {0};
-      for (int i = 0; i < s.n; i++)
-        if (!outcome_finished(outcomes[i])) strlist_push(&missing, s.p[i].name);
-      char *list = strlist_join(&missing, " ");
-      printf("sweep: the plots show %d of %d points; missing: %s\n", s.done, s.n, list);
-      free(list);
-      strlist_free(&missing);
-    }
   }
   remove_tree(tmp);
   printf("sweep: summary %s/summary.csv\n", rel(work));

@@ -35,6 +35,13 @@ bad "a control character in a value" "$ok"$'\nset steps = 1\x01'
 bad "evaluations without kept checkpoints" "$ok"$'\nsharpness = --rho 0.1'
 bad "bad --jobs" "$ok" --jobs 0
 bad "unknown option" "$ok" --fast
+for gpus in "" "0,0" "0,,1" "x" "1,"; do bad "--gpus '$gpus'" "$ok" --gpus "$gpus"; done
+bad "--per-gpu 0" "$ok" --gpus 0,1 --per-gpu 0
+bad "--per-gpu x" "$ok" --gpus 0,1 --per-gpu x
+bad "--per-gpu without --gpus" "$ok" --per-gpu 2
+bad "--gpus on Slurm" "$ok" --gpus 0 --backend slurm
+bad "unknown backend" "$ok" --backend pbs
+bad "sbatch options without Slurm" "$ok" --partition gpu
 "$sweep" "$tmp/nonexistent.cfg" >/dev/null 2>"$tmp/err"; [[ $? == 2 && $(wc -l <"$tmp/err") == 1 ]] || fail "missing config file"
 [[ $(listing) == "$before" ]] || fail "missing config file: created something"
 echo "PASS ($n bad configs)"

@@ -62,6 +62,13 @@ cat >"$bin/seed2-crashes" <<EOF
 case " \$* " in *"/bf16_lr1e-3_s2 "*) "$real_train" "\$@" || exit; echo "train: seed 2 crashes" >&2; kill -SEGV \$\$ ;; esac
 exec "$real_train" "\$@"
 EOF
+cat >"$bin/records-gpu" <<EOF
+#!/bin/sh
+# the real trainer, after it noted in its run folder the CUDA_VISIBLE_DEVICES it was given
+for a in "\$@"; do case \$a in run_dir=*) d=\${a#run_dir=} ;; esac; done
+mkdir -p "\$d" && echo "\${CUDA_VISIBLE_DEVICES-unset}" >"\$d/cuda_visible_devices"
+exec "$real_train" "\$@"
+EOF
 chmod +x "$bin"/*
 
 # diverge_delta 1e-9 against a learning rate of 0.3: the second point diverges within a few steps
@@ -255,6 +262,37 @@ SWEEP_TRAIN=$bin/seed2-crashes "$sweep" "$cfg/m.cfg" >"$log/m2.out" 2>"$log/m2.e
 [[ $rc == 1 && $(tail -1 "$log/m2.out") == "sweep: 1/2 done, 0 diverged, 1 failed" ]] ||
   fail "mixed, again: exit $rc: $(tail -1 "$log/m2.out")"
 
+# ---- --gpus: each running point sees its slot's GPU -------------------------------
+# 4 points, --gpus 3,5 --per-gpu 2: 4 at once, slots 0..3 on GPUs 3 5 3 5 (the
+# grid's points take the slots in order); --jobs 1: every point on the first;
+# without --gpus the variable is left as it was. The points run on the CPU
+# (device = cpu): the variable is set all the same.
+cat >"$cfg/g.cfg" <<EOF
+study = g
+recipes = bf16
+lrs = 1e-3
+seeds = 1 2 3 4
+set size = test
+set steps = 2
+set warmup = 1
+set data = $ws/data/t.txt
+set val_data =
+set val_batches = 1
+set batch_size = 2
+EOF
+gpus_seen() { for s in 1 2 3 4; do cat "$ws/experiments/runs/sweeps/$1/bf16_lr1e-3_s$s/cuda_visible_devices"; done | tr '\n' ' '; }
+unset CUDA_VISIBLE_DEVICES
+SWEEP_TRAIN=$bin/records-gpu "$sweep" "$cfg/g.cfg" --gpus 3,5 --per-gpu 2 >"$log/g.out" 2>"$log/g.err" || fail "--gpus sweep exited $?: $(cat "$log/g.err")"
+grep -q "^sweep: study g, 4 points, 4 job(s) x 1 thread(s) on GPUs;" "$log/g.out" || fail "--gpus 3,5 --per-gpu 2: not 4 jobs: $(head -1 "$log/g.out")"
+[[ $(gpus_seen g) == "3 5 3 5 " ]] || fail "--gpus 3,5 --per-gpu 2: the runs saw CUDA_VISIBLE_DEVICES $(gpus_seen g)"
+[[ $(tail -1 "$log/g.out") == "sweep: 4/4 done, 0 diverged, 0 failed" ]] || fail "--gpus sweep: $(tail -1 "$log/g.out")"
+sed 's/^study = g$/study = g1/' "$cfg/g.cfg" >"$cfg/g1.cfg"
+SWEEP_TRAIN=$bin/records-gpu "$sweep" "$cfg/g1.cfg" --gpus 7,2 --jobs 1 >"$log/g1.out" 2>&1 || fail "--gpus --jobs 1 exited $?"
+[[ $(gpus_seen g1) == "7 7 7 7 " ]] || fail "--gpus 7,2 --jobs 1: the runs saw $(gpus_seen g1)"
+sed 's/^study = g$/study = g0/' "$cfg/g.cfg" >"$cfg/g0.cfg"
+SWEEP_TRAIN=$bin/records-gpu "$sweep" "$cfg/g0.cfg" --jobs 2 >"$log/g0.out" 2>&1 || fail "sweep without --gpus exited $?"
+[[ $(gpus_seen g0) == "unset unset unset unset " ]] || fail "without --gpus the runs saw $(gpus_seen g0)"
+
 # (c) none of the sweeps above wrote outside experiments/runs/ (the published
 # results byte-identical, no new file anywhere else)
 after=$(snapshot)
@@ -293,6 +331,11 @@ bad "bad lr" $'study = b\nrecipes = bf16\nlrs = fast'
 bad "no study" $'recipes = bf16\nlrs = 1e-3'
 want=nosuchkey bad "unknown trainer key" "$(printf 'study = b\nrecipes = bf16\nlrs = 1e-3\nset size = test\nset steps = 1\nset data = %s\nset nosuchkey = 1' "$ws/data/t.txt")"
 bad "bad --jobs" $'study = b\nrecipes = bf16\nlrs = 1e-3' --jobs 0
+for gpus in "" "0,0" "0,a" "1," "-1"; do
+  want=gpus bad "--gpus '$gpus'" $'study = b\nrecipes = bf16\nlrs = 1e-3' --gpus "$gpus"
+done
+want=per-gpu bad "--per-gpu 0" $'study = b\nrecipes = bf16\nlrs = 1e-3' --gpus 0 --per-gpu 0
+want=per-gpu bad "--per-gpu without --gpus" $'study = b\nrecipes = bf16\nlrs = 1e-3' --per-gpu 2
 SWEEP_TRAIN=$bin/nonexistent want="not an executable" bad "missing trainer" $'study = b\nrecipes = bf16\nlrs = 1e-3'
 "$sweep" "$cfg/nonexistent.cfg" >/dev/null 2>&1; [[ $? == 2 ]] || fail "missing config file: want exit 2"
 echo PASS

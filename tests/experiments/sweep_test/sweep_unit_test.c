@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "experiments/studies/collect.h"
+#include "experiments/studies/gpus.h"
 #include "experiments/studies/study.h"
 #include "tests/check_suite.h"
 
@@ -203,9 +204,47 @@ START_TEST(sharpness_rows_by_step) {
 }
 END_TEST
 
+/* sweep --gpus: the list, and the GPU each slot runs on */
+START_TEST(gpu_lists_and_slots) {
+  int g[GPUS_MAX];
+  char err[256];
+  ck_assert_int_eq(gpus_parse("0", g, err, sizeof err), 1);
+  ck_assert_int_eq(g[0], 0);
+  ck_assert_int_eq(gpus_parse("3,1,12", g, err, sizeof err), 3);
+  ck_assert_int_eq(g[0], 3);
+  ck_assert_int_eq(g[1], 1);
+  ck_assert_int_eq(g[2], 12);
+  /* --gpus 0,1 --per-gpu 2: jobs 4, two slots on each GPU */
+  ck_assert_int_eq(gpus_parse("0,1", g, err, sizeof err), 2);
+  const int want[] = {0, 1, 0, 1};
+  int on[2] = {0};
+  for (int k = 0; k < 4; k++) {
+    ck_assert_int_eq(slot_gpu(k, g, 2), want[k]);
+    on[slot_gpu(k, g, 2)]++;
+  }
+  ck_assert_int_eq(on[0], 2);
+  ck_assert_int_eq(on[1], 2);
+  /* the slots follow the list's order, not the device numbers' */
+  ck_assert_int_eq(gpus_parse("5,2,7", g, err, sizeof err), 3);
+  ck_assert_int_eq(slot_gpu(0, g, 3), 5);
+  ck_assert_int_eq(slot_gpu(1, g, 3), 2);
+  ck_assert_int_eq(slot_gpu(2, g, 3), 7);
+  ck_assert_int_eq(slot_gpu(3, g, 3), 5);
+  ck_assert_int_eq(slot_gpu(5, g, 3), 7);
+  const char *bad[] = {"", ",", "0,", ",0", "0,,1", "0,0", "1,0,1", "a", "0,x", "-1", "1.5", " 0", "0 ", "+1",
+                       "99999", NULL};
+  for (const char **b = bad; *b; b++) {
+    err[0] = 0;
+    ck_assert_msg(gpus_parse(*b, g, err, sizeof err) == -1, "accepted '%s'", *b);
+    ck_assert_msg(err[0] && !strchr(err, '\n'), "'%s': no one-line message", *b);
+  }
+  ck_assert_int_eq(gpus_parse(NULL, g, err, sizeof err), -1);
+}
+END_TEST
+
 int main(void) {
   const TTest *tests[] = {grid_order_and_names, grid_without_variants_or_axes, bad_study_configs,
                           fingerprint_decides_skip_and_resume, summary_rows, curve_and_stats_rows,
-                          sharpness_rows_by_step, NULL};
+                          sharpness_rows_by_step, gpu_lists_and_slots, NULL};
   return run_suite(suite_of("sweep_unit", 0, tests), true);
 }

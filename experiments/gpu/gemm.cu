@@ -339,21 +339,6 @@ extern "C" gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int s
   return r;
 }
 
-extern "C" void *gtq_operand_bf16_slot(gtq_ctx *g, int site, int use, int slot, size_t n,
-                                       exmy_format *format, exmy_rounding_opts *round) {
-  if (site < 0 || site >= g->n_sites || g->collect) return nullptr;
-  const exmy_operand_quant &q = g->host[site].op[use];
-  Site &s = g->sites[site];
-  if (!q.enabled || !s.bf16 || q.scaling.kind != EXMY_SCALING_NONE || q.round.mode == EXMY_SR)
-    return nullptr;
-  Slot &sl = s.slot[slot];
-  reserve(&sl.data, &sl.cap, n * 2);
-  sl.scaled = false;
-  *format = q.format;
-  *round = stream_opts(g, q.round, n); /* q.round itself: not sr */
-  return sl.data;
-}
-
 static exmy_cuda_operand_quant mx_operand(gtq_ctx *g, const exmy_operand_quant *q, size_t n) {
   exmy_cuda_operand_quant c = {};
   if (!q) return c;

@@ -76,15 +76,6 @@ typedef struct {
 gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int slot, bool fill,
                                  const float *x, long ld, long rows, long cols);
 
-/* For a producer that rounds the operand itself in the pass that computes it
- * (layers.h's gpu_*_bf16): when operand `use` of `site` would now be filled
- * on the unscaled BF16 path (enabled, a BF16 site, no scaling, not sr, not a
- * statistics step), the slot `slot` reserved for n elements, *format and
- * *round those its fill would round with; else NULL.  Once the producer has
- * written it, gtq_operand_for_gemm(..., fill = false, ...) reads it. */
-void *gtq_operand_bf16_slot(gtq_ctx *g, int site, int use, int slot, size_t n,
-                            exmy_format *format, exmy_rounding_opts *round);
-
 /* C = alpha op(A) op(B) + beta C, row-major as cblas_sgemm. */
 void gtq_gemm(gtq_ctx *g, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
               gtq_operand a, gtq_operand b, float beta, float *c, long ldc);

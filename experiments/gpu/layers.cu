@@ -17,22 +17,12 @@
  */
 #include "experiments/gpu/layers.h"
 
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cuda/exmy_cuda.h"
-#include "cuda/elementwise.cuh" /* the rounding of exmy_cuda_quantize_bf16, element for element */
-
 namespace {
-
-using exmy_cuda::decode_one;
-using exmy_cuda::encode8;
-using exmy_cuda::kPer;
-using exmy_cuda::store8;
-using exmy_cuda::with_operand_mode;
 
 constexpr int kThreads = 256;        /* elementwise kernels */
 constexpr int kWarpsPerBlock = 8;    /* warp-per-row kernels: 256 threads */
@@ -264,128 +254,6 @@ __global__ void swiglu_backward_kernel(float *dh1, float *dh3, const float *dout
   }
 }
 
-/* ------------------------------------- producers that round their output */
-
-/* The bf16 slots a producer writes its rounded output into, all with one
- * format and rounding (gpu_bf16_operand). */
-struct Bf16Dst {
-  uint16_t *p[GPU_BF16_OPERAND_MAX];
-  int n;
-};
-
-/* 8 values of a producer, rounded and stored exactly as cuda/scaled.cu's
- * k_quantize_scaled_bf16 (unscaled) rounds and stores 8 elements of its input:
- * encode8, decode_one, bf16 by rne (exact: the values are bf16 values).  With
- * no sr (the only modes served here) each code depends on its value alone. */
-template <int ID, int MODE>
-__device__ __forceinline__ void round_store8(const exmy_format &f, const KOpts &o, const float v[kPer],
-                                             const Bf16Dst &d, size_t row0, size_t base, size_t n,
-                                             bool full) {
-  uint32_t c[kPer];
-  encode8<ID, MODE>(f, o, row0 + base, v, c);
-#pragma unroll
-  for (int k = 0; k < kPer; k++)
-    c[k] = __bfloat16_as_ushort(__float2bfloat16_rn(decode_one<ID>(f, c[k])));
-  for (int j = 0; j < d.n; j++) store8<uint16_t>(d.p[j] + row0, base, n, full, c);
-}
-
-/* rmsnorm_forward_kernel, whose output is also rounded into the slots: the
- * same sum and scale, the same float32 output; lane k writes the 8 columns
- * from 8k on (32 x 8 per turn). */
-template <int ID, int MODE>
-__global__ void rmsnorm_forward_bf16_kernel(const __grid_constant__ exmy_format rt,
-                                            const __grid_constant__ KOpts o, float *out,
-                                            float *rstd, const float *inp, const float *w, int N,
-                                            int C, Bf16Dst d) {
-  const auto &f = kernel_format<ID>(rt);
-  const int lane = threadIdx.x & 31;
-  const long row = (long)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
-  if (row >= N) return;
-  const float *x = inp + (size_t)row * C;
-  float *y = out + (size_t)row * C;
-  float ss = 0;
-  for (int c = lane; c < C; c += 32) ss = __fadd_rn(ss, __fmul_rn(x[c], x[c]));
-  ss = warp_sum(ss);
-  const float r = (float)(1.0 / sqrt((double)__fdiv_rn(ss, (float)C) + kRmsEps));
-  for (int c0 = lane * kPer; c0 < C; c0 += 32 * kPer) {
-    float v[kPer];
-#pragma unroll
-    for (int k = 0; k < kPer; k++) {
-      const int c = c0 + k;
-      v[k] = 0.0f;
-      if (c < C) {
-        v[k] = __fmul_rn(__fmul_rn(x[c], r), w[c]);
-        y[c] = v[k];
-      }
-    }
-    round_store8<ID, MODE>(f, o, v, d, (size_t)row * C, c0, C, c0 + kPer <= C && C % kPer == 0);
-  }
-  if (lane == 0) rstd[row] = r;
-}
-
-/* swiglu_forward_kernel, whose output is also rounded into the slots. */
-template <int ID, int MODE>
-__global__ void swiglu_forward_bf16_kernel(const __grid_constant__ exmy_format rt,
-                                           const __grid_constant__ KOpts o, float *out,
-                                           const float *h1, const float *h3, size_t n, Bf16Dst d) {
-  const auto &f = kernel_format<ID>(rt);
-  for (size_t base = global_index() * kPer; base < n; base += global_stride() * kPer) {
-    float v[kPer];
-#pragma unroll
-    for (int k = 0; k < kPer; k++) {
-      const size_t i = base + k;
-      v[k] = 0.0f;
-      if (i < n) {
-        const float a = h1[i], sig = sigmoid_as_cpu(a);
-        v[k] = __fmul_rn(__fmul_rn(a, sig), h3[i]);
-        out[i] = v[k];
-      }
-    }
-    round_store8<ID, MODE>(f, o, v, d, 0, base, n, base + kPer <= n);
-  }
-}
-
-/* The kernel instance exmy_cuda_quantize_bf16 picks for the format and mode
- * (with_operand_mode, cuda/elementwise.cuh). */
-template <int ID>
-struct RmsnormBf16Op {
-  static void run(const exmy_format &f, const KOpts &k, float *out, float *rstd, const float *inp,
-                  const float *w, int N, int C, const Bf16Dst &d, cudaStream_t s) {
-    const unsigned grid = warp_per_row_grid(N), threads = 32 * kWarpsPerBlock;
-    with_operand_mode<ID>(k.mode, [&](auto mode) {
-      rmsnorm_forward_bf16_kernel<ID, decltype(mode)::value><<<grid, threads, 0, s>>>(
-          f, k, out, rstd, inp, w, N, C, d);
-    });
-  }
-};
-
-template <int ID>
-struct SwigluBf16Op {
-  static void run(const exmy_format &f, const KOpts &k, float *out, const float *h1,
-                  const float *h3, size_t n, const Bf16Dst &d, cudaStream_t s) {
-    const unsigned grid = elementwise_grid((n + kPer - 1) / kPer);
-    with_operand_mode<ID>(k.mode, [&](auto mode) {
-      swiglu_forward_bf16_kernel<ID, decltype(mode)::value><<<grid, kThreads, 0, s>>>(
-          f, k, out, h1, h3, n, d);
-    });
-  }
-};
-
-/* The slots of q, or an error: the format must be one of the BF16 path
- * (exmy_cuda_bf16_exact), the mode not sr (sr draws by stream index: the
- * caller's separate pass keeps those). */
-cudaError_t bf16_dst(const gpu_bf16_operand *q, Bf16Dst *d) {
-  if (!q || q->n_dst < 1 || q->n_dst > GPU_BF16_OPERAND_MAX || !exmy_cuda_bf16_exact(&q->format) ||
-      q->round.mode == EXMY_SR || exmy_rounding_opts_check(&q->round) != 0)
-    return cudaErrorInvalidValue;
-  d->n = q->n_dst;
-  for (int j = 0; j < GPU_BF16_OPERAND_MAX; j++)
-    d->p[j] = j < q->n_dst ? (uint16_t *)q->dst[j] : nullptr;
-  for (int j = 0; j < q->n_dst; j++)
-    if (!d->p[j] || ((uintptr_t)d->p[j] & 15u)) return cudaErrorInvalidValue;
-  return cudaSuccess;
-}
-
 __global__ void add_inplace_kernel(float *y, const float *x, size_t n) {
   for (size_t i = global_index(); i < n; i += global_stride()) y[i] = __fadd_rn(y[i], x[i]);
 }
@@ -609,28 +477,6 @@ void gpu_swiglu_backward(float *dh1, float *dh3, const float *dout, const float 
                          const float *h3, size_t n, cudaStream_t s) {
   if (!n) return;
   swiglu_backward_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(dh1, dh3, dout, h1, h3, n);
-}
-
-cudaError_t gpu_rmsnorm_forward_bf16(float *out, float *rstd, const float *inp, const float *w,
-                                     int N, int C, const gpu_bf16_operand *q, cudaStream_t s) {
-  Bf16Dst d;
-  const cudaError_t e = bf16_dst(q, &d);
-  if (e != cudaSuccess) return e;
-  if (N <= 0) return cudaSuccess;
-  with_spec_format<EXMY_GPU_BF16, RmsnormBf16Op>(&q->format, q->format, kopts_of(&q->round), out,
-                                                  rstd, inp, w, N, C, d, s);
-  return cudaGetLastError();
-}
-
-cudaError_t gpu_swiglu_forward_bf16(float *out, const float *h1, const float *h3, size_t n,
-                                    const gpu_bf16_operand *q, cudaStream_t s) {
-  Bf16Dst d;
-  const cudaError_t e = bf16_dst(q, &d);
-  if (e != cudaSuccess) return e;
-  if (!n) return cudaSuccess;
-  with_spec_format<EXMY_GPU_BF16, SwigluBf16Op>(&q->format, q->format, kopts_of(&q->round), out,
-                                                 h1, h3, n, d, s);
-  return cudaGetLastError();
 }
 
 void gpu_add_inplace(float *y, const float *x, size_t n, cudaStream_t s) {

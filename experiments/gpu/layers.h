@@ -17,7 +17,6 @@
 #include <stdint.h>
 
 #include "experiments/trainer/adamw_core.h"
-#include "lib/exmy.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,24 +41,6 @@ void gpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float 
 void gpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
                           const float *w, const float *rstd, int N, int C, cudaStream_t s);
 
-/* A GEMM operand a producer rounds itself (the BF16 path, unscaled): its
- * output, rounded into `format` by `round` and stored as bfloat16 into each
- * of dst[0 .. n_dst) (device, 16-byte aligned), the bits
- * exmy_cuda_quantize_bf16 would write from the float32 output.  Not sr. */
-#define GPU_BF16_OPERAND_MAX 3
-typedef struct {
-  void *dst[GPU_BF16_OPERAND_MAX];
-  int n_dst;
-  exmy_format format;
-  exmy_rounding_opts round;
-} gpu_bf16_operand;
-
-/* gpu_rmsnorm_forward (the same out and rstd), and its output rounded into
- * q's slots in the same pass; cudaErrorInvalidValue for an operand it cannot
- * serve (format not of the BF16 path, sr). */
-cudaError_t gpu_rmsnorm_forward_bf16(float *out, float *rstd, const float *inp, const float *w,
-                                     int N, int C, const gpu_bf16_operand *q, cudaStream_t s);
-
 /* RoPE on x (B, T, nh*hs), pairs (2i, 2i+1) of each head, in place; tables (T, hs/2). */
 void gpu_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int nh,
                       int hs, cudaStream_t s);
@@ -70,10 +51,6 @@ void gpu_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B,
 void gpu_swiglu_forward(float *out, const float *h1, const float *h3, size_t n, cudaStream_t s);
 void gpu_swiglu_backward(float *dh1, float *dh3, const float *dout, const float *h1,
                          const float *h3, size_t n, cudaStream_t s);
-
-/* gpu_swiglu_forward, and its output rounded into q's slots in the same pass. */
-cudaError_t gpu_swiglu_forward_bf16(float *out, const float *h1, const float *h3, size_t n,
-                                    const gpu_bf16_operand *q, cudaStream_t s);
 
 /* y += x */
 void gpu_add_inplace(float *y, const float *x, size_t n, cudaStream_t s);

@@ -139,11 +139,9 @@ static int site_index(const gpu_model *g, int layer, int kind) {
 
 /* -------------------------------------------------------------- linear */
 
-/* x_ready: the producer of inp has rounded it into the site's X slot. */
 static void linear_forward(gpu_model *g, float *out, const float *inp, const float *w, int N,
-                           int C, int OC, int site, bool x_ready = false) {
-  gtq_operand x = gtq_operand_for_gemm(g->gq, site, USE_FWD_X, SLOT_X, x_ready ? REUSE : FILL,
-                                       inp, C, N, C);
+                           int C, int OC, int site) {
+  gtq_operand x = gtq_operand_for_gemm(g->gq, site, USE_FWD_X, SLOT_X, FILL, inp, C, N, C);
   gtq_operand wq = gtq_operand_for_gemm(g->gq, site, USE_FWD_W, SLOT_W, FILL, w, C, OC, C);
   gtq_gemm(g->gq, false, true, N, OC, C, 1.0f, x, wq, 0.0f, out, OC); /* Y = X W^T */
 }
@@ -158,46 +156,6 @@ static void linear_backward(gpu_model *g, float *dinp, float *dw, const float *d
   gtq_operand x = gtq_operand_for_gemm(g->gq, site, USE_DW_X, SLOT_X, REUSE, inp, C, N, C);
   gtq_gemm(g->gq, false, false, N, C, OC, 1.0f, dy, wq, dinp_beta, dinp, C);
   gtq_gemm(g->gq, true, false, OC, C, N, 1.0f, dy2, x, 1.0f, dw, C);    /* dW += dY^T X */
-}
-
-/* The X operand of the GEMMs `sites` that read one producer's output (n
- * elements), for the producer to round in its own pass: when every one of
- * them would be filled on the unscaled BF16 path with one format and
- * rounding, their slots; else false, and the GEMMs fill their slots
- * themselves.  The same values either way (the same rounding of the same
- * float32 output), one pass over the activation fewer per site. */
-static bool producer_operand(gpu_model *g, const int *sites, int n_sites, size_t n,
-                             gpu_bf16_operand *q) {
-  q->n_dst = 0;
-  for (int i = 0; i < n_sites; i++) {
-    exmy_format f;
-    exmy_rounding_opts o;
-    void *slot = gtq_operand_bf16_slot(g->gq, sites[i], USE_FWD_X, SLOT_X, n, &f, &o);
-    if (!slot) return false;
-    if (i == 0) {
-      q->format = f;
-      q->round = o;
-    } else if (f.exp_bits != q->format.exp_bits || f.man_bits != q->format.man_bits ||
-               f.bias != q->format.bias || f.specials != q->format.specials ||
-               f.is_signed != q->format.is_signed || o.sr_bits != q->round.sr_bits ||
-               o.mode != q->round.mode || o.saturate != q->round.saturate ||
-               o.flush_subnormals != q->round.flush_subnormals) {
-      return false;
-    }
-    q->dst[q->n_dst++] = slot;
-  }
-  return n_sites > 0;
-}
-
-static void rmsnorm_forward(gpu_model *g, float *out, float *rstd, const float *inp,
-                            const float *w, int N, int C, const int *sites, int n_sites,
-                            bool *ready) {
-  gpu_bf16_operand q;
-  *ready = producer_operand(g, sites, n_sites, (size_t)N * C, &q);
-  if (*ready)
-    gtq_check(gpu_rmsnorm_forward_bf16(out, rstd, inp, w, N, C, &q, g->s), "rmsnorm (bf16)");
-  else
-    gpu_rmsnorm_forward(out, rstd, inp, w, N, C, g->s);
 }
 
 /* ----------------------------------------------------------- attention */
@@ -571,14 +529,10 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     float *atty = a.atty + l * BTC, *res_mid = a.res_mid + l * BTC, *ln2 = a.ln2 + l * BTC;
     float *h1 = a.h1 + l * BTH, *h3 = a.h3 + l * BTH, *hg = a.hg + l * BTH;
     float *res_out = a.res + (l + 1) * BTC;
-    const int qkv[3] = {site_index(g, l, SITE_Q), site_index(g, l, SITE_K),
-                        site_index(g, l, SITE_V)};
-    bool ready;
-    rmsnorm_forward(g, ln1, a.ln1_rstd + (size_t)l * N, res, p.rms1 + (size_t)l * C, N, C, qkv,
-                    3, &ready);
-    linear_forward(g, q, ln1, p.wq + (size_t)l * C * C, N, C, C, qkv[0], ready);
-    linear_forward(g, k, ln1, p.wk + (size_t)l * KVC * C, N, C, KVC, qkv[1], ready);
-    linear_forward(g, v, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC, qkv[2], ready);
+    gpu_rmsnorm_forward(ln1, a.ln1_rstd + (size_t)l * N, res, p.rms1 + (size_t)l * C, N, C, s);
+    linear_forward(g, q, ln1, p.wq + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_Q));
+    linear_forward(g, k, ln1, p.wk + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_K));
+    linear_forward(g, v, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V));
     gpu_rope_forward(q, g->rope_cos, g->rope_sin, B, T, NH, hs, s);
     gpu_rope_forward(k, g->rope_cos, g->rope_sin, B, T, NKV, hs, s);
     if (g->attention == GPU_ATTENTION_FLASH)
@@ -587,23 +541,15 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
       attention_forward(g, atty, a.att + (size_t)l * B * NH * T * T, q, k, v, l);
     linear_forward(g, res_mid, atty, p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O));
     gpu_add_inplace(res_mid, res, BTC, s);
-    const int w13[2] = {site_index(g, l, SITE_W1), site_index(g, l, SITE_W3)};
-    rmsnorm_forward(g, ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, N, C,
-                    w13, 2, &ready);
-    linear_forward(g, h1, ln2, p.w1 + (size_t)l * H * C, N, C, H, w13[0], ready);
-    linear_forward(g, h3, ln2, p.w3 + (size_t)l * H * C, N, C, H, w13[1], ready);
-    const int w2 = site_index(g, l, SITE_W2);
-    gpu_bf16_operand hq;
-    ready = producer_operand(g, &w2, 1, BTH, &hq);
-    if (ready) gtq_check(gpu_swiglu_forward_bf16(hg, h1, h3, BTH, &hq, s), "swiglu (bf16)");
-    else gpu_swiglu_forward(hg, h1, h3, BTH, s);
-    linear_forward(g, res_out, hg, p.w2 + (size_t)l * C * H, N, H, C, w2, ready);
+    gpu_rmsnorm_forward(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, N, C, s);
+    linear_forward(g, h1, ln2, p.w1 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W1));
+    linear_forward(g, h3, ln2, p.w3 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W3));
+    gpu_swiglu_forward(hg, h1, h3, BTH, s);
+    linear_forward(g, res_out, hg, p.w2 + (size_t)l * C * H, N, H, C, site_index(g, l, SITE_W2));
     gpu_add_inplace(res_out, res_mid, BTC, s);
   }
-  const int head = site_index(g, L, 0);
-  bool ready;
-  rmsnorm_forward(g, a.lnf, a.lnf_rstd, a.res + L * BTC, p.rmsf, N, C, &head, 1, &ready);
-  linear_forward(g, a.probs, a.lnf, p.lm_head, N, C, V, head, ready);
+  gpu_rmsnorm_forward(a.lnf, a.lnf_rstd, a.res + L * BTC, p.rmsf, N, C, s);
+  linear_forward(g, a.probs, a.lnf, p.lm_head, N, C, V, site_index(g, L, 0));
   gpu_crossentropy_forward(a.probs, a.losses, g->targets, N, V, s);
   gpu_mean(a.losses, N, g->loss_dev, s);
   });

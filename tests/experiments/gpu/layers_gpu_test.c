@@ -18,7 +18,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuda/exmy_cuda.h"
 #include "experiments/gpu/layers.h"
 #include "experiments/trainer/model.h"
 #include "experiments/trainer/optim.h"
@@ -265,89 +264,6 @@ START_TEST(rope) {
     CU(cudaFree(d_cs)); CU(cudaFree(d_sn));
     free(cs); free(sn);
   }
-}
-END_TEST
-
-/* ------------------------------------- producers that round their output */
-
-/* RMSNorm and SwiGLU forward with the GEMM operand rounded in the same pass
- * against the unfused kernel followed by exmy_cuda_quantize_bf16 (the
- * separate pass they replace): the float32 outputs and every bf16 slot bit
- * for bit, for table formats by rne (their compiled kernels), rz and ro (the
- * run-time-mode kernels), saturation, and sizes that are not multiples of 8. */
-START_TEST(fused_rounding) {
-  static const struct { const char *fmt; exmy_rounding mode; bool saturate; } cases[] = {
-      {"bf16", EXMY_RNE, false}, {"e8m3", EXMY_RNE, false}, {"e8m3", EXMY_RZ, false},
-      {"e4m3", EXMY_RNE, true},  {"e5m2", EXMY_RNE, false}, {"e8m5", EXMY_RO, false},
-  };
-  static const int dims[][2] = {{7, 37}, {33, 100}, {64, 768}};
-  for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
-    gpu_bf16_operand q = {0};
-    ck_assert_int_eq(exmy_format_parse(cases[ci].fmt, &q.format), 0);
-    q.round.mode = cases[ci].mode;
-    q.round.saturate = cases[ci].saturate;
-    for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
-      const int N = dims[di][0], C = dims[di][1];
-      const size_t n = (size_t)N * C, nh = 3 * n + 5; /* SwiGLU: n elements, not of 8 */
-      float *x = rand_floats(nh, -60, 60, 100 + di), *w = rand_floats(C, -2, 2, 200 + di),
-            *h3 = rand_floats(nh, -30, 30, 300 + di);
-      float *d_x = dev_from(x, nh * sizeof(float)), *d_w = dev_from(w, C * sizeof(float)),
-            *d_h3 = dev_from(h3, nh * sizeof(float));
-      float *d_ref = dev_alloc(nh * sizeof(float)), *d_out = dev_alloc(nh * sizeof(float)),
-            *d_rstd_ref = dev_alloc(N * sizeof(float)), *d_rstd = dev_alloc(N * sizeof(float));
-      uint16_t *d_qref = dev_alloc(nh * 2), *d_q0 = dev_alloc(nh * 2), *d_q1 = dev_alloc(nh * 2);
-      float *ref = malloc(nh * sizeof(float)), *out = malloc(nh * sizeof(float));
-      uint16_t *qref = malloc(nh * 2), *q0 = malloc(nh * 2), *q1 = malloc(nh * 2);
-      q.dst[0] = d_q0;
-      q.dst[1] = d_q1;
-      q.n_dst = 2;
-      for (int layer = 0; layer < 2; layer++) {
-        const char *fn = layer ? "swiglu_forward_bf16" : "rmsnorm_forward_bf16";
-        const size_t m = layer ? nh : n;
-        CU(cudaMemset(d_q0, 0xAB, nh * 2));
-        CU(cudaMemset(d_q1, 0xCD, nh * 2));
-        if (layer) {
-          gpu_swiglu_forward(d_ref, d_x, d_h3, m, 0);
-          CU(gpu_swiglu_forward_bf16(d_out, d_x, d_h3, m, &q, 0));
-        } else {
-          gpu_rmsnorm_forward(d_ref, d_rstd_ref, d_x, d_w, N, C, 0);
-          CU(gpu_rmsnorm_forward_bf16(d_out, d_rstd, d_x, d_w, N, C, &q, 0));
-        }
-        CU(exmy_cuda_quantize_bf16(&q.format, &q.round, d_ref, d_qref, m, 0));
-        LAUNCHED();
-        to_host(ref, d_ref, m * sizeof(float));
-        to_host(out, d_out, m * sizeof(float));
-        to_host(qref, d_qref, m * 2);
-        to_host(q0, d_q0, m * 2);
-        to_host(q1, d_q1, m * 2);
-        ck_assert_msg(!memcmp(ref, out, m * sizeof(float)), "%s %s %dx%d: float32 output differs",
-                      fn, cases[ci].fmt, N, C);
-        for (size_t i = 0; i < m; i++)
-          ck_assert_msg(q0[i] == qref[i] && q1[i] == qref[i],
-                        "%s %s mode %d %dx%d: element %zu (%.9g) rounds to %04x/%04x, the separate "
-                        "pass to %04x", fn, cases[ci].fmt, (int)cases[ci].mode, N, C, i, ref[i],
-                        q0[i], q1[i], qref[i]);
-        if (!layer) {
-          to_host(ref, d_rstd_ref, N * sizeof(float));
-          to_host(out, d_rstd, N * sizeof(float));
-          ck_assert_msg(!memcmp(ref, out, N * sizeof(float)), "%s: rstd differs", fn);
-        }
-      }
-      CU(cudaFree(d_x)); CU(cudaFree(d_w)); CU(cudaFree(d_h3)); CU(cudaFree(d_ref));
-      CU(cudaFree(d_out)); CU(cudaFree(d_rstd_ref)); CU(cudaFree(d_rstd)); CU(cudaFree(d_qref));
-      CU(cudaFree(d_q0)); CU(cudaFree(d_q1));
-      free(x); free(w); free(h3); free(ref); free(out); free(qref); free(q0); free(q1);
-    }
-  }
-  /* sr draws by stream index: the separate pass keeps it */
-  gpu_bf16_operand sr = {0};
-  ck_assert_int_eq(exmy_format_parse("e8m3", &sr.format), 0);
-  sr.round.mode = EXMY_SR;
-  float *d = dev_alloc(64 * sizeof(float));
-  sr.dst[0] = d;
-  sr.n_dst = 1;
-  ck_assert_int_eq(gpu_swiglu_forward_bf16(d, d, d, 16, &sr, 0), cudaErrorInvalidValue);
-  CU(cudaFree(d));
 }
 END_TEST
 
@@ -776,7 +692,7 @@ int main(void) {
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   const TTest *const tests[] = {encoder, rmsnorm, rope, swiglu_and_add, causal_softmax,
-                                crossentropy, sumsq, adamw, fused_rounding, scale_120m, NULL};
+                                crossentropy, sumsq, adamw, scale_120m, NULL};
   const int failed = run_suite(suite_of("gpu_layers", 300, tests), false);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   printf("worst max|gpu - cpu| / max|cpu| per function (criterion < 1e-5):\n");

@@ -164,6 +164,40 @@ void rope_backward(real *dx, const real *cos_t, const real *sin_t, int B, int T,
 
 /* ----------------------------------------------------------- attention */
 
+/* Row by row (row r of T entries is query r % T): the entries above the
+ * diagonal become 0, the rest their softmax. */
+void causal_softmax_forward(real *att, long rows, int T) {
+#pragma omp parallel for if (rows > 64)
+  for (long r = 0; r < rows; r++) {
+    int t = (int)(r % T);
+    real *row = att + (size_t)r * T;
+    real mx = row[0];
+    for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
+    real sum = 0;
+    for (int j = 0; j <= t; j++) {
+      row[j] = (real)exp((double)(row[j] - mx));
+      sum += row[j];
+    }
+    real inv = 1 / sum;
+    for (int j = 0; j <= t; j++) row[j] *= inv;
+    for (int j = t + 1; j < T; j++) row[j] = 0;
+  }
+}
+
+/* In place, datt = dS = scale P (dP - rowsum(dP P)) from dP and P = att. */
+void causal_softmax_backward(real *datt, const real *att, long rows, int T, real scale) {
+#pragma omp parallel for if (rows > 64)
+  for (long r = 0; r < rows; r++) {
+    int t = (int)(r % T);
+    real *d = datt + (size_t)r * T;
+    const real *p = att + (size_t)r * T;
+    real dot = 0;
+    for (int j = 0; j <= t; j++) dot += d[j] * p[j];
+    for (int j = 0; j <= t; j++) d[j] = scale * p[j] * (d[j] - dot);
+    for (int j = t + 1; j < T; j++) d[j] = 0;
+  }
+}
+
 /* Per (batch, head): S = scale Q_h K_g^T (g = the head's key/value group),
  * causal softmax, O_h = P V_g.  Whole tensors are quantized once (per-tensor
  * scaling sees the tensor), the products run per head. */
@@ -181,22 +215,7 @@ void attention_forward(real *out, real *att, const real *q, const real *k, const
       gemm(0, 1, T, T, hs, scale, Q + (size_t)b * T * ldq + h * hs, ldq, qq,
            K + (size_t)b * T * ldk + g * hs, ldk, qkk, 0, att + ((size_t)b * NH + h) * T * T, T);
     }
-  /* causal softmax, row by row; entries above the diagonal become 0 */
-#pragma omp parallel for if (B * NH * T > 64)
-  for (long r = 0; r < (long)B * NH * T; r++) {
-    int t = (int)(r % T);
-    real *row = att + (size_t)r * T;
-    real mx = row[0];
-    for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
-    real sum = 0;
-    for (int j = 0; j <= t; j++) {
-      row[j] = (real)exp((double)(row[j] - mx));
-      sum += row[j];
-    }
-    real inv = 1 / sum;
-    for (int j = 0; j <= t; j++) row[j] *= inv;
-    for (int j = t + 1; j < T; j++) row[j] = 0;
-  }
+  causal_softmax_forward(att, (long)B * NH * T, T);
   const real *P = operand(pv, USE_FWD_X, SLOT_X, FILL, att, &ldp, B * NH * T, T, &qp);
   const real *V = operand(pv, USE_FWD_W, SLOT_W, FILL, v, &ldv, N, KVC, &qv);
   for (int b = 0; b < B; b++)
@@ -230,17 +249,7 @@ void attention_backward(real *dq, real *dk, real *dv, real *datt, const real *do
       gemm(1, 0, T, hs, T, 1, P + bh * T * ld_p, ld_p, q_p, dO2 + (size_t)b * T * ld_do2 + h * hs,
            ld_do2, q_do2, 1, dv + (size_t)b * T * KVC + g * hs, KVC);
     }
-  /* softmax backward: dS = scale P (dP - rowsum(dP P)) */
-#pragma omp parallel for if (B * NH * T > 64)
-  for (long r = 0; r < (long)B * NH * T; r++) {
-    int t = (int)(r % T);
-    real *d = datt + (size_t)r * T;
-    const real *p = att + (size_t)r * T;
-    real dot = 0;
-    for (int j = 0; j <= t; j++) dot += d[j] * p[j];
-    for (int j = 0; j <= t; j++) d[j] = scale * p[j] * (d[j] - dot);
-    for (int j = t + 1; j < T; j++) d[j] = 0;
-  }
+  causal_softmax_backward(datt, att, (long)B * NH * T, T, scale);
   const exmy_operand_quant *q_ds, *q_k, *q_ds2, *q_q;
   int ld_ds = T, ld_k = KVC, ld_ds2 = T, ld_q = C;
   const real *dS = operand(qk, USE_DX_DY, SLOT_DY, FILL, datt, &ld_ds, B * NH * T, T, &q_ds);

@@ -198,13 +198,16 @@ void causal_softmax_backward(real *datt, const real *att, long rows, int T, real
   }
 }
 
+/* The scale of the attention scores, 1 / sqrt(head size). */
+static real attention_scale(int hs) { return (real)(1.0 / sqrt((double)hs)); }
+
 /* Per (batch, head): S = scale Q_h K_g^T (g = the head's key/value group),
  * causal softmax, O_h = P V_g.  Whole tensors are quantized once (per-tensor
  * scaling sees the tensor), the products run per head. */
 void attention_forward(real *out, real *att, const real *q, const real *k, const real *v, int B,
                        int T, int NH, int NKV, int hs, tq_site *qk, tq_site *pv) {
   const int C = NH * hs, KVC = NKV * hs, group = NH / NKV, N = B * T;
-  const real scale = (real)(1.0 / sqrt((double)hs));
+  const real scale = attention_scale(hs);
   const exmy_operand_quant *qq, *qkk, *qp, *qv;
   int ldq = C, ldk = KVC, ldp = T, ldv = KVC;
   const real *Q = operand(qk, USE_FWD_X, SLOT_X, FILL, q, &ldq, N, C, &qq);
@@ -231,7 +234,6 @@ void attention_backward(real *dq, real *dk, real *dv, real *datt, const real *do
                         const real *att, const real *q, const real *k, const real *v, int B,
                         int T, int NH, int NKV, int hs, tq_site *qk, tq_site *pv) {
   const int C = NH * hs, KVC = NKV * hs, group = NH / NKV, N = B * T;
-  const real scale = (real)(1.0 / sqrt((double)hs));
   const exmy_operand_quant *q_do, *q_v, *q_do2, *q_p;
   int ld_do = C, ld_v = KVC, ld_do2 = C, ld_p = T;
   const real *dO = operand(pv, USE_DX_DY, SLOT_DY, FILL, dout, &ld_do, N, C, &q_do);
@@ -249,7 +251,7 @@ void attention_backward(real *dq, real *dk, real *dv, real *datt, const real *do
       gemm(1, 0, T, hs, T, 1, P + bh * T * ld_p, ld_p, q_p, dO2 + (size_t)b * T * ld_do2 + h * hs,
            ld_do2, q_do2, 1, dv + (size_t)b * T * KVC + g * hs, KVC);
     }
-  causal_softmax_backward(datt, att, (long)B * NH * T, T, scale);
+  causal_softmax_backward(datt, att, (long)B * NH * T, T, attention_scale(hs));
   const exmy_operand_quant *q_ds, *q_k, *q_ds2, *q_q;
   int ld_ds = T, ld_k = KVC, ld_ds2 = T, ld_q = C;
   const real *dS = operand(qk, USE_DX_DY, SLOT_DY, FILL, datt, &ld_ds, B * NH * T, T, &q_ds);

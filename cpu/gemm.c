@@ -205,45 +205,27 @@ int exmy_sgemm_use_kernel(exmy_sgemm_kernel k) {
 
 /* ----------------------------------------------------------------- packing */
 
-/* Panel i of op(A): rows i·mr .. i·mr + h - 1 (h <= mr), as ap[p * mr + r],
- * rows h .. mr - 1 zero. */
-static void pack_a(const float *a, size_t lda, bool trans, size_t row0, size_t h,
-                   size_t mr, size_t k, float *ap) {
-  if (trans) { /* op(A)[i][p] = a[p * lda + i]: h consecutive floats per p */
-    for (size_t p = 0; p < k; p++) {
-      const float *src = a + p * lda + row0;
-      for (size_t r = 0; r < mr; r++) ap[p * mr + r] = r < h ? src[r] : 0.0f;
-    }
-  } else {
-    for (size_t r = 0; r < mr; r++) {
-      const float *src = a + (row0 + r) * lda;
-      if (r < h)
-        for (size_t p = 0; p < k; p++) ap[p * mr + r] = src[p];
+/* Vectors first .. first + n - 1 (n <= width) of a matrix x, each k long, as
+ * dst[p * width + r], vectors n .. width - 1 zero: a panel of rows of op(A)
+ * or of columns of op(B).  rows: the vectors are rows of x (k consecutive
+ * floats each); else columns (row p of x holds element p of each). */
+static void pack_panel(const float *x, size_t ld, bool rows, size_t first, size_t n,
+                       size_t width, size_t k, float *dst) {
+  if (rows) {
+    for (size_t r = 0; r < width; r++) {
+      const float *src = x + (first + r) * ld;
+      if (r < n)
+        for (size_t p = 0; p < k; p++) dst[p * width + r] = src[p];
       else
-        for (size_t p = 0; p < k; p++) ap[p * mr + r] = 0.0f;
-    }
-  }
-}
-
-/* Panel j of op(B): columns col0 .. col0 + w - 1 (w <= nr), as bp[p * nr + j],
- * columns w .. nr - 1 zero. */
-static void pack_b(const float *b, size_t ldb, bool trans, size_t col0, size_t w,
-                   size_t nr, size_t k, float *bp) {
-  if (trans) { /* op(B)[p][j] = b[j * ldb + p] */
-    for (size_t j = 0; j < nr; j++) {
-      const float *src = b + (col0 + j) * ldb;
-      if (j < w)
-        for (size_t p = 0; p < k; p++) bp[p * nr + j] = src[p];
-      else
-        for (size_t p = 0; p < k; p++) bp[p * nr + j] = 0.0f;
+        for (size_t p = 0; p < k; p++) dst[p * width + r] = 0.0f;
     }
   } else {
     for (size_t p = 0; p < k; p++) {
-      const float *src = b + p * ldb + col0;
-      if (w == nr)
-        for (size_t j = 0; j < nr; j++) bp[p * nr + j] = src[j];
+      const float *src = x + p * ld + first;
+      if (n == width)
+        for (size_t r = 0; r < width; r++) dst[p * width + r] = src[r];
       else
-        for (size_t j = 0; j < nr; j++) bp[p * nr + j] = j < w ? src[j] : 0.0f;
+        for (size_t r = 0; r < width; r++) dst[p * width + r] = r < n ? src[r] : 0.0f;
     }
   }
 }
@@ -298,12 +280,13 @@ int exmy_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float a
 #pragma omp for schedule(static)
     for (size_t j = 0; j < np; j++) {
       const size_t w = n - j * nr < nr ? n - j * nr : nr;
-      pack_b(b, ldb, trans_b, j * nr, w, nr, k, bpack + j * k * nr);
+      pack_panel(b, ldb, trans_b, j * nr, w, nr, k, bpack + j * k * nr); /* op(B)'s columns */
     }
 #pragma omp for schedule(static)
     for (size_t i = 0; i < mp; i++) {
       const size_t h = m - i * mr < mr ? m - i * mr : mr;
-      if (!in_place || h < mr) pack_a(a, lda, trans_a, i * mr, h, mr, k, apack + i * k * mr);
+      if (!in_place || h < mr) /* op(A)'s rows */
+        pack_panel(a, lda, !trans_a, i * mr, h, mr, k, apack + i * k * mr);
     }
     /* tiles row by row: consecutive tiles of a thread share their A panel */
 #pragma omp for schedule(static)

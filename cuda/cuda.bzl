@@ -53,21 +53,14 @@ def cuda_library(name, srcs, hdrs = [], cu_deps = [], deps = [], **kwargs):
         **kwargs
     )
 
-def cuda_cc_library(**kwargs):
-    if CUDA_FOUND:
-        native.cc_library(**kwargs)
+def _nothing(**_kwargs):
+    """A GPU target where no toolkit was found: defines nothing."""
+    pass
 
-def cuda_cc_binary(**kwargs):
-    if CUDA_FOUND:
-        native.cc_binary(**kwargs)
-
-def cuda_cc_test(**kwargs):
-    if CUDA_FOUND:
-        native.cc_test(**kwargs)
-
-def cuda_sh_test(**kwargs):
-    if CUDA_FOUND:
-        native.sh_test(**kwargs)
+cuda_cc_library = native.cc_library if CUDA_FOUND else _nothing
+cuda_cc_binary = native.cc_binary if CUDA_FOUND else _nothing
+cuda_cc_test = native.cc_test if CUDA_FOUND else _nothing
+cuda_sh_test = native.sh_test if CUDA_FOUND else _nothing
 
 # Where cuda/cublas_loader.c looks for cuBLAS after the loader's own search,
 # and which soname it asks for (libcublas.so.<major>).

@@ -12,4 +12,15 @@
 #define EXMY_HD_CONSTEXPR static inline
 #endif
 
+/* EXMY_HD_BINARY(T, name, device, host): the helper T name(T a, T b) that
+ * returns the expression `device` in nvcc's device code and `host` elsewhere
+ * (an intrinsic on the GPU, C's operator on the CPU: see lib/scale_core.h). */
+#ifdef __CUDA_ARCH__
+#define EXMY_HD_BINARY(T, name, device, host) \
+  EXMY_HD T name(T a, T b) { return device; }
+#else
+#define EXMY_HD_BINARY(T, name, device, host) \
+  EXMY_HD T name(T a, T b) { return host; }
+#endif
+
 #endif /* EXMY_HOSTDEVICE_H */

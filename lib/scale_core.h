@@ -18,40 +18,14 @@
 #include "lib/hostdevice.h"
 #include "lib/round_core.h"
 
-/* a / b rounded to nearest even, as C's float division on the host. */
-EXMY_HD float exmy_fdiv_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-
-/* a + b, a - b, a * b, sqrt(a), each rounded once to nearest even: on the
- * device the intrinsics that nvcc never contracts into a fused multiply-add,
- * on the host C's operators (ISO C mode contracts nothing; x86-64-v2 has no
- * FMA). */
-EXMY_HD float exmy_fadd_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-EXMY_HD float exmy_fsub_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-EXMY_HD float exmy_fmul_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
+/* a / b, a + b, a - b, a * b, sqrt(a), each rounded once to nearest even: on
+ * the device the intrinsics that nvcc never contracts into a fused
+ * multiply-add nor approximates, on the host C's operators (ISO C mode
+ * contracts nothing; x86-64-v2 has no FMA). */
+EXMY_HD_BINARY(float, exmy_fdiv_rn, __fdiv_rn(a, b), a / b)
+EXMY_HD_BINARY(float, exmy_fadd_rn, __fadd_rn(a, b), a + b)
+EXMY_HD_BINARY(float, exmy_fsub_rn, __fsub_rn(a, b), a - b)
+EXMY_HD_BINARY(float, exmy_fmul_rn, __fmul_rn(a, b), a * b)
 EXMY_HD float exmy_fsqrt_rn(float a) {
 #ifdef __CUDA_ARCH__
   return __fsqrt_rn(a);

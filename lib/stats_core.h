@@ -25,38 +25,13 @@ typedef struct {
   double sxx, syy, sxy, see;
 } exmy_stats_sums;
 
-EXMY_HD double exmy_dadd_rn(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-
-EXMY_HD double exmy_dmul_rn(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
+/* a + b, a * b rounded once to nearest even, never fused (see exmy_fadd_rn). */
+EXMY_HD_BINARY(double, exmy_dadd_rn, __dadd_rn(a, b), a + b)
+EXMY_HD_BINARY(double, exmy_dmul_rn, __dmul_rn(a, b), a * b)
 
 /* The larger / smaller of two non-NaN doubles (one instruction on the GPU). */
-EXMY_HD double exmy_dmax(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return fmax(a, b);
-#else
-  return b > a ? b : a;
-#endif
-}
-
-EXMY_HD double exmy_dmin(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return fmin(a, b);
-#else
-  return b < a ? b : a;
-#endif
-}
+EXMY_HD_BINARY(double, exmy_dmax, fmax(a, b), b > a ? b : a)
+EXMY_HD_BINARY(double, exmy_dmin, fmin(a, b), b < a ? b : a)
 
 EXMY_HD void exmy_stats_sums_init(exmy_stats_sums *a) {
   a->n = a->under = a->sub = a->over = a->finite_pairs = 0;

@@ -4,6 +4,9 @@ load("//cuda:cuda.bzl", "cuda_cc_test")
 
 COPTS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-fopenmp"]
 
+# The C tools of the tests (shims, file editors, sanitizer builds of binaries).
+TOOL_COPTS = COPTS + ["-D_GNU_SOURCE"]
+
 # Check and subunit as static archives: cuda/bundle.sh carries the GPU tests
 # to machines where neither is installed.
 STATIC_CHECK = ["-l:libcheck.a", "-l:libsubunit.a", "-lm", "-lrt", "-lpthread"]

@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "lib/one_line.h"
+
 /* The temporary output file not yet renamed into place, if any.  A process
  * writes at most one output, so one slot suffices; it is a fixed array so that
  * the signal handler may unlink it (unlink is async-signal-safe). */
@@ -43,15 +45,10 @@ static void track_stream(FILE *f, int on) {
 
 void cli_fail(const char *fmt, ...) {
   fflush(stdout);
-  /* one line, whatever the arguments quoted in it hold */
-  char msg[1024];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  exmy_vprint_line("exmy", fmt, ap);
   va_end(ap);
-  for (char *p = msg; *p; p++)
-    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
-  fprintf(stderr, "exmy: %s\n", msg);
   for (size_t i = 0; i < sizeof open_streams / sizeof *open_streams; i++)
     if (open_streams[i]) {
       fclose(open_streams[i]);

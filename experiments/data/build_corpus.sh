@@ -9,9 +9,7 @@
 # Takes about 2 minutes of one core (xz decompression of the kernel sources).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-inputs="$root/data/corpus/inputs"
-text="$root/data/corpus/text"
+. "$here/corpus_paths.sh"
 
 if [ -f "$text/train.txt" ] && (cd "$text" && sha256sum --quiet -c "$here/corpus.sha256" >/dev/null 2>&1); then
   echo "build_corpus: $text already built (checksums of corpus.sha256)"

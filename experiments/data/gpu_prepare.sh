@@ -15,11 +15,8 @@
 #   --set data=data/corpus/shards/train --set val_data=data/corpus/shards/val
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-parts="$root/data/corpus/parts"
-inputs="$root/data/corpus/inputs"
+. "$here/corpus_paths.sh"
 stash="$inputs/.parts"
-shards="$root/data/corpus/shards"
 model="$here/tokenizer/tokenizer.model"
 
 if [ -f "$shards/SHA256SUMS" ]; then
@@ -77,7 +74,7 @@ bash "$here/build_corpus.sh"
 rm -rf "$shards.tmp"
 mkdir -p "$shards.tmp"
 for split in train val; do
-  python3 "$here/corpus.py" encode "$model" "$root/data/corpus/text/$split.txt" \
+  python3 "$here/corpus.py" encode "$model" "$text/$split.txt" \
     "$shards.tmp/$split" "$split" | tee -a "$shards.tmp/encode.log"
 done
 (cd "$shards.tmp" && sha256sum train/*.bin val/*.bin >SHA256SUMS)

@@ -9,8 +9,7 @@
 #   experiments/data/make_fixture.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-text="$root/data/corpus/text"
+. "$here/corpus_paths.sh"
 fixture="$here/fixture"
 encoder="${SPM_ENCODE_DOCS:-$root/bazel-bin/experiments/data/spm_encode_docs}"
 [ -x "$encoder" ] || { echo "make_fixture: $encoder missing (bazel build //experiments/data:spm_encode_docs)" >&2; exit 2; }

@@ -8,9 +8,7 @@
 # gpu_prepare.sh puts them back together there.  Idempotent.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-inputs="$root/data/corpus/inputs"
-parts="$root/data/corpus/parts"
+. "$here/corpus_paths.sh"
 part_mib="${PART_MIB:-42}"
 if ! [[ "$part_mib" =~ ^[1-9][0-9]*$ ]] || [ "$part_mib" -gt 60 ]; then
   echo "pack_for_gpu: PART_MIB must be an integer in 1..60, got '$part_mib'" >&2

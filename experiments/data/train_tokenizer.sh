@@ -10,8 +10,8 @@
 #   experiments/data/train_tokenizer.sh [--install]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-train="$root/data/corpus/text/train.txt"
+. "$here/corpus_paths.sh"
+train="$text/train.txt"
 committed="$here/tokenizer/tokenizer.model"
 install=0
 case "${1:-}" in
@@ -22,7 +22,7 @@ esac
 command -v spm_train >/dev/null || { echo "train_tokenizer: spm_train missing (Debian: sentencepiece)" >&2; exit 2; }
 [ -f "$train" ] || { echo "train_tokenizer: $train missing (experiments/data/build_corpus.sh)" >&2; exit 2; }
 
-work="$root/data/corpus/tokenizer"
+work="$corpus/tokenizer"
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work"

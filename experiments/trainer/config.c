@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "lib/one_line.h"
+
 typedef enum { K_STR, K_INT, K_REAL, K_CHOICE } key_type;
 
 typedef struct {
@@ -185,8 +187,7 @@ static int check_value(const config_key *k, const char *v, char *err, size_t err
 
 /* Messages quote what they were given: one line whatever it holds. */
 static int one_line(char *err) {
-  for (char *p = err; *p; p++)
-    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+  exmy_one_line(err);
   return -1;
 }
 

@@ -164,26 +164,11 @@ void rope_backward(real *dx, const real *cos_t, const real *sin_t, int B, int T,
 
 /* ----------------------------------------------------------- attention */
 
-/* Per (batch, head): S = scale Q_h K_g^T (g = the head's key/value group),
- * causal softmax, O_h = P V_g.  Whole tensors are quantized once (per-tensor
- * scaling sees the tensor), the products run per head. */
-void attention_forward(real *out, real *att, const real *q, const real *k, const real *v, int B,
-                       int T, int NH, int NKV, int hs, tq_site *qk, tq_site *pv) {
-  const int C = NH * hs, KVC = NKV * hs, group = NH / NKV, N = B * T;
-  const real scale = (real)(1.0 / sqrt((double)hs));
-  const exmy_operand_quant *qq, *qkk, *qp, *qv;
-  int ldq = C, ldk = KVC, ldp = T, ldv = KVC;
-  const real *Q = operand(qk, USE_FWD_X, SLOT_X, FILL, q, &ldq, N, C, &qq);
-  const real *K = operand(qk, USE_FWD_W, SLOT_W, FILL, k, &ldk, N, KVC, &qkk);
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++) {
-      int g = h / group;
-      gemm(0, 1, T, T, hs, scale, Q + (size_t)b * T * ldq + h * hs, ldq, qq,
-           K + (size_t)b * T * ldk + g * hs, ldk, qkk, 0, att + ((size_t)b * NH + h) * T * T, T);
-    }
-  /* causal softmax, row by row; entries above the diagonal become 0 */
-#pragma omp parallel for if (B * NH * T > 64)
-  for (long r = 0; r < (long)B * NH * T; r++) {
+/* Row by row (row r of T entries is query r % T): the entries above the
+ * diagonal become 0, the rest their softmax. */
+void causal_softmax_forward(real *att, long rows, int T) {
+#pragma omp parallel for if (rows > 64)
+  for (long r = 0; r < rows; r++) {
     int t = (int)(r % T);
     real *row = att + (size_t)r * T;
     real mx = row[0];
@@ -197,6 +182,43 @@ void attention_forward(real *out, real *att, const real *q, const real *k, const
     for (int j = 0; j <= t; j++) row[j] *= inv;
     for (int j = t + 1; j < T; j++) row[j] = 0;
   }
+}
+
+/* In place, datt = dS = scale P (dP - rowsum(dP P)) from dP and P = att. */
+void causal_softmax_backward(real *datt, const real *att, long rows, int T, real scale) {
+#pragma omp parallel for if (rows > 64)
+  for (long r = 0; r < rows; r++) {
+    int t = (int)(r % T);
+    real *d = datt + (size_t)r * T;
+    const real *p = att + (size_t)r * T;
+    real dot = 0;
+    for (int j = 0; j <= t; j++) dot += d[j] * p[j];
+    for (int j = 0; j <= t; j++) d[j] = scale * p[j] * (d[j] - dot);
+    for (int j = t + 1; j < T; j++) d[j] = 0;
+  }
+}
+
+/* The scale of the attention scores, 1 / sqrt(head size). */
+static real attention_scale(int hs) { return (real)(1.0 / sqrt((double)hs)); }
+
+/* Per (batch, head): S = scale Q_h K_g^T (g = the head's key/value group),
+ * causal softmax, O_h = P V_g.  Whole tensors are quantized once (per-tensor
+ * scaling sees the tensor), the products run per head. */
+void attention_forward(real *out, real *att, const real *q, const real *k, const real *v, int B,
+                       int T, int NH, int NKV, int hs, tq_site *qk, tq_site *pv) {
+  const int C = NH * hs, KVC = NKV * hs, group = NH / NKV, N = B * T;
+  const real scale = attention_scale(hs);
+  const exmy_operand_quant *qq, *qkk, *qp, *qv;
+  int ldq = C, ldk = KVC, ldp = T, ldv = KVC;
+  const real *Q = operand(qk, USE_FWD_X, SLOT_X, FILL, q, &ldq, N, C, &qq);
+  const real *K = operand(qk, USE_FWD_W, SLOT_W, FILL, k, &ldk, N, KVC, &qkk);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++) {
+      int g = h / group;
+      gemm(0, 1, T, T, hs, scale, Q + (size_t)b * T * ldq + h * hs, ldq, qq,
+           K + (size_t)b * T * ldk + g * hs, ldk, qkk, 0, att + ((size_t)b * NH + h) * T * T, T);
+    }
+  causal_softmax_forward(att, (long)B * NH * T, T);
   const real *P = operand(pv, USE_FWD_X, SLOT_X, FILL, att, &ldp, B * NH * T, T, &qp);
   const real *V = operand(pv, USE_FWD_W, SLOT_W, FILL, v, &ldv, N, KVC, &qv);
   for (int b = 0; b < B; b++)
@@ -212,7 +234,6 @@ void attention_backward(real *dq, real *dk, real *dv, real *datt, const real *do
                         const real *att, const real *q, const real *k, const real *v, int B,
                         int T, int NH, int NKV, int hs, tq_site *qk, tq_site *pv) {
   const int C = NH * hs, KVC = NKV * hs, group = NH / NKV, N = B * T;
-  const real scale = (real)(1.0 / sqrt((double)hs));
   const exmy_operand_quant *q_do, *q_v, *q_do2, *q_p;
   int ld_do = C, ld_v = KVC, ld_do2 = C, ld_p = T;
   const real *dO = operand(pv, USE_DX_DY, SLOT_DY, FILL, dout, &ld_do, N, C, &q_do);
@@ -230,17 +251,7 @@ void attention_backward(real *dq, real *dk, real *dv, real *datt, const real *do
       gemm(1, 0, T, hs, T, 1, P + bh * T * ld_p, ld_p, q_p, dO2 + (size_t)b * T * ld_do2 + h * hs,
            ld_do2, q_do2, 1, dv + (size_t)b * T * KVC + g * hs, KVC);
     }
-  /* softmax backward: dS = scale P (dP - rowsum(dP P)) */
-#pragma omp parallel for if (B * NH * T > 64)
-  for (long r = 0; r < (long)B * NH * T; r++) {
-    int t = (int)(r % T);
-    real *d = datt + (size_t)r * T;
-    const real *p = att + (size_t)r * T;
-    real dot = 0;
-    for (int j = 0; j <= t; j++) dot += d[j] * p[j];
-    for (int j = 0; j <= t; j++) d[j] = scale * p[j] * (d[j] - dot);
-    for (int j = t + 1; j < T; j++) d[j] = 0;
-  }
+  causal_softmax_backward(datt, att, (long)B * NH * T, T, attention_scale(hs));
   const exmy_operand_quant *q_ds, *q_k, *q_ds2, *q_q;
   int ld_ds = T, ld_k = KVC, ld_ds2 = T, ld_q = C;
   const real *dS = operand(qk, USE_DX_DY, SLOT_DY, FILL, datt, &ld_ds, B * NH * T, T, &q_ds);

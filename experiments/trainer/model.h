@@ -209,6 +209,10 @@ void rope_tables(real *cos_t, real *sin_t, int T, int hs, double theta);
 /* x (B, T, nh*hs) rotated in place, pairs (2i, 2i+1) of each head */
 void rope_forward(real *x, const real *cos_t, const real *sin_t, int B, int T, int nh, int hs);
 void rope_backward(real *dx, const real *cos_t, const real *sin_t, int B, int T, int nh, int hs);
+/* The causal softmax of attention on `rows` rows of T (row r is query r % T),
+ * in place; backward: datt = scale P (dP - rowsum(dP P)) from dP = datt. */
+void causal_softmax_forward(real *att, long rows, int T);
+void causal_softmax_backward(real *datt, const real *att, long rows, int T, real scale);
 void attention_forward(real *out, real *att, const real *q, const real *k, const real *v,
                        int B, int T, int NH, int NKV, int hs, tq_site *qk, tq_site *pv);
 /* dq = ..., dk += ..., dv += ... (dq overwritten, dk and dv accumulated); datt_scratch: B*NH*T*T */

@@ -38,18 +38,15 @@
 #include "experiments/trainer/optim.h"
 #include "experiments/trainer/qgemm.h"
 #include "experiments/trainer/recipe.h"
+#include "lib/one_line.h"
 
 static void die(int code, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
 static void die(int code, const char *fmt, ...) {
   fflush(stdout);
-  char msg[1024]; /* one line, whatever the paths and values quoted in it hold */
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  exmy_vprint_line("train", fmt, ap);
   va_end(ap);
-  for (char *p = msg; *p; p++)
-    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
-  fprintf(stderr, "train: %s\n", msg);
   exit(code);
 }
 

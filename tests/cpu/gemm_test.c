@@ -14,6 +14,7 @@
 
 #include "cpu/gemm_dispatch.h"
 #include "cpu/exmy_cpu.h"
+#include "tests/check_suite.h"
 
 static uint32_t rng_state = 12345;
 static uint32_t rnd(void) {
@@ -195,18 +196,7 @@ START_TEST(dispatch) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("gemm");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, dispatch);
-  tcase_add_test(tc, ragged_shapes);
-  tcase_add_test(tc, large_shapes);
-  tcase_add_test(tc, special_values);
-  tcase_add_test(tc, bad_leading_dimensions);
-  suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  const TTest *const tests[] = {dispatch, ragged_shapes, large_shapes, special_values,
+                                bad_leading_dimensions, NULL};
+  return run_suite(suite_of("gemm", 120, tests), true);
 }

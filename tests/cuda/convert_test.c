@@ -60,8 +60,8 @@ static size_t compare_one(const exmy_format *f, const exmy_rounding_opts *o,
   CU(exmy_cuda_quantize_f32(f, o, dx, dq, n, 0));
   void *codes = malloc(n * bytes);
   float *q = malloc(n * sizeof(float));
-  to_host(codes, dcodes, n * bytes);
-  to_host(q, dq, n * sizeof(float));
+  to_host_free(codes, dcodes, n * bytes);
+  to_host_free(q, dq, n * sizeof(float));
   size_t bad = 0;
 #pragma omp parallel for reduction(+ : bad) schedule(static)
   for (size_t i = 0; i < n; i++) {
@@ -83,8 +83,6 @@ static size_t compare_one(const exmy_format *f, const exmy_rounding_opts *o,
   }
   free(codes);
   free(q);
-  CU(cudaFree(dcodes));
-  CU(cudaFree(dq));
   return bad;
 }
 
@@ -160,7 +158,7 @@ START_TEST(decode_every_code) {
     void *dcodes = dev_from(codes, n * bytes);
     float *dy = dev_alloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
     CU(exmy_cuda_decode_f32(&f, dcodes, dy, n, 0));
-    to_host(y, dy, n * sizeof(float));
+    to_host_free(y, dy, n * sizeof(float));
     for (size_t i = 0; i < n; i++) {
       float want = exmy_ref_decode(&f, (uint32_t)i);
       if (f32_bits(y[i]) != f32_bits(want)) {
@@ -172,7 +170,6 @@ START_TEST(decode_every_code) {
     free(codes);
     free(y);
     CU(cudaFree(dcodes));
-    CU(cudaFree(dy));
   }
   ck_assert_msg(bad == 0, "%zu decode differences", bad);
 }

@@ -84,33 +84,11 @@ static const struct Run { int mode, R, sat; } kRuns[] = {
     {EXMY_SR, 32, 0},  {EXMY_SR, 7, 0},   {EXMY_SR, 1, 0},   {EXMY_SR, 32, 1}};
 constexpr int kNumRuns = sizeof kRuns / sizeof kRuns[0];
 
-static unsigned long long check_runtime(const char *name) {
-  exmy_format f;
-  ck_assert_int_eq(exmy_format_parse(name, &f), 0);
-  ck_assert(fast_path_ok(f));
-  Miss *d, h;
-  unsigned long long total = 0;
-  ck_assert_int_eq(cudaMalloc(&d, sizeof *d), cudaSuccess);
-  for (int r = 0; r <= kNumRuns; r++) {
-    ck_assert_int_eq(cudaMemset(d, 0, sizeof *d), cudaSuccess);
-    if (r == kNumRuns) k_decode_all<SPEC_GENERIC><<<256, 256>>>(f, d);
-    else sweep<SPEC_GENERIC>(kRuns[r].mode, f, kRuns[r].R, kRuns[r].sat, d);
-    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
-    ck_assert_int_eq(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
-    printf("fast path %-14s %-6s R=%-2d sat=%d: %llu differences from the core (run-time format)",
-           name, r == kNumRuns ? "decode" : exmy_rounding_name((exmy_rounding)kRuns[r].mode),
-           r == kNumRuns ? 0 : kRuns[r].R, r == kNumRuns ? 0 : kRuns[r].sat, h.count);
-    if (h.count) printf(" (first: 0x%08x fast 0x%x core 0x%x)", h.x, h.fast, h.core);
-    printf("\n");
-    total += h.count;
-  }
-  cudaFree(d);
-  return total;
-}
-
+/* Every run of kRuns, then decode, with the kernels of table row ID
+ * (SPEC_GENERIC: f known at run time only); prints a line per run, what
+ * (" (run-time format)" or "") after its count; returns the differences. */
 template <int ID>
-static unsigned long long check_format(const char *name) {
-  const exmy_format f = spec_format<ID>(); /* the kernels fold it; passed for their signature */
+static unsigned long long check_runs(const char *name, const exmy_format &f, const char *what) {
   Miss *d, h;
   unsigned long long total = 0;
   ck_assert_int_eq(cudaMalloc(&d, sizeof *d), cudaSuccess);
@@ -120,15 +98,28 @@ static unsigned long long check_format(const char *name) {
     else sweep<ID>(kRuns[r].mode, f, kRuns[r].R, kRuns[r].sat, d);
     ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
     ck_assert_int_eq(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
-    printf("fast path %-14s %-6s R=%-2d sat=%d: %llu differences from the core", name,
+    printf("fast path %-14s %-6s R=%-2d sat=%d: %llu differences from the core%s", name,
            r == kNumRuns ? "decode" : exmy_rounding_name((exmy_rounding)kRuns[r].mode),
-           r == kNumRuns ? 0 : kRuns[r].R, r == kNumRuns ? 0 : kRuns[r].sat, h.count);
+           r == kNumRuns ? 0 : kRuns[r].R, r == kNumRuns ? 0 : kRuns[r].sat, h.count, what);
     if (h.count) printf(" (first: 0x%08x fast 0x%x core 0x%x)", h.x, h.fast, h.core);
     printf("\n");
     total += h.count;
   }
   cudaFree(d);
   return total;
+}
+
+static unsigned long long check_runtime(const char *name) {
+  exmy_format f;
+  ck_assert_int_eq(exmy_format_parse(name, &f), 0);
+  ck_assert(fast_path_ok(f));
+  return check_runs<SPEC_GENERIC>(name, f, " (run-time format)");
+}
+
+template <int ID>
+static unsigned long long check_format(const char *name) {
+  /* the kernels fold the format; passed for their signature */
+  return check_runs<ID>(name, spec_format<ID>(), "");
 }
 
 /* check_format for the rows of the format table that have fast paths. */

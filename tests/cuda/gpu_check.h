@@ -33,6 +33,12 @@ static inline void to_host(void *host, const void *dev, size_t bytes) {
   CU(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
 }
 
+/* to_host, then frees the device buffer: a result read back once. */
+static inline void to_host_free(void *host, void *dev, size_t bytes) {
+  to_host(host, dev, bytes);
+  CU(cudaFree(dev));
+}
+
 static inline uint32_t splitmix32(uint64_t *s) {
   uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

@@ -29,6 +29,7 @@
 #include "experiments/trainer/config.h"
 #include "experiments/trainer/crc32c.h"
 #include "experiments/trainer/recipe.h"
+#include "tests/fuzz/fuzz_file.h"
 
 static const char recipe_text[] =
     "format_w = e4m3\nformat_a = e4m3\nformat_g = e5m2\nscaling = delayed\n"
@@ -100,28 +101,15 @@ static void reseal(uint8_t *p, size_t size) {
   memcpy(p, &h, sizeof h);
 }
 
-static void one_line(const char *err) {
-  if (!err[0] || strchr(err, '\n')) {
-    fprintf(stderr, "refused without a one-line message: '%s'\n", err);
-    abort();
-  }
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  static int fd = -1;
-  static char path[64];
-  if (fd < 0) {
-    setup();
-    fd = memfd_create("ckpt", 0);
-    if (fd < 0) abort();
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-  }
+  static int ready;
+  if (!ready) setup(), ready = 1;
   if (size < 1) return 0;
   uint8_t *file = malloc(size);
   if (!file) abort();
   memcpy(file, data + 1, size - 1);
   if (data[0] & 1) reseal(file, size - 1);
-  if (ftruncate(fd, 0) || pwrite(fd, file, size - 1, 0) != (ssize_t)(size - 1)) abort();
+  const char *path = as_file("ckpt", file, size - 1);
   free(file);
 
   char err[512] = "";

@@ -16,6 +16,7 @@
 
 #include "experiments/trainer/config.h"
 #include "experiments/trainer/recipe.h"
+#include "tests/fuzz/fuzz_file.h"
 
 static char *written(const config *c) {
   char *buf = NULL;
@@ -27,22 +28,8 @@ static char *written(const config *c) {
   return buf;
 }
 
-static void one_line(const char *err) {
-  if (!err[0] || strchr(err, '\n')) {
-    fprintf(stderr, "refused without a one-line message: '%s'\n", err);
-    abort();
-  }
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  static int fd = -1;
-  static char path[64];
-  if (fd < 0) {
-    fd = memfd_create("config", 0);
-    if (fd < 0) abort();
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-  }
-  if (ftruncate(fd, 0) || pwrite(fd, data, size, 0) != (ssize_t)size) abort();
+  const char *path = as_file("config", data, size);
 
   config c;
   config_defaults(&c);

@@ -304,6 +304,15 @@ def _cuda_run(a, name, *args):
     _cuda.check(code, name)
 
 
+def _run(a, name, *args):
+    """Calls exmy_<name> on the host, or exmy_cuda_<name> (_cuda_run) where a
+    is on a CUDA device."""
+    if a.on_cuda:
+        _cuda_run(a, "exmy_cuda_" + name, *args)
+    else:
+        getattr(lib, "exmy_" + name)(*args)
+
+
 def _bytes_on(a, nbytes):
     """Device scratch (uint8) on a's device, from torch's caching allocator."""
     import torch
@@ -334,11 +343,7 @@ def quantize(x, fmt, rounding="rne", saturate=False, flush_subnormals=False, see
     a = _wrap(x, "x", "float32")
     y = _output(out, a, "float32", alias_ok=True)
     if a.n:
-        if a.on_cuda:
-            _cuda_run(a, "exmy_cuda_quantize_f32", ctypes.byref(f._c), ctypes.byref(o), a.ptr,
-                      y.ptr, a.n)
-        else:
-            lib.exmy_quantize_f32(ctypes.byref(f._c), ctypes.byref(o), a.ptr, y.ptr, a.n)
+        _run(a, "quantize_f32", ctypes.byref(f._c), ctypes.byref(o), a.ptr, y.ptr, a.n)
     return y.obj
 
 
@@ -353,11 +358,7 @@ def encode(x, fmt, rounding="rne", saturate=False, flush_subnormals=False, seed=
     a = _wrap(x, "x", "float32")
     c = _output(out, a, f.code_bytes)
     if a.n:
-        if a.on_cuda:
-            _cuda_run(a, "exmy_cuda_encode_f32", ctypes.byref(f._c), ctypes.byref(o), a.ptr,
-                      c.ptr, a.n)
-        else:
-            lib.exmy_encode_f32(ctypes.byref(f._c), ctypes.byref(o), a.ptr, c.ptr, a.n)
+        _run(a, "encode_f32", ctypes.byref(f._c), ctypes.byref(o), a.ptr, c.ptr, a.n)
     return c.obj
 
 
@@ -369,10 +370,7 @@ def decode(codes, fmt, out=None):
     a = _wrap(codes, "codes", f.code_bytes)
     y = _output(out, a, "float32")
     if a.n:
-        if a.on_cuda:
-            _cuda_run(a, "exmy_cuda_decode_f32", ctypes.byref(f._c), a.ptr, y.ptr, a.n)
-        else:
-            lib.exmy_decode_f32(ctypes.byref(f._c), a.ptr, y.ptr, a.n)
+        _run(a, "decode_f32", ctypes.byref(f._c), a.ptr, y.ptr, a.n)
     return y.obj
 
 

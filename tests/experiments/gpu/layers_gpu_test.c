@@ -306,36 +306,6 @@ END_TEST
 
 /* ------------------------------------------------------ causal softmax */
 
-/* The loops of attention_forward / attention_backward in model.c. */
-static void cpu_causal_softmax_forward(float *att, long rows, int T) {
-  for (long r = 0; r < rows; r++) {
-    int t = (int)(r % T);
-    float *row = att + (size_t)r * T;
-    float mx = row[0];
-    for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
-    float sum = 0;
-    for (int j = 0; j <= t; j++) {
-      row[j] = (float)exp((double)(row[j] - mx));
-      sum += row[j];
-    }
-    float inv = 1 / sum;
-    for (int j = 0; j <= t; j++) row[j] *= inv;
-    for (int j = t + 1; j < T; j++) row[j] = 0;
-  }
-}
-static void cpu_causal_softmax_backward(float *datt, const float *att, long rows, int T,
-                                        float scale) {
-  for (long r = 0; r < rows; r++) {
-    int t = (int)(r % T);
-    float *d = datt + (size_t)r * T;
-    const float *p = att + (size_t)r * T;
-    float dot = 0;
-    for (int j = 0; j <= t; j++) dot += d[j] * p[j];
-    for (int j = 0; j <= t; j++) d[j] = scale * p[j] * (d[j] - dot);
-    for (int j = t + 1; j < T; j++) d[j] = 0;
-  }
-}
-
 START_TEST(causal_softmax) {
   for (int si = 0; si < NSHAPES; si++) {
     const shape *sh = &shapes[si];
@@ -345,7 +315,7 @@ START_TEST(causal_softmax) {
     const float scale = (float)(1.0 / sqrt((double)hs));
     float *att0 = rand_floats(n, -6, 6, 60 + si), *att = copy_floats(att0, n);
     float *g = malloc(n * sizeof(float)), *g2 = malloc(n * sizeof(float));
-    cpu_causal_softmax_forward(att, rows, T);
+    causal_softmax_forward(att, rows, T); /* model.c */
     float *d_att = dev_from(att0, n * sizeof(float));
     gpu_causal_softmax_forward(d_att, rows, T, 0);
     check_launch("causal_softmax_forward", "P", sh->name, g, d_att, att, n);
@@ -357,7 +327,7 @@ START_TEST(causal_softmax) {
 
     /* backward from the CPU's P */
     float *dp0 = rand_floats(n, -1, 1, 70 + si), *dp = copy_floats(dp0, n);
-    cpu_causal_softmax_backward(dp, att, rows, T, scale);
+    causal_softmax_backward(dp, att, rows, T, scale);
     to_dev(d_att, att, n * sizeof(float));
     float *d_datt = dev_from(dp0, n * sizeof(float));
     gpu_causal_softmax_backward(d_datt, d_att, rows, T, scale, 0);

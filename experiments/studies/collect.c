@@ -74,6 +74,15 @@ static const char *field(json_object *o, const char *key, const char *absent) {
   }
 }
 
+/* A field of sharpness.jsonl: JSON null stands for a value that was not
+ * finite (sharpness prints NaN and infinities as null), which the CSV writes
+ * as nan, as it always has. */
+static const char *sharp_field(json_object *o, const char *key) {
+  json_object *v;
+  if (o && json_object_object_get_ex(o, key, &v) && !v) return "nan";
+  return field(o, key, "null");
+}
+
 /* A number field; "" when the field is not a number. */
 static const char *num(json_object *o, const char *key) {
   json_object *v;
@@ -219,9 +228,9 @@ void sharpness_rows(FILE *out, const char *name, const char *jsonl) {
     }
     char row[2048];
     snprintf(row, sizeof row, "%s,%s,%s,%s,%s,%s,%s,%s\n", field(o, "step", ""),
-             field(o, "rho", "null"), field(o, "directions", "null"), field(o, "loss", "null"),
-             field(o, "loss_perturbed", "null"), field(o, "kl_mean", "null"),
-             field(o, "kl_max", "null"), field(o, "sharpness", "null"));
+             sharp_field(o, "rho"), sharp_field(o, "directions"), sharp_field(o, "loss"),
+             sharp_field(o, "loss_perturbed"), sharp_field(o, "kl_mean"),
+             sharp_field(o, "kl_max"), sharp_field(o, "sharpness"));
     push(&rows, &n, &cap, step, n, row);
     json_object_put(o);
   }

@@ -23,6 +23,7 @@
 #include "experiments/trainer/checkpoint.h"
 #include "experiments/trainer/config.h"
 #include "experiments/trainer/data.h"
+#include "experiments/trainer/json_out.h"
 #include "experiments/trainer/model.h"
 #include "experiments/studies/sharpness.h"
 
@@ -148,11 +149,13 @@ int main(int argc, char **argv) {
   sharpness_result r;
   if (logit_sharpness(&m, in, tg, batches, B, T, &o, &r))
     die("out of memory for %s", "the evaluation (fewer --batches?)");
-  printf("{\"step\":%lld,\"rho\":%g,\"directions\":%d,\"tensors\":\"%s\",\"tokens\":%d,"
-         "\"loss\":%.9g,\"loss_perturbed\":%.9g,\"kl_mean\":%.9g,\"kl_max\":%.9g,"
-         "\"sharpness\":%.9g}\n",
-         (long long)h.step, o.rho, o.directions, tensors, r.tokens, r.loss, r.loss_perturbed,
-         r.kl_mean, r.kl_max, r.sharpness);
+  printf("{\"step\":%lld,\"rho\":%g,\"directions\":%d,\"tensors\":\"%s\",\"tokens\":%d,",
+         (long long)h.step, o.rho, o.directions, tensors, r.tokens);
+  const json_field results[] = {{"loss", r.loss},       {"loss_perturbed", r.loss_perturbed},
+                                {"kl_mean", r.kl_mean}, {"kl_max", r.kl_max},
+                                {"sharpness", r.sharpness}};
+  json_nums(stdout, results, sizeof results / sizeof results[0]);
+  printf("}\n");
 
   model_free(&m);
   free(mom1);

@@ -33,6 +33,7 @@
 #include "experiments/trainer/checkpoint.h"
 #include "experiments/trainer/config.h"
 #include "experiments/trainer/data.h"
+#include "experiments/trainer/json_out.h"
 #include "experiments/gpu/model_gpu.h"
 #include "experiments/trainer/model.h"
 #include "experiments/trainer/optim.h"
@@ -80,23 +81,6 @@ static volatile sig_atomic_t interrupted = 0;
 static void on_sigint(int sig) {
   (void)sig;
   interrupted = 1;
-}
-
-static void json_num(FILE *f, const char *key, double v) {
-  if (isfinite(v)) fprintf(f, "\"%s\":%.9g", key, v);
-  else fprintf(f, "\"%s\":null", key);
-}
-
-/* "key":value pairs separated by commas (json_num each). */
-typedef struct {
-  const char *key;
-  double value;
-} json_field;
-static void json_nums(FILE *f, const json_field *fields, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    if (i) fputc(',', f);
-    json_num(f, fields[i].key, fields[i].value);
-  }
 }
 
 /* One JSONL line with the statistics of every quantized operand use. */

@@ -199,6 +199,14 @@ START_TEST(sharpness_rows_by_step) {
   sharpness_rows(f, "p", jsonl);
   fclose(f);
   ck_assert_str_eq(buf, "p,2,0.05,2,5.5,5.6,0.002,0.02,1.6\np,10,0.05,2,5.1,5.2,0.001,0.01,0.8\n");
+  /* a diverged checkpoint: sharpness writes its non-finite values as null */
+  f = mem();
+  sharpness_rows(f, "p",
+                 "{\"step\":4,\"rho\":0.05,\"directions\":2,\"tensors\":\"all\",\"tokens\":64,"
+                 "\"loss\":null,\"loss_perturbed\":null,\"kl_mean\":null,\"kl_max\":null,"
+                 "\"sharpness\":null}\n");
+  fclose(f);
+  ck_assert_str_eq(buf, "p,4,0.05,2,nan,nan,nan,nan,nan\n");
   ck_assert_int_eq(sharpness_line_step("{\"step\":10,\"rho\":0.05}"), 10);
   ck_assert_int_eq(sharpness_line_step("{\"rho\":0.05}"), -1);
 }

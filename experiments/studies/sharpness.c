@@ -74,17 +74,27 @@ void sharpness_direction(const model *m, unsigned tensor_mask, uint64_t seed, in
   }
 }
 
-/* Mean over the tokens of KL(p || q), p and q (N, V) probabilities. */
+/* KL(p || q) of token t, p and q (N, V) probabilities. */
+static double token_kl(const float *p, const float *q, int t, int V) {
+  double kl = 0;
+  for (int v = 0; v < V; v++) {
+    const double pv = p[(size_t)t * V + v], qv = q[(size_t)t * V + v];
+    if (pv > 0) kl += pv * (log(pv) - log(qv > 1e-38 ? qv : 1e-38));
+  }
+  return kl;
+}
+
+/* Mean over the tokens of KL(p || q): the tokens' KLs added in token order,
+ * so that the result is the same bits for any number of threads. */
 static double mean_kl(const float *p, const float *q, int N, int V) {
-  double sum = 0;
-#pragma omp parallel for reduction(+ : sum) schedule(static)
-  for (int t = 0; t < N; t++) {
-    double kl = 0;
-    for (int v = 0; v < V; v++) {
-      const double pv = p[(size_t)t * V + v], qv = q[(size_t)t * V + v];
-      if (pv > 0) kl += pv * (log(pv) - log(qv > 1e-38 ? qv : 1e-38));
-    }
-    sum += kl;
+  double *kl = malloc((size_t)N * sizeof *kl), sum = 0;
+  if (kl) {
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < N; t++) kl[t] = token_kl(p, q, t, V);
+    for (int t = 0; t < N; t++) sum += kl[t];
+    free(kl);
+  } else { /* no memory for the per-token values: the same sum on one thread */
+    for (int t = 0; t < N; t++) sum += token_kl(p, q, t, V);
   }
   return sum / N;
 }

@@ -10,6 +10,7 @@
  *    function unchanged, and the filter-normalised sharpness must not change. */
 #include <check.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,9 +140,25 @@ START_TEST(test_invariant_to_invisible_rescaling) {
 }
 END_TEST
 
+START_TEST(test_independent_of_threads) {
+  model m = test_model(8.0f);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  sharpness_result one = measure(&m, 0.05, 1, sharpness_default_mask());
+  for (int t = 2; t <= 3; t++) {
+    omp_set_num_threads(t);
+    sharpness_result r = measure(&m, 0.05, 1, sharpness_default_mask());
+    ck_assert_msg(memcmp(&one, &r, sizeof r) == 0,
+                  "%d threads: kl_mean %.17g, one thread %.17g", t, r.kl_mean, one.kl_mean);
+  }
+  omp_set_num_threads(threads);
+  model_free(&m);
+}
+END_TEST
+
 int main(void) {
   const TTest *const tests[] = {test_deterministic_and_restoring, test_lm_head_second_order,
                                 test_scaled_lm_head_is_sharper,
-                                test_invariant_to_invisible_rescaling, NULL};
+                                test_invariant_to_invisible_rescaling, test_independent_of_threads, NULL};
   return run_suite(suite_of("sharpness", 60, tests), false);
 }

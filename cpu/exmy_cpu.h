@@ -119,6 +119,22 @@ int exmy_qgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                const exmy_operand_quant *qb, float beta, float *c, size_t ldc,
                const exmy_operand_quant *qc);
 
+struct exmy_accum_model; /* lib/accum_core.h */
+
+/* exmy_qgemm with every dot product of op(A)·op(B) accumulated as `model`
+ * says (lib/accum_core.h: a tensor core's limited-precision accumulation;
+ * group = EXMY_ACCUM_FP32 is exmy_qgemm's float32 accumulation, same bits,
+ * slower), after the operands are quantized exactly as exmy_qgemm does;
+ * then C[i][j] = alpha·dot (+ beta·C[i][j]) as exmy_sgemm, then qc.  A scalar
+ * loop per element of C, OpenMP over rows, not vectorised: for experiments,
+ * not for speed.  Returns 0, or -1 on an invalid model (or NULL), a leading
+ * dimension too small, k > INT_MAX or no memory. */
+int exmy_qgemm_accum(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+                     float alpha, const float *a, size_t lda,
+                     const exmy_operand_quant *qa, const float *b, size_t ldb,
+                     const exmy_operand_quant *qb, float beta, float *c, size_t ldc,
+                     const exmy_operand_quant *qc, const struct exmy_accum_model *model);
+
 /* Replaces the float32 GEMM inside exmy_qgemm (NULL: exmy_sgemm again), for
  * the whole process; not while a GEMM runs.  For comparisons (an optimised
  * BLAS's speed) and tests (a spy on the operands the GEMM receives). */

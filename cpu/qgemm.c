@@ -1,10 +1,13 @@
 /* Quantized GEMM: C = alpha · dequant(Q(op(A))) · dequant(Q(op(B))) + beta · C
  * through the float32 exmy_sgemm (cpu/gemm.c), then C optionally quantized —
- * an FP8 tensor-core GEMM with FP32 accumulation, emulated. */
+ * an FP8 tensor-core GEMM with FP32 accumulation, emulated; and the same with
+ * every dot product under an accumulation model (lib/accum_core.h). */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu/exmy_cpu.h"
+#include "lib/accum_core.h"
 
 static exmy_sgemm_fn sgemm = exmy_sgemm;
 
@@ -28,48 +31,96 @@ static int quantize_operand(const exmy_operand_quant *q, float *t, size_t rows,
                                   q->delayed, t, t, rows, cols, q->stats);
 }
 
+/* op(A) and op(B) as the GEMM reads them: the caller's, or a quantized copy
+ * with K contiguous (then *at / *bt, to be freed). */
+typedef struct {
+  const float *a, *b;
+  size_t lda, ldb;
+  bool ta, tb;
+  float *at, *bt;
+} operands;
+
+static int prepare_operands(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+                            const float *a, size_t lda, const exmy_operand_quant *qa,
+                            const float *b, size_t ldb, const exmy_operand_quant *qb,
+                            operands *o) {
+  *o = (operands){a, b, lda, ldb, trans_a, trans_b, NULL, NULL};
+  if (active(qa)) {
+    /* op(A) as m x k, K contiguous */
+    if (!(o->at = malloc(m * k * sizeof *o->at + 1))) return -1;
+    gather(a, lda, trans_a, m, k, o->at);
+    if (quantize_operand(qa, o->at, m, k)) return -1;
+    o->a = o->at, o->lda = k, o->ta = false;
+  }
+  if (active(qb)) {
+    /* op(B)^T as n x k, K contiguous; the GEMM then reads it transposed */
+    if (!(o->bt = malloc(n * k * sizeof *o->bt + 1))) return -1;
+    gather(b, ldb, !trans_b, n, k, o->bt);
+    if (quantize_operand(qb, o->bt, n, k)) return -1;
+    o->b = o->bt, o->ldb = k, o->tb = true;
+  }
+  return 0;
+}
+
+/* C (m x n, leading dimension ldc) quantized per qc, if enabled. */
+static int quantize_result(const exmy_operand_quant *qc, float *c, size_t m, size_t n,
+                           size_t ldc) {
+  if (!active(qc) || !m || !n) return 0;
+  if (ldc == n) return quantize_operand(qc, c, m, n);
+  float *ct = malloc(m * n * sizeof *ct);
+  if (!ct) return -1;
+  gather(c, ldc, false, m, n, ct);
+  int r = quantize_operand(qc, ct, m, n);
+  for (size_t i = 0; i < m; i++) memcpy(c + i * ldc, ct + i * n, n * sizeof *ct);
+  free(ct);
+  return r;
+}
+
 int exmy_qgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                float alpha, const float *a, size_t lda,
                const exmy_operand_quant *qa, const float *b, size_t ldb,
                const exmy_operand_quant *qb, float beta, float *c, size_t ldc,
                const exmy_operand_quant *qc) {
   if (ldc < n) return -1;
-  float *at = NULL, *bt = NULL;
-  const float *ause = a, *buse = b;
-  size_t lda_use = lda, ldb_use = ldb;
-  bool ta = trans_a, tb = trans_b;
+  operands o;
   int rc = -1;
-  if (active(qa)) {
-    /* op(A) as m x k, K contiguous */
-    if (!(at = malloc(m * k * sizeof *at + 1))) goto out;
-    gather(a, lda, trans_a, m, k, at);
-    if (quantize_operand(qa, at, m, k)) goto out;
-    ause = at, lda_use = k, ta = false;
-  }
-  if (active(qb)) {
-    /* op(B)^T as n x k, K contiguous; sgemm then reads it transposed */
-    if (!(bt = malloc(n * k * sizeof *bt + 1))) goto out;
-    gather(b, ldb, !trans_b, n, k, bt);
-    if (quantize_operand(qb, bt, n, k)) goto out;
-    buse = bt, ldb_use = k, tb = true;
-  }
-  if (sgemm(ta, tb, m, n, k, alpha, ause, lda_use, buse, ldb_use, beta, c, ldc)) goto out;
-  if (active(qc) && m && n) {
-    if (ldc == n) {
-      if (quantize_operand(qc, c, m, n)) goto out;
-    } else {
-      float *ct = malloc(m * n * sizeof *ct);
-      if (!ct) goto out;
-      gather(c, ldc, false, m, n, ct);
-      int r = quantize_operand(qc, ct, m, n);
-      for (size_t i = 0; i < m; i++) memcpy(c + i * ldc, ct + i * n, n * sizeof *ct);
-      free(ct);
-      if (r) goto out;
-    }
-  }
+  if (prepare_operands(trans_a, trans_b, m, n, k, a, lda, qa, b, ldb, qb, &o)) goto out;
+  if (sgemm(o.ta, o.tb, m, n, k, alpha, o.a, o.lda, o.b, o.ldb, beta, c, ldc)) goto out;
+  if (quantize_result(qc, c, m, n, ldc)) goto out;
   rc = 0;
 out:
-  free(at);
-  free(bt);
+  free(o.at);
+  free(o.bt);
+  return rc;
+}
+
+/* One scalar exmy_accum_dot per element of C, rows of C shared out between
+ * threads; not vectorised.  The epilogue is exmy_sgemm's (cpu/gemm.c). */
+int exmy_qgemm_accum(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+                     float alpha, const float *a, size_t lda,
+                     const exmy_operand_quant *qa, const float *b, size_t ldb,
+                     const exmy_operand_quant *qb, float beta, float *c, size_t ldc,
+                     const exmy_operand_quant *qc, const struct exmy_accum_model *model) {
+  if (!model || exmy_accum_model_check(model) || ldc < n || k > INT_MAX) return -1;
+  if (lda < (trans_a ? m : k) || ldb < (trans_b ? k : n)) return -1;
+  operands o;
+  int rc = -1;
+  if (prepare_operands(trans_a, trans_b, m, n, k, a, lda, qa, b, ldb, qb, &o)) goto out;
+  /* element p of row i of op(A), of column j of op(B) */
+  const long a_step = o.ta ? (long)o.lda : 1, b_step = o.tb ? 1 : (long)o.ldb;
+#pragma omp parallel for schedule(dynamic) if (m * n * k > 65536)
+  for (size_t i = 0; i < m; i++)
+    for (size_t j = 0; j < n; j++) {
+      const float *arow = o.ta ? o.a + i : o.a + i * o.lda;
+      const float *bcol = o.tb ? o.b + j * o.ldb : o.b + j;
+      const float acc = exmy_accum_dot(model, arow, a_step, bcol, b_step, (int)k);
+      const float r = alpha * acc;
+      c[i * ldc + j] = beta != 0.0f ? r + beta * c[i * ldc + j] : r;
+    }
+  if (quantize_result(qc, c, m, n, ldc)) goto out;
+  rc = 0;
+out:
+  free(o.at);
+  free(o.bt);
   return rc;
 }

@@ -1,0 +1,285 @@
+/*
+ * A parametrised model of how a tensor core accumulates a dot product, written
+ * once for the host (cpu/) and the GPU, like lib/round_core.h: every emulator
+ * rounds a GEMM's operands and then accumulates in float32, but FP8 tensor
+ * cores do not.  DeepSeek-V3 (arXiv 2412.19437, 3.3.2) reports that Hopper's
+ * FP8 GEMM keeps about 14 bits while accumulating: the products of a group of
+ * 32 along K are aligned to the group's largest exponent by right shifts,
+ * the bits below the kept ones are dropped, and the group's sum goes into a
+ * running sum of the same limited precision; their fix promotes that partial
+ * sum to a float32 accumulator every N_C = 128 elements ("split accumulator").
+ *
+ * The model, for one dot product sum_{p<K} a[p]·b[p] of float32 values (the
+ * operands as the GEMM rounded them):
+ *
+ *   - Products are exact: a float32 has a 24-bit significand, so a product
+ *     is an integer of at most 48 bits times a power of two (exponents
+ *     -298 .. 255), held exactly here as (uint64, int) for every pair of
+ *     float32 inputs, subnormals included; a fortiori for operands rounded to
+ *     E4M3 / E5M2 (4 / 3 bits), bf16 (8), fp16 (11) or tf32 (11).  A zero
+ *     product (either operand ±0) adds nothing and takes no part in the
+ *     alignment; its sign is lost (an exact zero sum is +0, as the float32
+ *     accumulation from +0 gives).
+ *   - K is cut into groups of `group` consecutive products (the last group
+ *     may be shorter).  The alignment exponent E of a group is the largest
+ *     exponent (floor(log2 |x|)) among its nonzero products, and, when
+ *     align_sum is 1, of the running sum as well.
+ *   - Each product is reduced to a multiple of 2^(E - product_bits + 1), i.e.
+ *     product_bits bits counted from E down, by `round` applied to its
+ *     magnitude (truncation toward zero of a negative product is truncation
+ *     of its magnitude), then the group's reduced products are summed
+ *     exactly.  With align_sum = 1 the running sum is reduced the same way
+ *     and is one more addend of that exact sum, which then replaces it.
+ *     With align_sum = 0 the group's sum is added to the running sum exactly.
+ *   - The new running sum is rounded to sum_bits significant bits by `round`
+ *     (its exponent range is unbounded: nothing over- or underflows inside).
+ *   - Every promote_every products (a multiple of group) and after the last,
+ *     the running sum is added to a float32 accumulator (starting at +0),
+ *     rounded once to nearest even, as a CUDA-core float32 add would do with
+ *     the partial sum; the running sum restarts at 0.  promote_every = 0:
+ *     never; the running sum is rounded to float32 (nearest even) at the end.
+ *     The float32 roundings keep subnormals and overflow to ±Inf (then the
+ *     accumulator stays ±Inf, as Inf + finite is in float32).
+ *   - If any a[p] or b[p] is Inf or NaN, the result is that of the float32
+ *     accumulation below (so NaN and ±Inf propagate as float32 says).
+ *
+ * group = 0 (EXMY_ACCUM_FP32) is the float32 accumulation of exmy_sgemm
+ * (cpu/exmy_cpu.h): acc = fmaf(a[p], b[p], acc) for p = 0 .. K-1 from +0,
+ * which is what exmy_qgemm computes; the other fields are ignored.
+ *
+ * Everything else is integer arithmetic (64-bit significands, a 128-bit
+ * exact sum of two), so host and device agree bit for bit.
+ */
+#ifndef EXMY_ACCUM_CORE_H
+#define EXMY_ACCUM_CORE_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "lib/hostdevice.h"
+#include "lib/round_core.h"
+
+/* How a dot product is accumulated (see the model above). */
+typedef struct exmy_accum_model {
+  /* Products aligned together along K: 1 .. EXMY_ACCUM_MAX_GROUP; 0 is
+   * float32 accumulation (EXMY_ACCUM_FP32) and ignores every other field. */
+  int group;
+  /* Bits kept of each aligned product, counted from the alignment exponent
+   * down (the bit of weight 2^E is the first): 1 .. EXMY_ACCUM_MAX_PRODUCT_BITS. */
+  int product_bits;
+  /* Significant bits kept of the running partial sum:
+   * 1 .. EXMY_ACCUM_MAX_SUM_BITS. */
+  int sum_bits;
+  /* EXMY_ACCUM_TRUNCATE (toward zero) or EXMY_ACCUM_NEAREST_EVEN, for both
+   * the aligned products and the running sum. */
+  int round;
+  /* N_C: the running sum goes into a float32 accumulator every promote_every
+   * products; 0 never.  A multiple of group otherwise. */
+  int promote_every;
+  /* 0: the alignment exponent is the group's products' only; 1: the running
+   * sum is aligned with them (a tensor core whose adder takes the
+   * accumulator as one more addend). */
+  int align_sum;
+} exmy_accum_model;
+
+enum {
+  EXMY_ACCUM_FP32 = 0,
+  EXMY_ACCUM_TRUNCATE = 0,
+  EXMY_ACCUM_NEAREST_EVEN = 1,
+  /* (group + 1) aligned addends of up to 2^product_bits fit in an int64 */
+  EXMY_ACCUM_MAX_GROUP = 256,
+  EXMY_ACCUM_MAX_PRODUCT_BITS = 54,
+  EXMY_ACCUM_MAX_SUM_BITS = 62,
+};
+
+/* 0 if m is a valid model, -1 otherwise. */
+EXMY_HD int exmy_accum_model_check(const exmy_accum_model *m) {
+  if (m->group == EXMY_ACCUM_FP32) return 0;
+  if (m->group < 0 || m->group > EXMY_ACCUM_MAX_GROUP) return -1;
+  if (m->product_bits < 1 || m->product_bits > EXMY_ACCUM_MAX_PRODUCT_BITS) return -1;
+  if (m->sum_bits < 1 || m->sum_bits > EXMY_ACCUM_MAX_SUM_BITS) return -1;
+  if (m->round != EXMY_ACCUM_TRUNCATE && m->round != EXMY_ACCUM_NEAREST_EVEN) return -1;
+  if (m->promote_every < 0 || m->promote_every % m->group) return -1;
+  if (m->align_sum != 0 && m->align_sum != 1) return -1;
+  return 0;
+}
+
+__extension__ typedef unsigned __int128 exmy_u128;
+
+/* (-1)^neg · mag · 2^exp; mag = 0 is zero. */
+typedef struct {
+  int neg;
+  uint64_t mag;
+  int exp;
+} exmy_accum_num;
+
+EXMY_HD int exmy_clz64(uint64_t x) {
+#ifdef __CUDA_ARCH__
+  return __clzll((long long)x);
+#else
+  return x ? __builtin_clzll(x) : 64;
+#endif
+}
+
+/* floor(log2 |x|) for x != 0. */
+EXMY_HD int exmy_accum_lead(exmy_accum_num x) {
+  return x.exp + 63 - exmy_clz64(x.mag);
+}
+
+/* mag / 2^shift (shift >= 0), its magnitude truncated or rounded to nearest
+ * even. */
+EXMY_HD exmy_u128 exmy_accum_shr(exmy_u128 mag, int shift, int round) {
+  if (shift == 0) return mag;
+  if (shift > 128) return 0; /* below half of one unit: 0 in both modes */
+  if (shift == 128) /* mag / 2^128 < 1: 1 only if above one half */
+    return round == EXMY_ACCUM_NEAREST_EVEN && mag > ((exmy_u128)1 << 127);
+  const exmy_u128 kept = mag >> shift;
+  if (round == EXMY_ACCUM_TRUNCATE) return kept;
+  const exmy_u128 rest = mag - (kept << shift), half = (exmy_u128)1 << (shift - 1);
+  return kept + (rest > half || (rest == half && (kept & 1)));
+}
+
+/* (-1)^neg · mag · 2^exp rounded to `bits` significant bits (<= 63), never
+ * to a multiple of less than 2^qmin, by `round`. */
+EXMY_HD exmy_accum_num exmy_accum_round(int neg, exmy_u128 mag, int exp, int bits,
+                                        int qmin, int round) {
+  exmy_accum_num r = {0, 0, 0}; /* an exact zero is +0 */
+  if (!mag) return r;
+  r.neg = neg;
+  const uint64_t hi = (uint64_t)(mag >> 64);
+  const int lead = exp + (hi ? 127 - exmy_clz64(hi) : 63 - exmy_clz64((uint64_t)mag));
+  int q = lead - bits + 1;
+  if (q < qmin) q = qmin;
+  if (q <= exp) { /* exact already: then mag < 2^bits */
+    r.mag = (uint64_t)mag, r.exp = exp;
+    return r;
+  }
+  r.mag = (uint64_t)exmy_accum_shr(mag, q - exp, round);
+  r.exp = q;
+  return r;
+}
+
+/* x + y rounded to `bits` significant bits (<= 62), as exmy_accum_round. */
+EXMY_HD exmy_accum_num exmy_accum_add_round(exmy_accum_num x, exmy_accum_num y, int bits,
+                                            int qmin, int round) {
+  if (!x.mag) return exmy_accum_round(y.neg, y.mag, y.exp, bits, qmin, round);
+  if (!y.mag) return exmy_accum_round(x.neg, x.mag, x.exp, bits, qmin, round);
+  if (exmy_accum_lead(x) < exmy_accum_lead(y)) {
+    const exmy_accum_num t = x;
+    x = y, y = t;
+  }
+  /* y far below x: |y| < 2^(lead(x) - 64).  x is a multiple of 2^(lead(x) -
+   * 63), and the rounding points of a result of >= 2^(lead(x) - 1) to <= 62
+   * bits are multiples of 2^(lead(x) - 63); x + y lies strictly between x and
+   * the next multiple of 2^(lead(x) - 64) on y's side, as x + 2^(lead(x) -
+   * 66) does: both round alike. */
+  const int lx = exmy_accum_lead(x);
+  if (lx - exmy_accum_lead(y) > 64) y.mag = 1, y.exp = lx - 66;
+  const int e = x.exp < y.exp ? x.exp : y.exp; /* shifts <= 128 - 64 */
+  const exmy_u128 mx = (exmy_u128)x.mag << (x.exp - e), my = (exmy_u128)y.mag << (y.exp - e);
+  if (x.neg == y.neg) return exmy_accum_round(x.neg, mx + my, e, bits, qmin, round);
+  return mx >= my ? exmy_accum_round(x.neg, mx - my, e, bits, qmin, round)
+                  : exmy_accum_round(y.neg, my - mx, e, bits, qmin, round);
+}
+
+/* A finite float32 as (neg, mag, exp). */
+EXMY_HD exmy_accum_num exmy_accum_from_f32(float f) {
+  const uint32_t u = exmy_f32_bits(f);
+  const int biased = (int)((u >> 23) & 0xFF);
+  exmy_accum_num r;
+  r.neg = (int)(u >> 31);
+  r.mag = biased ? (u & 0x7FFFFFu) | 0x800000u : (u & 0x7FFFFFu);
+  r.exp = (biased ? biased : 1) - 150;
+  return r;
+}
+
+/* x rounded to float32, nearest even (subnormals kept, overflow to ±Inf);
+ * -0 where a negative value rounds to zero, here or in the rounding that
+ * made x (exmy_accum_round keeps the sign of a value it rounds to 0). */
+EXMY_HD float exmy_accum_to_f32(exmy_accum_num x) {
+  const exmy_accum_num r = exmy_accum_round(x.neg, x.mag, x.exp, 24, -149,
+                                            EXMY_ACCUM_NEAREST_EVEN);
+  /* a zero x is +0, unless a negative value underflowed to it */
+  const uint32_t sign = (uint32_t)(x.mag ? r.neg : x.neg) << 31;
+  if (!r.mag) return exmy_bits_f32(sign);
+  const int lead = exmy_accum_lead(r);
+  if (lead > 127) return exmy_bits_f32(sign | 0x7F800000u);
+  if (lead < -126) /* subnormal: exp is -149 */
+    return exmy_bits_f32(sign | (uint32_t)(r.mag << (r.exp + 149)));
+  const int top = lead - r.exp; /* 24 where rounding carried to 2^24 */
+  const uint64_t m24 = top <= 23 ? r.mag << (23 - top) : r.mag >> (top - 23);
+  return exmy_bits_f32(sign | ((uint32_t)(lead + 127) << 23) | ((uint32_t)m24 & 0x7FFFFFu));
+}
+
+/* The float32 accumulation that group = 0 stands for. */
+EXMY_HD float exmy_accum_dot_fp32(const float *a, long stride_a, const float *b,
+                                  long stride_b, int k) {
+  float acc = 0.0f;
+  for (int p = 0; p < k; p++) acc = fmaf(a[p * stride_a], b[p * stride_b], acc);
+  return acc;
+}
+
+/* sum_{p<k} a[p * stride_a] · b[p * stride_b] under model m (valid per
+ * exmy_accum_model_check), as float32. */
+EXMY_HD float exmy_accum_dot(const exmy_accum_model *m, const float *a, long stride_a,
+                             const float *b, long stride_b, int k) {
+  if (m->group == EXMY_ACCUM_FP32) return exmy_accum_dot_fp32(a, stride_a, b, stride_b, k);
+  for (int p = 0; p < k; p++)
+    if (!isfinite(a[p * stride_a]) || !isfinite(b[p * stride_b]))
+      return exmy_accum_dot_fp32(a, stride_a, b, stride_b, k);
+  const int qmin = -(1 << 20); /* no floor: far below any product */
+  exmy_accum_num sum = {0, 0, 0};
+  float acc = 0.0f;
+  for (int g = 0; g < k; g += m->group) {
+    const int n = k - g < m->group ? k - g : m->group;
+    /* the alignment exponent */
+    int lead = -(1 << 20);
+    if (m->align_sum && sum.mag) lead = exmy_accum_lead(sum);
+    for (int p = g; p < g + n; p++) {
+      const exmy_accum_num x = exmy_accum_from_f32(a[p * stride_a]);
+      const exmy_accum_num y = exmy_accum_from_f32(b[p * stride_b]);
+      if (!x.mag || !y.mag) continue;
+      const int l = x.exp + y.exp + 63 - exmy_clz64(x.mag * y.mag);
+      if (l > lead) lead = l;
+    }
+    if (lead > -(1 << 20)) {
+      const int q = lead - m->product_bits + 1;
+      int64_t group_sum = 0;
+      for (int p = g; p < g + n; p++) {
+        const exmy_accum_num x = exmy_accum_from_f32(a[p * stride_a]);
+        const exmy_accum_num y = exmy_accum_from_f32(b[p * stride_b]);
+        const uint64_t mag = x.mag * y.mag; /* < 2^48 */
+        if (!mag) continue;
+        const int e = x.exp + y.exp;
+        const int64_t v = e >= q ? (int64_t)(mag << (e - q))
+                                 : (int64_t)exmy_accum_shr(mag, q - e, m->round);
+        group_sum += x.neg != y.neg ? -v : v;
+      }
+      if (m->align_sum) {
+        if (sum.mag) {
+          const int64_t v = sum.exp >= q ? (int64_t)(sum.mag << (sum.exp - q))
+                                         : (int64_t)exmy_accum_shr(sum.mag, q - sum.exp, m->round);
+          group_sum += sum.neg ? -v : v;
+        }
+        const int neg = group_sum < 0;
+        sum = exmy_accum_round(neg, (exmy_u128)(neg ? -(uint64_t)group_sum : (uint64_t)group_sum),
+                               q, m->sum_bits, qmin, m->round);
+      } else {
+        const int neg = group_sum < 0;
+        const exmy_accum_num s = {neg, neg ? -(uint64_t)group_sum : (uint64_t)group_sum, q};
+        sum = exmy_accum_add_round(sum, s, m->sum_bits, qmin, m->round);
+      }
+    }
+    if (m->promote_every && ((g + n) % m->promote_every == 0 || g + n == k)) {
+      /* one rounding: to 24 bits, and to a multiple of 2^-149; an
+       * accumulator that overflowed stays ±Inf (the partial sums are finite) */
+      if (isfinite(acc))
+        acc = exmy_accum_to_f32(exmy_accum_add_round(exmy_accum_from_f32(acc), sum, 24, -149,
+                                                   EXMY_ACCUM_NEAREST_EVEN));
+      sum.mag = 0;
+    }
+  }
+  return m->promote_every ? acc : exmy_accum_to_f32(sum);
+}
+
+#endif /* EXMY_ACCUM_CORE_H */

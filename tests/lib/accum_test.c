@@ -1,0 +1,220 @@
+/* lib/accum_core.h's accumulation model against the independent fixed-point
+ * reference in accum_oracle.c, bit for bit, on random and adversarial dot
+ * products under many models; and two properties against the exact sum:
+ * wide enough, the model is the exact sum rounded once per promotion; with
+ * truncation, it never exceeds the exact sum in magnitude for same-sign
+ * products. */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/accum_core.h"
+#include "lib/exmy.h"
+#include "tests/check_suite.h"
+#include "tests/lib/accum_oracle.h"
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t next(void) {
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return (uint32_t)(rng >> 16);
+}
+
+static uint32_t bits_of(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+static int same(float x, float y) { return bits_of(x) == bits_of(y) || (isnan(x) && isnan(y)); }
+
+static float to_format(const char *name, float x) {
+  exmy_format f;
+  exmy_rounding_opts rne = {0};
+  ck_assert_int_eq(exmy_format_parse(name, &f), 0);
+  return exmy_ref_quantize(&f, &rne, x, 0);
+}
+
+enum { KMAX = 600 };
+
+/* operands of kind `kind` into a[0..k), b[0..k) */
+static void fill(int kind, float *a, float *b, int k) {
+  for (int p = 0; p < k; p++) {
+    float x, y;
+    switch (kind) {
+    case 0: /* e4m3 in about [-4, 4] */
+      x = to_format("e4m3", ((int)(next() % 2001) - 1000) / 250.0f);
+      y = to_format("e4m3", ((int)(next() % 2001) - 1000) / 250.0f);
+      break;
+    case 1: { /* any finite float32, subnormals included: wide spread, overflow */
+      uint32_t u, v;
+      do u = next() ^ (next() << 16); while (((u >> 23) & 0xFF) == 0xFF);
+      do v = next() ^ (next() << 16); while (((v >> 23) & 0xFF) == 0xFF);
+      memcpy(&x, &u, 4), memcpy(&y, &v, 4);
+      break;
+    }
+    case 2: /* cancellation: pairs of opposite products, with small noise */
+      x = to_format("bf16", ldexpf(1.0f + (next() % 256) / 256.0f, (int)(next() % 40) - 20));
+      y = (p & 1) ? -b[p - 1] : to_format("bf16", 1.0f + (next() % 256) / 256.0f);
+      if (p & 1) x = a[p - 1] * ((next() % 8) ? 1.0f : 1.0078125f);
+      break;
+    case 3: /* zeros (both signs) among bf16 values, some subnormal products */
+      x = (next() % 3) ? 0.0f : to_format("bf16", ldexpf((next() % 2 ? -1.0f : 1.0f) * (1 + next() % 255), -(int)(next() % 140)));
+      y = (next() % 4) ? -0.0f : to_format("bf16", ldexpf(1 + next() % 255, -(int)(next() % 60)));
+      break;
+    default: /* same sign, spread over 2^-30 .. 2^30 */
+      x = to_format("e4m3", ldexpf(1 + next() % 15, (int)(next() % 5))) * ldexpf(1, -15 + (int)(next() % 16));
+      y = to_format("e5m2", ldexpf(1 + next() % 7, (int)(next() % 16) - 8));
+      break;
+    }
+    a[p] = x, b[p] = y;
+  }
+}
+
+static void expect_same(const exmy_accum_model *m, const char *what, int kind, int k, float got,
+                        float want) {
+  if (!same(got, want)) {
+    fprintf(stderr,
+            "%s: kind %d K %d group %d product_bits %d sum_bits %d round %d promote %d "
+            "align_sum %d: got %.9g (0x%08x), want %.9g (0x%08x)\n",
+            what, kind, k, m->group, m->product_bits, m->sum_bits, m->round, m->promote_every,
+            m->align_sum, got, bits_of(got), want, bits_of(want));
+    ck_abort();
+  }
+}
+
+START_TEST(test_model_check) {
+  exmy_accum_model m = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 0};
+  ck_assert_int_eq(exmy_accum_model_check(&m), 0);
+  m.promote_every = 100; /* not a multiple of group */
+  ck_assert_int_eq(exmy_accum_model_check(&m), -1);
+  m.promote_every = 0, m.product_bits = 55;
+  ck_assert_int_eq(exmy_accum_model_check(&m), -1);
+  m.product_bits = 0;
+  ck_assert_int_eq(exmy_accum_model_check(&m), -1);
+  m.product_bits = 14, m.sum_bits = 63;
+  ck_assert_int_eq(exmy_accum_model_check(&m), -1);
+  m.sum_bits = 14, m.round = 2;
+  ck_assert_int_eq(exmy_accum_model_check(&m), -1);
+  m.round = 0, m.group = 257;
+  ck_assert_int_eq(exmy_accum_model_check(&m), -1);
+  m.group = -1;
+  ck_assert_int_eq(exmy_accum_model_check(&m), -1);
+  m.group = 0, m.sum_bits = 99; /* FP32: other fields ignored */
+  ck_assert_int_eq(exmy_accum_model_check(&m), 0);
+}
+END_TEST
+
+/* the core against the oracle: every kind of input, many models and K */
+START_TEST(test_core_matches_oracle) {
+  static const int groups[] = {1, 3, 8, 32, 64, 256};
+  static const int pbits[] = {1, 2, 5, 14, 24, 40, 54};
+  static const int sbits[] = {1, 3, 14, 24, 40, 62};
+  static const int ks[] = {1, 5, 31, 32, 33, 100, 257, 600};
+  static float a[KMAX], b[KMAX];
+  int cases = 0;
+  for (int kind = 0; kind < 5; kind++)
+    for (int t = 0; t < 160; t++) {
+      exmy_accum_model m = {groups[next() % 6], pbits[next() % 7], sbits[next() % 6],
+                            (int)(next() % 2), 0, (int)(next() % 2)};
+      const int mult = (int)(next() % 3);
+      m.promote_every = mult == 2 ? 4 * m.group : mult * m.group;
+      const int k = ks[next() % 8];
+      fill(kind, a, b, k);
+      ck_assert_int_eq(exmy_accum_model_check(&m), 0);
+      /* strides: B read backwards from its end, A every element */
+      static float br[KMAX];
+      for (int p = 0; p < k; p++) br[KMAX - 1 - p] = b[p];
+      const float got = exmy_accum_dot(&m, a, 1, br + KMAX - 1, -1, k);
+      expect_same(&m, "core vs oracle", kind, k, got, oracle_accum_dot(&m, a, 1, b, 1, k));
+      cases++;
+    }
+  ck_assert_int_eq(cases, 800);
+}
+END_TEST
+
+/* Inf / NaN operands, and group = 0: the float32 accumulation */
+START_TEST(test_fp32_and_nonfinite) {
+  static float a[KMAX], b[KMAX];
+  const exmy_accum_model fp32 = {EXMY_ACCUM_FP32, 0, 0, 0, 0, 0};
+  const exmy_accum_model hopper = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 0};
+  for (int t = 0; t < 200; t++) {
+    const int k = 1 + (int)(next() % KMAX);
+    fill(t % 5, a, b, k);
+    float acc = 0.0f;
+    for (int p = 0; p < k; p++) acc = fmaf(a[p], b[p], acc);
+    expect_same(&fp32, "fp32", t % 5, k, exmy_accum_dot(&fp32, a, 1, b, 1, k), acc);
+    const float special[] = {INFINITY, -INFINITY, NAN};
+    a[next() % k] = special[t % 3];
+    if (t % 7 == 0) b[next() % k] = special[(t + 1) % 3];
+    acc = 0.0f;
+    for (int p = 0; p < k; p++) acc = fmaf(a[p], b[p], acc);
+    ck_assert(!isfinite(acc));
+    expect_same(&hopper, "non-finite", t % 5, k, exmy_accum_dot(&hopper, a, 1, b, 1, k), acc);
+  }
+}
+END_TEST
+
+/* Wide enough (every aligned product and partial sum fits its bits), either
+ * rounding: the exact sum of each promotion block, rounded once into the
+ * float32 accumulator. */
+START_TEST(test_wide_model_is_exact) {
+  static float a[256], b[256];
+  int cases = 0;
+  for (int t = 0; t < 400; t++) {
+    const int k = 1 + (int)(next() % 256);
+    /* bf16 with |x| in [2^-6, 2^6]: products of <= 16 bits in [2^-12, 2^13),
+     * sums below 2^21 and multiples of 2^-26: 47 bits */
+    for (int p = 0; p < k; p++) {
+      a[p] = to_format("bf16", ldexpf((next() % 2 ? -1.0f : 1.0f) * (1.0f + (next() % 256) / 256.0f),
+                                      (int)(next() % 12) - 6));
+      b[p] = (next() % 9) ? to_format("bf16", ldexpf(1.0f + (next() % 256) / 256.0f,
+                                                     (int)(next() % 12) - 6))
+                          : 0.0f;
+    }
+    exmy_accum_model m = {(int)(1 + next() % 64), 54, 62, (int)(next() % 2), 0, (int)(next() % 2)};
+    m.promote_every = (int)(next() % 3) * m.group;
+    expect_same(&m, "wide model vs exact", 0, k, exmy_accum_dot(&m, a, 1, b, 1, k),
+                oracle_exact_dot(m.promote_every, a, 1, b, 1, k));
+    cases++;
+  }
+  ck_assert_int_eq(cases, 400);
+}
+END_TEST
+
+/* Truncation drops magnitude: for products of one sign the model's result is
+ * never larger in magnitude than the exact sum rounded the same way, and at
+ * the Hopper setting it is strictly smaller on long sums. */
+START_TEST(test_truncation_never_exceeds_exact) {
+  static float a[KMAX], b[KMAX];
+  int below = 0, total = 0;
+  for (int t = 0; t < 300; t++) {
+    const int k = 1 + (int)(next() % KMAX);
+    fill(4, a, b, k); /* a, b > 0 */
+    const float sign = t % 2 ? -1.0f : 1.0f;
+    for (int p = 0; p < k; p++) a[p] *= sign;
+    exmy_accum_model m = {(int)(1 + next() % 64), (int)(1 + next() % 30), (int)(1 + next() % 30),
+                          EXMY_ACCUM_TRUNCATE, 0, (int)(next() % 2)};
+    if (t % 3 == 0) m = (exmy_accum_model){32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 0};
+    m.promote_every = (int)(next() % 3) * m.group;
+    const float got = exmy_accum_dot(&m, a, 1, b, 1, k);
+    const float exact = oracle_exact_dot(m.promote_every, a, 1, b, 1, k);
+    if (!(fabsf(got) <= fabsf(exact)) || (got != 0 && signbit(got) != signbit(exact))) {
+      fprintf(stderr, "truncation: K %d group %d bits %d/%d promote %d align %d: %.9g vs exact %.9g\n",
+              k, m.group, m.product_bits, m.sum_bits, m.promote_every, m.align_sum, got, exact);
+      ck_abort();
+    }
+    if (t % 3 == 0 && k > 256) below += fabsf(got) < fabsf(exact), total++;
+  }
+  ck_assert_int_gt(total, 20);
+  ck_assert_int_eq(below, total);
+}
+END_TEST
+
+int main(void) {
+  const TTest *tests[] = {test_model_check, test_core_matches_oracle, test_fp32_and_nonfinite,
+                          test_wide_model_is_exact, test_truncation_never_exceeds_exact, NULL};
+  return run_suite(suite_of("accum", 300, tests), true);
+}

@@ -36,6 +36,17 @@ mkdir -p gpu_bundle/python/exmy
 cp "$BIN/cuda/libexmy_cuda.so" gpu_bundle/
 cp lib/python/exmy/*.py gpu_bundle/python/exmy/
 cp tests/python/gpu_test.py tests/python/common.py lib/python/benchmarks/gpu_bench.py gpu_bundle/python/
+# the sweep runner, with the runfiles it looks for beside itself (the
+# trainer, the sharpness tool, the plot and shadow scripts); run it from a
+# checkout (the study configs and experiments/configs are read from there):
+#   SWEEP_TRAIN=gpu_bundle/train gpu_bundle/sweep experiments/studies/sweeps/S.cfg --gpus 0,1
+bazel "${OB[@]}" build -c opt //experiments/studies:sweep //experiments/studies:sharpness
+rf=gpu_bundle/sweep.runfiles/exmy/experiments
+mkdir -p "$rf/studies" "$rf/trainer"
+cp "$BIN/experiments/studies/sweep" gpu_bundle/
+cp "$BIN/experiments/studies/sharpness" experiments/studies/sweep_plot.sh \
+   experiments/studies/shadow.sh "$rf/studies/"
+ln -s ../../../../train "$rf/trainer/train"
 # the golden CPU losses (same config, same bits on the GPU machine's host CPU)
 mkdir -p gpu_bundle/golden && cp tests/experiments/golden/* gpu_bundle/golden/
 cp tests/experiments/golden_loss_test.sh gpu_bundle/

@@ -41,7 +41,8 @@ done < <(cat "$tmp/torch.txt" 2>/dev/null)
 for spec in "bf16 flash" "bf16 flash cuda_graph=0" "fp8-te flash" "e8m3 flash" "e8m3 flash rounding=rz" "e8m3-sr flash" \
             "bf16-sr flash" "fp8-current flash" "bf16 materialized" "fp8-te materialized" \
             "e8m3 materialized" "e8m3 materialized rounding=rz" "e8m3-sr materialized" \
-            "mxfp8 flash" "fp8-coat flash"; do
+            "mxfp8 flash" "fp8-coat flash" "msamp-o1 flash" "e8m4 flash rounding=rz" \
+            "e8m5 flash rounding=rz" "e8m6 flash rounding=rz"; do
   set -- $spec
   r=$1; a=$2; extra=${3:-}
   label=${extra#rounding=} # rounding=rz shows as rz, other keys as key=value

@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "experiments/trainer/config.h"
+#include "experiments/trainer/mkdir_p.h"
 #include "experiments/studies/collect.h"
 #include "experiments/studies/gpus.h"
 #include "experiments/studies/launcher.h"
@@ -132,18 +133,6 @@ static int remove_tree(const char *path) {
     return rc | rmdir(path);
   }
   return unlink(path);
-}
-
-static int mkdir_p(const char *path) {
-  char p[PATH_LEN];
-  snprintf(p, sizeof p, "%s", path);
-  for (char *s = p + 1; *s; s++)
-    if (*s == '/') {
-      *s = 0;
-      if (mkdir(p, 0777) && errno != EEXIST) return -1;
-      *s = '/';
-    }
-  return mkdir(p, 0777) && errno != EEXIST ? -1 : 0;
 }
 
 /* The processors this process may use, as nproc counts them. */
@@ -298,7 +287,7 @@ static char **run_command(sweep *s, int i, bool *append) {
     *append = true;
   } else {
     char *line = fmt("%s\n", fp);
-    if (remove_tree(dir) || mkdir_p(dir) || write_text(args_path, line, "w")) {
+    if (remove_tree(dir) || mkdir_p(dir, 0777) || write_text(args_path, line, "w")) {
       free(line);
       strlist_free(&argv);
       argv.v = NULL;
@@ -632,7 +621,7 @@ static int copy_over(const char *src, const char *dir, const char *name) {
 /* The repository's copy, only of a sweep without gaps: replaces the published
  * files of the kinds a sweep writes (the CSVs, grid.txt, the plots). */
 static int publish(sweep *s, const strlist *plots) {
-  if (mkdir_p(s->published)) return -1;
+  if (mkdir_p(s->published, 0777)) return -1;
   strlist files = {0};
   const char *always[] = {"grid.txt", "summary.csv", "curves.csv"};
   for (int k = 0; k < 3; k++) strlist_push(&files, always[k]);
@@ -833,7 +822,7 @@ int main(int argc, char **argv) {
     char *job = slurm_array_still_queued(slurm_dir);
     if (job) die("Slurm job %s of an earlier sweep of %s is still queued or running (wait for it, or scancel %s)", job, st.study, job);
   }
-  if (mkdir_p(work)) die("cannot create %s", work);
+  if (mkdir_p(work, 0777)) die("cannot create %s", work);
   s.all_threads = nproc();
   s.threads = s.all_threads / jobs > 0 ? s.all_threads / jobs : 1;
   if (ngpus) {

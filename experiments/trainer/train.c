@@ -34,6 +34,7 @@
 #include "experiments/trainer/config.h"
 #include "experiments/trainer/data.h"
 #include "experiments/trainer/json_out.h"
+#include "experiments/trainer/mkdir_p.h"
 #include "experiments/gpu/model_gpu.h"
 #include "experiments/trainer/model.h"
 #include "experiments/trainer/optim.h"
@@ -57,18 +58,6 @@ static const char *in_workspace(const char *path, char *buf, size_t len) {
   if (!path[0] || path[0] == '/' || !ws) return path;
   snprintf(buf, len, "%s/%s", ws, path);
   return buf;
-}
-
-static int mkdir_p(const char *path) {
-  char buf[4096];
-  snprintf(buf, sizeof buf, "%s", path);
-  for (char *p = buf + 1; *p; p++)
-    if (*p == '/') {
-      *p = 0;
-      if (mkdir(buf, 0755) && errno != EEXIST) return -1;
-      *p = '/';
-    }
-  return mkdir(buf, 0755) && errno != EEXIST ? -1 : 0;
 }
 
 static double now_s(void) {
@@ -170,6 +159,21 @@ static double validate(model *m, gpu_model *gpu, dataset *val, int B, int T, int
   return sum / batches;
 }
 
+/* Closes f, the temporary file tmp (written without error so far when ok),
+ * and renames it over path; on any failure removes tmp and keeps path.  0, or
+ * -1 with errno set (from the first call that failed). */
+static int close_and_replace(FILE *f, bool ok, const char *tmp, const char *path) {
+  int saved = errno;
+  if (fclose(f) != 0 && ok) ok = false, saved = errno;
+  if (ok && rename(tmp, path) != 0) ok = false, saved = errno;
+  if (!ok) {
+    unlink(tmp);
+    errno = saved;
+    return -1;
+  }
+  return 0;
+}
+
 /* summary.json, replaced atomically; 0, or -1 with errno set (the old one kept). */
 static int write_summary(const char *run_dir, const char *status, int steps_done,
                          int diverged_at, double last_loss, double min_loss, double val_loss,
@@ -186,15 +190,7 @@ static int write_summary(const char *run_dir, const char *status, int steps_done
                                {"wall_s", wall}};
   json_nums(f, fields, sizeof fields / sizeof *fields);
   fprintf(f, "}\n");
-  int ok = fflush(f) == 0 && !ferror(f), saved = errno;
-  if (fclose(f) != 0 && ok) ok = 0, saved = errno;
-  if (ok && rename(tmp, path) != 0) ok = 0, saved = errno;
-  if (!ok) {
-    unlink(tmp);
-    errno = saved;
-    return -1;
-  }
-  return 0;
+  return close_and_replace(f, fflush(f) == 0 && !ferror(f), tmp, path);
 }
 
 /* Writes text to path through a temporary file and a rename.  0, or -1 with errno set. */
@@ -203,15 +199,8 @@ static int write_file_atomic(const char *path, const char *text) {
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = fopen(tmp, "w");
   if (!f) return -1;
-  int ok = fputs(text, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0, saved = errno;
-  if (fclose(f) != 0 && ok) ok = 0, saved = errno;
-  if (ok && rename(tmp, path) != 0) ok = 0, saved = errno;
-  if (!ok) {
-    unlink(tmp);
-    errno = saved;
-    return -1;
-  }
-  return 0;
+  return close_and_replace(f, fputs(text, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0,
+                           tmp, path);
 }
 
 /* The files a run writes into its directory (and their temporaries). */
@@ -542,7 +531,7 @@ static void resume_or_check(run *r, const config *cfg, const options *o) {
  * temporaries), writes config.cfg and opens the log (resumed: cut back to
  * the checkpoint's length). */
 static void prepare_run_dir(run *r, bool resume) {
-  if (mkdir_p(r->run_dir)) die(2, "cannot create run directory '%s'", r->run_dir);
+  if (mkdir_p(r->run_dir, 0755)) die(2, "cannot create run directory '%s'", r->run_dir);
   if (remove_run_files(r->run_dir, resume))
     die(1, "cannot clear the run directory '%s'", r->run_dir);
   if (write_file_atomic(r->cfg_path, r->config_text))

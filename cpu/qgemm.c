@@ -76,16 +76,21 @@ static int quantize_result(const exmy_operand_quant *qc, float *c, size_t m, siz
   return r;
 }
 
-int exmy_qgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
-               float alpha, const float *a, size_t lda,
-               const exmy_operand_quant *qa, const float *b, size_t ldb,
-               const exmy_operand_quant *qb, float beta, float *c, size_t ldc,
-               const exmy_operand_quant *qc) {
-  if (ldc < n) return -1;
+/* The products C = alpha op(A) op(B) + beta C of prepared operands. */
+typedef int (*products_fn)(const operands *o, size_t m, size_t n, size_t k, float alpha,
+                           float beta, float *c, size_t ldc, const void *ctx);
+
+/* exmy_qgemm's steps around a products function: the operands rounded, the
+ * products, C rounded. */
+static int qgemm_with(products_fn products, const void *ctx, bool trans_a, bool trans_b,
+                      size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
+                      const exmy_operand_quant *qa, const float *b, size_t ldb,
+                      const exmy_operand_quant *qb, float beta, float *c, size_t ldc,
+                      const exmy_operand_quant *qc) {
   operands o;
   int rc = -1;
   if (prepare_operands(trans_a, trans_b, m, n, k, a, lda, qa, b, ldb, qb, &o)) goto out;
-  if (sgemm(o.ta, o.tb, m, n, k, alpha, o.a, o.lda, o.b, o.ldb, beta, c, ldc)) goto out;
+  if (products(&o, m, n, k, alpha, beta, c, ldc, ctx)) goto out;
   if (quantize_result(qc, c, m, n, ldc)) goto out;
   rc = 0;
 out:
@@ -94,8 +99,41 @@ out:
   return rc;
 }
 
+static int sgemm_products(const operands *o, size_t m, size_t n, size_t k, float alpha,
+                          float beta, float *c, size_t ldc, const void *ctx) {
+  (void)ctx;
+  return sgemm(o->ta, o->tb, m, n, k, alpha, o->a, o->lda, o->b, o->ldb, beta, c, ldc);
+}
+
+int exmy_qgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+               float alpha, const float *a, size_t lda,
+               const exmy_operand_quant *qa, const float *b, size_t ldb,
+               const exmy_operand_quant *qb, float beta, float *c, size_t ldc,
+               const exmy_operand_quant *qc) {
+  if (ldc < n) return -1;
+  return qgemm_with(sgemm_products, NULL, trans_a, trans_b, m, n, k, alpha, a, lda, qa, b, ldb,
+                    qb, beta, c, ldc, qc);
+}
+
 /* One scalar exmy_accum_dot per element of C, rows of C shared out between
  * threads; not vectorised.  The epilogue is exmy_sgemm's (cpu/gemm.c). */
+static int accum_products(const operands *o, size_t m, size_t n, size_t k, float alpha,
+                          float beta, float *c, size_t ldc, const void *ctx) {
+  const exmy_accum_model *model = ctx;
+  /* element p of row i of op(A), of column j of op(B) */
+  const long a_step = o->ta ? (long)o->lda : 1, b_step = o->tb ? 1 : (long)o->ldb;
+#pragma omp parallel for schedule(dynamic) if (m * n * k > 65536)
+  for (size_t i = 0; i < m; i++)
+    for (size_t j = 0; j < n; j++) {
+      const float *arow = o->ta ? o->a + i : o->a + i * o->lda;
+      const float *bcol = o->tb ? o->b + j * o->ldb : o->b + j;
+      const float acc = exmy_accum_dot(model, arow, a_step, bcol, b_step, (int)k);
+      const float r = alpha * acc;
+      c[i * ldc + j] = beta != 0.0f ? r + beta * c[i * ldc + j] : r;
+    }
+  return 0;
+}
+
 int exmy_qgemm_accum(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                      float alpha, const float *a, size_t lda,
                      const exmy_operand_quant *qa, const float *b, size_t ldb,
@@ -103,24 +141,6 @@ int exmy_qgemm_accum(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                      const exmy_operand_quant *qc, const struct exmy_accum_model *model) {
   if (!model || exmy_accum_model_check(model) || ldc < n || k > INT_MAX) return -1;
   if (lda < (trans_a ? m : k) || ldb < (trans_b ? k : n)) return -1;
-  operands o;
-  int rc = -1;
-  if (prepare_operands(trans_a, trans_b, m, n, k, a, lda, qa, b, ldb, qb, &o)) goto out;
-  /* element p of row i of op(A), of column j of op(B) */
-  const long a_step = o.ta ? (long)o.lda : 1, b_step = o.tb ? 1 : (long)o.ldb;
-#pragma omp parallel for schedule(dynamic) if (m * n * k > 65536)
-  for (size_t i = 0; i < m; i++)
-    for (size_t j = 0; j < n; j++) {
-      const float *arow = o.ta ? o.a + i : o.a + i * o.lda;
-      const float *bcol = o.tb ? o.b + j * o.ldb : o.b + j;
-      const float acc = exmy_accum_dot(model, arow, a_step, bcol, b_step, (int)k);
-      const float r = alpha * acc;
-      c[i * ldc + j] = beta != 0.0f ? r + beta * c[i * ldc + j] : r;
-    }
-  if (quantize_result(qc, c, m, n, ldc)) goto out;
-  rc = 0;
-out:
-  free(o.at);
-  free(o.bt);
-  return rc;
+  return qgemm_with(accum_products, model, trans_a, trans_b, m, n, k, alpha, a, lda, qa, b, ldb,
+                    qb, beta, c, ldc, qc);
 }

@@ -7,19 +7,7 @@
 
 #include "cpu/exmy_cpu.h"
 #include "tests/check_suite.h"
-
-static float urand(unsigned *s) {
-  *s = *s * 1664525u + 1013904223u;
-  return ((*s >> 8) / 16777216.0f) * 8.0f - 4.0f;
-}
-
-/* op(A) (m x k) as a dense matrix with K contiguous */
-static float *dense_op(const float *a, size_t ld, bool t, size_t rows, size_t cols) {
-  float *d = malloc(rows * cols * sizeof *d);
-  for (size_t r = 0; r < rows; r++)
-    for (size_t c = 0; c < cols; c++) d[r * cols + c] = t ? a[c * ld + r] : a[r * ld + c];
-  return d;
-}
+#include "tests/cpu/gemm_operands.h"
 
 static void check_case(bool ta, bool tb, const char *fmt, exmy_scaling_kind kind,
                        exmy_rounding mode, bool quant_c) {

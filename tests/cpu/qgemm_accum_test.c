@@ -16,14 +16,9 @@ static int same(float x, float y) { return memcmp(&x, &y, sizeof x) == 0 || (isn
 
 static void check_case(bool ta, bool tb, const exmy_accum_model *model, bool quant_a, float beta) {
   const size_t m = 9, n = 11, k = 300, pad = 3;
-  unsigned seed = 11 + ta + 2 * tb;
-  size_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
-  size_t arows = ta ? k : m, brows = tb ? n : k;
-  float *a = malloc(arows * lda * sizeof *a), *b = malloc(brows * ldb * sizeof *b);
-  float *c = malloc(m * ldc * sizeof *c), *c0 = malloc(m * ldc * sizeof *c);
-  for (size_t i = 0; i < arows * lda; i++) a[i] = urand(&seed);
-  for (size_t i = 0; i < brows * ldb; i++) b[i] = urand(&seed) * 0.01f;
-  for (size_t i = 0; i < m * ldc; i++) c[i] = c0[i] = urand(&seed);
+  gemm_case g = gemm_case_new(ta, tb, m, n, k, pad, 11 + ta + 2 * tb);
+  float *a = g.a, *b = g.b, *c = g.c, *c0 = g.c0;
+  const size_t lda = g.lda, ldb = g.ldb, ldc = g.ldc;
 
   exmy_operand_quant qa = {.enabled = quant_a}, qb = {.enabled = true};
   ck_assert_int_eq(exmy_format_parse("e4m3", &qa.format), 0);
@@ -58,7 +53,7 @@ static void check_case(bool ta, bool tb, const exmy_accum_model *model, bool qua
     ck_assert_int_eq(memcmp(c, c2, m * ldc * sizeof *c2), 0);
     free(c2);
   }
-  free(a), free(b), free(c), free(c0), free(aq), free(bq);
+  gemm_case_free(&g), free(aq), free(bq);
 }
 
 START_TEST(test_against_core) {

@@ -12,14 +12,9 @@
 static void check_case(bool ta, bool tb, const char *fmt, exmy_scaling_kind kind,
                        exmy_rounding mode, bool quant_c) {
   const size_t m = 13, n = 17, k = 70, pad = 3;
-  unsigned seed = 7;
-  size_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
-  size_t arows = ta ? k : m, brows = tb ? n : k;
-  float *a = malloc(arows * lda * sizeof *a), *b = malloc(brows * ldb * sizeof *b);
-  float *c = malloc(m * ldc * sizeof *c), *c0 = malloc(m * ldc * sizeof *c);
-  for (size_t i = 0; i < arows * lda; i++) a[i] = urand(&seed);
-  for (size_t i = 0; i < brows * ldb; i++) b[i] = urand(&seed) * 0.01f;
-  for (size_t i = 0; i < m * ldc; i++) c[i] = c0[i] = urand(&seed);
+  gemm_case g = gemm_case_new(ta, tb, m, n, k, pad, 7);
+  float *a = g.a, *b = g.b, *c = g.c, *c0 = g.c0;
+  const size_t lda = g.lda, ldb = g.ldb, ldc = g.ldc;
 
   exmy_operand_quant qa = {.enabled = true}, qb = {.enabled = true}, qc = {.enabled = quant_c};
   ck_assert_int_eq(exmy_format_parse(fmt, &qa.format), 0);
@@ -64,7 +59,7 @@ static void check_case(bool ta, bool tb, const char *fmt, exmy_scaling_kind kind
   /* padding of C untouched */
   for (size_t i = 0; i < m; i++)
     for (size_t j = n; j < ldc; j++) ck_assert(c[i * ldc + j] == c0[i * ldc + j]);
-  free(a), free(b), free(c), free(c0), free(aq), free(bq);
+  gemm_case_free(&g), free(aq), free(bq);
 }
 
 START_TEST(every_transpose_and_recipe) {

@@ -16,6 +16,7 @@
  * same bits.
  */
 #include "experiments/gpu/layers.h"
+#include "experiments/trainer/logit_sharpness.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -67,6 +68,11 @@ __device__ __forceinline__ double warp_sum(double v) {
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, o));
+  return v;
+}
+__device__ __forceinline__ double warp_max(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(kFull, v, o));
   return v;
 }
 
@@ -322,6 +328,38 @@ __global__ void crossentropy_forward_kernel(float *probs, float *losses, const i
   if (lane == 0) losses[row] = (float)-log((double)p[targets[row]]);
 }
 
+/* log sum_j exp(w_j) - w_y of one row in double, w_j = z_j (k < 0) or the
+ * box corner of eps index k (logit_sharpness.h); one warp, every lane returns
+ * it.  model.c's row_loss, with the warp's sums. */
+__device__ double row_loss(const float *z, int y, int V, int k, int lane) {
+  const double eps = k < 0 ? 0 : logit_sharpness_eps(k);
+  double mx = -INFINITY;
+  for (int j = lane; j < V; j += 32)
+    mx = fmax(mx, k < 0 ? (double)z[j] : logit_box_corner((double)z[j], j == y, eps));
+  mx = warp_max(mx);
+  double sum = 0;
+  for (int j = lane; j < V; j += 32)
+    sum = __dadd_rn(sum, exp((k < 0 ? (double)z[j] : logit_box_corner((double)z[j], j == y, eps)) -
+                             mx));
+  sum = warp_sum(sum);
+  const double wy = k < 0 ? (double)z[y] : logit_box_corner((double)z[y], 1, eps);
+  return mx + log(sum) - wy;
+}
+
+/* One warp per row. */
+__global__ void logit_sharpness_kernel(float *phi, const float *logits, const int *targets, int N,
+                                       int V) {
+  const int lane = threadIdx.x & 31;
+  const long row = (long)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= N) return;
+  const float *z = logits + (size_t)row * V;
+  const double loss = row_loss(z, targets[row], V, -1, lane);
+  for (int k = 0; k < LOGIT_SHARPNESS_NUM_EPS; k++) {
+    const double loss_max = row_loss(z, targets[row], V, k, lane);
+    if (lane == 0) phi[(size_t)k * N + row] = (float)logit_sharpness_phi(loss, loss_max);
+  }
+}
+
 /* A block per row (grid-stride); dlogits may alias probs (same index read,
  * then written). */
 __global__ void crossentropy_backward_kernel(float *dlogits, const float *probs,
@@ -502,6 +540,13 @@ void gpu_crossentropy_forward(float *probs, float *losses, const int *targets, i
   if (N <= 0) return;
   crossentropy_forward_kernel<<<warp_per_row_grid(N), 32 * kWarpsPerBlock, 0, s>>>(probs, losses,
                                                                               targets, N, V);
+}
+
+void gpu_logit_sharpness_forward(float *phi, const float *logits, const int *targets, int N,
+                                 int V, cudaStream_t s) {
+  if (N <= 0) return;
+  logit_sharpness_kernel<<<warp_per_row_grid(N), 32 * kWarpsPerBlock, 0, s>>>(phi, logits, targets,
+                                                                             N, V);
 }
 
 void gpu_crossentropy_backward(float *dlogits, const float *probs, const int *targets, int N,

@@ -67,6 +67,10 @@ void gpu_causal_softmax_backward(float *datt, const float *att, long rows, int T
 /* probs (N, V) holds the logits on entry and the softmax on exit; losses (N). */
 void gpu_crossentropy_forward(float *probs, float *losses, const int *targets, int N, int V,
                               cudaStream_t s);
+/* phi (LOGIT_SHARPNESS_NUM_EPS, N): model.c's logit_sharpness_forward of the
+ * logits (N, V), which it leaves unchanged. */
+void gpu_logit_sharpness_forward(float *phi, const float *logits, const int *targets, int N,
+                                 int V, cudaStream_t s);
 /* dlogits (N, V) = (probs - onehot(targets)) * scale; dlogits may alias probs. */
 void gpu_crossentropy_backward(float *dlogits, const float *probs, const int *targets, int N,
                                int V, float scale, cudaStream_t s);

@@ -12,6 +12,7 @@
 #include "experiments/gpu/flash_attention.h"
 #include "experiments/gpu/gemm.h"
 #include "experiments/gpu/layers.h"
+#include "experiments/trainer/logit_sharpness.h"
 
 namespace {
 enum { REUSE = 0, FILL = 1 };
@@ -57,6 +58,8 @@ struct gpu_model {
   float *rope_cos, *rope_sin;
   int *tokens, *targets, *bucket_start, *bucket_pos;
   double *loss_dev, *sumsq, *sumsq_scratch;
+  float *logit_phi;     /* (LOGIT_SHARPNESS_NUM_EPS, B*T), written when logit_sharpness */
+  bool logit_sharpness; /* gpu_model_set_logit_sharpness */
   int *h_bucket_start, *h_bucket_pos;
   gpu_attention_kind attention;
   int p_bits;
@@ -413,6 +416,7 @@ extern "C" gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *s
                at_tokens = take(sizeof(int) * BT), at_targets = take(sizeof(int) * BT),
                at_bucket_start = take(sizeof(int) * (V + 1)),
                at_bucket_pos = take(sizeof(int) * BT), at_loss_dev = take(sizeof(double)),
+               at_logit_phi = take(sizeof(float) * LOGIT_SHARPNESS_NUM_EPS * BT),
                at_sumsq = take(sizeof(double)),
                at_sumsq_scratch = take(sizeof(double) * gpu_sumsq_scratch(g->num_params));
   char *arena = dalloc<char>(end); /* cudaMalloc: 256-byte aligned, zeroed */
@@ -431,6 +435,7 @@ extern "C" gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *s
   g->bucket_start = (int *)(arena + at_bucket_start);
   g->bucket_pos = (int *)(arena + at_bucket_pos);
   g->loss_dev = (double *)(arena + at_loss_dev);
+  g->logit_phi = (float *)(arena + at_logit_phi);
   g->sumsq = (double *)(arena + at_sumsq);
   g->sumsq_scratch = (double *)(arena + at_sumsq_scratch);
   /* RoPE tables computed by the host code of model.c, so both devices rotate alike */
@@ -454,6 +459,14 @@ extern "C" void gpu_model_set_cuda_graph(gpu_model *g, bool on) {
   g->graphs = on && recipe_replayable(g->sites, g->n_sites);
 }
 extern "C" bool gpu_model_cuda_graph(const gpu_model *g) { return g->graphs; }
+
+extern "C" void gpu_model_set_logit_sharpness(gpu_model *g, bool on) { g->logit_sharpness = on; }
+extern "C" void gpu_model_logit_phi(gpu_model *g, float *phi) {
+  gtq_check(cudaMemcpyAsync(phi, g->logit_phi,
+                            sizeof(float) * LOGIT_SHARPNESS_NUM_EPS * g->B * g->T,
+                            cudaMemcpyDeviceToHost, g->s), "logit sharpness");
+  gtq_check(cudaStreamSynchronize(g->s), "logit sharpness");
+}
 
 extern "C" void gpu_model_free(gpu_model *g) {
   if (!g) return;
@@ -521,7 +534,8 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
                             cudaMemcpyHostToDevice, s), "buckets");
   const param_tensors &p = g->p;
   const activation_tensors &a = g->acts;
-  run_step_part(g, g->fwd, 0.0f, [&] {
+  /* the graph's argument: a forward with the sharpness has one more launch */
+  run_step_part(g, g->fwd, g->logit_sharpness ? 1.0f : 0.0f, [&] {
   gpu_encoder_forward(a.res, g->tokens, p.wte, N, C, s);
   for (int l = 0; l < L; l++) {
     const float *res = a.res + l * BTC;
@@ -550,6 +564,7 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
   }
   gpu_rmsnorm_forward(a.lnf, a.lnf_rstd, a.res + L * BTC, p.rmsf, N, C, s);
   linear_forward(g, a.probs, a.lnf, p.lm_head, N, C, V, site_index(g, L, 0));
+  if (g->logit_sharpness) gpu_logit_sharpness_forward(g->logit_phi, a.probs, g->targets, N, V, s);
   gpu_crossentropy_forward(a.probs, a.losses, g->targets, N, V, s);
   gpu_mean(a.losses, N, g->loss_dev, s);
   });

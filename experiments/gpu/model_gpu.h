@@ -59,6 +59,14 @@ void gpu_model_begin_step(gpu_model *g, uint64_t sr_counter, bool collect_stats)
 /* Copies this step's statistics into the host sites. */
 void gpu_model_fetch_stats(gpu_model *g);
 
+/* As model.logit_sharpness: whether gpu_model_forward also computes the
+ * epsilon-sharpness of every position's logits (logit_sharpness.h); off after
+ * gpu_model_new. */
+void gpu_model_set_logit_sharpness(gpu_model *g, bool on);
+/* Copies the last such forward's phi (LOGIT_SHARPNESS_NUM_EPS x B*T, as
+ * model.logit_phi) to the host (synchronises). */
+void gpu_model_logit_phi(gpu_model *g, float *phi);
+
 /* model_forward: tokens and targets (B x T) on the host; returns the mean
  * loss (float, as m->loss; synchronises). */
 float gpu_model_forward(gpu_model *g, const int *tokens, const int *targets);

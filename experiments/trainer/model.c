@@ -1,5 +1,6 @@
 /* LLaMA forward and backward (see model.h). */
 #include "experiments/trainer/model.h"
+#include "experiments/trainer/logit_sharpness.h"
 #include "experiments/trainer/splitmix64.h"
 
 #include <cblas.h>
@@ -310,6 +311,33 @@ void crossentropy_softmax_forward(real *probs, real *losses, const int *targets,
   }
 }
 
+/* log sum_j exp(w_j) - w_y in double, w_j = z_j (k < 0) or the box corner of
+ * eps index k. */
+static double row_loss(const real *z, int y, int V, int k) {
+  const double eps = k < 0 ? 0 : logit_sharpness_eps(k);
+  double mx = -INFINITY;
+  for (int j = 0; j < V; j++) {
+    const double w = k < 0 ? (double)z[j] : logit_box_corner((double)z[j], j == y, eps);
+    mx = w > mx ? w : mx;
+  }
+  double sum = 0;
+  for (int j = 0; j < V; j++)
+    sum += exp((k < 0 ? (double)z[j] : logit_box_corner((double)z[j], j == y, eps)) - mx);
+  const double wy = k < 0 ? (double)z[y] : logit_box_corner((double)z[y], 1, eps);
+  return mx + log(sum) - wy;
+}
+
+void logit_sharpness_forward(float *phi, const real *logits, const int *targets, int N, int V) {
+#pragma omp parallel for if (N > 64)
+  for (int i = 0; i < N; i++) {
+    const real *z = logits + (size_t)i * V;
+    const double loss = row_loss(z, targets[i], V, -1);
+    for (int k = 0; k < LOGIT_SHARPNESS_NUM_EPS; k++)
+      phi[(size_t)k * N + i] =
+          (float)logit_sharpness_phi(loss, row_loss(z, targets[i], V, k));
+  }
+}
+
 void crossentropy_softmax_backward(real *dlogits, const real *probs, const int *targets, int N,
                                    int V, real scale) {
 #pragma omp parallel for if (N > 64)
@@ -465,7 +493,9 @@ static int model_alloc_acts(model *m, int B, int T) {
   free(m->acts_mem);
   free(m->rope_cos);
   free(m->rope_sin);
+  free(m->logit_phi);
   m->acts_mem = m->rope_cos = m->rope_sin = NULL;
+  m->logit_phi = NULL;
   m->B = m->T = 0;
   model_act_sizes(c, B, T, m->act_sizes, m->grad_act_sizes);
   const size_t bytes = model_point_acts(&m->acts, &m->grad_acts, NULL, m->act_sizes,
@@ -476,7 +506,8 @@ static int model_alloc_acts(model *m, int B, int T) {
 
   m->rope_cos = zalloc((size_t)T * hs / 2, sizeof(real));
   m->rope_sin = zalloc((size_t)T * hs / 2, sizeof(real));
-  if (!m->rope_cos || !m->rope_sin) return -1;
+  m->logit_phi = zalloc((size_t)LOGIT_SHARPNESS_NUM_EPS * B * T, sizeof(float));
+  if (!m->rope_cos || !m->rope_sin || !m->logit_phi) return -1;
   rope_tables(m->rope_cos, m->rope_sin, T, (int)hs, 10000.0);
   m->B = B;
   m->T = T;
@@ -493,6 +524,7 @@ void model_free(model *m) {
   free(m->acts_mem);
   free(m->rope_cos);
   free(m->rope_sin);
+  free(m->logit_phi);
   memset(m, 0, sizeof *m);
 }
 
@@ -546,6 +578,7 @@ void model_forward(model *m, const int *tokens, const int *targets, int B, int T
   rmsnorm_forward(a.lnf, a.lnf_rstd, a.res + L * BTC, p.rmsf, N, C);
   linear_forward(a.probs, a.lnf, p.lm_head, N, C, V, site_of(m, L, 0));
   if (targets) {
+    if (m->logit_sharpness) logit_sharpness_forward(m->logit_phi, a.probs, targets, N, V);
     crossentropy_softmax_forward(a.probs, a.losses, targets, N, V);
     double sum = 0;
     for (int i = 0; i < N; i++) sum += a.losses[i];

@@ -147,6 +147,11 @@ typedef struct {
   /* the operand recipe of every site; NULL = every GEMM in float32 */
   tq_site *sites;
   real loss; /* mean loss of the last forward with targets */
+  /* when set, a forward with targets also writes the epsilon-sharpness of
+   * every position's logits (logit_sharpness.h) into logit_phi
+   * (LOGIT_SHARPNESS_NUM_EPS x B*T, allocated with the activations) */
+  int logit_sharpness;
+  float *logit_phi;
 } model;
 
 /* The named sizes test, tiny, small, 120m; 0, or -1 for an unknown name. */
@@ -225,6 +230,9 @@ void swiglu_backward(real *dh1, real *dh3, const real *dout, const real *h1, con
 /* probs (N, V) = softmax(logits) in place; losses (N) */
 void crossentropy_softmax_forward(real *probs, real *losses, const int *targets, int N, int V);
 /* dlogits (N, V) = (probs - onehot) * scale */
+/* phi (LOGIT_SHARPNESS_NUM_EPS, N): the epsilon-sharpness of each row of the
+ * logits (N, V) against its target (logit_sharpness.h). */
+void logit_sharpness_forward(float *phi, const real *logits, const int *targets, int N, int V);
 void crossentropy_softmax_backward(real *dlogits, const real *probs, const int *targets, int N, int V,
                                    real scale);
 

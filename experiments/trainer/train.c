@@ -34,6 +34,7 @@
 #include "experiments/trainer/config.h"
 #include "experiments/trainer/data.h"
 #include "experiments/trainer/json_out.h"
+#include "experiments/trainer/logit_sharpness.h"
 #include "experiments/trainer/mkdir_p.h"
 #include "experiments/gpu/model_gpu.h"
 #include "experiments/trainer/model.h"
@@ -132,8 +133,12 @@ static float forward_backward(model *m, gpu_model *gpu, const int *in, const int
   return m->loss;
 }
 
+/* The mean validation loss over `batches` batches, and the means over them of
+ * the logits' epsilon-sharpness (logit_sharpness.h) at the final positions
+ * (last) and at all positions (all). */
 static double validate(model *m, gpu_model *gpu, dataset *val, int B, int T, int batches,
-                       int *in, int *tg, tq_site *sites, int n_sites) {
+                       int *in, int *tg, tq_site *sites, int n_sites,
+                       double last[LOGIT_SHARPNESS_NUM_EPS], double all[LOGIT_SHARPNESS_NUM_EPS]) {
   if (gpu) gpu_model_states_download(gpu); /* the host sites now hold the training states */
   state_snapshot snap = snapshot_states(sites, n_sites);
   uint64_t sr = tq_sr_counter;
@@ -142,16 +147,29 @@ static double validate(model *m, gpu_model *gpu, dataset *val, int B, int T, int
   tq_sr_counter = (uint64_t)1 << 62;
   if (gpu) gpu_model_begin_step(gpu, tq_sr_counter, false);
   dataset_seek(val, 0, 0);
+  float *gpu_phi = gpu ? malloc(sizeof(float) * LOGIT_SHARPNESS_NUM_EPS * B * T) : NULL;
+  if (gpu && !gpu_phi) die(1, "%s", "train: out of memory");
+  if (gpu) gpu_model_set_logit_sharpness(gpu, true);
+  m->logit_sharpness = 1;
   double sum = 0;
+  for (int k = 0; k < LOGIT_SHARPNESS_NUM_EPS; k++) last[k] = all[k] = 0;
   for (int i = 0; i < batches; i++) {
     dataset_next_batch(val, B, in, tg);
     if (gpu) {
       sum += gpu_model_forward(gpu, in, tg);
+      gpu_model_logit_phi(gpu, gpu_phi);
     } else {
       model_forward(m, in, tg, B, T);
       sum += m->loss;
     }
+    double batch_last[LOGIT_SHARPNESS_NUM_EPS], batch_all[LOGIT_SHARPNESS_NUM_EPS];
+    logit_sharpness_means(gpu ? gpu_phi : m->logit_phi, B, T, batch_last, batch_all);
+    for (int k = 0; k < LOGIT_SHARPNESS_NUM_EPS; k++)
+      last[k] += batch_last[k] / batches, all[k] += batch_all[k] / batches;
   }
+  m->logit_sharpness = 0;
+  if (gpu) gpu_model_set_logit_sharpness(gpu, false);
+  free(gpu_phi);
   restore_states(sites, n_sites, &snap);
   if (gpu) gpu_model_states_upload(gpu);
   tq_sr_counter = sr;
@@ -660,9 +678,17 @@ static bool train_step(run *r, int step) {
     log_stats(r->log, done, &r->mc, r->sites, r->n_sites);
   }
   if ((s->val_every > 0 && done % s->val_every == 0) || done == s->steps) {
+    double last[LOGIT_SHARPNESS_NUM_EPS], all[LOGIT_SHARPNESS_NUM_EPS];
     r->val_loss = validate(&r->m, r->gpu, &r->val, B, T, s->val_batches, r->in, r->tg, r->sites,
-                           r->n_sites);
-    fprintf(r->log, "{\"step\":%d,\"val_loss\":%.9g}\n", done, r->val_loss);
+                           r->n_sites, last, all);
+    json_field fields[1 + 2 * LOGIT_SHARPNESS_NUM_EPS] = {{"val_loss", r->val_loss}};
+    for (int k = 0; k < LOGIT_SHARPNESS_NUM_EPS; k++) {
+      fields[1 + k] = (json_field){logit_sharpness_last_key(k), last[k]};
+      fields[1 + LOGIT_SHARPNESS_NUM_EPS + k] = (json_field){logit_sharpness_all_key(k), all[k]};
+    }
+    fprintf(r->log, "{\"step\":%d,", done);
+    json_nums(r->log, fields, sizeof fields / sizeof *fields);
+    fprintf(r->log, "}\n");
   }
   if (fflush(r->log) != 0 || ferror(r->log)) fail_write(r, r->log_path);
   if (s->progress) {

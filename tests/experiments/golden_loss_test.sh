@@ -22,7 +22,7 @@ fail=0; passed=0
 # the losses of a run directory, one "STEP LOSS" per line, then "val LOSS"
 losses() {
   grep -o '"step":[0-9]*,"loss":[^,]*' "$1/log.jsonl" | sed 's/"step":\([0-9]*\),"loss":/\1 /'
-  grep -o '"val_loss":[^}]*' "$1/log.jsonl" | sed 's/"val_loss":/val /'
+  grep -o '"val_loss":[^,}]*' "$1/log.jsonl" | sed 's/"val_loss":/val /'
 }
 
 # run NAME RECIPE [VAR=VALUE...] [--set ...]: env assignments first, then train options

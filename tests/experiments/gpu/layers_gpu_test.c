@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "experiments/gpu/layers.h"
+#include "experiments/trainer/logit_sharpness.h"
 #include "experiments/trainer/model.h"
 #include "experiments/trainer/optim.h"
 #include "experiments/trainer/splitmix64.h"
@@ -373,6 +374,24 @@ START_TEST(crossentropy) {
     to_host(g_losses2, d_losses, N * sizeof(float));
     check_same_bits("crossentropy_forward", "probs", g, g2, NV * sizeof(float));
     check_same_bits("crossentropy_forward", "losses", g_losses, g_losses2, N * sizeof(float));
+
+    /* the logits' epsilon-sharpness: close to the CPU's, same bits twice, the
+     * logits left as they were */
+    const size_t NP = (size_t)LOGIT_SHARPNESS_NUM_EPS * N;
+    float *phi = malloc(NP * sizeof(float)), *g_phi = malloc(NP * sizeof(float)),
+          *g_phi2 = malloc(NP * sizeof(float)), *d_phi = dev_alloc(NP * sizeof(float));
+    logit_sharpness_forward(phi, logits, targets, N, V);
+    to_dev(d_probs, logits, NV * sizeof(float));
+    gpu_logit_sharpness_forward(d_phi, d_probs, d_targets, N, V, 0);
+    check_launch("logit_sharpness_forward", "phi", sh->name, g_phi, d_phi, phi, NP);
+    gpu_logit_sharpness_forward(d_phi, d_probs, d_targets, N, V, 0);
+    LAUNCHED();
+    to_host(g_phi2, d_phi, NP * sizeof(float));
+    check_same_bits("logit_sharpness_forward", "phi", g_phi, g_phi2, NP * sizeof(float));
+    to_host(g2, d_probs, NV * sizeof(float));
+    check_same_bits("logit_sharpness_forward", "logits kept", g2, logits, NV * sizeof(float));
+    CU(cudaFree(d_phi));
+    free(phi); free(g_phi); free(g_phi2);
 
     /* the mean loss, as model_forward sums it (double, in order) */
     double sum = 0, mean[2];

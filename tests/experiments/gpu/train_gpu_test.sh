@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The trainer with device = gpu against device = cpu, end to end:
-#  1. fp32 and bf16, `tiny`, 50 steps: losses agree to 1e-3 relative at every step;
+#  1. fp32 and bf16, `tiny`, 50 steps: losses agree to 1e-3 relative at every step,
+#     the final validation's four epsilon-sharpness values to 1e-2;
 #  2. every recipe config trains on the GPU (test size, 12 steps), its losses
 #     within 5e-2 of the CPU's (quantized recipes: a float32 difference may
 #     move a value to its format neighbour), statistics lines present;
@@ -56,6 +57,12 @@ maxrel() {
       if (r > m) m = r; n++ } END { printf "%.3e %d\n", m, n }'
 }
 
+# The epsilon-sharpness fields of a run's last validation line, "key value" sorted.
+esharp() {
+  grep '"val_loss"' "$tmp/$1/log.jsonl" | tail -1 | grep -o '"esharp_[a-z]*_[0-9e.-]*":[^,}]*' |
+    sed 's/"//g; s/:/ /' | sort
+}
+
 # 1. CPU vs GPU, fp32 and bf16
 for r in fp32 bf16; do
   run "cpu-$r" "$r" --set size=tiny --set steps=50 --set warmup=10 --set lr=1e-3 &&
@@ -65,6 +72,12 @@ for r in fp32 bf16; do
   if [ "$n" = 50 ] && awk -v m="$m" 'BEGIN { exit !(m <= 1e-3) }'; then
     ok "$r tiny: CPU and GPU losses over $n steps, max rel diff $m (<= 1e-3)"
   else bad "$r tiny: max rel diff $m over $n steps"; fi
+  read -r m n < <(join <(esharp "cpu-$r") <(esharp "gpu-$r") |
+    awk '{ d = $2 - $3; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (!(r <= m)) m = r; n++ }
+         END { printf "%.3e %d\n", m, n }')
+  if [ "$n" = 4 ] && awk -v m="$m" 'BEGIN { exit !(m <= 1e-2) }'; then
+    ok "$r tiny: CPU and GPU epsilon-sharpness at the last validation, 4 values, max rel diff $m (<= 1e-2)"
+  else bad "$r tiny: epsilon-sharpness max rel diff $m over $n values ($(esharp "gpu-$r" | tr '\n' ' '))"; fi
 done
 
 # 2. every recipe on the GPU

@@ -8,10 +8,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "experiments/trainer/logit_sharpness.h"
+
 const char summary_header[] =
     "point,group,recipe,variant,overrides,lr,seed,status,steps,final_train_loss,"
     "final_val_loss,diverged_step,tokens_per_s\n";
-const char curves_header[] = "point,step,train_loss,val_loss\n";
+const char curves_header[] =
+    "point,step,train_loss,val_loss,esharp_last_1e-3,esharp_last_5e-4,esharp_all_1e-3,"
+    "esharp_all_5e-4\n";
 const char stats_header[] =
     "point,step,site,use,format,amax,underflow,overflow,mse,cosine,scale,"
     "delayed_over_current\n";
@@ -180,7 +184,16 @@ void curves_rows(FILE *curves, FILE *stats, const char *name, const char *log) {
                 field(s, "delayed_over_current", ""));
       }
     } else if (json_object_object_get_ex(o, "val_loss", NULL)) {
-      push(&val, &nv, &cv, step, order++, field(o, "val_loss", ""));
+      /* the validation's columns, as one text: val_loss, then the sharpness */
+      char cols[1024];
+      int len = snprintf(cols, sizeof cols, "%s", field(o, "val_loss", ""));
+      for (int k = 0; k < LOGIT_SHARPNESS_NUM_EPS; k++)
+        len += snprintf(cols + len, sizeof cols - (size_t)len, ",%s",
+                        field(o, logit_sharpness_last_key(k), ""));
+      for (int k = 0; k < LOGIT_SHARPNESS_NUM_EPS; k++)
+        len += snprintf(cols + len, sizeof cols - (size_t)len, ",%s",
+                        field(o, logit_sharpness_all_key(k), ""));
+      push(&val, &nv, &cv, step, order++, cols);
     } else if (json_object_object_get_ex(o, "loss", NULL) &&
                !json_object_object_get_ex(o, "event", NULL)) {
       push(&train, &nt, &ct, step, order++, field(o, "loss", ""));
@@ -192,7 +205,12 @@ void curves_rows(FILE *curves, FILE *stats, const char *name, const char *log) {
   for (int i = 0; i < nt; i++) {
     if (train[i].step < 1 || (i + 1 < nt && train[i + 1].step == train[i].step)) continue;
     const char *v = last_of(val, nv, train[i].step);
-    fprintf(curves, "%s,%lld,%s,%s\n", name, train[i].step, train[i].value, v ? v : "");
+    fprintf(curves, "%s,%lld,%s,", name, train[i].step, train[i].value);
+    if (v) fprintf(curves, "%s\n", v);
+    else {
+      for (int k = 0; k < 2 * LOGIT_SHARPNESS_NUM_EPS; k++) fputc(',', curves);
+      fputc('\n', curves);
+    }
   }
   for (int i = 0; i < nt; i++) free(train[i].value);
   for (int i = 0; i < nv; i++) free(val[i].value);

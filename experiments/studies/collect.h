@@ -9,8 +9,12 @@
  *
  *   summary.csv    point,group,recipe,variant,overrides,lr,seed,status,steps,
  *                  final_train_loss,final_val_loss,diverged_step,tokens_per_s
- *   curves.csv     point,step,train_loss,val_loss (the last line of a step wins:
- *                  a resumed run repeats the steps after its checkpoint)
+ *   curves.csv     point,step,train_loss,val_loss,esharp_last_1e-3,
+ *                  esharp_last_5e-4,esharp_all_1e-3,esharp_all_5e-4 (the
+ *                  validation's epsilon-sharpness of the logits,
+ *                  experiments/trainer/logit_sharpness.h; the last line of a
+ *                  step wins: a resumed run repeats the steps after its
+ *                  checkpoint)
  *   stats.csv      point,step,site,use,format,amax,underflow,overflow,mse,
  *                  cosine,scale,delayed_over_current (stays with the runs)
  *   sharpness.csv  point,step,rho,directions,loss,loss_perturbed,kl_mean,kl_max,

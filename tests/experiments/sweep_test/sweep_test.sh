@@ -102,7 +102,7 @@ div=$(grep '^bf16_lr0.3_s1_diverge_delta-1e-9,' "$res/summary.csv")
 nstep=${BASH_REMATCH[2]}
 # curves: 6 training rows for the completed point, val at steps 3 and 6; the diverged point's rows stop before it
 [[ $(grep -c '^bf16_lr0.3_s1_diverge_delta-0,' "$res/curves.csv") == 6 ]] || fail "curves rows: $(cat "$res/curves.csv")"
-[[ $(grep -c '^bf16_lr0.3_s1_diverge_delta-0,[36],[0-9.]*,[0-9.]\+$' "$res/curves.csv") == 2 ]] || fail "val rows in curves.csv"
+[[ $(grep -c '^bf16_lr0.3_s1_diverge_delta-0,[36],[0-9.]*,[0-9.]\+\(,[0-9.e-]\+\)\{4\}$' "$res/curves.csv") == 2 ]] || fail "val rows in curves.csv"
 [[ $(grep -c '^bf16_lr0.3_s1_diverge_delta-1e-9,' "$res/curves.csv") == $((nstep - 1)) ]] || fail "diverged curve rows"
 grep -q "2/2 done, 1 diverged" "$log/out" || fail "progress line: $(cat "$log/out")"
 [[ $(tail -1 "$log/out") == "sweep: 2/2 done, 1 diverged, 0 failed" ]] || fail "last line: $(tail -1 "$log/out")"

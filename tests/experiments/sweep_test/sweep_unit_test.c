@@ -172,7 +172,8 @@ START_TEST(curve_and_stats_rows) {
       "{\"step\":2,\"stats\":[{\"site\":\"l0.wq\",\"use\":\"x\",\"format\":\"e4m3\",\"amax\":1.5,"
       "\"underflow\":0,\"overflow\":null,\"mse\":1e-06,\"cosine\":0.999,\"scale\":2,"
       "\"delayed_over_current\":null}]}\n"
-      "{\"step\":2,\"val_loss\":4.75}\n"
+      "{\"step\":2,\"val_loss\":4.75,\"esharp_last_1e-3\":0.25,\"esharp_last_5e-4\":0.125,"
+      "\"esharp_all_1e-3\":0.5,\"esharp_all_5e-4\":null}\n"
       "{\"step\":3,\"lo\n" /* cut by a crash */
       "{\"step\":3,\"loss\":9.0,\"lr\":0.3}\n"
       "{\"step\":2,\"loss\":4.20,\"lr\":0.3}\n" /* resumed: the last line of a step wins */
@@ -184,7 +185,7 @@ START_TEST(curve_and_stats_rows) {
   curves_rows(f, st, "p", log);
   fclose(f);
   fclose(st);
-  ck_assert_str_eq(buf, "p,1,5.5,\np,2,4.20,4.75\np,3,,\n");
+  ck_assert_str_eq(buf, "p,1,5.5,,,,,\np,2,4.20,4.75,0.25,0.125,0.5,\np,3,,,,,,\n");
   ck_assert_str_eq(stats_buf, "p,2,l0.wq,x,e4m3,1.5,0,,1e-06,0.999,2,\n");
 }
 END_TEST

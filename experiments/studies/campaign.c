@@ -1,0 +1,352 @@
+/*
+ * A campaign's table, from a folder of run directories (a sweep's folder, or
+ * runs brought back from the GPU machine side by side):
+ *
+ *   bazel run //experiments/studies:campaign -- DIR [--out PREFIX]
+ *
+ * writes PREFIX.csv and PREFIX.md (default DIR/campaign): one row per group,
+ * a group being the runs whose config.cfg agree on every key but the seed and
+ * the keys that do not change what is trained (run_dir, data paths, threads,
+ * device, progress, checkpointing, fault injection; operational_keys below).
+ * Its name lists the keys that differ between groups, "key=value ...", in
+ * config.cfg's order.  Per group:
+ *
+ *   runs               subfolders with a config.cfg in the group
+ *   finished           of them, completed or diverged (summary.json's status);
+ *                      the others (interrupted, stopped, failed, no summary)
+ *                      count in no statistic below
+ *   diverged           the trainer's divergence: at some step the training loss
+ *                      was not finite or exceeded its running minimum by more
+ *                      than diverge_delta (config.cfg; 2 nats by default)
+ *   divergence_freq    diverged / finished, with its two-sided 95%
+ *                      Clopper-Pearson interval ci95_low, ci95_high
+ *                      (campaign_stats.h)
+ *   val_loss_*         the completed runs' final validation loss
+ *                      (summary.json's val_loss, the validation after the last
+ *                      step): n, mean, sample standard deviation, min, max
+ *   div_step_*         the diverged runs' step of divergence (diverged_at):
+ *                      mean, min, max
+ *
+ * Empty cells where a statistic is undefined (no run, one run for a standard
+ * deviation).  Each file is written to a temporary name and renamed.  An
+ * unreadable DIR, or one without any run, is one line on stderr and exit 2.
+ */
+#include <dirent.h>
+#include <json-c/json.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "experiments/studies/campaign_stats.h"
+#include "experiments/studies/collect.h"
+
+/* config.cfg keys that do not change what is trained */
+static const char *const operational_keys[] = {
+    "seed",       "run_dir",    "data",        "val_data",    "progress",   "threads",
+    "device",     "ckpt_every", "ckpt_keep",   "stop_at",     "interrupt_at", "crash_at",
+    "cuda_graph", "stats_every", NULL};
+
+typedef struct {
+  char *name;
+  int n_keys;
+  char **keys, **values; /* config.cfg, in its order */
+  char status[32];       /* "" when summary.json is absent or unreadable */
+  double val_loss;       /* NaN when absent */
+  long diverged_at;      /* 0 when absent */
+  int group;
+} run_info;
+
+static void fail(int code, const char *msg, const char *what) {
+  fprintf(stderr, "campaign: %s%s%s\n", msg, what ? ": " : "", what ? what : "");
+  exit(code);
+}
+
+static void *xrealloc(void *p, size_t n) {
+  p = realloc(p, n ? n : 1);
+  if (!p) fail(1, "out of memory", NULL);
+  return p;
+}
+
+static char *xstrdup(const char *s) {
+  char *d = strdup(s);
+  if (!d) fail(1, "out of memory", NULL);
+  return d;
+}
+
+static bool operational(const char *key) {
+  for (int i = 0; operational_keys[i]; i++)
+    if (!strcmp(key, operational_keys[i])) return true;
+  return false;
+}
+
+/* "key = value" lines; others are ignored.  false when the file is absent. */
+static bool read_config(const char *path, run_info *r) {
+  char *text = read_text(path);
+  if (!text) return false;
+  for (char *line = text, *next; *line; line = next) {
+    next = line + strcspn(line, "\n");
+    if (*next) *next++ = 0;
+    char *eq = strstr(line, " = ");
+    if (!eq || eq == line) continue;
+    *eq = 0;
+    r->keys = xrealloc(r->keys, sizeof(char *) * (r->n_keys + 1));
+    r->values = xrealloc(r->values, sizeof(char *) * (r->n_keys + 1));
+    r->keys[r->n_keys] = xstrdup(line);
+    r->values[r->n_keys++] = xstrdup(eq + 3);
+  }
+  free(text);
+  return true;
+}
+
+static const char *config_value(const run_info *r, const char *key) {
+  for (int i = 0; i < r->n_keys; i++)
+    if (!strcmp(r->keys[i], key)) return r->values[i];
+  return "";
+}
+
+static void read_summary(const char *path, run_info *r) {
+  r->val_loss = NAN;
+  char *text = read_text(path);
+  json_object *o = text ? json_tokener_parse(text) : NULL, *v;
+  free(text);
+  if (o && json_object_is_type(o, json_type_object)) {
+    if (json_object_object_get_ex(o, "status", &v) && json_object_is_type(v, json_type_string))
+      snprintf(r->status, sizeof r->status, "%s", json_object_get_string(v));
+    if (json_object_object_get_ex(o, "val_loss", &v) &&
+        (json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)))
+      r->val_loss = json_object_get_double(v);
+    if (json_object_object_get_ex(o, "diverged_at", &v) && json_object_is_type(v, json_type_int))
+      r->diverged_at = (long)json_object_get_int64(v);
+  }
+  json_object_put(o);
+}
+
+/* The runs of dir (subfolders with a config.cfg), by name. */
+static run_info *read_runs(const char *dir, int *n) {
+  struct dirent **names;
+  const int count = scandir(dir, &names, NULL, alphasort);
+  if (count < 0) fail(2, "cannot read the folder", dir);
+  run_info *runs = NULL;
+  *n = 0;
+  char path[8192];
+  for (int i = 0; i < count; i++) {
+    const char *name = names[i]->d_name;
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    run_info r = {0};
+    if (name[0] != '.' && !stat(path, &st) && S_ISDIR(st.st_mode) &&
+        (snprintf(path, sizeof path, "%s/%s/config.cfg", dir, name), read_config(path, &r))) {
+      r.name = xstrdup(name);
+      snprintf(path, sizeof path, "%s/%s/summary.json", dir, name);
+      read_summary(path, &r);
+      runs = xrealloc(runs, sizeof *runs * (*n + 1));
+      runs[(*n)++] = r;
+    }
+    free(names[i]);
+  }
+  free(names);
+  return runs;
+}
+
+/* Keys (first-seen order over the runs) on which the runs differ, but the
+ * operational ones. */
+static int varying_keys(const run_info *runs, int n, const char ***keys) {
+  int nk = 0;
+  *keys = NULL;
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < runs[i].n_keys; j++) {
+      const char *key = runs[i].keys[j];
+      bool seen = operational(key);
+      for (int k = 0; k < nk && !seen; k++) seen = !strcmp((*keys)[k], key);
+      if (seen) continue;
+      bool differs = false;
+      for (int m = 0; m < n && !differs; m++)
+        differs = strcmp(config_value(&runs[m], key), runs[i].values[j]) != 0;
+      if (!differs) continue;
+      *keys = xrealloc(*keys, sizeof(char *) * (nk + 1));
+      (*keys)[nk++] = key;
+    }
+  return nk;
+}
+
+static char *group_name(const run_info *r, const char **keys, int nk) {
+  size_t len = 1;
+  for (int k = 0; k < nk; k++) len += strlen(keys[k]) + strlen(config_value(r, keys[k])) + 2;
+  char *s = xrealloc(NULL, len);
+  s[0] = 0;
+  for (int k = 0; k < nk; k++)
+    sprintf(s + strlen(s), "%s%s=%s", k ? " " : "", keys[k], config_value(r, keys[k]));
+  return s;
+}
+
+typedef struct {
+  char *name;
+  int runs, finished, diverged;
+  double ci_low, ci_high;
+  sample_summary val, div_step;
+} group_row;
+
+/* A number for the CSV: %.9g, empty when not finite. */
+static void csv_num(FILE *f, double v) {
+  if (isfinite(v)) fprintf(f, ",%.9g", v);
+  else fputs(",", f);
+}
+
+/* A CSV field, quoted when it holds a comma, a quote or a line break. */
+static void csv_text(FILE *f, const char *s) {
+  if (!s[strcspn(s, ",\"\n\r")]) {
+    fputs(s, f);
+    return;
+  }
+  fputc('"', f);
+  for (; *s; s++) {
+    if (*s == '"') fputc('"', f);
+    fputc(*s, f);
+  }
+  fputc('"', f);
+}
+
+static void write_csv(FILE *f, const group_row *g, int ng) {
+  fputs("group,runs,finished,diverged,divergence_freq,ci95_low,ci95_high,val_loss_n,"
+        "val_loss_mean,val_loss_std,val_loss_min,val_loss_max,div_step_mean,div_step_min,"
+        "div_step_max\n", f);
+  for (int i = 0; i < ng; i++) {
+    csv_text(f, g[i].name);
+    fprintf(f, ",%d,%d,%d", g[i].runs, g[i].finished, g[i].diverged);
+    csv_num(f, g[i].finished ? (double)g[i].diverged / g[i].finished : NAN);
+    csv_num(f, g[i].ci_low);
+    csv_num(f, g[i].ci_high);
+    fprintf(f, ",%d", g[i].val.n);
+    csv_num(f, g[i].val.mean);
+    csv_num(f, g[i].val.std);
+    csv_num(f, g[i].val.min);
+    csv_num(f, g[i].val.max);
+    csv_num(f, g[i].div_step.mean);
+    csv_num(f, g[i].div_step.min);
+    csv_num(f, g[i].div_step.max);
+    fputc('\n', f);
+  }
+}
+
+/* The markdown table: "-" where the CSV is empty; | in a name escaped. */
+static void write_md(FILE *f, const group_row *g, int ng) {
+  fputs("| group | runs (finished) | diverged | frequency [95% CI] | final val loss: mean "
+        "± std (min – max), n | steps to divergence: mean (min – max) |\n"
+        "|---|---|---|---|---|---|\n", f);
+  for (int i = 0; i < ng; i++) {
+    fputs("| ", f);
+    for (const char *s = g[i].name; *s; s++) {
+      if (*s == '|') fputc('\\', f);
+      fputc(*s == '\n' ? ' ' : *s, f);
+    }
+    fprintf(f, " | %d (%d) | %d | ", g[i].runs, g[i].finished, g[i].diverged);
+    if (g[i].finished)
+      fprintf(f, "%.2f [%.4f, %.4f]", (double)g[i].diverged / g[i].finished, g[i].ci_low,
+              g[i].ci_high);
+    else fputs("-", f);
+    fputs(" | ", f);
+    const sample_summary *v = &g[i].val;
+    if (v->n >= 2)
+      fprintf(f, "%.4f ± %.4f (%.4f – %.4f), %d", v->mean, v->std, v->min, v->max, v->n);
+    else if (v->n == 1) fprintf(f, "%.4f, 1", v->mean);
+    else fputs("-", f);
+    fputs(" | ", f);
+    const sample_summary *d = &g[i].div_step;
+    if (d->n) fprintf(f, "%.0f (%.0f – %.0f)", d->mean, d->min, d->max);
+    else fputs("-", f);
+    fputs(" |\n", f);
+  }
+}
+
+/* Writes path through path.tmp and a rename; exits 1 on failure. */
+static void write_atomic(const char *path, void (*body)(FILE *, const group_row *, int),
+                         const group_row *g, int ng) {
+  char tmp[8300];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  if (!f) fail(1, "cannot write", tmp);
+  body(f, g, ng);
+  const bool ok = fflush(f) == 0 && !ferror(f);
+  if ((fclose(f) != 0) | !ok || rename(tmp, path) != 0) {
+    unlink(tmp);
+    fail(1, "cannot write", path);
+  }
+}
+
+int main(int argc, char **argv) {
+  const char *dir = NULL, *out = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+    else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      printf("usage: campaign DIR [--out PREFIX]   (writes PREFIX.csv, PREFIX.md; default "
+             "DIR/campaign)\n");
+      return 0;
+    } else if (!dir && argv[i][0] != '-') dir = argv[i];
+    else fail(2, "unexpected argument (usage: campaign DIR [--out PREFIX])", argv[i]);
+  }
+  if (!dir) fail(2, "usage: campaign DIR [--out PREFIX]", NULL);
+  int n;
+  run_info *runs = read_runs(dir, &n);
+  if (n == 0) fail(2, "no run directories (subfolders with a config.cfg)", dir);
+
+  const char **keys;
+  const int nk = varying_keys(runs, n, &keys);
+  group_row *groups = NULL;
+  int ng = 0;
+  for (int i = 0; i < n; i++) {
+    char *name = group_name(&runs[i], keys, nk);
+    if (!*name) name = (free(name), xstrdup(*config_value(&runs[i], "recipe")
+                                                 ? config_value(&runs[i], "recipe")
+                                                 : "all"));
+    int g = 0;
+    while (g < ng && strcmp(groups[g].name, name)) g++;
+    if (g == ng) {
+      groups = xrealloc(groups, sizeof *groups * (ng + 1));
+      groups[ng++] = (group_row){.name = name};
+    } else free(name);
+    runs[i].group = g;
+  }
+  double *val = xrealloc(NULL, sizeof(double) * n), *steps = xrealloc(NULL, sizeof(double) * n);
+  for (int g = 0; g < ng; g++) {
+    int nv = 0, nd = 0;
+    for (int i = 0; i < n; i++) {
+      if (runs[i].group != g) continue;
+      const run_info *r = &runs[i];
+      groups[g].runs++;
+      const bool completed = !strcmp(r->status, "completed"),
+                 diverged = !strcmp(r->status, "diverged");
+      groups[g].finished += completed || diverged;
+      groups[g].diverged += diverged;
+      if (completed && isfinite(r->val_loss)) val[nv++] = r->val_loss;
+      if (diverged && r->diverged_at > 0) steps[nd++] = (double)r->diverged_at;
+    }
+    groups[g].ci_low = groups[g].ci_high = NAN;
+    if (groups[g].finished)
+      clopper_pearson(groups[g].diverged, groups[g].finished, 0.05, &groups[g].ci_low,
+                      &groups[g].ci_high);
+    groups[g].val = summarise(val, nv);
+    groups[g].div_step = summarise(steps, nd);
+  }
+
+  char path[8192];
+  snprintf(path, sizeof path, "%s.csv", out ? out : "");
+  if (!out) snprintf(path, sizeof path, "%s/campaign.csv", dir);
+  write_atomic(path, write_csv, groups, ng);
+  printf("campaign: %d runs in %d groups: %s\n", n, ng, path);
+  path[strlen(path) - 4] = 0;
+  strcat(path, ".md");
+  write_atomic(path, write_md, groups, ng);
+  printf("campaign: %s\n", path);
+
+  for (int i = 0; i < n; i++) {
+    for (int k = 0; k < runs[i].n_keys; k++) free(runs[i].keys[k]), free(runs[i].values[k]);
+    free(runs[i].keys), free(runs[i].values), free(runs[i].name);
+  }
+  for (int g = 0; g < ng; g++) free(groups[g].name);
+  free(runs), free(groups), free(keys), free(val), free(steps);
+  return 0;
+}

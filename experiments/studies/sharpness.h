@@ -3,7 +3,9 @@
  *
  * Lee et al. (2024, "To FP8 and Back Again") propose a sharpness metric for
  * autoregressive language models computed on the logits; we could not read
- * their definition, so this is our own, stated exactly (RESULTS.md says why):
+ * their definition, so this is our own, stated exactly (RESULTS.md says why).
+ * (Their measure as described, Keskar's epsilon-sharpness on the logits, the
+ * trainer computes at every validation: experiments/trainer/logit_sharpness.h.)
  *
  *   For K random directions d_k and both signs s = +-1, perturb the weights to
  *   theta + s rho d_k and measure, over the tokens t of a fixed set of

@@ -28,7 +28,9 @@
  *                      mean, min, max
  *
  * Empty cells where a statistic is undefined (no run, one run for a standard
- * deviation).  Each file is written to a temporary name and renamed.  An
+ * deviation).  PREFIX_curves.csv holds every run's trajectory as the sweep's
+ * curves.csv does (collect.h: training and validation loss, the validations'
+ * epsilon-sharpness), with the run's folder as `point` and its group in front.  Each file is written to a temporary name and renamed.  An
  * unreadable DIR, or one without any run, is one line on stderr and exit 2.
  */
 #include <dirent.h>
@@ -262,6 +264,34 @@ static void write_md(FILE *f, const group_row *g, int ng) {
   }
 }
 
+/* The runs' trajectories: "group," then curves.csv's columns. */
+static const char *curves_dir;
+static const run_info *curves_runs;
+static int curves_n;
+static void write_curves(FILE *f, const group_row *g, int ng) {
+  (void)ng;
+  fprintf(f, "group,%s", curves_header);
+  char path[8192];
+  for (int i = 0; i < curves_n; i++) {
+    snprintf(path, sizeof path, "%s/%s/log.jsonl", curves_dir, curves_runs[i].name);
+    char *log = read_text(path), *rows = NULL;
+    size_t len = 0;
+    FILE *mem = log ? open_memstream(&rows, &len) : NULL;
+    if (mem) {
+      curves_rows(mem, NULL, curves_runs[i].name, log);
+      fclose(mem);
+      for (char *line = rows; line && *line;) { /* each row with the group in front */
+        char *nl = strchr(line, '\n');
+        csv_text(f, g[curves_runs[i].group].name);
+        fprintf(f, ",%.*s\n", (int)(nl ? nl - line : (long)strlen(line)), line);
+        line = nl ? nl + 1 : line + strlen(line);
+      }
+    }
+    free(rows);
+    free(log);
+  }
+}
+
 /* Writes path through path.tmp and a rename; exits 1 on failure. */
 static void write_atomic(const char *path, void (*body)(FILE *, const group_row *, int),
                          const group_row *g, int ng) {
@@ -340,6 +370,11 @@ int main(int argc, char **argv) {
   path[strlen(path) - 4] = 0;
   strcat(path, ".md");
   write_atomic(path, write_md, groups, ng);
+  printf("campaign: %s\n", path);
+  path[strlen(path) - 3] = 0;
+  strcat(path, "_curves.csv");
+  curves_dir = dir, curves_runs = runs, curves_n = n;
+  write_atomic(path, write_curves, groups, ng);
   printf("campaign: %s\n", path);
 
   for (int i = 0; i < n; i++) {

@@ -4,7 +4,8 @@
 # at 1e-2), completed, diverged, interrupted and unreadable runs, a folder
 # that is not a run.  The expected tables were checked by hand: mean 3.2 and
 # sample std 0.1 of 3.1, 3.2, 3.3; intervals of 0/3, 2/3, 3/3 as scipy prints
-# them; the unfinished runs counted in `runs` only.
+# them; the unfinished runs counted in `runs` only; the trajectories of the two
+# runs with a log (validation lines with and without the epsilon-sharpness).
 # usage: campaign_test.sh CAMPAIGN_BINARY FIXTURE_DIR
 set -uo pipefail
 campaign=$(realpath "$1"); fixture=$(realpath "$2")
@@ -16,8 +17,9 @@ bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 cp -r "$fixture/runs" "$tmp/runs"
 before=$(cd "$tmp/runs" && find . -type f | sort | xargs md5sum)
 if "$campaign" "$tmp/runs" --out "$tmp/table" > "$tmp/out" 2>&1 &&
-   diff "$tmp/table.csv" "$fixture/expected.csv" && diff "$tmp/table.md" "$fixture/expected.md"; then
-  ok "fixture runs: CSV and markdown tables as expected"
+   diff "$tmp/table.csv" "$fixture/expected.csv" && diff "$tmp/table.md" "$fixture/expected.md" &&
+   diff "$tmp/table_curves.csv" "$fixture/expected_curves.csv"; then
+  ok "fixture runs: CSV and markdown tables and the trajectories as expected"
 else bad "fixture tables differ: $(cat "$tmp/out")"; fi
 after=$(cd "$tmp/runs" && find . -type f | sort | xargs md5sum)
 [ "$before" = "$after" ] && ok "--out elsewhere: the runs' folder unchanged" || bad "the runs' folder changed"

@@ -38,16 +38,17 @@ def hopper_old(fast, fa, fb, k):
     return Model(32, 14, 14, 0, 0 if fast else 128, 1, 0, 0, 0, 0)
 
 
-def main():
-    lib = C.CDLL(sys.argv[2])
+def load_gemm(path):
+    """exmy_qgemm_accum of the libexmy.so at path as gemm(A, Bt, model) = A·Btᵀ."""
+    lib = C.CDLL(path)
     f = lib.exmy_qgemm_accum
     f.restype = C.c_int
     f.argtypes = [C.c_bool, C.c_bool, C.c_size_t, C.c_size_t, C.c_size_t, C.c_float, C.c_void_p,
                   C.c_size_t, C.c_void_p, C.c_void_p, C.c_size_t, C.c_void_p, C.c_float,
                   C.c_void_p, C.c_size_t, C.c_void_p, C.POINTER(Model)]
-    models = [hopper] + ([hopper_old] if sys.argv[3:] == ["old"] else [])
 
     def gemm(a, bt, model):
+        a, bt = np.ascontiguousarray(a, np.float32), np.ascontiguousarray(bt, np.float32)
         m, k = a.shape
         n = bt.shape[0]
         c = np.zeros((m, n), np.float32)
@@ -55,6 +56,13 @@ def main():
               c.ctypes.data, n, None, C.byref(model))
         assert r == 0, r
         return c
+
+    return gemm
+
+
+def main():
+    gemm = load_gemm(sys.argv[2])
+    models = [hopper] + ([hopper_old] if sys.argv[3:] == ["old"] else [])
 
     head = "| A × B | data | K | fast: identical | fast: largest rel. diff | split: identical | split: largest rel. diff |"
     if len(models) > 1:

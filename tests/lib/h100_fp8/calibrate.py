@@ -4,10 +4,12 @@ of formats, distribution and K, the fraction of the M x N outputs that are
 bit-identical and the largest relative difference where they are not, with
 fast accumulation and without.  Prints a markdown table.
 
-  python3 calibrate.py DIR_WITH_fp8_truth_NPZ bazel-bin/libexmy.so [old]
+  python3 calibrate.py DIR_WITH_fp8_truth_NPZ bazel-bin/libexmy.so [old|ablate]
 
 `old` also runs the model before calibration (alignment by the product's own
-exponent, no split-K) beside it.  Needs numpy.
+exponent, no split-K) beside it; `ablate` instead prints, for the mixed-sign
+cases at K = 512 and 16384, the agreement of the model with one parameter
+changed.  Needs numpy.
 """
 import ctypes as C
 import sys
@@ -60,8 +62,53 @@ def load_gemm(path):
     return gemm
 
 
+ABLATIONS = [("calibrated", {}), ("align_exp PRODUCT", {"align_exp": 0}),
+             ("product_bits 13", {"product_bits": 13}), ("product_bits 15", {"product_bits": 15}),
+             ("sum_bits 13", {"sum_bits": 13}), ("sum_bits 15", {"sum_bits": 15}),
+             ("group 16", {"group": 16}), ("group 64", {"group": 64}),
+             ("round NEAREST_EVEN", {"round": 1}), ("align_sum 0", {"align_sum": 0}),
+             ("k_slice 0", {"k_slice": 0}), ("k_slice 4096", {"k_slice": 4096})]
+
+
+def ablate(gemm):
+    """The lowest and highest fraction identical over the cases, per change."""
+    cases = []
+    for pair in ("e4m3_e4m3", "e4m3_e5m2", "e5m2_e4m3"):
+        z = np.load(f"{sys.argv[1]}/fp8_truth_{pair}.npz")
+        fa, fb = pair.split("_")
+        for dist in ("normal", "wide", "cancel"):
+            for k in (512, 16384):
+                key = f"{dist}_K{k}"
+                cases.append((fa, fb, k, decode_table(fa)[z[key + "_a"]],
+                              decode_table(fb)[z[key + "_bt"]], z[key + "_fast"], z[key + "_split"]))
+    print("| model | K = 512 fast | K = 512 split | K = 16384 fast | K = 16384 split |")
+    print("|---|---|---|---|---|")
+    for name, change in ABLATIONS:
+        cells = {}
+        for fa, fb, k, a, bt, hw_fast, hw_split in cases:
+            for fast, hw in ((True, hw_fast), (False, hw_split)):
+                m = hopper(fast, fa, fb, k)
+                for field, value in change.items():
+                    setattr(m, field, value)
+                if field_ok(m):
+                    same = (gemm(a, bt, m).view(np.uint32) == hw.view(np.uint32)).mean()
+                    cells.setdefault((k, fast), []).append(same)
+        print(f"| {name} | " + " | ".join(
+            f"{min(cells[kf]):.3f} .. {max(cells[kf]):.3f}" if kf in cells else "invalid"
+            for kf in ((512, True), (512, False), (16384, True), (16384, False))) + " |", flush=True)
+
+
+def field_ok(m):
+    """k_slice must be a multiple of group and promote_every."""
+    return not m.k_slice or (m.k_slice % m.group == 0
+                             and (not m.promote_every or m.k_slice % m.promote_every == 0))
+
+
 def main():
     gemm = load_gemm(sys.argv[2])
+    if sys.argv[3:] == ["ablate"]:
+        ablate(gemm)
+        return
     models = [hopper] + ([hopper_old] if sys.argv[3:] == ["old"] else [])
 
     head = "| A × B | data | K | fast: identical | fast: largest rel. diff | split: identical | split: largest rel. diff |"

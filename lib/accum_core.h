@@ -29,8 +29,8 @@
  *     ea = max(floor(log2 |a|), emin_a) and eb likewise: the hardware holds
  *     each input as a significand in [1, 2) (in [0, 1) for a subnormal of
  *     its format, whose exponent is the format's emin) and aligns the
- *     products' significands in [1, 4) by ea + eb, so a product of 2^E or
- *     more keeps one bit above E (Khattak and Mikaitis, "Accurate Models of
+ *     products' significands in [1, 4) by ea + eb, so a product of
+ *     2^(ea+eb+1) or more keeps a bit above E (Khattak and Mikaitis, "Accurate Models of
  *     NVIDIA Tensor Cores", arXiv 2512.07004: the H100's FP8 model).
  *   - Each product is reduced to a multiple of 2^(E - product_bits + 1), i.e.
  *     product_bits bits counted from E down, by `round` applied to its
@@ -69,8 +69,9 @@
  * cuBLASLt splits K (no split up to K = 4096 at M = N = 64; 2816 at K =
  * 16384) agree with it bit for bit on every element measured.
  *
- * Everything else is integer arithmetic (64-bit significands, a 128-bit
- * exact sum of two), so host and device agree bit for bit.
+ * Apart from group = 0 and additions with ±Inf, the arithmetic is integer
+ * (64-bit significands, a 128-bit exact sum of two), so host and device agree
+ * bit for bit.
  */
 #ifndef EXMY_ACCUM_CORE_H
 #define EXMY_ACCUM_CORE_H
@@ -102,7 +103,8 @@ typedef struct exmy_accum_model {
    * sum is aligned with them (a tensor core whose adder takes the
    * accumulator as one more addend). */
   int align_sum;
-  /* Fields added later; 0 keeps the behaviour above.
+  /* Zero in the fields below (as an initialiser that lists only the ones
+   * above leaves them) aligns by each product's own exponent, unsplit.
    * EXMY_ACCUM_ALIGN_PRODUCT (0): a product's exponent is its own;
    * EXMY_ACCUM_ALIGN_INPUTS (1): the sum of its inputs' exponents. */
   int align_exp;

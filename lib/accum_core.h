@@ -22,8 +22,16 @@
  *     accumulation from +0 gives).
  *   - K is cut into groups of `group` consecutive products (the last group
  *     may be shorter).  The alignment exponent E of a group is the largest
- *     exponent (floor(log2 |x|)) among its nonzero products, and, when
- *     align_sum is 1, of the running sum as well.
+ *     exponent among its nonzero products, and, when align_sum is 1, the
+ *     running sum's (floor(log2 |sum|)) as well.  A product's exponent is,
+ *     with align_exp = EXMY_ACCUM_ALIGN_PRODUCT, its own (floor(log2 |a·b|));
+ *     with EXMY_ACCUM_ALIGN_INPUTS, the sum ea + eb of its inputs' exponents,
+ *     ea = max(floor(log2 |a|), emin_a) and eb likewise: the hardware holds
+ *     each input as a significand in [1, 2) (in [0, 1) for a subnormal of
+ *     its format, whose exponent is the format's emin) and aligns the
+ *     products' significands in [1, 4) by ea + eb, so a product of
+ *     2^(ea+eb+1) or more keeps a bit above E (Khattak and Mikaitis, "Accurate Models of
+ *     NVIDIA Tensor Cores", arXiv 2512.07004: the H100's FP8 model).
  *   - Each product is reduced to a multiple of 2^(E - product_bits + 1), i.e.
  *     product_bits bits counted from E down, by `round` applied to its
  *     magnitude (truncation toward zero of a negative product is truncation
@@ -40,6 +48,13 @@
  *     never; the running sum is rounded to float32 (nearest even) at the end.
  *     The float32 roundings keep subnormals and overflow to ±Inf (then the
  *     accumulator stays ±Inf, as Inf + finite is in float32).
+ *   - k_slice = 0: all of K is one slice.  Otherwise K is cut into slices of
+ *     k_slice products (a multiple of group and of promote_every; the last
+ *     may be shorter), each computed alone as above (its own running sum and
+ *     float32 accumulator), and the slices' float32 results are added in
+ *     order in float32 (the first, plus the second, ..., each addition
+ *     rounded to nearest even): a split-K GEMM whose partial results are
+ *     reduced in float32.  cuBLASLt chooses its split from the GEMM's shape.
  *   - If any a[p] or b[p] is Inf or NaN, the result is that of the float32
  *     accumulation below (so NaN and ±Inf propagate as float32 says).
  *
@@ -47,8 +62,16 @@
  * (cpu/exmy_cpu.h): acc = fmaf(a[p], b[p], acc) for p = 0 .. K-1 from +0,
  * which is what exmy_qgemm computes; the other fields are ignored.
  *
- * Everything else is integer arithmetic (64-bit significands, a 128-bit
- * exact sum of two), so host and device agree bit for bit.
+ * Calibrated against the H100's cuBLASLt FP8 GEMM (E4M3 and E5M2 operands,
+ * float32 output, cuda/NOTES.md): group 32, product_bits 14, sum_bits 14,
+ * truncation, align_sum 1, EXMY_ACCUM_ALIGN_INPUTS with the formats' emin,
+ * promote_every 0 with fast accumulation and 128 without, and k_slice as
+ * cuBLASLt splits K (no split up to K = 4096 at M = N = 64; 2816 at K =
+ * 16384) agree with it bit for bit on every element measured.
+ *
+ * Apart from group = 0 and additions with ±Inf, the arithmetic is integer
+ * (64-bit significands, a 128-bit exact sum of two), so host and device agree
+ * bit for bit.
  */
 #ifndef EXMY_ACCUM_CORE_H
 #define EXMY_ACCUM_CORE_H
@@ -80,13 +103,29 @@ typedef struct exmy_accum_model {
    * sum is aligned with them (a tensor core whose adder takes the
    * accumulator as one more addend). */
   int align_sum;
+  /* Zero in the fields below (as an initialiser that lists only the ones
+   * above leaves them) aligns by each product's own exponent, unsplit.
+   * EXMY_ACCUM_ALIGN_PRODUCT (0): a product's exponent is its own;
+   * EXMY_ACCUM_ALIGN_INPUTS (1): the sum of its inputs' exponents. */
+  int align_exp;
+  /* With EXMY_ACCUM_ALIGN_INPUTS: the smallest normal exponent of the
+   * format of A's values and of B's (E4M3 -6, E5M2 -14, float32 -126), the
+   * exponent that a subnormal of that format counts with; -149 .. 127.
+   * Ignored with EXMY_ACCUM_ALIGN_PRODUCT. */
+  int emin_a, emin_b;
+  /* Products per K slice of a split-K GEMM (see the model); 0: no split. */
+  int k_slice;
 } exmy_accum_model;
 
 enum {
   EXMY_ACCUM_FP32 = 0,
   EXMY_ACCUM_TRUNCATE = 0,
   EXMY_ACCUM_NEAREST_EVEN = 1,
-  /* (group + 1) aligned addends of up to 2^product_bits fit in an int64 */
+  EXMY_ACCUM_ALIGN_PRODUCT = 0,
+  EXMY_ACCUM_ALIGN_INPUTS = 1,
+  /* (group + 1) aligned addends of up to 2^product_bits fit in an int64;
+   * with EXMY_ACCUM_ALIGN_INPUTS a product may reach 2^(product_bits + 1),
+   * so one bit less */
   EXMY_ACCUM_MAX_GROUP = 256,
   EXMY_ACCUM_MAX_PRODUCT_BITS = 54,
   EXMY_ACCUM_MAX_SUM_BITS = 62,
@@ -96,7 +135,14 @@ enum {
 EXMY_HD int exmy_accum_model_check(const exmy_accum_model *m) {
   if (m->group == EXMY_ACCUM_FP32) return 0;
   if (m->group < 0 || m->group > EXMY_ACCUM_MAX_GROUP) return -1;
-  if (m->product_bits < 1 || m->product_bits > EXMY_ACCUM_MAX_PRODUCT_BITS) return -1;
+  if (m->align_exp != EXMY_ACCUM_ALIGN_PRODUCT && m->align_exp != EXMY_ACCUM_ALIGN_INPUTS)
+    return -1;
+  const int inputs = m->align_exp == EXMY_ACCUM_ALIGN_INPUTS;
+  if (m->product_bits < 1 || m->product_bits > EXMY_ACCUM_MAX_PRODUCT_BITS - inputs) return -1;
+  if (inputs && (m->emin_a < -149 || m->emin_a > 127 || m->emin_b < -149 || m->emin_b > 127))
+    return -1;
+  if (m->k_slice < 0 || m->k_slice % m->group) return -1;
+  if (m->k_slice && m->promote_every && m->k_slice % m->promote_every) return -1;
   if (m->sum_bits < 1 || m->sum_bits > EXMY_ACCUM_MAX_SUM_BITS) return -1;
   if (m->round != EXMY_ACCUM_TRUNCATE && m->round != EXMY_ACCUM_NEAREST_EVEN) return -1;
   if (m->promote_every < 0 || m->promote_every % m->group) return -1;
@@ -219,14 +265,17 @@ EXMY_HD float exmy_accum_dot_fp32(const float *a, long stride_a, const float *b,
   return acc;
 }
 
-/* sum_{p<k} a[p * stride_a] · b[p * stride_b] under model m (valid per
- * exmy_accum_model_check), as float32. */
-EXMY_HD float exmy_accum_dot(const exmy_accum_model *m, const float *a, long stride_a,
-                             const float *b, long stride_b, int k) {
-  if (m->group == EXMY_ACCUM_FP32) return exmy_accum_dot_fp32(a, stride_a, b, stride_b, k);
-  for (int p = 0; p < k; p++)
-    if (!isfinite(a[p * stride_a]) || !isfinite(b[p * stride_b]))
-      return exmy_accum_dot_fp32(a, stride_a, b, stride_b, k);
+/* The exponent that a product a·b (both nonzero) is aligned by. */
+EXMY_HD int exmy_accum_product_exp(const exmy_accum_model *m, exmy_accum_num x, exmy_accum_num y) {
+  if (m->align_exp == EXMY_ACCUM_ALIGN_PRODUCT)
+    return x.exp + y.exp + 63 - exmy_clz64(x.mag * y.mag);
+  const int ea = exmy_accum_lead(x), eb = exmy_accum_lead(y);
+  return (ea > m->emin_a ? ea : m->emin_a) + (eb > m->emin_b ? eb : m->emin_b);
+}
+
+/* One slice of the model (all of K without k_slice): finite operands. */
+EXMY_HD float exmy_accum_dot_slice(const exmy_accum_model *m, const float *a, long stride_a,
+                                   const float *b, long stride_b, int k) {
   const int qmin = -(1 << 20); /* no floor: far below any product */
   exmy_accum_num sum = {0, 0, 0};
   float acc = 0.0f;
@@ -239,7 +288,7 @@ EXMY_HD float exmy_accum_dot(const exmy_accum_model *m, const float *a, long str
       const exmy_accum_num x = exmy_accum_from_f32(a[p * stride_a]);
       const exmy_accum_num y = exmy_accum_from_f32(b[p * stride_b]);
       if (!x.mag || !y.mag) continue;
-      const int l = x.exp + y.exp + 63 - exmy_clz64(x.mag * y.mag);
+      const int l = exmy_accum_product_exp(m, x, y);
       if (l > lead) lead = l;
     }
     if (lead > -(1 << 20)) {
@@ -280,6 +329,29 @@ EXMY_HD float exmy_accum_dot(const exmy_accum_model *m, const float *a, long str
     }
   }
   return m->promote_every ? acc : exmy_accum_to_f32(sum);
+}
+
+/* sum_{p<k} a[p * stride_a] · b[p * stride_b] under model m (valid per
+ * exmy_accum_model_check), as float32. */
+EXMY_HD float exmy_accum_dot(const exmy_accum_model *m, const float *a, long stride_a,
+                             const float *b, long stride_b, int k) {
+  if (m->group == EXMY_ACCUM_FP32) return exmy_accum_dot_fp32(a, stride_a, b, stride_b, k);
+  for (int p = 0; p < k; p++)
+    if (!isfinite(a[p * stride_a]) || !isfinite(b[p * stride_b]))
+      return exmy_accum_dot_fp32(a, stride_a, b, stride_b, k);
+  const int slice = m->k_slice && m->k_slice < k ? m->k_slice : k;
+  float acc = exmy_accum_dot_slice(m, a, stride_a, b, stride_b, slice);
+  for (int s = slice; s < k; s += slice) {
+    const float part = exmy_accum_dot_slice(m, a + s * stride_a, stride_a, b + s * stride_b,
+                                            stride_b, k - s < slice ? k - s : slice);
+    /* a float32 addition, rounded to nearest even; ±Inf as float32 has it */
+    acc = isfinite(acc) && isfinite(part)
+              ? exmy_accum_to_f32(exmy_accum_add_round(exmy_accum_from_f32(acc),
+                                                       exmy_accum_from_f32(part), 24, -149,
+                                                       EXMY_ACCUM_NEAREST_EVEN))
+              : acc + part;
+  }
+  return acc;
 }
 
 #endif /* EXMY_ACCUM_CORE_H */

@@ -111,8 +111,22 @@ static float to_float(big x) {
   return (float)(negative ? -v : v);
 }
 
-float oracle_accum_dot(const exmy_accum_model *m, const float *a, long stride_a,
-                       const float *b, long stride_b, int k) {
+/* The bit index that the product a·b (both nonzero) is aligned by: its own
+ * leading bit, or its inputs' exponents added, each at least its emin. */
+static int align_bit(const exmy_accum_model *m, float a, float b) {
+  if (m->align_exp == EXMY_ACCUM_ALIGN_PRODUCT) return lead(from_product(a, b));
+  int ea, eb;
+  frexpf(fabsf(a), &ea); /* |a| in [2^(ea-1), 2^ea) */
+  frexpf(fabsf(b), &eb);
+  ea -= 1, eb -= 1;
+  if (ea < m->emin_a) ea = m->emin_a;
+  if (eb < m->emin_b) eb = m->emin_b;
+  return ea + eb + ZERO_BIT;
+}
+
+/* One K slice: the model without k_slice. */
+static float slice_dot(const exmy_accum_model *m, const float *a, long stride_a, const float *b,
+                       long stride_b, int k) {
   const int nearest = m->round == EXMY_ACCUM_NEAREST_EVEN;
   big sum = big_zero();
   float acc = 0.0f;
@@ -121,7 +135,8 @@ float oracle_accum_dot(const exmy_accum_model *m, const float *a, long stride_a,
     const int end = start + m->group < k ? start + m->group : k;
     int e = m->align_sum ? lead(sum) : -1;
     for (int p = start; p < end; p++) {
-      const int l = lead(from_product(a[p * stride_a], b[p * stride_b]));
+      if (a[p * stride_a] == 0 || b[p * stride_b] == 0) continue;
+      const int l = align_bit(m, a[p * stride_a], b[p * stride_b]);
       if (l > e) e = l;
     }
     if (e >= 0) {
@@ -144,6 +159,18 @@ float oracle_accum_dot(const exmy_accum_model *m, const float *a, long stride_a,
     }
   }
   return m->promote_every ? acc : to_float(sum);
+}
+
+float oracle_accum_dot(const exmy_accum_model *m, const float *a, long stride_a,
+                       const float *b, long stride_b, int k) {
+  const int slice = m->k_slice ? m->k_slice : k;
+  float acc = 0.0f;
+  for (int s = 0; s < k; s += slice) {
+    const float part = slice_dot(m, a + s * stride_a, stride_a, b + s * stride_b, stride_b,
+                                 k - s < slice ? k - s : slice);
+    acc = s == 0 ? part : acc + part; /* a float32 addition (SSE: nearest even) */
+  }
+  return acc;
 }
 
 float oracle_exact_dot(int promote_every, const float *a, long stride_a, const float *b,

@@ -1,7 +1,8 @@
 /* An independent reference for lib/accum_core.h's accumulation model: the
  * same model (documented there) computed in a wide fixed-point integer
  * (two's complement, weights 2^-512 .. 2^511) where every sum is exact and
- * every truncation or rounding is done bit by bit on the magnitude.  Shares
+ * every truncation or rounding is done bit by bit on the magnitude, and
+ * split-K slices are added with float32 additions.  Shares
  * no code with the core but the model's struct. */
 #ifndef EXMY_TESTS_ACCUM_ORACLE_H
 #define EXMY_TESTS_ACCUM_ORACLE_H

@@ -78,9 +78,11 @@ static void expect_same(const exmy_accum_model *m, const char *what, int kind, i
   if (!same(got, want)) {
     fprintf(stderr,
             "%s: kind %d K %d group %d product_bits %d sum_bits %d round %d promote %d "
-            "align_sum %d: got %.9g (0x%08x), want %.9g (0x%08x)\n",
+            "align_sum %d align_exp %d emin %d/%d k_slice %d: got %.9g (0x%08x), want %.9g "
+            "(0x%08x)\n",
             what, kind, k, m->group, m->product_bits, m->sum_bits, m->round, m->promote_every,
-            m->align_sum, got, bits_of(got), want, bits_of(want));
+            m->align_sum, m->align_exp, m->emin_a, m->emin_b, m->k_slice, got, bits_of(got),
+            want, bits_of(want));
     ck_abort();
   }
 }
@@ -104,6 +106,30 @@ START_TEST(test_model_check) {
   ck_assert_int_eq(exmy_accum_model_check(&m), -1);
   m.group = 0, m.sum_bits = 99; /* FP32: other fields ignored */
   ck_assert_int_eq(exmy_accum_model_check(&m), 0);
+  /* the fields added later */
+  m = (exmy_accum_model){32, 54, 14, EXMY_ACCUM_TRUNCATE, 128, 1};
+  m.emin_a = 1000; /* ignored while aligning by the product's own exponent */
+  ck_assert_int_eq(exmy_accum_model_check(&m), 0);
+  m.align_exp = 2;
+  ck_assert_int_eq(exmy_accum_model_check(&m), -1);
+  m.align_exp = EXMY_ACCUM_ALIGN_INPUTS, m.emin_a = -6, m.emin_b = -14;
+  ck_assert_int_eq(exmy_accum_model_check(&m), -1); /* 54 product bits: one too many */
+  m.product_bits = 53;
+  ck_assert_int_eq(exmy_accum_model_check(&m), 0);
+  m.emin_a = -150;
+  ck_assert_int_eq(exmy_accum_model_check(&m), -1);
+  m.emin_a = -149, m.emin_b = 128;
+  ck_assert_int_eq(exmy_accum_model_check(&m), -1);
+  m.emin_b = 127, m.k_slice = 2816;
+  ck_assert_int_eq(exmy_accum_model_check(&m), 0);
+  m.k_slice = 2816 + 32; /* a multiple of group, not of promote_every */
+  ck_assert_int_eq(exmy_accum_model_check(&m), -1);
+  m.promote_every = 0;
+  ck_assert_int_eq(exmy_accum_model_check(&m), 0);
+  m.k_slice = 48;
+  ck_assert_int_eq(exmy_accum_model_check(&m), -1);
+  m.k_slice = -32;
+  ck_assert_int_eq(exmy_accum_model_check(&m), -1);
 }
 END_TEST
 
@@ -121,6 +147,14 @@ START_TEST(test_core_matches_oracle) {
                             (int)(next() % 2), 0, (int)(next() % 2)};
       const int mult = (int)(next() % 3);
       m.promote_every = mult == 2 ? 4 * m.group : mult * m.group;
+      if (next() % 2) { /* aligned by the inputs' exponents, subnormals at emin */
+        static const int emins[] = {-149, -126, -14, -6, 0, 3};
+        m.align_exp = EXMY_ACCUM_ALIGN_INPUTS;
+        m.emin_a = emins[next() % 6], m.emin_b = emins[next() % 6];
+        if (m.product_bits > 53) m.product_bits = 53;
+      }
+      if (next() % 3 == 0) /* split K into slices of 1 .. 3 promotion blocks or groups */
+        m.k_slice = (int)(1 + next() % 3) * (m.promote_every ? m.promote_every : m.group);
       const int k = ks[next() % 8];
       fill(kind, a, b, k);
       ck_assert_int_eq(exmy_accum_model_check(&m), 0);

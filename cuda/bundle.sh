@@ -9,7 +9,10 @@
 # exmy_sgemm's unless gemm = openblas).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OB=(--output_base="${EXMY_BAZEL_OUTPUT_BASE:-$HOME/.cache/bazel_ob_cuda}")
+# One output base per checkout (as Bazel's own default is): two checkouts
+# bundling at once must not copy each other's binaries out of a shared one.
+ob_default="$HOME/.cache/bazel_ob_cuda_$(pwd -P | sha256sum | cut -c1-12)"
+OB=(--output_base="${EXMY_BAZEL_OUTPUT_BASE:-$ob_default}")
 TARGETS=(//cuda:bench //cuda:verify_hw //:libexmy.so
          //tests/cuda:convert_test //tests/cuda:recipes_test //tests/cuda:qgemm_test
          //tests/cuda:fast_path_test

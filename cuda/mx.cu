@@ -243,7 +243,18 @@ __device__ __forceinline__ float mx_value(const exmy_format &rt, const KOpts &o,
   for (int d = 1; d < 32; d <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
   const int e = exmy_core_mx_exponent(f.emax, amax);
   const uint32_t rnd = o.mode == EXMY_SR ? exmy_sr_word(o.seed, o.offset + r * cols + c) : 0u;
-  const uint32_t code = encode_runtime<ID>(rt, o, mul_keep_nan(v, exmy_pow2f(-e)), rnd);
+  const float sv = mul_keep_nan(v, exmy_pow2f(-e));
+  uint32_t code;
+  bool done = false;
+  if constexpr (ID != SPEC_GENERIC && Fast<ID>::enabled) {
+    /* the table formats' fast path for the recipes' modes, as encode8; the
+     * core where it declines (inf, NaN) and for flushed subnormals */
+    if (!o.flush && o.mode == EXMY_RNE)
+      done = fast_encode<ID, EXMY_RNE>(o.sr_bits, o.saturate, sv, rnd, code);
+    else if (!o.flush && o.mode == EXMY_SR)
+      done = fast_encode<ID, EXMY_SR>(o.sr_bits, o.saturate, sv, rnd, code);
+  }
+  if (!done) code = encode_runtime<ID>(rt, o, sv, rnd);
   const int sc = e + 127;
   return sc == 0xFF ? __uint_as_float(0x7FC00000u)
                     : mul_keep_nan(decode_one<ID>(f, code), exmy_pow2f(sc - 127));

@@ -2,9 +2,12 @@
  * parameter count that experiments/README.md and model.c's comments state,
  * counted by model_param_sizes (the sizes the model allocates) against the
  * LLaMA formula written out here, and against the published figures: 1b with
- * TinyLlama's vocabulary and context is TinyLlama-1.1B's 1,100,048,384. */
+ * TinyLlama's vocabulary and context is TinyLlama-1.1B's 1,100,048,384.  The
+ * shapes the PyTorch reference (llama_torch.py's SIZES) and bench_gpu.sh
+ * write out for the sizes they time are model.c's. */
 #include "tests/check_suite.h"
 #include <stdio.h>
+#include <string.h>
 
 #include "experiments/trainer/model.h"
 
@@ -67,8 +70,58 @@ START_TEST(unknown_size_refused) {
 }
 END_TEST
 
+/* Every line of `path` that starts (after blanks) with `key` followed by the
+ * shape as "V, C, L, NH, NKV, H, T" (llama_torch.py) or "V C L NH NKV H T"
+ * after `<<< "` (bench_gpu.sh) must give size `name`'s shape; returns how many
+ * lines named it. */
+static int copies_agree(const char *path, const char *name, const char *key, const char *after) {
+  FILE *f = fopen(path, "r");
+  ck_assert_msg(f != NULL, "cannot open %s", path);
+  model_config c;
+  ck_assert_int_eq(model_named_size(name, &c), 0);
+  const int want[7] = {c.vocab, c.dim, c.n_layers, c.n_heads, c.n_kv_heads, c.hidden, c.seq_len};
+  char line[512];
+  int found = 0;
+  while (fgets(line, sizeof line, f)) {
+    const char *p = line + strspn(line, " \t");
+    if (strncmp(p, key, strlen(key))) continue;
+    const char *q = strstr(p, after);
+    ck_assert_msg(q != NULL, "%s: no shape after '%s' in: %s", path, after, line);
+    q += strlen(after);
+    int v[7];
+    const int got = strchr(q, ',') && strchr(q, ',') < strchr(q, ')')
+                        ? sscanf(q, "%d, %d, %d, %d, %d, %d, %d", &v[0], &v[1], &v[2], &v[3],
+                                 &v[4], &v[5], &v[6])
+                        : sscanf(q, "%d %d %d %d %d %d %d", &v[0], &v[1], &v[2], &v[3], &v[4],
+                                 &v[5], &v[6]);
+    ck_assert_msg(got == 7 && !memcmp(v, want, sizeof v), "%s: %s is not model.c's %s: %s", path,
+                  key, name, line);
+    found++;
+  }
+  fclose(f);
+  return found;
+}
+
+START_TEST(copies_of_the_shapes_agree) {
+  const char *names[] = {"test", "tiny", "small", "120m", "350m", "1b"};
+  for (int i = 0; i < 6; i++) {
+    char key[64];
+    snprintf(key, sizeof key, "\"%s\":", names[i]);
+    ck_assert_msg(copies_agree("experiments/reference/llama_torch.py", names[i], key, "(") == 1,
+                  "llama_torch.py: SIZES has no single row %s", key);
+  }
+  for (int i = 3; i < 6; i++) {
+    char key[64];
+    snprintf(key, sizeof key, "%s) read -r V C L NH NKV H T", names[i]);
+    ck_assert_msg(copies_agree("experiments/gpu/bench_gpu.sh", names[i], key, "<<< \"") == 1,
+                  "bench_gpu.sh: no single shape line for %s", names[i]);
+  }
+}
+END_TEST
+
 int main(void) {
-  const TTest *const tests[] = {one_b_is_tinyllama, unknown_size_refused, NULL};
+  const TTest *const tests[] = {one_b_is_tinyllama, unknown_size_refused,
+                                copies_of_the_shapes_agree, NULL};
   return run_suite(suite_of_loop("sizes", 60, presets_shape_and_count,
                                  (int)(sizeof presets / sizeof presets[0]), tests),
                    true);

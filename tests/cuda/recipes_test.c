@@ -340,12 +340,12 @@ START_TEST(mx_bf16_image_matches_cpu) {
           const bool exact = y[i] != y[i] || (bits(y[i]) & 0xFFFFu) == 0;
           inexact += !exact;
           if (img[i] != bf16_rne(y[i]) && b++ < 3)
-            printf("  %s [%zu] of %zux%zu%s %s: bf16 0x%04x, cpu value 0x%08x (%s)\n", f.name,
+            printf("  %s [%zu] of %zux%zu%s %s differs: bf16 0x%04x, cpu value 0x%08x (%s)\n", f.name,
                    i, rows, cols, trans ? " (transposed)" : "", exmy_rounding_name(o.mode),
                    img[i], bits(y[i]), exact ? "a bf16 value" : "not a bf16 value");
         }
         if (flag != (inexact ? 9u : 5u) && b++ < 3)
-          printf("  %s %zux%zu: flag %u with %zu values outside bf16 (want %u)\n", f.name, rows,
+          printf("  %s %zux%zu: flag %u differs, %zu values outside bf16 (want %u)\n", f.name, rows,
                  cols, flag, inexact, inexact ? 9u : 5u);
         bad += b;
         inexact_total += inexact;
@@ -412,14 +412,15 @@ START_TEST(mx_gemm_fallback_matches_cpu) {
       to_host(&count, dcount, 8);
       size_t b0 = 0;
       for (size_t i = 0; i < m * n; i++) b0 += bits(got[i]) != 0xFFFFFFFFu;
-      if (b0 || count) printf("  fallback ran with another tag: %zu values written, count %llu\n", b0, count);
+      if (b0 || count)
+        printf("  fallback ran with another tag: %zu values differ, count %llu\n", b0, count);
       bad += b0 + count;
       CU(exmy_cuda_mx_gemm_f32_if(dflag, 3, ta, tb, m, n, k, alpha, da, lda, &fa, &oa, db, ldb,
                                   &fb, &ob, beta, dc, ldc, dr, dcount, 0));
       to_host(got, dr, m * n * 4);
       to_host(&count, dcount, 8);
       size_t b1 = diff_floats(got, want, m * n, "mx fallback gemm");
-      if (count != 1) printf("  fallback count %llu, want 1\n", count), b1++;
+      if (count != 1) printf("  fallback count %llu differs from 1\n", count), b1++;
       if (b1) printf("  ^ %zux%zux%zu ta %d tb %d %s\n", m, n, k, ta, tb, exmy_rounding_name(oa.mode));
       bad += b1;
       free(a); free(b); free(c); free(al); free(bl); free(qa); free(qb); free(want); free(got);

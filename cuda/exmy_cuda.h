@@ -63,6 +63,34 @@ cudaError_t exmy_cuda_mx_decode_f32(const exmy_format *f, int block,
                                     size_t rows, size_t cols, float *y,
                                     cudaStream_t stream);
 
+/* An MX operand of a GEMM as one bfloat16 image, K contiguous: y (uint16_t
+ * bf16 bits, rows x cols dense) holds the MX values of X' (rows x cols, X'[r][c]
+ * = x[r ld + c], trans: x[c ld + r]) in blocks of 32 along cols, exactly
+ * those of exmy_cuda_mx_encode_f32 followed by exmy_cuda_mx_decode_f32 on the
+ * dense X' (sr word index o->offset + r cols + c), each stored as bfloat16.
+ * An MX value is an element value times a power of two, so it is a bfloat16
+ * value unless it is a float32 subnormal with bits below 2^-133 (blocks of
+ * amax below about 2^-116 for E4M3); where one is not, *inexact (device) =
+ * tag, and y holds its bf16 rounding.  One pass, no synchronisation.
+ * block: 0 or 32 (else cudaErrorNotSupported); f of one-byte codes. */
+cudaError_t exmy_cuda_mx_quantize_bf16(const exmy_format *f, const exmy_rounding_opts *o,
+                                       int block, const float *x, size_t ld, bool trans,
+                                       size_t rows, size_t cols, void *y, unsigned *inexact,
+                                       unsigned tag, cudaStream_t stream);
+/* The exact fallback of a GEMM of such images, decided on the device: when
+ * *flag == tag, r (m x n dense) = alpha op(A) op(B) + beta C (C not read when
+ * beta == 0) with op(A) and op(B)^T MX-quantized along K as
+ * exmy_cuda_mx_quantize_bf16 does (blocks of 32, sr indices of the dense
+ * K-contiguous images m x k and n x k), products and sums in float32 (fmaf,
+ * k in order); *count += 1.  Otherwise nothing (one small launch). */
+cudaError_t exmy_cuda_mx_gemm_f32_if(const unsigned *flag, unsigned tag, bool trans_a,
+                                     bool trans_b, size_t m, size_t n, size_t k, float alpha,
+                                     const float *a, size_t lda, const exmy_format *fa,
+                                     const exmy_rounding_opts *oa, const float *b, size_t ldb,
+                                     const exmy_format *fb, const exmy_rounding_opts *ob,
+                                     float beta, const float *c, size_t ldc, float *r,
+                                     unsigned long long *count, cudaStream_t stream);
+
 /* exmy_tensor_stats_f32 on the device: the statistics of x against its
  * quantized image y (n values each), reduced on the device and written to
  * *stats, a DEVICE pointer (no host round trip; copy it when you need it).

@@ -10,6 +10,7 @@
  * X = floor(log2(amax)) - emax (finite |x| only, clamped to [-127, 127]),
  * x * 2^-X in float32, and the core with saturation on, as cpu/mx.c does.
  */
+#include <cuda_bf16.h>
 #include <stdint.h>
 
 #include "cuda/elementwise.cuh"
@@ -203,5 +204,187 @@ extern "C" cudaError_t exmy_cuda_mx_decode_f32(const exmy_format *f, int block,
   const size_t want = blocks_for(n, 256);
   const unsigned blocks = (unsigned)(want < (size_t)sms * 32 ? want : (size_t)sms * 32);
   k_mx_decode<<<blocks, 256, 0, stream>>>(*f, codes, scales, y, rows, cols, g);
+  return cudaGetLastError();
+}
+
+/* ---- MX operands of a GEMM: the image along K, and its FP32 fallback ---- */
+namespace {
+
+constexpr int kTile = 32; /* one MX block of 32 along K per tile row */
+
+/* t[i][j] = X'[r0 + i][c0 + j], 0 outside, where X'[r][c] = x[r ld + c]
+ * (trans: x[c ld + r]); coalesced either way.  blockDim (32, 8). */
+__device__ __forceinline__ void load_tile(const float *__restrict__ x, size_t ld, bool trans,
+                                          size_t rows, size_t cols, size_t r0, size_t c0,
+                                          float (*t)[kTile + 1]) {
+  const int tx = threadIdx.x;
+  for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
+    if (!trans) {
+      const size_t r = r0 + i, c = c0 + tx;
+      t[i][tx] = r < rows && c < cols ? x[r * ld + c] : 0.0f;
+    } else {
+      const size_t c = c0 + i, r = r0 + tx;
+      t[tx][i] = r < rows && c < cols ? x[c * ld + r] : 0.0f;
+    }
+  }
+}
+
+/* Row i of a loaded tile, one lane per element: the MX value of element
+ * (r0 + i, c0 + lane) of X' exactly as exmy_cuda_mx_encode_f32 followed by
+ * exmy_cuda_mx_decode_f32 compute it on the dense rows x cols image (the
+ * block is the tile row: c0 a multiple of 32, a shorter tail at the end; sr
+ * word index o.offset + r cols + c).  All 32 lanes call it. */
+template <int ID>
+__device__ __forceinline__ float mx_value(const exmy_format &rt, const KOpts &o, float v, bool in,
+                                          size_t r, size_t c, size_t cols) {
+  const auto &f = kernel_format<ID>(rt);
+  float amax = in ? finite_abs(v) : 0.0f;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d));
+  const int e = exmy_core_mx_exponent(f.emax, amax);
+  const uint32_t rnd = o.mode == EXMY_SR ? exmy_sr_word(o.seed, o.offset + r * cols + c) : 0u;
+  const float sv = mul_keep_nan(v, exmy_pow2f(-e));
+  uint32_t code;
+  bool done = false;
+  if constexpr (ID != SPEC_GENERIC && Fast<ID>::enabled) {
+    /* the table formats' fast path for the recipes' modes, as encode8; the
+     * core where it declines (inf, NaN) and for flushed subnormals */
+    if (!o.flush && o.mode == EXMY_RNE)
+      done = fast_encode<ID, EXMY_RNE>(o.sr_bits, o.saturate, sv, rnd, code);
+    else if (!o.flush && o.mode == EXMY_SR)
+      done = fast_encode<ID, EXMY_SR>(o.sr_bits, o.saturate, sv, rnd, code);
+  }
+  if (!done) code = encode_runtime<ID>(rt, o, sv, rnd);
+  const int sc = e + 127;
+  return sc == 0xFF ? __uint_as_float(0x7FC00000u)
+                    : mul_keep_nan(decode_one<ID>(f, code), exmy_pow2f(sc - 127));
+}
+
+template <int ID>
+__global__ void __launch_bounds__(256)
+    k_mx_image_bf16(const __grid_constant__ exmy_format rt, const __grid_constant__ KOpts o,
+                    const float *__restrict__ x, size_t ld, bool trans, size_t rows, size_t cols,
+                    uint16_t *__restrict__ y, unsigned *inexact, unsigned tag) {
+  __shared__ float t[kTile][kTile + 1];
+  const size_t r0 = (size_t)blockIdx.x * kTile, c0 = (size_t)blockIdx.y * kTile;
+  load_tile(x, ld, trans, rows, cols, r0, c0, t);
+  __syncthreads();
+  const int lane = threadIdx.x;
+  const size_t c = c0 + lane;
+  bool bad = false;
+  for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
+    const size_t r = r0 + i;
+    const bool in = r < rows && c < cols;
+    const float q = mx_value<ID>(rt, o, t[i][lane], in, r, c, cols);
+    if (!in) continue;
+    /* NaN keeps its sign and top payload bits, as the float32 image holds it */
+    const uint32_t u = __float_as_uint(q);
+    const uint16_t b = q == q ? __bfloat16_as_ushort(__float2bfloat16_rn(q))
+                              : (uint16_t)((u >> 16) | 0x0040u);
+    /* not a bf16 value: a float32 subnormal with bits below 2^-133 */
+    bad |= (u & 0xFFFFu) != 0 && q == q;
+    y[r * cols + c] = b;
+  }
+  if (bad) *inexact = tag;
+}
+
+template <int ID>
+struct ImageOp {
+  static cudaError_t run(const exmy_format &f, const KOpts &o, const float *x, size_t ld,
+                         bool trans, size_t rows, size_t cols, uint16_t *y, unsigned *inexact,
+                         unsigned tag, cudaStream_t s) {
+    const dim3 grid((unsigned)((rows + kTile - 1) / kTile), (unsigned)((cols + kTile - 1) / kTile));
+    k_mx_image_bf16<ID><<<grid, dim3(32, 8), 0, s>>>(f, o, x, ld, trans, rows, cols, y, inexact,
+                                                     tag);
+    return cudaGetLastError();
+  }
+};
+
+/* The fallback GEMM: 32 x 32 tiles of C, each thread 4 of them; the operand
+ * tiles MX-quantized as loaded (mx_value, the image kernel's arithmetic),
+ * products summed with fmaf in k order.  Grid-stride over the tiles, so that
+ * the early exit (*flag != tag, the common case) costs one small launch. */
+__global__ void __launch_bounds__(256)
+    k_mx_gemm_f32_if(const __grid_constant__ exmy_format fa, const __grid_constant__ KOpts oa,
+                     const __grid_constant__ exmy_format fb, const __grid_constant__ KOpts ob,
+                     bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+                     const float *a, size_t lda, const float *b, size_t ldb, float beta,
+                     const float *c, size_t ldc, float *r, const unsigned *flag, unsigned tag,
+                     unsigned long long *count) {
+  if (*flag != tag) return;
+  if (blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0 && count) atomicAdd(count, 1ull);
+  __shared__ float ta[kTile][kTile + 1], tb[kTile][kTile + 1];
+  const size_t tiles_n = (n + kTile - 1) / kTile, tiles = ((m + kTile - 1) / kTile) * tiles_n;
+  const int lane = threadIdx.x;
+  for (size_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const size_t i0 = tile / tiles_n * kTile, j0 = tile % tiles_n * kTile;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (size_t k0 = 0; k0 < k; k0 += kTile) {
+      /* op(A) as m x k, op(B)^T as n x k, K contiguous (as exmy_cuda_qgemm) */
+      load_tile(a, lda, trans_a, m, k, i0, k0, ta);
+      load_tile(b, ldb, !trans_b, n, k, j0, k0, tb);
+      __syncthreads();
+      for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
+        const size_t kk = k0 + lane;
+        ta[i][lane] = mx_value<SPEC_GENERIC>(fa, oa, ta[i][lane], i0 + i < m && kk < k, i0 + i,
+                                             kk, k);
+        tb[i][lane] = mx_value<SPEC_GENERIC>(fb, ob, tb[i][lane], j0 + i < n && kk < k, j0 + i,
+                                             kk, k);
+      }
+      __syncthreads();
+      const int kmax = k - k0 < (size_t)kTile ? (int)(k - k0) : kTile;
+      for (int kk = 0; kk < kmax; kk++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) acc[q] = fmaf(ta[threadIdx.y + 8 * q][kk], tb[lane][kk], acc[q]);
+      __syncthreads();
+    }
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      const size_t i = i0 + threadIdx.y + 8 * q, j = j0 + lane;
+      /* alpha acc + beta C rounded step by step (no contraction), as BLAS */
+      if (i < m && j < n)
+        r[i * n + j] = beta == 0.0f ? __fmul_rn(alpha, acc[q])
+                                    : __fadd_rn(__fmul_rn(alpha, acc[q]), __fmul_rn(beta, c[i * ldc + j]));
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" cudaError_t exmy_cuda_mx_quantize_bf16(const exmy_format *f,
+                                                  const exmy_rounding_opts *o, int block,
+                                                  const float *x, size_t ld, bool trans,
+                                                  size_t rows, size_t cols, void *y,
+                                                  unsigned *inexact, unsigned tag,
+                                                  cudaStream_t stream) {
+  if (exmy_code_bytes(f) != 1 || exmy_rounding_opts_check(o) != 0 || !inexact ||
+      ld < (trans ? rows : cols) || rows / kTile >= (1u << 31) || cols / kTile >= 65535)
+    return cudaErrorInvalidValue;
+  if (block != 0 && block != kTile) return cudaErrorNotSupported;
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  KOpts k = kopts_of(o);
+  k.saturate = 1; /* as exmy_cuda_mx_encode_f32 */
+  return with_spec_format<EXMY_GPU_SCALED, ImageOp>(f, *f, k, x, ld, trans, rows, cols,
+                                                     (uint16_t *)y, inexact, tag, stream);
+}
+
+extern "C" cudaError_t exmy_cuda_mx_gemm_f32_if(
+    const unsigned *flag, unsigned tag, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+    float alpha, const float *a, size_t lda, const exmy_format *fa, const exmy_rounding_opts *oa,
+    const float *b, size_t ldb, const exmy_format *fb, const exmy_rounding_opts *ob, float beta,
+    const float *c, size_t ldc, float *r, unsigned long long *count, cudaStream_t stream) {
+  if (exmy_code_bytes(fa) != 1 || exmy_code_bytes(fb) != 1 || exmy_rounding_opts_check(oa) ||
+      exmy_rounding_opts_check(ob) || !flag || !r)
+    return cudaErrorInvalidValue;
+  if (m == 0 || n == 0) return cudaSuccess;
+  KOpts ka = kopts_of(oa), kb = kopts_of(ob);
+  ka.saturate = kb.saturate = 1;
+  const size_t tiles = ((m + kTile - 1) / kTile) * ((n + kTile - 1) / kTile);
+  int sms = 132;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  const unsigned grid = (unsigned)(tiles < (size_t)sms * 2 ? tiles : (size_t)sms * 2);
+  k_mx_gemm_f32_if<<<grid, dim3(32, 8), 0, stream>>>(*fa, ka, *fb, kb, trans_a, trans_b, m, n,
+                                                     k, alpha, a, lda, b, ldb, beta, c, ldc, r,
+                                                     flag, tag, count);
   return cudaGetLastError();
 }

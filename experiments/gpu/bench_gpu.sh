@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
-# Speed of the GPU trainer at `120m` (dim 768, 12 layers, 12 heads, context
-# 1024) against the same model in PyTorch, measured in the same call.
+# Speed of the GPU trainer against the same model in PyTorch (eager and
+# compiled), measured in the same call: every recipe at `120m` (dim 768, 12
+# layers, 12 heads, context 1024), and bf16, fp8-te and mxfp8 at `350m` and
+# `1b` (LLaMA proportions, experiments/trainer/model.c) at a micro-batch that
+# fits 80 GB, each size with PyTorch compiled of the same shape.
 # Runs from the GPU bundle (cuda/bundle.sh):
-#   ./bench_gpu.sh OUTDIR [STEPS (12)] [BATCH (32)]
-# Prints, per recipe (with an optional --set override, e.g. rounding=rz) and
-# attention kernel: median ms/step over steps 4..,
+#   ./bench_gpu.sh OUTDIR [STEPS (12)] [BATCH at 120m (32)] [SIZES ("120m 350m 1b")]
+# Prints, per size, recipe (with an optional --set override, e.g. rounding=rz)
+# and attention kernel: median ms/step over steps 4..,
 # tokens/s, MFU, GPU memory, and the ratio to PyTorch compiled.
 # MFU = tokens/s x (6 x matmul parameters + 6 x L x C x T causal attention)
 # per token / 770 TFLOP/s (the card's measured bf16 GEMM peak).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-out=${1:-.}; steps=${2:-12}; B=${3:-32}
+out=${1:-.}; steps=${2:-12}; B120=${3:-32}; sizes=${4:-120m 350m 1b}
 mkdir -p "$out"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 data="$tmp/text.u8"
 tr -cd "a-zA-Z0-9 _.,\n" < "$here/train" | head -c 8000000 > "$data"
-L=12; C=768; T=1024; H=2048; V=256
-flops_tok=$(awk -v L=$L -v C=$C -v T=$T -v H=$H -v V=$V 'BEGIN {
-  n = L * (4 * C * C + 3 * C * H) + V * C; printf "%.6e", 6 * n + 6 * L * C * T }')
 peak=770e12
-row() { # name ms mem
+row() { # name ms mem [ref tokens/s]
   awk -v n="$1" -v ms="$2" -v mem="$3" -v B=$B -v T=$T -v f="$flops_tok" -v p=$peak -v ref="${4:-}" 'BEGIN {
     tok = B * T / (ms / 1e3); mfu = tok * f / p;
     r = ref != "" ? sprintf("%.2f", tok / ref) : "-";
@@ -26,37 +26,63 @@ row() { # name ms mem
 }
 median_ms() { grep -o '"ms":[0-9.]*' "$1" | tail -n +4 | cut -d: -f2 | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-echo "bench_gpu: 120m, batch $B x $T, $steps steps per run; $(nvidia-smi --query-gpu=name,clocks.sm --format=csv,noheader 2>/dev/null)"
-# PyTorch first: its compiled tokens/s is the reference of the ratio column
-PYTHONUNBUFFERED=1 python3 "$here/bench_torch_gpu.py" --batch $B --steps $((steps + 8)) --out "$tmp/torch.txt" \
-  > "$out/bench_torch.log" 2>&1 || echo "bench_gpu: PyTorch reference failed (see $out/bench_torch.log)"
-ref=$(awk '$1 == "compiled" {print $3}' "$tmp/torch.txt" 2>/dev/null)
-printf "%-34s %9s %11s %7s %8s %8s\n" "run" "ms/step" "tokens/s" "MFU" "mem GiB" "x torch.compile"
-while read -r mode ms tok mem; do
-  row "pytorch $mode (bf16 autocast, sdpa)" "$ms" "$mem" "$ref"
-done < <(cat "$tmp/torch.txt" 2>/dev/null)
-# e8m3 by rne, rz and sr, fused and materialised: the fused kernel rounds P
-# and dS itself in each mode
-# bf16 also with cuda_graph = 0: the step's launches one by one, as before graphs
-for spec in "bf16 flash" "bf16 flash cuda_graph=0" "fp8-te flash" "e8m3 flash" "e8m3 flash rounding=rz" "e8m3-sr flash" \
-            "bf16-sr flash" "fp8-current flash" "bf16 materialized" "fp8-te materialized" \
-            "e8m3 materialized" "e8m3 materialized rounding=rz" "e8m3-sr materialized" \
-            "mxfp8 flash" "fp8-coat flash" "msamp-o1 flash" "e8m4 flash rounding=rz" \
-            "e8m5 flash rounding=rz" "e8m6 flash rounding=rz"; do
-  set -- $spec
-  r=$1; a=$2; extra=${3:-}
-  label=${extra#rounding=} # rounding=rz shows as rz, other keys as key=value
-  name="exmy $r${label:+ $label} ($a)"
-  tag="$r${label:+-${label//=/-}}-$a"
-  if "$here/train" --config "$here/configs/$r.cfg" ${extra:+--set "$extra"} \
-       --set size=120m --set batch_size=$B \
-       --set steps=$steps --set warmup=2 --set lr=3e-4 --set device=gpu --set attention_kernel=$a \
-       --set val_every=0 --set val_batches=1 --set ckpt_every=0 --set stats_every=0 \
-       --set progress=0 --set data="$data" --set val_data= --set run_dir="$tmp/$tag" \
-       > "$out/bench_$tag.log" 2>&1; then
-    mem=$(grep -o 'first step: [0-9.]*' "$out/bench_$tag.log" | awk '{print $3}')
-    row "$name" "$(median_ms "$tmp/$tag/log.jsonl")" "$mem" "$ref"
-  else
-    echo "$name: failed: $(tail -1 "$out/bench_$tag.log")"
-  fi
+# bench SIZE BATCH SPEC...: PyTorch of that shape, then each "recipe kernel [key=value]"
+bench() {
+  size=$1; B=$2; shift 2
+  # V C L NH NKV H T, as model_named_size (sizes_test checks the presets)
+  case $size in
+    120m) read -r V C L NH NKV H T <<< "256 768 12 12 12 2048 1024" ;;
+    350m) read -r V C L NH NKV H T <<< "256 1024 24 16 16 2816 1024" ;;
+    1b) read -r V C L NH NKV H T <<< "256 2048 22 32 4 5632 1024" ;;
+    *) echo "bench_gpu: unknown size $size"; return 1 ;;
+  esac
+  flops_tok=$(awk -v L=$L -v C=$C -v T=$T -v H=$H -v V=$V -v KV=$((NKV * C / NH)) 'BEGIN {
+    n = L * (2 * C * C + 2 * KV * C + 3 * C * H) + V * C; printf "%.6e", 6 * n + 6 * L * C * T }')
+  echo "bench_gpu: $size, batch $B x $T, $steps steps per run; $(nvidia-smi --query-gpu=name,clocks.sm --format=csv,noheader 2>/dev/null)"
+  # PyTorch first: its compiled tokens/s is the reference of the ratio column
+  PYTHONUNBUFFERED=1 python3 "$here/bench_torch_gpu.py" --size $size --batch $B --steps $((steps + 8)) \
+    --out "$tmp/torch-$size.txt" > "$out/bench_torch_$size.log" 2>&1 ||
+    echo "bench_gpu: PyTorch reference failed (see $out/bench_torch_$size.log)"
+  ref=$(awk '$1 == "compiled" {print $3}' "$tmp/torch-$size.txt" 2>/dev/null)
+  printf "%-34s %9s %11s %7s %8s %8s\n" "run" "ms/step" "tokens/s" "MFU" "mem GiB" "x torch.compile"
+  while read -r mode ms tok mem; do
+    row "pytorch $mode (bf16 autocast, sdpa)" "$ms" "$mem" "$ref"
+  done < <(cat "$tmp/torch-$size.txt" 2>/dev/null)
+  for spec in "$@"; do
+    set -- $spec
+    r=$1; a=$2; extra=${3:-}
+    label=${extra#rounding=} # rounding=rz shows as rz, other keys as key=value
+    name="exmy $r${label:+ $label} ($a)"
+    tag="$size-$r${label:+-${label//=/-}}-$a"
+    tag=${tag#120m-} # the 120m logs keep their names
+    if "$here/train" --config "$here/configs/$r.cfg" ${extra:+--set "$extra"} \
+         --set size=$size --set batch_size=$B \
+         --set steps=$steps --set warmup=2 --set lr=3e-4 --set device=gpu --set attention_kernel=$a \
+         --set val_every=0 --set val_batches=1 --set ckpt_every=0 --set stats_every=0 \
+         --set progress=0 --set data="$data" --set val_data= --set run_dir="$tmp/$tag" \
+         > "$out/bench_$tag.log" 2>&1; then
+      mem=$(grep -o 'first step: [0-9.]*' "$out/bench_$tag.log" | awk '{print $3}')
+      row "$name" "$(median_ms "$tmp/$tag/log.jsonl")" "$mem" "$ref"
+    else
+      echo "$name: failed: $(tail -1 "$out/bench_$tag.log")"
+    fi
+  done
+}
+
+for size in $sizes; do
+  case $size in
+    # e8m3 by rne, rz and sr, fused and materialised: the fused kernel rounds P
+    # and dS itself in each mode; bf16 also with cuda_graph = 0: the step's
+    # launches one by one, as before graphs
+    120m) bench 120m "$B120" "bf16 flash" "bf16 flash cuda_graph=0" "fp8-te flash" "e8m3 flash" \
+            "e8m3 flash rounding=rz" "e8m3-sr flash" "bf16-sr flash" "fp8-current flash" \
+            "bf16 materialized" "fp8-te materialized" "e8m3 materialized" \
+            "e8m3 materialized rounding=rz" "e8m3-sr materialized" "mxfp8 flash" "fp8-coat flash" \
+            "msamp-o1 flash" "e8m4 flash rounding=rz" "e8m5 flash rounding=rz" "e8m6 flash rounding=rz" ;;
+    # micro-batches that fit 80 GB with float32 activations (about 45 and 60 GiB
+    # estimated from 120m's 35 GiB at 32 x 1024)
+    350m) bench 350m 16 "bf16 flash" "fp8-te flash" "mxfp8 flash" ;;
+    1b) bench 1b 8 "bf16 flash" "fp8-te flash" "mxfp8 flash" ;;
+    *) echo "bench_gpu: unknown size $size"; exit 2 ;;
+  esac
 done

@@ -87,6 +87,29 @@ bool site_bf16(const tq_site &s) {
   return true;
 }
 
+/* MX operands on the BF16 path: the two bf16 images of the GEMM in flight,
+ * the fallback's result, the device flag the image kernels set to the GEMM's
+ * tag when a value is not a bf16 value, and how many GEMMs fell back. */
+struct MxImages {
+  void *img[2] = {nullptr, nullptr};
+  size_t img_cap[2] = {0, 0};
+  float *result = nullptr;
+  size_t result_cap = 0;
+  unsigned *flag = nullptr;
+  unsigned long long *fallbacks = nullptr;
+  unsigned tag = 0;
+  bool reference = false; /* tests: every MX GEMM through exmy_cuda_qgemm */
+};
+
+/* C (m x n, ldc) = r where the image kernels flagged this GEMM. */
+__global__ void k_copy_if(const unsigned *flag, unsigned tag, const float *r, size_t m, size_t n,
+                          float *c, size_t ldc) {
+  if (*flag != tag) return;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < m * n;
+       i += (size_t)gridDim.x * blockDim.x)
+    c[(i / n) * ldc + i % n] = r[i];
+}
+
 }  // namespace
 
 struct gtq_ctx {
@@ -107,6 +130,7 @@ struct gtq_ctx {
   size_t ptrs_cap = 0;
   void *mx_codes = nullptr, *mx_scales = nullptr; /* MX statistics */
   size_t mx_codes_cap = 0, mx_scales_cap = 0;
+  MxImages mx_img; /* the BF16 path of MX operands (mx_gemm_bf16) */
 };
 
 enum { kAlphaRing = 4096 };
@@ -173,6 +197,10 @@ extern "C" void gtq_free(gtq_ctx *g) {
   cudaFree(g->ptrs);
   cudaFree(g->mx_codes);
   cudaFree(g->mx_scales);
+  for (int i = 0; i < 2; i++) cudaFree(g->mx_img.img[i]);
+  cudaFree(g->mx_img.result);
+  cudaFree(g->mx_img.flag);
+  cudaFree(g->mx_img.fallbacks);
   exmy_cuda_gemm_free(g->mx);
   cublasDestroy(g->blas);
   delete g;
@@ -388,6 +416,76 @@ static void mx_stats(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_operand_q
   s.filled_stats[o.use] = true;
 }
 
+/* Whether an MX GEMM can take the BF16 path: both operands MX in a format
+ * whose values are bf16 values, blocks of 32 (the image kernel's tile). */
+static bool mx_bf16_candidate(const gtq_ctx *g, const gtq_operand &a,
+                              const exmy_cuda_operand_quant &qa, const gtq_operand &b,
+                              const exmy_cuda_operand_quant &qb, int m, int n, int k) {
+  if (g->mx_img.reference || !a.mx || !b.mx || m <= 0 || n <= 0 || k <= 0) return false;
+  for (const exmy_cuda_operand_quant *q : {&qa, &qb})
+    if (!exmy_cuda_bf16_exact(&q->format) || exmy_code_bytes(&q->format) != 1 ||
+        (q->scaling.group != 0 && q->scaling.group != 32))
+      return false;
+  return true;
+}
+
+/* C = alpha op(A) op(B) + beta C for two MX operands without a host round
+ * trip: each operand rounded once, along this GEMM's K, into a bf16 image
+ * (exmy_cuda_mx_quantize_bf16: the values of exmy_cuda_qgemm's MX images),
+ * cuBLAS on the tensor cores with FP32 accumulation (exact products, as the
+ * element-wise BF16 path).  Should an image hold a value that bf16 cannot
+ * (a float32 subnormal below bf16's grid), the image kernels set the flag to
+ * this GEMM's tag and the device takes the FP32 fallback instead: its result
+ * is computed from C before cuBLAS overwrites it and copied over cuBLAS's. */
+static void mx_gemm_bf16(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
+                         const gtq_operand &a, const exmy_cuda_operand_quant &qa,
+                         const gtq_operand &b, const exmy_cuda_operand_quant &qb, float beta,
+                         float *c, long ldc) {
+  MxImages &x = g->mx_img;
+  cudaStream_t st = g->stream;
+  if (!x.flag) {
+    gtq_check(cudaMalloc((void **)&x.flag, sizeof(unsigned)), "cudaMalloc (MX flag)");
+    gtq_check(cudaMalloc((void **)&x.fallbacks, sizeof(unsigned long long)), "cudaMalloc");
+    gtq_check(cudaMemsetAsync(x.flag, 0, sizeof(unsigned), st), "MX flag");
+    gtq_check(cudaMemsetAsync(x.fallbacks, 0, sizeof(unsigned long long), st), "MX flag");
+  }
+  if (++x.tag == 0) x.tag = 1; /* 0 is the flag's initial value */
+  const size_t M = (size_t)m, N = (size_t)n, K = (size_t)k;
+  reserve(&x.img[0], &x.img_cap[0], M * K * 2);
+  reserve(&x.img[1], &x.img_cap[1], N * K * 2);
+  reserve((void **)&x.result, &x.result_cap, M * N * sizeof(float));
+  /* op(A) as m x k and op(B)^T as n x k, K contiguous */
+  gtq_check(exmy_cuda_mx_quantize_bf16(&qa.format, &qa.round, qa.scaling.group,
+                                       (const float *)a.ptr, a.ld, ta, M, K, x.img[0], x.flag,
+                                       x.tag, st), "MX image (A)");
+  gtq_check(exmy_cuda_mx_quantize_bf16(&qb.format, &qb.round, qb.scaling.group,
+                                       (const float *)b.ptr, b.ld, !tb, N, K, x.img[1], x.flag,
+                                       x.tag, st), "MX image (B)");
+  gtq_check(exmy_cuda_mx_gemm_f32_if(x.flag, x.tag, ta, tb, M, N, K, alpha, (const float *)a.ptr,
+                                     a.ld, &qa.format, &qa.round, (const float *)b.ptr, b.ld,
+                                     &qb.format, &qb.round, beta, c, ldc, x.result, x.fallbacks,
+                                     st), "MX fallback GEMM");
+  /* column-major: C^T (n x m) = (op(B)^T as k x n)^T . (op(A)^T as k x m) */
+  blas_check(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, x.img[1],
+                          CUDA_R_16BF, k, x.img[0], CUDA_R_16BF, k, &beta, c, CUDA_R_32F,
+                          (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+             "cublasGemmEx (MX)");
+  k_copy_if<<<264, 256, 0, st>>>(x.flag, x.tag, x.result, M, N, c, ldc);
+  gtq_check(cudaGetLastError(), "MX fallback copy");
+}
+
+extern "C" void gtq_set_mx_reference(gtq_ctx *g, bool on) { g->mx_img.reference = on; }
+
+extern "C" unsigned long long gtq_mx_fallbacks(gtq_ctx *g) {
+  unsigned long long n = 0;
+  if (g->mx_img.fallbacks) {
+    gtq_check(cudaMemcpyAsync(&n, g->mx_img.fallbacks, sizeof n, cudaMemcpyDeviceToHost,
+                              g->stream), "MX fallbacks");
+    gtq_check(cudaStreamSynchronize(g->stream), "MX fallbacks");
+  }
+  return n;
+}
+
 extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
                          gtq_operand a, gtq_operand b, float beta, float *c, long ldc) {
   if (a.mx || b.mx) {
@@ -395,6 +493,11 @@ extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, floa
     exmy_cuda_operand_quant qb = mx_operand(g, b.mx, (size_t)k * n);
     if (g->collect && a.mx) mx_stats(g, a, qa, ta, m, k);  /* op(A) as m x k */
     if (g->collect && b.mx) mx_stats(g, b, qb, !tb, n, k); /* op(B)^T as n x k */
+    if (mx_bf16_candidate(g, a, qa, b, qb, m, n, k)) {
+      mx_gemm_bf16(g, ta, tb, m, n, k, alpha, a, qa, b, qb, beta, c, ldc);
+      return;
+    }
+    /* the reference: gathered, quantized and checked by exmy_cuda_qgemm */
     gtq_check(exmy_cuda_qgemm(g->mx, ta, tb, m, n, k, alpha, (const float *)a.ptr, a.ld,
                               a.mx ? &qa : nullptr, (const float *)b.ptr, b.ld,
                               b.mx ? &qb : nullptr, beta, c, ldc, nullptr, nullptr, g->stream),

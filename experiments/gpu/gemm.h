@@ -14,7 +14,13 @@
  *     multiplies them on the tensor cores with FP32 accumulation: exact
  *     products, so the emulated GEMM up to the order of FP32 additions;
  *   FP32 path: otherwise, float32 slots and pedantic SGEMM (never TF32);
- *   MX operands: quantized along K at every use by exmy_cuda_qgemm.
+ *   MX operands: rounded along this GEMM's K at every use (the blocks run
+ *     along K, a different axis of the same tensor in the forward and the
+ *     backward GEMMs, so nothing is cached across uses) into a bf16 image
+ *     (exmy_cuda_mx_quantize_bf16) that cuBLAS multiplies as on the BF16
+ *     path; should a value fall outside bf16's grid (a float32 subnormal
+ *     below 2^-133), that GEMM runs the FP32 fallback, decided on the device
+ *     (no synchronisation).  Other MX shapes: exmy_cuda_qgemm, the reference.
  * Statistics (stats steps) are reduced on the device into per-use
  * exmy_tensor_stats and copied to the host sites once per step.
  */
@@ -90,6 +96,12 @@ typedef struct {
 void gtq_gemm_batched(gtq_ctx *g, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                       gtq_operand a, gtq_stride sa, gtq_operand b, gtq_stride sb, float beta,
                       float *c, long ldc, gtq_stride sc, int nb, int nh);
+
+/* For tests: on = every MX GEMM through exmy_cuda_qgemm (the reference
+ * path: gathered, quantized in float32, checked with a host round trip). */
+void gtq_set_mx_reference(gtq_ctx *g, bool on);
+/* How many MX GEMMs took the FP32 fallback of the bf16 images (syncs). */
+unsigned long long gtq_mx_fallbacks(gtq_ctx *g);
 
 /* For tests: the dequantized values of slot `slot` of site `site` (n
  * elements) as the GEMMs of this step read them, on the host: bf16 copies

@@ -78,7 +78,8 @@ struct gpu_model {
  * argument the host computes must be the same at every step.  Stochastic
  * rounding passes each operand's stream offset (new every step), delayed
  * scaling the history position the host advances, current scaling allocates
- * per call, MX GEMMs synchronise: those recipes run eagerly. */
+ * per call, MX GEMMs tag each call for their device-side exactness flag:
+ * those recipes run eagerly. */
 static bool recipe_replayable(const tq_site *sites, int n_sites) {
   for (int i = 0; sites && i < n_sites; i++)
     for (int u = 0; u < USES_PER_SITE; u++) {

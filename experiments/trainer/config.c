@@ -43,7 +43,7 @@ typedef struct {
 
 static const config_key keys[] = {
     /* model */
-    STR("size", "tiny", "named size: test | tiny | small | 120m | 120m-32k (the fields below override it when > 0)"),
+    STR("size", "tiny", "named size: test | tiny | small | 120m | 120m-32k | 350m | 1b (the fields below override it when > 0)"),
     INT("vocab", "0", 0, 65536, "vocabulary size (256 for byte-level data; tokens are 16-bit)"),
     INT("dim", "0", 0, 65536, "model width C"),
     INT("n_layers", "0", 0, 4096, "number of blocks L"),

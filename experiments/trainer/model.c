@@ -650,11 +650,20 @@ int model_named_size(const char *name, model_config *c) {
       /*                 V    C    L  NH NKV  H     T */
       {"test", {256, 16, 2, 2, 1, 32, 16}},         /* ~15k parameters, GQA on */
       {"tiny", {256, 128, 6, 4, 4, 384, 128}},      /* ~1.3M */
-      {"small", {256, 384, 10, 6, 6, 1152, 256}},   /* ~19.5M */
+      {"small", {256, 384, 10, 6, 6, 1152, 256}},   /* ~19.4M */
       {"120m", {256, 768, 12, 12, 12, 2048, 1024}}, /* TinyLLaMA-120M shape (byte vocabulary) */
       /* TinyLlama's tiny_LLaMA_120M (lit_gpt/config.py): one key/value head, context 2048, and
        * the 32000-token SentencePiece vocabulary of experiments/data/tokenizer; ~121M */
       {"120m-32k", {32000, 768, 12, 12, 1, 2048, 2048}},
+      /* GPT-3 Medium's depth and width (Brown et al. 2020, table 2.1: 24 layers, d_model
+       * 1024, 16 heads of 64) in LLaMA's form: SwiGLU hidden 2816 = 8/3 x 1024 rounded up to
+       * a multiple of 256 (LLaMA's multiple_of), full multi-head attention; ~309M with the
+       * byte vocabulary (~374M with 32000) */
+      {"350m", {256, 1024, 24, 16, 16, 2816, 1024}},
+      /* TinyLlama-1.1B (its config.json: dim 2048, 22 layers, 32 heads, 4 key/value heads,
+       * intermediate 5632); byte vocabulary and context 1024 as 120m: ~970M; with
+       * vocab = 32000 and seq_len = 2048 it is TinyLlama-1.1B itself, 1,100,048,384 */
+      {"1b", {256, 2048, 22, 32, 4, 5632, 1024}},
   };
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
     if (!strcmp(sizes[i].name, name)) {

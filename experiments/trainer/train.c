@@ -354,7 +354,7 @@ typedef struct {
 static void read_settings(config *cfg, model_config *mc, settings *s) {
   char err[512] = "";
   if (model_named_size(config_str(cfg, "size"), mc))
-    die(2, "unknown size '%s' (test, tiny, small, 120m, 120m-32k)", config_str(cfg, "size"));
+    die(2, "unknown size '%s' (test, tiny, small, 120m, 120m-32k, 350m, 1b)", config_str(cfg, "size"));
   static const char *const shape_keys[7] = {"vocab",      "dim",    "n_layers", "n_heads",
                                             "n_kv_heads", "hidden", "seq_len"};
   int *shape[7] = {&mc->vocab, &mc->dim, &mc->n_layers, &mc->n_heads, &mc->n_kv_heads,

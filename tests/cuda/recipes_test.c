@@ -276,9 +276,165 @@ START_TEST(stats_match_cpu) {
 }
 END_TEST
 
+/* X' (rows x cols) of a stored x (leading dimension ld, trans: X' = x^T),
+ * dense: what the GEMM's gather gives the MX encoder. */
+static void logical(const float *x, size_t ld, int trans, size_t rows, size_t cols, float *out) {
+  for (size_t r = 0; r < rows; r++)
+    for (size_t c = 0; c < cols; c++) out[r * cols + c] = trans ? x[c * ld + r] : x[r * ld + c];
+}
+
+/* The MX values of X' on the CPU (cpu/mx.c), blocks of 32 along cols. */
+static void cpu_mx_values(const exmy_format *f, const exmy_rounding_opts *o, const float *xl,
+                          size_t rows, size_t cols, float *y) {
+  const size_t n = rows * cols, nb = rows * ((cols + 31) / 32);
+  uint8_t *codes = malloc(n), *scales = malloc(nb);
+  ck_assert_int_eq(exmy_mx_encode_f32(f, o, 32, xl, rows, cols, codes, scales), 0);
+  exmy_mx_decode_f32(f, 32, codes, scales, rows, cols, y);
+  free(codes);
+  free(scales);
+}
+
+/* bf16 bits of a float32 value, round to nearest even (the value itself when
+ * its low 16 bits are zero); NaN: its top bits, quiet. */
+static uint16_t bf16_rne(float v) {
+  const uint32_t u = bits(v);
+  if (v != v) return (uint16_t)((u >> 16) | 0x40u);
+  return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* exmy_cuda_mx_quantize_bf16 against the CPU's MX encode and decode of the
+ * gathered operand: every element's bf16 bits are the CPU's value where that
+ * value is a bf16 value, and its bf16 rounding where not, which must be
+ * flagged (with the tag) exactly when some value is not. */
+START_TEST(mx_bf16_image_matches_cpu) {
+  const char *names[] = {"float8_e4m3fn", "float8_e5m2", "float6_e2m3fn", "float6_e3m2fn",
+                         "float4_e2m1fn"};
+  /* rows, cols, ld, trans: aligned, a tail block, transposed with ld > rows */
+  const size_t shapes[][4] = {{37, 256, 256, 0}, {5, 100, 103, 0}, {64, 96, 70, 1},
+                              {33, 40, 33, 1}, {130, 64, 64, 0}};
+  size_t bad = 0, inexact_total = 0;
+  for (int k = 0; k < 5; k++)
+    for (int s = 0; s < 5; s++)
+      for (int mode = EXMY_RNE; mode <= EXMY_SR; mode++) {
+        exmy_format f;
+        ck_assert_int_eq(exmy_format_parse(names[k], &f), 0);
+        const size_t rows = shapes[s][0], cols = shapes[s][1], ld = shapes[s][2];
+        const int trans = (int)shapes[s][3];
+        const size_t stored = (trans ? cols : rows) * ld, n = rows * cols;
+        exmy_rounding_opts o = {0};
+        o.mode = (exmy_rounding)mode;
+        o.seed = 99;
+        o.offset = 1000 + 17 * s;
+        float *x = test_tensor(stored, 11 + s + 5 * k), *xl = malloc(n * 4), *y = malloc(n * 4);
+        logical(x, ld, trans, rows, cols, xl);
+        cpu_mx_values(&f, &o, xl, rows, cols, y);
+        float *dx = dev_from(x, stored * 4);
+        uint16_t *dimg = dev_alloc(n * 2), *img = malloc(n * 2);
+        unsigned *dflag = dev_alloc(sizeof(unsigned)), flag = 5;
+        CU(cudaMemcpy(dflag, &flag, sizeof flag, cudaMemcpyHostToDevice));
+        CU(exmy_cuda_mx_quantize_bf16(&f, &o, 32, dx, ld, trans, rows, cols, dimg, dflag, 9, 0));
+        to_host(img, dimg, n * 2);
+        to_host(&flag, dflag, sizeof flag);
+        size_t b = 0, inexact = 0;
+        for (size_t i = 0; i < n; i++) {
+          const bool exact = y[i] != y[i] || (bits(y[i]) & 0xFFFFu) == 0;
+          inexact += !exact;
+          if (img[i] != bf16_rne(y[i]) && b++ < 3)
+            printf("  %s [%zu] of %zux%zu%s %s differs: bf16 0x%04x, cpu value 0x%08x (%s)\n", f.name,
+                   i, rows, cols, trans ? " (transposed)" : "", exmy_rounding_name(o.mode),
+                   img[i], bits(y[i]), exact ? "a bf16 value" : "not a bf16 value");
+        }
+        if (flag != (inexact ? 9u : 5u) && b++ < 3)
+          printf("  %s %zux%zu: flag %u differs, %zu values outside bf16 (want %u)\n", f.name, rows,
+                 cols, flag, inexact, inexact ? 9u : 5u);
+        bad += b;
+        inexact_total += inexact;
+        free(x); free(xl); free(y); free(img);
+        CU(cudaFree(dx)); CU(cudaFree(dimg)); CU(cudaFree(dflag));
+      }
+  printf("MX bf16 images: %zu values outside bf16's grid (flagged) in the tiny blocks\n",
+         inexact_total);
+  ck_assert_msg(inexact_total > 0, "the test tensors must reach the fallback case");
+  ck_assert_msg(bad == 0, "%zu MX bf16 image differences", bad);
+}
+END_TEST
+
+/* exmy_cuda_mx_gemm_f32_if: with the flag at its tag, r = alpha op(A) op(B)
+ * + beta C from the CPU's MX values of op(A) and op(B)^T, fmaf in k order,
+ * bit for bit; with another flag, r untouched. */
+START_TEST(mx_gemm_fallback_matches_cpu) {
+  exmy_format fa, fb;
+  ck_assert_int_eq(exmy_format_parse("float8_e4m3fn", &fa), 0);
+  ck_assert_int_eq(exmy_format_parse("float8_e5m2", &fb), 0);
+  /* m, n, k, trans_a, trans_b */
+  const int shapes[][5] = {{40, 72, 96, 0, 1}, {37, 33, 70, 0, 0}, {72, 40, 96, 1, 0}};
+  size_t bad = 0;
+  for (int s = 0; s < 3; s++)
+    for (int mode = EXMY_RNE; mode <= EXMY_SR; mode += 2) {
+      const size_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+      const int ta = shapes[s][3], tb = shapes[s][4];
+      const size_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
+      const size_t sa = (ta ? k : m) * lda, sb = (tb ? n : k) * ldb;
+      exmy_rounding_opts oa = {0}, ob = {0};
+      oa.mode = ob.mode = (exmy_rounding)mode;
+      oa.seed = ob.seed = 5;
+      oa.offset = 100;
+      ob.offset = 100 + m * k;
+      float *a = test_tensor(sa, 21 + s), *b = test_tensor(sb, 31 + s), *c = test_tensor(m * ldc, 41);
+      for (size_t i = 0; i < sa; i++) if (!isfinite(a[i])) a[i] = 1.0f; /* finite sums */
+      for (size_t i = 0; i < sb; i++) if (!isfinite(b[i])) b[i] = 1.0f;
+      for (size_t i = 0; i < m * ldc; i++) if (!isfinite(c[i])) c[i] = 0.5f;
+      float *al = malloc(m * k * 4), *bl = malloc(n * k * 4), *qa = malloc(m * k * 4),
+            *qb = malloc(n * k * 4), *want = malloc(m * n * 4), *got = malloc(m * n * 4);
+      logical(a, lda, ta, m, k, al);
+      logical(b, ldb, !tb, n, k, bl);
+      cpu_mx_values(&fa, &oa, al, m, k, qa);
+      cpu_mx_values(&fb, &ob, bl, n, k, qb);
+      const float alpha = 0.75f, beta = s == 1 ? 0.0f : 1.0f;
+      for (size_t i = 0; i < m; i++)
+        for (size_t j = 0; j < n; j++) {
+          float acc = 0.0f;
+          for (size_t t = 0; t < k; t++) acc = fmaf(qa[i * k + t], qb[j * k + t], acc);
+          volatile float p = alpha * acc, q = beta * c[i * ldc + j]; /* no contraction */
+          want[i * n + j] = beta == 0.0f ? p : p + q;
+        }
+      float *da = dev_from(a, sa * 4), *db = dev_from(b, sb * 4), *dc = dev_from(c, m * ldc * 4),
+            *dr = dev_alloc(m * n * 4);
+      unsigned *dflag = dev_alloc(sizeof(unsigned)), flag = 3;
+      unsigned long long *dcount = dev_alloc(8), count = 0;
+      CU(cudaMemcpy(dflag, &flag, sizeof flag, cudaMemcpyHostToDevice));
+      CU(cudaMemcpy(dcount, &count, 8, cudaMemcpyHostToDevice));
+      CU(cudaMemset(dr, 0xFF, m * n * 4));
+      /* another tag: nothing happens */
+      CU(exmy_cuda_mx_gemm_f32_if(dflag, 4, ta, tb, m, n, k, alpha, da, lda, &fa, &oa, db, ldb,
+                                  &fb, &ob, beta, dc, ldc, dr, dcount, 0));
+      to_host(got, dr, m * n * 4);
+      to_host(&count, dcount, 8);
+      size_t b0 = 0;
+      for (size_t i = 0; i < m * n; i++) b0 += bits(got[i]) != 0xFFFFFFFFu;
+      if (b0 || count)
+        printf("  fallback ran with another tag: %zu values differ, count %llu\n", b0, count);
+      bad += b0 + count;
+      CU(exmy_cuda_mx_gemm_f32_if(dflag, 3, ta, tb, m, n, k, alpha, da, lda, &fa, &oa, db, ldb,
+                                  &fb, &ob, beta, dc, ldc, dr, dcount, 0));
+      to_host(got, dr, m * n * 4);
+      to_host(&count, dcount, 8);
+      size_t b1 = diff_floats(got, want, m * n, "mx fallback gemm");
+      if (count != 1) printf("  fallback count %llu differs from 1\n", count), b1++;
+      if (b1) printf("  ^ %zux%zux%zu ta %d tb %d %s\n", m, n, k, ta, tb, exmy_rounding_name(oa.mode));
+      bad += b1;
+      free(a); free(b); free(c); free(al); free(bl); free(qa); free(qb); free(want); free(got);
+      CU(cudaFree(da)); CU(cudaFree(db)); CU(cudaFree(dc)); CU(cudaFree(dr));
+      CU(cudaFree(dflag)); CU(cudaFree(dcount));
+    }
+  ck_assert_msg(bad == 0, "%zu MX fallback GEMM differences", bad);
+}
+END_TEST
+
 int main(void) {
   const TTest *const tests[] = {mx_matches_cpu, tensor_scaling_matches_cpu,
                                 group_scaling_matches_cpu, delayed_scaling_matches_cpu,
-                                stats_match_cpu, NULL};
+                                stats_match_cpu, mx_bf16_image_matches_cpu,
+                                mx_gemm_fallback_matches_cpu, NULL};
   return run_suite(suite_of("cuda_recipes", 300, tests), false);
 }

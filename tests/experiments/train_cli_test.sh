@@ -9,7 +9,7 @@
 #    --recipe resumes a checkpoint under another recipe (its delayed-scaling states
 #    dropped; under the same recipe they are kept and the losses bit-identical);
 #  - msamp-o1 (grad_format): the forward of step 1 is fp8-current's, the update is
-#    not; device = gpu rejects grad_format.
+#    not (on the GPU: tests/experiments/gpu/trainer_gpu_test.c, bit for bit).
 # Usage: train_cli_test.sh [TRAIN]
 set -euo pipefail
 train=${1:-experiments/trainer/train}
@@ -132,7 +132,6 @@ bad "unknown key" --config experiments/configs/fp32.cfg --set no_such_key=1 --se
 bad "missing config" --config /nonexistent.cfg
 bad "missing data" --config experiments/configs/fp32.cfg --set size=test --set data=/nonexistent --set run_dir="$tmp/bad"
 bad "unknown format" --config experiments/configs/fp32.cfg --set format_w=e9m9 --set run_dir="$tmp/bad"
-bad "grad_format on the GPU" --config experiments/configs/msamp-o1.cfg --set device=gpu --set run_dir="$tmp/bad"
 bad "missing --recipe file" --config experiments/configs/fp32.cfg --recipe /nonexistent.cfg --set run_dir="$tmp/bad"
 
 echo "$passed passed, $fail failed"

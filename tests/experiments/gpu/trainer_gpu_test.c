@@ -286,8 +286,180 @@ START_TEST(model_e8m3_weights_bit_identical) {
 }
 END_TEST
 
+/* ------------------------------------------------------------ MX GEMMs */
+
+/* A linear site's three GEMMs (Y = X W^T, dX = dY W, dW += dY^T X) with MX
+ * operands, on the BF16 path (bf16 images, decided on the device) and on the
+ * reference path (exmy_cuda_qgemm: float32 images, pedantic SGEMM): the same
+ * quantized products, so the results differ only by the order of float32
+ * additions: |diff| <= 2 k 2^-24 sum |Q(a)||Q(b)|, bounded with |Q(v)| <= 2 |v|
+ * + 2^-14 max |v| (rne at most doubles a value, sr adds at most one step of
+ * its block); the sr counters move alike.  A 32 x 32 corner of X is scaled
+ * to 2^-125, where MX values fall below bf16's grid: the forward and dW GEMMs
+ * that read it must take the device's FP32 fallback (counted), dX, which
+ * does not, the bf16 images. */
+static void mx_paths_agree(const char *rounding) {
+  const char *const sets[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", "scaling=mx",
+                              "mx_block=32", "saturate=1", rounding, NULL};
+  recipe rc;
+  make_recipe(&rc, sets);
+  model_config mc;
+  ck_assert(!model_named_size("test", &mc));
+  const int n_sites = model_num_sites(&mc);
+  tq_site *s1 = recipe_make_sites(&rc, &mc), *s2 = recipe_make_sites(&rc, &mc);
+  gtq_ctx *fast = gtq_new(s1, n_sites, 0), *ref = gtq_new(s2, n_sites, 0);
+  gtq_set_mx_reference(ref, true);
+  const int site = SITE_W1, N = 96, C = 40, OC = 72, ldx = C + 3;
+  float *x = malloc(sizeof(float) * N * ldx), *w = malloc(sizeof(float) * OC * C),
+        *dy = malloc(sizeof(float) * N * OC);
+  fill(x, (size_t)N * ldx, 4.0);
+  fill(w, (size_t)OC * C, 0.1);
+  fill(dy, (size_t)N * OC, 1e-3);
+  /* a tiny 32 x 32 corner: blocks along C (forward) and along N (dW) */
+  for (int r = 0; r < 32; r++)
+    for (int i = 0; i < 32; i++) x[r * ldx + i] = ldexpf(x[r * ldx + i], -125);
+  float *dx = dev_from(x, sizeof(float) * N * ldx), *dw = dev_from(w, sizeof(float) * OC * C),
+        *ddy = dev_from(dy, sizeof(float) * N * OC);
+  /* the three GEMMs: m, n, k, trans, operands (pointer, ld) */
+  struct { int ta, tb, m, n, k; const float *a, *b; int lda, ldb, ua, ub; const float *ha, *hb; } g[3] = {
+      {0, 1, N, OC, C, dx, dw, ldx, C, USE_FWD_X, USE_FWD_W, x, w},
+      {0, 0, N, C, OC, ddy, dw, OC, C, USE_DX_DY, USE_DX_W, dy, w},
+      {1, 0, OC, C, N, ddy, dx, OC, ldx, USE_DW_DY, USE_DW_X, dy, x}};
+  const bool expect_fallback[3] = {true, false, true};
+  gtq_begin_step(fast, 7ull << 36, false);
+  gtq_begin_step(ref, 7ull << 36, false);
+  for (int t = 0; t < 3; t++) {
+    const size_t cn = (size_t)g[t].m * g[t].n;
+    float *c0 = malloc(sizeof(float) * cn), *c1 = malloc(sizeof(float) * cn),
+          *c2 = malloc(sizeof(float) * cn);
+    fill(c0, cn, 1.0); /* dW accumulates (beta 1) into what is there */
+    const float beta = t == 2 ? 1.0f : 0.0f;
+    float *d1 = dev_from(c0, sizeof(float) * cn), *d2 = dev_from(c0, sizeof(float) * cn);
+    gtq_ctx *ctx[2] = {fast, ref};
+    float *dc[2] = {d1, d2};
+    const unsigned long long before = gtq_mx_fallbacks(fast);
+    for (int p = 0; p < 2; p++) {
+      const gtq_operand a = gtq_operand_for_gemm(ctx[p], site, g[t].ua, 0, true, g[t].a, g[t].lda, 1, 1);
+      const gtq_operand b = gtq_operand_for_gemm(ctx[p], site, g[t].ub, 0, true, g[t].b, g[t].ldb, 1, 1);
+      ck_assert(a.mx != NULL && b.mx != NULL);
+      gtq_gemm(ctx[p], g[t].ta, g[t].tb, g[t].m, g[t].n, g[t].k, 1.0f, a, b, beta, dc[p], g[t].n);
+    }
+    const unsigned long long fell = gtq_mx_fallbacks(fast) - before;
+    cudaDeviceSynchronize();
+    ck_assert(cudaMemcpy(c1, d1, sizeof(float) * cn, cudaMemcpyDeviceToHost) == cudaSuccess);
+    ck_assert(cudaMemcpy(c2, d2, sizeof(float) * cn, cudaMemcpyDeviceToHost) == cudaSuccess);
+    size_t over = 0;
+    double worst = 0, amax = 0, bmax = 0;
+    for (int i = 0; i < g[t].m; i++)
+      for (int kk = 0; kk < g[t].k; kk++)
+        amax = fmax(amax, fabs(g[t].ta ? g[t].ha[(size_t)kk * g[t].lda + i] : g[t].ha[(size_t)i * g[t].lda + kk]));
+    for (int j = 0; j < g[t].n; j++)
+      for (int kk = 0; kk < g[t].k; kk++)
+        bmax = fmax(bmax, fabs(g[t].tb ? g[t].hb[(size_t)j * g[t].ldb + kk] : g[t].hb[(size_t)kk * g[t].ldb + j]));
+    const double ea = ldexp(amax, -14), eb = ldexp(bmax, -14);
+    for (int i = 0; i < g[t].m; i++)
+      for (int j = 0; j < g[t].n; j++) {
+        double sum = 0;
+        for (int kk = 0; kk < g[t].k; kk++) {
+          const float av = g[t].ta ? g[t].ha[(size_t)kk * g[t].lda + i] : g[t].ha[(size_t)i * g[t].lda + kk];
+          const float bv = g[t].tb ? g[t].hb[(size_t)j * g[t].ldb + kk] : g[t].hb[(size_t)kk * g[t].ldb + j];
+          sum += (2 * fabs(av) + ea) * (2 * fabs(bv) + eb);
+        }
+        const size_t e = (size_t)i * g[t].n + j;
+        const double tol = 2.0 * g[t].k * ldexp(1.0, -24) * (sum + beta * fabs(c0[e])) + 1e-37;
+        const double d = fabs((double)c1[e] - c2[e]);
+        if (!(d <= tol) && over++ < 3)
+          printf("  MX GEMM %d (%s) [%d,%d]: bf16 path %.9g, reference %.9g, bound %.3g\n", t,
+                 rounding, i, j, c1[e], c2[e], tol);
+        if (d / tol > worst) worst = d / tol;
+      }
+    printf("MX GEMM %d (%s, %dx%dx%d): worst |diff| / bound %.3f, %s\n", t, rounding, g[t].m,
+           g[t].n, g[t].k, worst, fell ? "FP32 fallback" : "bf16 images");
+    ck_assert_msg(over == 0, "MX GEMM %d (%s): %zu values beyond the order-of-additions bound", t,
+                  rounding, over);
+    ck_assert_msg(fell == (expect_fallback[t] ? 1u : 0u), "MX GEMM %d: %llu fallbacks, want %d", t,
+                  fell, expect_fallback[t]);
+    ck_assert_uint_eq(gtq_sr_counter(fast), gtq_sr_counter(ref));
+    cudaFree(d1), cudaFree(d2);
+    free(c0), free(c1), free(c2);
+  }
+  gtq_free(fast);
+  gtq_free(ref);
+  recipe_free_sites(s1, n_sites);
+  recipe_free_sites(s2, n_sites);
+  cudaFree(dx), cudaFree(dw), cudaFree(ddy);
+  free(x), free(w), free(dy);
+}
+
+START_TEST(mx_gemm_bf16_path_matches_reference) {
+  mx_paths_agree("rounding=rne");
+  mx_paths_agree("rounding=sr");
+}
+END_TEST
+
+/* --------------------------------------------- MS-AMP O1's FP8 gradients */
+
+/* gpu_model_update rounds the weight gradients (grad_format) over the
+ * stretches of recipe_grad_stretches, each under its own current scale: the
+ * same gradient through the CPU's recipe_round_grads gives the same bits in
+ * every element (rounded or left alone), with high_precision_first_last on and off. */
+static void msamp_grads_match(const char *high_first_last) {
+  const char *const sets[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                              "scaling=tensor", "saturate=1", "grad_format=e4m3",
+                              "quant_lm_head=1", high_first_last, NULL};
+  recipe rc;
+  make_recipe(&rc, sets);
+  ck_assert(rc.grad_quant);
+  model_config mc;
+  ck_assert(!model_named_size("tiny", &mc));
+  const int n_sites = model_num_sites(&mc);
+  model m;
+  model_init(&m, &mc, 5);
+  tq_site *gsites = recipe_make_sites(&rc, &mc);
+  char err[256];
+  gpu_model *g = gpu_model_new(&m, &rc, gsites, n_sites, 2, mc.seq_len,
+                               GPU_ATTENTION_MATERIALIZED, err, sizeof err);
+  ck_assert_msg(g != NULL, "%s", err);
+  /* gradients over many binades, a different spread per tensor */
+  size_t off = 0;
+  for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+    fill(m.grads_mem + off, m.param_sizes[t], pow(2.0, (double)(3 * t) - 20));
+    off += m.param_sizes[t];
+  }
+  const size_t n = m.num_params;
+  float *before = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n);
+  memcpy(before, m.grads_mem, sizeof(float) * n);
+  ck_assert(cudaMemcpy(gpu_model_grads(g), m.grads_mem, sizeof(float) * n,
+                       cudaMemcpyHostToDevice) == cudaSuccess);
+  const adamw_hparams hp = {0.0f, 0.9f, 0.95f, 1e-8f, 0.0f};
+  gpu_model_update(g, &hp, 1, 0.0);
+  ck_assert(cudaMemcpy(got, gpu_model_grads(g), sizeof(float) * n, cudaMemcpyDeviceToHost) ==
+            cudaSuccess);
+  recipe_round_grads(&rc, &m);
+  const size_t bad = count_bit_diffs(m.grads_mem, got, n);
+  size_t changed = 0;
+  for (size_t i = 0; i < n; i++) changed += memcmp(&before[i], &m.grads_mem[i], sizeof(float)) != 0;
+  const int stretches = recipe_grad_stretches(&rc, &mc, m.param_sizes, NULL, NULL);
+  printf("msamp-o1 gradients (%s): %d stretches, %zu of %zu values rounded on the CPU, %zu differ "
+         "on the GPU\n", high_first_last, stretches, changed, n, bad);
+  ck_assert_msg(changed > n / 4, "the rounding must change many gradients (%zu)", changed);
+  ck_assert_msg(bad == 0, "%zu of %zu gradient values differ from recipe_round_grads", bad, n);
+  gpu_model_free(g);
+  recipe_free_sites(gsites, n_sites);
+  model_free(&m);
+  free(before), free(got);
+}
+
+START_TEST(msamp_grads_match_cpu) {
+  msamp_grads_match("high_precision_first_last=0");
+  msamp_grads_match("high_precision_first_last=1");
+}
+END_TEST
+
 int main(void) {
-  const TTest *const tests[] = {model_fp32_matches_cpu, model_e8m3_weights_bit_identical, NULL};
+  const TTest *const tests[] = {model_fp32_matches_cpu, model_e8m3_weights_bit_identical,
+                                mx_gemm_bf16_path_matches_reference, msamp_grads_match_cpu,
+                                NULL};
   return run_suite(suite_of_loop("trainer_gpu", 600, operands_match_cpu, N_RECIPES, tests),
                    false);
 }

@@ -284,11 +284,10 @@ extern "C" gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int s
   if (site < 0 || site >= g->n_sites) return r;
   const exmy_operand_quant &q = g->host[site].op[use];
   if (!q.enabled) return r;
-  if (q.scaling.kind == EXMY_SCALING_MX) {
+  if (tq_along_k(&q)) { /* MX, GROUP, NVFP4: quantized along K by exmy_cuda_qgemm */
     r.mx = &q;
     return r;
   }
-  if (q.scaling.kind == EXMY_SCALING_GROUP) gtq_check(cudaErrorNotSupported, "group-scaled GEMM operand");
   Site &s = g->sites[site];
   Slot &sl = s.slot[slot];
   const size_t n = (size_t)rows * cols;
@@ -393,8 +392,9 @@ extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, floa
   if (a.mx || b.mx) {
     exmy_cuda_operand_quant qa = mx_operand(g, a.mx, (size_t)m * k);
     exmy_cuda_operand_quant qb = mx_operand(g, b.mx, (size_t)k * n);
-    if (g->collect && a.mx) mx_stats(g, a, qa, ta, m, k);  /* op(A) as m x k */
-    if (g->collect && b.mx) mx_stats(g, b, qb, !tb, n, k); /* op(B)^T as n x k */
+    /* statistics of MX operands only (GROUP and NVFP4 ones have none on the GPU yet) */
+    if (g->collect && a.mx && qa.scaling.kind == EXMY_SCALING_MX) mx_stats(g, a, qa, ta, m, k);
+    if (g->collect && b.mx && qb.scaling.kind == EXMY_SCALING_MX) mx_stats(g, b, qb, !tb, n, k);
     gtq_check(exmy_cuda_qgemm(g->mx, ta, tb, m, n, k, alpha, (const float *)a.ptr, a.ld,
                               a.mx ? &qa : nullptr, (const float *)b.ptr, b.ld,
                               b.mx ? &qb : nullptr, beta, c, ldc, nullptr, nullptr, g->stream),

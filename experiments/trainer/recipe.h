@@ -30,6 +30,10 @@ typedef struct {
   bool grad_quant;
   exmy_format grad_format;
   int grad_margin;
+  /* NVFP4: the random Hadamard transform (size, 0 = off) on the inputs of
+   * each linear layer's weight-gradient GEMM */
+  int wgrad_hadamard;
+  uint64_t hadamard_seed;
   /* the float32 GEMM under the products (the `gemm` key, tq_select_gemm) */
   char gemm[16];
 } recipe;

@@ -145,7 +145,8 @@ EXMY_HD float exmy_core_nvfp4_decode_factor(float s_b, float s_enc) {
  * y_i = (1/4) sum_j H_ij d_j x_j, H_ij = (-1)^popcount(i & j), d_j = -1 where
  * bit j of `signs` is set; each term is exact, the sum runs j = 0..15 with
  * every addition rounded once, and the product by 1/4 is exact unless it
- * falls below 2^-126.  y must not alias x. */
+ * falls below 2^-126; a NaN result is the quiet NaN 0x7FC00000.  y must not
+ * alias x. */
 EXMY_HD void exmy_core_rht16(const float *x, float *y, uint32_t signs) {
   for (int i = 0; i < 16; i++) {
     float acc = 0.0f;
@@ -154,7 +155,9 @@ EXMY_HD void exmy_core_rht16(const float *x, float *y, uint32_t signs) {
       for (int b = i & j; b; b &= b - 1) neg ^= 1;
       acc = exmy_fadd_rn(acc, neg ? -x[j] : x[j]);
     }
-    y[i] = exmy_fmul_rn(acc, 0.25f);
+    const float v = exmy_fmul_rn(acc, 0.25f);
+    /* one NaN for both devices (their NaN arithmetic gives different bits) */
+    y[i] = v != v ? exmy_bits_f32(0x7FC00000u) : v;
   }
 }
 

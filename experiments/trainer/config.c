@@ -109,7 +109,7 @@ static const config_key keys[] = {
     R_STR("high_format", "fp32", "format of the first and last blocks when kept in higher precision"),
     R_STR("grad_format", "fp32", "weight gradients of the quantized linear layers (each layer's matrix, the LM head if quantized) rounded rne into this format with per-tensor current scaling before clipping and AdamW, as MS-AMP O1 stores them (fp32: off)"),
     /* optimizer states */
-    R_CHOICE("moments", "fp32", "fp32|coat", "AdamW moments: fp32 | coat (stored quantized, per-group scaling)"),
+    R_CHOICE("moments", "fp32", "fp32|coat|bf16", "AdamW moments: fp32 | coat (stored quantized, per-group scaling) | bf16 (stored as bfloat16, rne)"),
     R_STR("moment1_format", "e4m3", "coat: format of the first moment"),
     R_STR("moment2_format", "e4m3", "coat: format of the second moment (e4m3 or e5m2)"),
     R_INT("moment_group", "128", 1, 1 << 30, "coat: group size"),

@@ -144,8 +144,10 @@ int recipe_from_config(recipe *r, const config *c, uint64_t seed, char *err, siz
       snprintf(err, errlen, "moment_group must be >= 1");
       return -1;
     }
+  } else if (!strcmp(moments, "bf16")) {
+    r->moments_bf16 = true;
   } else if (strcmp(moments, "fp32")) {
-    snprintf(err, errlen, "moments must be fp32 or coat, not '%s'", moments);
+    snprintf(err, errlen, "moments must be fp32, coat or bf16, not '%s'", moments);
     return -1;
   }
   return 0;
@@ -299,6 +301,14 @@ int sites_state_load(tq_site *sites, int n, const void *buf, size_t len, char *e
 }
 
 void recipe_store_moments(const recipe *r, float *m, float *v, size_t n) {
+  if (r->moments_bf16) {
+    exmy_format bf16;
+    exmy_format_parse("bf16", &bf16);
+    const exmy_rounding_opts rne = {.mode = EXMY_RNE};
+    exmy_quantize_f32(&bf16, &rne, m, m, n);
+    exmy_quantize_f32(&bf16, &rne, v, v, n);
+    return;
+  }
   if (!r->coat) return;
   exmy_rounding_opts o = {.mode = EXMY_RNE, .saturate = true};
   exmy_scaling sc = {.kind = EXMY_SCALING_GROUP, .group = r->moment_group,

@@ -407,6 +407,46 @@ START_TEST(test_spy_nvfp4) {
 }
 END_TEST
 
+/* fp8-deepseek: current scales per 1 x 128 tile (activations, gradients) and
+ * 128 x 128 block (weights), E4M3 everywhere; AdamW moments stored as bf16. */
+START_TEST(test_spy_fp8_deepseek) {
+  model_config c;
+  model_named_size("test", &c);
+  recipe r = load_recipe("fp8-deepseek");
+  tq_site *sites = recipe_make_sites(&r, &c);
+  for (int u = 0; u < USES_PER_SITE; u++) {
+    const exmy_operand_quant *q = &sites[SITE_W1].op[u];
+    ck_assert_int_eq(q->scaling.kind, EXMY_SCALING_GROUP);
+    ck_assert_int_eq(q->scaling.group, 128);
+    ck_assert_int_eq(q->scaling.block_rows, u == USE_FWD_W || u == USE_DX_W ? 128 : 0);
+    ck_assert_str_eq(q->format.name, "float8_e4m3fn");
+  }
+  recipe_free_sites(sites, model_num_sites(&c));
+  spy_blocked("fp8-deepseek");
+  /* the moments: each rounded rne to bf16, in place */
+  enum { n = 1000 };
+  float m[n], v[n], m0[n], v0[n];
+  for (int i = 0; i < n; i++) {
+    m0[i] = m[i] = 1e-3f * sinf((float)i) * (float)(i % 37);
+    v0[i] = v[i] = 1e-6f * (float)(i * i % 101) + 1e-9f;
+  }
+  ck_assert(r.moments_bf16);
+  recipe_store_moments(&r, m, v, n);
+  exmy_format bf16;
+  exmy_format_parse("bfloat16", &bf16);
+  const exmy_rounding_opts rne = {.mode = EXMY_RNE};
+  long bad = 0, changed = 0;
+  for (int i = 0; i < n; i++) {
+    const float wm = exmy_ref_quantize(&bf16, &rne, m0[i], 0), wv = exmy_ref_quantize(&bf16, &rne, v0[i], 0);
+    bad += memcmp(&wm, &m[i], 4) != 0 || memcmp(&wv, &v[i], 4) != 0;
+    changed += m[i] != m0[i] || v[i] != v0[i];
+  }
+  printf("fp8-deepseek moments: %ld of %d pairs differ from bf16 rne, %ld changed\n", bad, n, changed);
+  ck_assert_int_eq(bad, 0);
+  ck_assert(changed > 0);
+}
+END_TEST
+
 /* MS-AMP O1: each quantized linear layer's weight gradient, per layer, is the
  * format's rounding of the float gradient under its own current scale; the
  * embedding, the RMSNorm gains and the float32 LM head are left bit for bit. */
@@ -476,6 +516,7 @@ END_TEST
 int main(void) {
   const TTest *const tests[] = {test_fp32_recipe_is_unquantized_path, test_spy_e8m3, test_spy_bf16,
                                 test_spy_fp8_current, test_spy_mxfp4, test_spy_nvfp4,
+                                test_spy_fp8_deepseek,
                                 test_msamp_grads_rounded,
                                 test_msamp_grads_high_first_last, NULL};
   return run_suite(suite_of("recipes", 60, tests), false);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/exmy_cpu.h"
 #include "cuda/gather.cuh"
 
 namespace {
@@ -387,14 +388,47 @@ static void mx_stats(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_operand_q
   s.filled_stats[o.use] = true;
 }
 
+/* Statistics steps, GROUP and NVFP4 operands: the K-contiguous image
+ * (rows x k) copied to the host and quantized there again by the CPU's
+ * exmy_quantize_scaled_f32 (whose values the GPU's equal bit for bit), with
+ * the same sr offsets, for its statistics.  Statistics steps are rare. */
+static void host_stats(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_operand_quant &q,
+                       bool transpose, size_t rows, size_t k) {
+  const size_t n = rows * k;
+  reserve(&g->stage, &g->stage_cap, n * sizeof(float));
+  k_gather<<<grid_for(n), 256, 0, g->stream>>>((const float *)o.ptr, o.ld, transpose, rows, k,
+                                               (float *)g->stage);
+  gtq_check(cudaGetLastError(), "gather");
+  float *h = (float *)malloc(2 * n * sizeof(float) + 1);
+  if (!h) gtq_check(cudaErrorMemoryAllocation, "statistics (host copy)");
+  gtq_check(cudaMemcpyAsync(h, g->stage, n * sizeof(float), cudaMemcpyDeviceToHost, g->stream),
+            "statistics (copy)");
+  gtq_check(cudaStreamSynchronize(g->stream), "statistics (sync)");
+  exmy_tensor_stats st;
+  if (exmy_quantize_scaled_f32(&q.format, &q.round, &q.scaling, NULL, h, h + n, rows, k, &st))
+    gtq_check(cudaErrorInvalidValue, "statistics (host quantization)");
+  Site &s = g->sites[o.site];
+  gtq_check(cudaMemcpyAsync(&s.stats[o.use], &st, sizeof st, cudaMemcpyHostToDevice, g->stream),
+            "statistics (upload)");
+  gtq_check(cudaStreamSynchronize(g->stream), "statistics (sync)");
+  s.filled_stats[o.use] = true;
+  free(h);
+}
+
+/* The statistics of an operand quantized along K, by its kind. */
+static void along_k_stats(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_operand_quant &q,
+                          bool transpose, size_t rows, size_t k) {
+  if (q.scaling.kind == EXMY_SCALING_MX) mx_stats(g, o, q, transpose, rows, k);
+  else host_stats(g, o, q, transpose, rows, k);
+}
+
 extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
                          gtq_operand a, gtq_operand b, float beta, float *c, long ldc) {
   if (a.mx || b.mx) {
     exmy_cuda_operand_quant qa = mx_operand(g, a.mx, (size_t)m * k);
     exmy_cuda_operand_quant qb = mx_operand(g, b.mx, (size_t)k * n);
-    /* statistics of MX operands only (GROUP and NVFP4 ones have none on the GPU yet) */
-    if (g->collect && a.mx && qa.scaling.kind == EXMY_SCALING_MX) mx_stats(g, a, qa, ta, m, k);
-    if (g->collect && b.mx && qb.scaling.kind == EXMY_SCALING_MX) mx_stats(g, b, qb, !tb, n, k);
+    if (g->collect && a.mx) along_k_stats(g, a, qa, ta, m, k);  /* op(A) as m x k */
+    if (g->collect && b.mx) along_k_stats(g, b, qb, !tb, n, k); /* op(B)^T as n x k */
     gtq_check(exmy_cuda_qgemm(g->mx, ta, tb, m, n, k, alpha, (const float *)a.ptr, a.ld,
                               a.mx ? &qa : nullptr, (const float *)b.ptr, b.ld,
                               b.mx ? &qb : nullptr, beta, c, ldc, nullptr, nullptr, g->stream),

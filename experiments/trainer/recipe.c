@@ -118,8 +118,10 @@ int recipe_from_config(recipe *r, const config *c, uint64_t seed, char *err, siz
     snprintf(err, errlen, "weight_block_rows needs scaling = group or nvfp4");
     return -1;
   }
-  if (r->wgrad_hadamard && strcmp(scaling, "nvfp4")) {
-    snprintf(err, errlen, "wgrad_hadamard needs scaling = nvfp4");
+  /* the transform cancels in dW = dY^T X only when both inputs take it */
+  if (r->wgrad_hadamard &&
+      (strcmp(scaling, "nvfp4") || !r->role[ROLE_A].enabled || !r->role[ROLE_G].enabled)) {
+    snprintf(err, errlen, "wgrad_hadamard needs scaling = nvfp4 and format_a, format_g quantized");
     return -1;
   }
   r->role[ROLE_W].scaling.block_rows = weight_block_rows;

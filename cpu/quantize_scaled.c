@@ -89,20 +89,25 @@ static double dre_exponent(const exmy_format *f, float amax, float amin) {
   return log(rf) / log((double)amax / (double)amin);
 }
 
-/* Per-group (GROUP) or per-block (MX) scales: one task per (row, group). */
+/* Per-group (GROUP), per-block (MX) or two-level (NVFP4) scales: one task
+ * per block of block_rows rows x g columns (block_rows 1: a stretch of a row). */
 static void quantize_grouped(const exmy_format *f, const exmy_rounding_opts *o,
                              const exmy_scaling *sc, const float *x, float *y,
                              size_t rows, size_t cols, exmy_stats_acc *total) {
-  const int mx = sc->kind == EXMY_SCALING_MX;
+  const int mx = sc->kind == EXMY_SCALING_MX, nvfp4 = sc->kind == EXMY_SCALING_NVFP4;
   size_t g = mx ? (sc->group > 0 ? (size_t)sc->group : 32)
-                : (sc->group > 0 ? (size_t)sc->group : cols);
+           : nvfp4 ? (sc->group > 0 ? (size_t)sc->group : 16)
+                   : (sc->group > 0 ? (size_t)sc->group : cols);
   if (g == 0) g = 1;
+  const size_t br = !mx && sc->block_rows > 1 ? (size_t)sc->block_rows : 1;
   exmy_rounding_opts oe = *o;
-  if (mx) oe.saturate = true; /* MX elements clamp to +-max (OCP reference) */
-  const size_t per_row = (cols + g - 1) / g, tasks = rows * per_row;
+  /* MX elements clamp to +-max (OCP reference); NVFP4's conversion is satfinite */
+  if (mx || nvfp4) oe.saturate = true;
+  const float s_enc = nvfp4 ? exmy_core_nvfp4_tensor_scale(amax_of(x, rows * cols)) : 1.0f;
+  const size_t per_row = (cols + g - 1) / g, tasks = ((rows + br - 1) / br) * per_row;
   /* the tasks in blocks of about CHUNK elements, one statistics accumulator
    * each, merged in block order (as in quantize_uniform) */
-  const size_t per_block = g >= CHUNK ? 1 : CHUNK / g;
+  const size_t per_block = g * br >= CHUNK ? 1 : CHUNK / (g * br);
   const size_t blocks = (tasks + per_block - 1) / per_block;
   exmy_stats_acc *part = total && blocks ? malloc(blocks * sizeof *part) : NULL;
 #pragma omp parallel for schedule(static) if (rows * cols > 65536 && (part || !total))
@@ -111,15 +116,17 @@ static void quantize_grouped(const exmy_format *f, const exmy_rounding_opts *o,
     if (acc) exmy_stats_acc_init(acc, f);
     const size_t t_end = (bk + 1) * per_block < tasks ? (bk + 1) * per_block : tasks;
     for (size_t t = bk * per_block; t < t_end; t++) {
-      size_t r = t / per_row, c0 = (t % per_row) * g;
-      size_t len = cols - c0 < g ? cols - c0 : g, start = r * cols + c0;
-      const float *xg = x + start;
+      const size_t r0 = (t / per_row) * br, c0 = (t % per_row) * g;
+      const size_t len = cols - c0 < g ? cols - c0 : g, nr = rows - r0 < br ? rows - r0 : br;
       float amax = 0.0f, amin = INFINITY;
-      for (size_t i = 0; i < len; i++) {
-        float a = fabsf(xg[i]);
-        if (a <= 3.40282347e38f) {
-          if (a > amax) amax = a;
-          if (a > 0 && a < amin) amin = a;
+      for (size_t rr = 0; rr < nr; rr++) {
+        const float *xg = x + (r0 + rr) * cols + c0;
+        for (size_t i = 0; i < len; i++) {
+          float a = fabsf(xg[i]);
+          if (a <= 3.40282347e38f) {
+            if (a > amax) amax = a;
+            if (a > 0 && a < amin) amin = a;
+          }
         }
       }
       float s, inv;
@@ -128,6 +135,10 @@ static void quantize_grouped(const exmy_format *f, const exmy_rounding_opts *o,
         int e = exmy_core_mx_exponent(f->emax, amax);
         s = exmy_pow2f(-e);
         inv = exmy_pow2f(e);
+      } else if (nvfp4) {
+        const float s_b = exmy_core_nvfp4_block_scale(amax, s_enc);
+        s = exmy_core_nvfp4_encode_factor(s_b, s_enc);
+        inv = exmy_core_nvfp4_decode_factor(s_b, s_enc);
       } else {
         if (sc->dynamic_range_expansion) {
           k = dre_exponent(f, amax, amin);
@@ -136,12 +147,31 @@ static void quantize_grouped(const exmy_format *f, const exmy_rounding_opts *o,
         s = exmy_scale_from_amax(f, amax, sc->margin, sc->pow2);
         inv = 1.0f / s;
       }
-      quantize_segment(f, &oe, xg, y + start, len, start, s, inv, k, acc);
+      for (size_t rr = 0; rr < nr; rr++) {
+        const size_t start = (r0 + rr) * cols + c0;
+        quantize_segment(f, &oe, x + start, y + start, len, start, s, inv, k, acc);
+      }
     }
     if (acc == &one) exmy_stats_sums_merge(&total->sums, &one.sums);
   }
   for (size_t bk = 0; part && bk < blocks; bk++) exmy_stats_sums_merge(&total->sums, &part[bk].sums);
   free(part);
+}
+
+/* y = the random Hadamard transform of x along its rows (EXMY_SCALING_NVFP4's
+ * `hadamard`): each run of 16 elements; a shorter tail of a row is copied. */
+static void hadamard_rows(const float *x, float *y, size_t rows, size_t cols, uint64_t seed) {
+  const uint32_t signs = exmy_core_rht16_signs(seed);
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+  for (size_t r = 0; r < rows; r++) {
+    float in[16];
+    size_t c = 0;
+    for (; c + 16 <= cols; c += 16) {
+      memcpy(in, x + r * cols + c, sizeof in); /* y may alias x */
+      exmy_core_rht16(in, y + r * cols + c, signs);
+    }
+    if (y != x) memcpy(y + r * cols + c, x + r * cols + c, (cols - c) * sizeof(float));
+  }
 }
 
 int exmy_quantize_scaled_f32(const exmy_format *f, const exmy_rounding_opts *o,
@@ -152,7 +182,8 @@ int exmy_quantize_scaled_f32(const exmy_format *f, const exmy_rounding_opts *o,
   if (!sc) sc = &none;
   if (sc->group < 0) return -1;
   if (sc->kind == EXMY_SCALING_DELAYED && !state) return -1;
-  if ((unsigned)sc->kind > EXMY_SCALING_GROUP) return -1;
+  if ((unsigned)sc->kind > EXMY_SCALING_NVFP4 || sc->block_rows < 0) return -1;
+  if (sc->hadamard && (sc->hadamard != 16 || sc->kind != EXMY_SCALING_NVFP4)) return -1;
   const size_t n = rows * cols;
   exmy_stats_acc total;
   if (stats) exmy_stats_acc_init(&total, f);
@@ -179,6 +210,12 @@ int exmy_quantize_scaled_f32(const exmy_format *f, const exmy_rounding_opts *o,
       exmy_delayed_state_update(state, f, sc, amax);
       break;
     }
+    case EXMY_SCALING_NVFP4:
+      if (sc->hadamard && cols) {
+        hadamard_rows(x, y, rows, cols, sc->hadamard_seed);
+        x = y; /* the transformed tensor is the one quantized (and described) */
+      }
+      /* fall through */
     case EXMY_SCALING_MX:
     case EXMY_SCALING_GROUP:
       if (cols) quantize_grouped(f, o, sc, x, y, rows, cols, stats ? &total : NULL);

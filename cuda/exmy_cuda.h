@@ -187,6 +187,14 @@ cudaError_t exmy_cuda_quantize_group_scaled_f32(
     bool pow2, bool dynamic_range_expansion, const float *x, float *y,
     size_t rows, size_t cols, cudaStream_t stream);
 
+/* Two-dimensional GROUP blocks (sc->block_rows > 1; no dynamic range
+ * expansion) and NVFP4 (EXMY_SCALING_NVFP4, with its `hadamard`) of a
+ * row-major rows x cols tensor, as exmy_quantize_scaled_f32 computes them,
+ * bit for bit; y may alias x.  Other kinds: cudaErrorInvalidValue. */
+cudaError_t exmy_cuda_quantize_blocks_f32(const exmy_format *f, const exmy_rounding_opts *o,
+                                          const exmy_scaling *sc, const float *x, float *y,
+                                          size_t rows, size_t cols, cudaStream_t stream);
+
 /* ---- quantized GEMM through cuBLAS ----
  * C (m x n, row-major) = Q(A) . Q(B)^T with A m x k and Bt n x k, both
  * row-major with K contiguous (exmy_qgemm's op(A) and op(B)^T), FP32
@@ -242,7 +250,7 @@ cudaError_t exmy_cuda_qgemm_nt(exmy_cuda_gemm *g, exmy_cuda_gemm_path path,
  * pointers, row-major, plus the context g, *used and a stream.  Each operand
  * is first copied K contiguous into a workspace of g (op(A) as m x k, op(B)^T
  * as n x k) and quantized there with its recipe by the GPU recipe kernels
- * (NONE / TENSOR / DELAYED / MX / GROUP along K; sr's index = position in
+ * (NONE / TENSOR / DELAYED / MX / GROUP / NVFP4 along K; sr's index = position in
  * that dense image + round.offset, as on the CPU), so the dequantized
  * operands are bit-identical to the CPU's; cuBLAS then multiplies them with
  * FP32 accumulation and applies alpha/beta to C (ldc), and C is quantized

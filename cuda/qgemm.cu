@@ -236,6 +236,8 @@ bool bf16_candidate(const exmy_cuda_operand_quant *q) {
       return q->scaling.pow2;
     case EXMY_SCALING_GROUP:
       return q->scaling.pow2 && !q->scaling.dynamic_range_expansion;
+    case EXMY_SCALING_NVFP4:
+      return false; /* decode factors are products of E4M3 values and 1/S_enc */
   }
   return false;
 }
@@ -268,8 +270,12 @@ cudaError_t quantize_operand(exmy_cuda_gemm *g, const exmy_cuda_operand_quant *q
       return exmy_cuda_mx_decode_f32(&q->format, block, (const uint8_t *)g->codes,
                                      (const uint8_t *)g->scales, rows, cols, t, s);
     }
+    case EXMY_SCALING_NVFP4:
+      return exmy_cuda_quantize_blocks_f32(&q->format, &q->round, &sc, t, t, rows, cols, s);
     case EXMY_SCALING_GROUP:
       if (sc.group < 0) return cudaErrorInvalidValue;
+      if (sc.block_rows > 1)
+        return exmy_cuda_quantize_blocks_f32(&q->format, &q->round, &sc, t, t, rows, cols, s);
       return exmy_cuda_quantize_group_scaled_f32(&q->format, &q->round, sc.group, sc.margin,
                                                  sc.pow2, sc.dynamic_range_expansion, t, t,
                                                  rows, cols, s);

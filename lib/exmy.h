@@ -225,6 +225,15 @@ typedef enum {
    * (0 = the whole row; COAT uses 128) gets its own TENSOR-formula scale.
    * With dynamic_range_expansion, see exmy_scaling. */
   EXMY_SCALING_GROUP,
+  /* NVIDIA's NVFP4 two-level scaling, as Transformer Engine computes it
+   * (lib/scale_core.h has the arithmetic): a float32 tensor scale
+   * S_enc = (448 · 6) / amax over the tensor's finite values, and per block of
+   * `group` (0 = 16) consecutive elements of a row an E4M3 decode scale
+   * s_b = E4M3(block amax · (S_enc · (1/6))), rne and saturating; the block is
+   * rounded as q = Q(x · (1 / (s_b · (1/S_enc)))) with saturate forced on,
+   * and dequantized as y = q · (s_b · (1/S_enc)).  Meant for E2M1 elements
+   * (other formats accepted). */
+  EXMY_SCALING_NVFP4,
 } exmy_scaling_kind;
 
 typedef struct {
@@ -251,6 +260,22 @@ typedef struct {
    * sign(w)|w|^(1/k) with w = Q(z·s)·(1/s).  Uses libm pow (double): results
    * may differ by an ulp between libms, unlike every other recipe. */
   bool dynamic_range_expansion;
+  /* GROUP and NVFP4: rows per block (0 or 1: blocks along a row only).  With
+   * b > 1 each block is b rows x `group` columns (the last ones of the tensor
+   * may be smaller), scaled by its amax: two-dimensional blocks, whose values
+   * are the same whichever way the tensor is read (b = group: NVFP4's 16 x 16
+   * weight blocks, DeepSeek-V3's 128 x 128). */
+  int block_rows;
+  /* NVFP4 only, 0 or 16: before the scales are computed, every run of 16
+   * consecutive elements of a row (a shorter tail is left as it is) is
+   * replaced by (1/4) H D x, H the 16 x 16 Sylvester Hadamard matrix and D
+   * the diagonal of random signs drawn from hadamard_seed (bit i of
+   * exmy_sr_word(hadamard_seed, 0): element i negated), summed in index order,
+   * each addition rounded once.  The transform is orthogonal: a GEMM whose two
+   * operands are transformed alike along K keeps its products (the random
+   * Hadamard transform of NVFP4's weight-gradient GEMM). */
+  int hadamard;
+  uint64_t hadamard_seed;
 } exmy_scaling;
 
 /* The state of delayed scaling, one per tensor (TE's fp8_meta): a circular

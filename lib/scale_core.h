@@ -15,7 +15,9 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "lib/format_core.h"
 #include "lib/hostdevice.h"
+#include "lib/philox.h"
 #include "lib/round_core.h"
 
 /* a / b, a + b, a - b, a * b, sqrt(a), each rounded once to nearest even: on
@@ -97,6 +99,71 @@ EXMY_HD int exmy_core_mx_exponent(int emax, float amax) {
   if (!(amax > 0.0f)) return -127;
   const int x = exmy_floor_log2f(amax) - emax;
   return x < -127 ? -127 : x > 127 ? 127 : x;
+}
+
+/* ---- NVFP4 (EXMY_SCALING_NVFP4), as Transformer Engine's NVFP4 cast
+ * computes it (transformer_engine/common/cast/nvfp4/core_nvfp4.cuh:
+ * compute_global_encode_scaling_factor_FP4, compute_decoding_scaling_factor,
+ * compute_scaling_coefficient<float>).  fminf(v, FLT_MAX) there is written
+ * here as the clamp of +inf to FLT_MAX. */
+
+/* The tensor's encode scale S_enc = (448 · 6) / amax (E4M3's and E2M1's
+ * largest values), FLT_MAX where that overflows, 1 where amax is 0 or not
+ * finite (TE: 1 for amax 0 and where the quotient is 0). */
+EXMY_HD float exmy_core_nvfp4_tensor_scale(float amax) {
+  if (!(amax > 0.0f) || !isfinite(amax)) return 1.0f;
+  const float s = exmy_fdiv_rn(448.0f * 6.0f, amax);
+  if (s == 0.0f) return 1.0f;
+  return s > 3.40282347e38f ? 3.40282347e38f : s;
+}
+
+/* A block's E4M3 decode scale s_b = E4M3(amax · (S_enc · (1/6))): the product
+ * rounded in float32 (1/6 the float32 constant), then rne to E4M3 with
+ * saturation (CUDA's satfinite conversion).  0 for a block whose amax is 0 or
+ * too small for E4M3. */
+EXMY_HD float exmy_core_nvfp4_block_scale(float block_amax, float s_enc) {
+  const exmy_format e4m3 = exmy_format_fields(4, 3, 7, EXMY_SPECIALS_FN);
+  const float s = exmy_fmul_rn(block_amax, exmy_fmul_rn(s_enc, 1.0f / 6.0f));
+  return exmy_core_decode(&e4m3, exmy_core_encode(&e4m3, EXMY_RNE, 1, 0, 32, s, 0u));
+}
+
+/* The factor a block's elements are multiplied by before rounding:
+ * 1 / (s_b · (1 / S_enc)), FLT_MAX where that overflows (s_b = 0: every
+ * element then rounds to a value that its decode factor 0 sends to 0). */
+EXMY_HD float exmy_core_nvfp4_encode_factor(float s_b, float s_enc) {
+  const float r = exmy_fdiv_rn(1.0f, exmy_fmul_rn(s_b, exmy_fdiv_rn(1.0f, s_enc)));
+  return r > 3.40282347e38f ? 3.40282347e38f : r;
+}
+
+/* The factor a block's rounded elements are multiplied by: s_b · (1 / S_enc),
+ * the two decode scales' product rounded once. */
+EXMY_HD float exmy_core_nvfp4_decode_factor(float s_b, float s_enc) {
+  return exmy_fmul_rn(s_b, exmy_fdiv_rn(1.0f, s_enc));
+}
+
+/* The 16-point random Hadamard transform of EXMY_SCALING_NVFP4's `hadamard`:
+ * y_i = (1/4) sum_j H_ij d_j x_j, H_ij = (-1)^popcount(i & j), d_j = -1 where
+ * bit j of `signs` is set; each term is exact, the sum runs j = 0..15 with
+ * every addition rounded once, and the product by 1/4 is exact unless it
+ * falls below 2^-126; a NaN result is the quiet NaN 0x7FC00000.  y must not
+ * alias x. */
+EXMY_HD void exmy_core_rht16(const float *x, float *y, uint32_t signs) {
+  for (int i = 0; i < 16; i++) {
+    float acc = 0.0f;
+    for (int j = 0; j < 16; j++) {
+      int neg = (int)((signs >> j) & 1u);
+      for (int b = i & j; b; b &= b - 1) neg ^= 1;
+      acc = exmy_fadd_rn(acc, neg ? -x[j] : x[j]);
+    }
+    const float v = exmy_fmul_rn(acc, 0.25f);
+    /* one NaN for both devices (their NaN arithmetic gives different bits) */
+    y[i] = v != v ? exmy_bits_f32(0x7FC00000u) : v;
+  }
+}
+
+/* The sign bits of a Hadamard seed. */
+EXMY_HD uint32_t exmy_core_rht16_signs(uint64_t seed) {
+  return exmy_sr_word(seed, 0) & 0xFFFFu;
 }
 
 #endif /* EXMY_SCALE_CORE_H */

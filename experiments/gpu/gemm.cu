@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/exmy_cpu.h"
 #include "cuda/gather.cuh"
 
 namespace {
@@ -312,11 +313,10 @@ extern "C" gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int s
   if (site < 0 || site >= g->n_sites) return r;
   const exmy_operand_quant &q = g->host[site].op[use];
   if (!q.enabled) return r;
-  if (q.scaling.kind == EXMY_SCALING_MX) {
+  if (tq_along_k(&q)) { /* MX, GROUP, NVFP4: quantized along K by exmy_cuda_qgemm */
     r.mx = &q;
     return r;
   }
-  if (q.scaling.kind == EXMY_SCALING_GROUP) gtq_check(cudaErrorNotSupported, "group-scaled GEMM operand");
   Site &s = g->sites[site];
   Slot &sl = s.slot[slot];
   const size_t n = (size_t)rows * cols;
@@ -416,15 +416,16 @@ static void mx_stats(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_operand_q
   s.filled_stats[o.use] = true;
 }
 
-/* Whether an MX GEMM can take the BF16 path: both operands MX in a format
- * whose values are bf16 values, blocks of 32 (the image kernel's tile). */
+/* Whether a GEMM of operands quantized along K can take the BF16 path: both
+ * operands MX (not group or NVFP4 scaling) in a format whose values are bf16
+ * values, blocks of 32 (the image kernel's tile). */
 static bool mx_bf16_candidate(const gtq_ctx *g, const gtq_operand &a,
                               const exmy_cuda_operand_quant &qa, const gtq_operand &b,
                               const exmy_cuda_operand_quant &qb, int m, int n, int k) {
   if (g->mx_img.reference || !a.mx || !b.mx || m <= 0 || n <= 0 || k <= 0) return false;
   for (const exmy_cuda_operand_quant *q : {&qa, &qb})
-    if (!exmy_cuda_bf16_exact(&q->format) || exmy_code_bytes(&q->format) != 1 ||
-        (q->scaling.group != 0 && q->scaling.group != 32))
+    if (q->scaling.kind != EXMY_SCALING_MX || !exmy_cuda_bf16_exact(&q->format) ||
+        exmy_code_bytes(&q->format) != 1 || (q->scaling.group != 0 && q->scaling.group != 32))
       return false;
   return true;
 }
@@ -486,13 +487,47 @@ extern "C" unsigned long long gtq_mx_fallbacks(gtq_ctx *g) {
   return n;
 }
 
+/* Statistics steps, GROUP and NVFP4 operands: the K-contiguous image
+ * (rows x k) copied to the host and quantized there again by the CPU's
+ * exmy_quantize_scaled_f32 (whose values the GPU's equal bit for bit), with
+ * the same sr offsets, for its statistics.  Statistics steps are rare. */
+static void host_stats(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_operand_quant &q,
+                       bool transpose, size_t rows, size_t k) {
+  const size_t n = rows * k;
+  reserve(&g->stage, &g->stage_cap, n * sizeof(float));
+  k_gather<<<grid_for(n), 256, 0, g->stream>>>((const float *)o.ptr, o.ld, transpose, rows, k,
+                                               (float *)g->stage);
+  gtq_check(cudaGetLastError(), "gather");
+  float *h = (float *)malloc(2 * n * sizeof(float) + 1);
+  if (!h) gtq_check(cudaErrorMemoryAllocation, "statistics (host copy)");
+  gtq_check(cudaMemcpyAsync(h, g->stage, n * sizeof(float), cudaMemcpyDeviceToHost, g->stream),
+            "statistics (copy)");
+  gtq_check(cudaStreamSynchronize(g->stream), "statistics (sync)");
+  exmy_tensor_stats st;
+  if (exmy_quantize_scaled_f32(&q.format, &q.round, &q.scaling, NULL, h, h + n, rows, k, &st))
+    gtq_check(cudaErrorInvalidValue, "statistics (host quantization)");
+  Site &s = g->sites[o.site];
+  gtq_check(cudaMemcpyAsync(&s.stats[o.use], &st, sizeof st, cudaMemcpyHostToDevice, g->stream),
+            "statistics (upload)");
+  gtq_check(cudaStreamSynchronize(g->stream), "statistics (sync)");
+  s.filled_stats[o.use] = true;
+  free(h);
+}
+
+/* The statistics of an operand quantized along K, by its kind. */
+static void along_k_stats(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_operand_quant &q,
+                          bool transpose, size_t rows, size_t k) {
+  if (q.scaling.kind == EXMY_SCALING_MX) mx_stats(g, o, q, transpose, rows, k);
+  else host_stats(g, o, q, transpose, rows, k);
+}
+
 extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
                          gtq_operand a, gtq_operand b, float beta, float *c, long ldc) {
   if (a.mx || b.mx) {
     exmy_cuda_operand_quant qa = mx_operand(g, a.mx, (size_t)m * k);
     exmy_cuda_operand_quant qb = mx_operand(g, b.mx, (size_t)k * n);
-    if (g->collect && a.mx) mx_stats(g, a, qa, ta, m, k);  /* op(A) as m x k */
-    if (g->collect && b.mx) mx_stats(g, b, qb, !tb, n, k); /* op(B)^T as n x k */
+    if (g->collect && a.mx) along_k_stats(g, a, qa, ta, m, k);  /* op(A) as m x k */
+    if (g->collect && b.mx) along_k_stats(g, b, qb, !tb, n, k); /* op(B)^T as n x k */
     if (mx_bf16_candidate(g, a, qa, b, qb, m, n, k)) {
       mx_gemm_bf16(g, ta, tb, m, n, k, alpha, a, qa, b, qb, beta, c, ldc);
       return;

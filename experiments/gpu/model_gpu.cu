@@ -664,7 +664,17 @@ extern "C" double gpu_model_update(gpu_model *g, const adamw_hparams *h, int t, 
               max_norm, &coefs, s);
     off += n;
   }
-  if (g->rc && g->rc->coat) {
+  if (g->rc && g->rc->moments_bf16) {
+    /* recipe_store_moments: the moments stored as bfloat16 */
+    exmy_format bf16;
+    exmy_format_parse("bf16", &bf16);
+    exmy_rounding_opts o = {};
+    o.mode = EXMY_RNE;
+    for (int i = 0; i < 2; i++)
+      gtq_check(exmy_cuda_quantize_f32(&bf16, &o, i ? g->mom2 : g->mom1, i ? g->mom2 : g->mom1,
+                                       g->num_params, s),
+                "bf16 moments");
+  } else if (g->rc && g->rc->coat) {
     /* recipe_store_moments: the moments as COAT stores them */
     const recipe *r = g->rc;
     exmy_rounding_opts o = {};

@@ -29,12 +29,17 @@ static const exmy_operand_quant *prepare(const exmy_operand_quant *q, exmy_opera
   return tmp;
 }
 
+bool tq_along_k(const exmy_operand_quant *q) {
+  return q->scaling.kind == EXMY_SCALING_MX || q->scaling.kind == EXMY_SCALING_GROUP ||
+         q->scaling.kind == EXMY_SCALING_NVFP4;
+}
+
 const float *tq_operand_for_gemm(tq_site *site, int use, int slot, bool fill, const float *x,
                                  int *ld, int rows, int cols, const exmy_operand_quant **q) {
   *q = NULL;
   if (!site || !site->op[use].enabled) return x;
   const exmy_operand_quant *op = &site->op[use];
-  if (op->scaling.kind == EXMY_SCALING_MX) {
+  if (tq_along_k(op)) {
     *q = op;
     return x;
   }

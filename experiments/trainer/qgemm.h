@@ -30,9 +30,9 @@ extern const char *const tq_use_names[USES_PER_SITE];
  * GEMMs of the same step that read the same tensor: as Transformer Engine
  * casts X and W once in the forward and reuses the casts in the backward, and
  * casts dY once for both backward GEMMs.  Used only for element-wise recipes
- * (no scaling, per-tensor current or delayed scaling); MX blocks follow the
- * reduction dimension, which differs between the uses, so MX operands are
- * quantized by exmy_qgemm at every use. */
+ * (no scaling, per-tensor current or delayed scaling); MX, GROUP and NVFP4
+ * blocks follow the reduction dimension, which differs between the uses, so
+ * those operands are quantized by exmy_qgemm at every use. */
 typedef struct {
   float *data;
   size_t cap;
@@ -46,6 +46,11 @@ typedef struct {
   exmy_tensor_stats stats[USES_PER_SITE];
   tq_cache cache[SLOTS_PER_SITE];
 } tq_site;
+
+/* Whether q's scales follow the reduction dimension K (MX, GROUP and NVFP4
+ * blocks), so that the operand is quantized by the GEMM at every use rather
+ * than once per tensor into a cache. */
+bool tq_along_k(const exmy_operand_quant *q);
 
 /* The operand `use` of a site as a GEMM should receive it.  fill: quantize x
  * (rows x cols, leading dimension *ld) into the site's cache slot; !fill: take

@@ -37,13 +37,16 @@ static int parse_operand(exmy_operand_quant *q, const char *format, const char *
   else if (!strcmp(scaling, "tensor")) q->scaling.kind = EXMY_SCALING_TENSOR;
   else if (!strcmp(scaling, "delayed")) q->scaling.kind = EXMY_SCALING_DELAYED;
   else if (!strcmp(scaling, "mx")) q->scaling.kind = EXMY_SCALING_MX;
+  else if (!strcmp(scaling, "group")) q->scaling.kind = EXMY_SCALING_GROUP;
+  else if (!strcmp(scaling, "nvfp4")) q->scaling.kind = EXMY_SCALING_NVFP4;
   else {
-    snprintf(err, errlen, "unknown scaling '%s' (none, tensor, delayed, mx)", scaling);
+    snprintf(err, errlen, "unknown scaling '%s' (none, tensor, delayed, mx, group, nvfp4)",
+             scaling);
     return -1;
   }
   q->scaling.margin = margin;
   q->scaling.pow2 = pow2;
-  q->scaling.group = q->scaling.kind == EXMY_SCALING_MX ? mx_block : 0;
+  q->scaling.group = tq_along_k(q) ? mx_block : 0;
   return 0;
 }
 
@@ -62,6 +65,9 @@ int recipe_from_config(recipe *r, const config *c, uint64_t seed, char *err, siz
   r->high_first_last = config_int(c, "high_precision_first_last", err, errlen) != 0;
   r->moment_group = (int)config_int(c, "moment_group", err, errlen);
   r->moment_dre = config_int(c, "moment_dre", err, errlen) != 0;
+  const int weight_block_rows = (int)config_int(c, "weight_block_rows", err, errlen);
+  r->wgrad_hadamard = (int)config_int(c, "wgrad_hadamard", err, errlen);
+  r->hadamard_seed = (uint64_t)config_int(c, "hadamard_seed", err, errlen);
   if (*err) return -1;
   if (r->amax_history < 1 || r->amax_history > 1024) {
     snprintf(err, errlen, "amax_history must be in 1..1024");
@@ -107,6 +113,18 @@ int recipe_from_config(recipe *r, const config *c, uint64_t seed, char *err, siz
       return -1;
     }
   }
+  const bool blocked = !strcmp(scaling, "group") || !strcmp(scaling, "nvfp4");
+  if (weight_block_rows > 1 && !blocked) {
+    snprintf(err, errlen, "weight_block_rows needs scaling = group or nvfp4");
+    return -1;
+  }
+  /* the transform cancels in dW = dY^T X only when both inputs take it */
+  if (r->wgrad_hadamard &&
+      (strcmp(scaling, "nvfp4") || !r->role[ROLE_A].enabled || !r->role[ROLE_G].enabled)) {
+    snprintf(err, errlen, "wgrad_hadamard needs scaling = nvfp4 and format_a, format_g quantized");
+    return -1;
+  }
+  r->role[ROLE_W].scaling.block_rows = weight_block_rows;
   const char *grad_format = config_str(c, "grad_format");
   r->grad_quant = !is_fp32(grad_format);
   r->grad_margin = margin;
@@ -128,8 +146,10 @@ int recipe_from_config(recipe *r, const config *c, uint64_t seed, char *err, siz
       snprintf(err, errlen, "moment_group must be >= 1");
       return -1;
     }
+  } else if (!strcmp(moments, "bf16")) {
+    r->moments_bf16 = true;
   } else if (strcmp(moments, "fp32")) {
-    snprintf(err, errlen, "moments must be fp32 or coat, not '%s'", moments);
+    snprintf(err, errlen, "moments must be fp32, coat or bf16, not '%s'", moments);
     return -1;
   }
   return 0;
@@ -156,6 +176,12 @@ tq_site *recipe_make_sites(const recipe *r, const model_config *mc) {
       int role = attention ? attention_roles[u] : linear_roles[u];
       if (!on) continue;
       *q = high ? r->high[role] : r->role[role];
+      /* both inputs of dW = dY^T X, transformed alike along K (the tokens) */
+      if (q->enabled && !attention && (u == USE_DW_DY || u == USE_DW_X) && r->wgrad_hadamard &&
+          q->scaling.kind == EXMY_SCALING_NVFP4) {
+        q->scaling.hadamard = r->wgrad_hadamard;
+        q->scaling.hadamard_seed = r->hadamard_seed;
+      }
       if (q->enabled && q->scaling.kind == EXMY_SCALING_DELAYED) {
         q->scaling.history_len = r->amax_history;
         if (!(q->delayed = exmy_delayed_state_new(r->amax_history))) {
@@ -277,6 +303,14 @@ int sites_state_load(tq_site *sites, int n, const void *buf, size_t len, char *e
 }
 
 void recipe_store_moments(const recipe *r, float *m, float *v, size_t n) {
+  if (r->moments_bf16) {
+    exmy_format bf16;
+    exmy_format_parse("bf16", &bf16);
+    const exmy_rounding_opts rne = {.mode = EXMY_RNE};
+    exmy_quantize_f32(&bf16, &rne, m, m, n);
+    exmy_quantize_f32(&bf16, &rne, v, v, n);
+    return;
+  }
   if (!r->coat) return;
   exmy_rounding_opts o = {.mode = EXMY_RNE, .saturate = true};
   exmy_scaling sc = {.kind = EXMY_SCALING_GROUP, .group = r->moment_group,

@@ -21,8 +21,8 @@ typedef struct {
   exmy_operand_quant high[NUM_ROLES]; /* first and last blocks, if kept higher */
   int amax_history;
   bool quant_attention, quant_lm_head, high_first_last;
-  /* AdamW moments (COAT) */
-  bool coat;
+  /* AdamW moments (COAT; or bfloat16, as DeepSeek-V3 stores them) */
+  bool coat, moments_bf16;
   exmy_format moment_format[2];
   int moment_group;
   bool moment_dre;
@@ -30,6 +30,10 @@ typedef struct {
   bool grad_quant;
   exmy_format grad_format;
   int grad_margin;
+  /* NVFP4: the random Hadamard transform (size, 0 = off) on the inputs of
+   * each linear layer's weight-gradient GEMM */
+  int wgrad_hadamard;
+  uint64_t hadamard_seed;
   /* the float32 GEMM under the products (the `gemm` key, tq_select_gemm) */
   char gemm[16];
 } recipe;
@@ -54,7 +58,7 @@ int sites_state_write(const tq_site *sites, int n, FILE *f);
 int sites_state_load(tq_site *sites, int n, const void *buf, size_t len, char *err,
                      size_t errlen);
 
-/* COAT: the moments m and v rounded in place as they would be stored. */
+/* COAT or bf16 moments: m and v rounded in place as they would be stored. */
 void recipe_store_moments(const recipe *r, float *m, float *v, size_t n);
 
 /* MS-AMP O1: the weight gradient of every quantized linear layer (each

@@ -260,10 +260,108 @@ START_TEST(sr_stream_follows_element_index) {
 }
 END_TEST
 
+/* NVFP4 by hand: tensor amax 6 gives S_enc = 2688 / 6 = 448; a block of
+ * amax 0.06 gets the E4M3 decode scale E4M3(0.06 · 448 / 6 = 4.48) = 4.5, so
+ * its elements are multiples of 4.5 / 448 (not of a power of two, as MX's);
+ * an all-zero block and one too small for E4M3 (s_b = 0) come out 0. */
+START_TEST(nvfp4_hand_case) {
+  exmy_format f = fmt("e2m1");
+  exmy_rounding_opts o = {0};
+  exmy_scaling sc = {.kind = EXMY_SCALING_NVFP4};
+  float x[64] = {0}, y[64];
+  x[0] = 6.0f, x[1] = 2.6f, x[2] = -0.7f;      /* block 0: amax 6, s_b = 448 */
+  x[16] = 0.06f, x[17] = 0.03f, x[18] = -0.004f; /* block 1: amax 0.06, s_b = 4.5;
+                                                 * -0.004 · 448 / 4.5 = -0.398 -> -0.5 */
+  x[48] = 1e-12f;                              /* block 3: s_b = 0 */
+  ck_assert_int_eq(exmy_quantize_scaled_f32(&f, &o, &sc, NULL, x, y, 1, 64, NULL), 0);
+  const double d0 = 448.0 / 448.0, d1 = 4.5 / 448.0;
+  const double want[][2] = {{0, 6 * d0}, {1, 3 * d0}, {2, -0.5 * d0}, {16, 6 * d1},
+                            {17, 3 * d1}, {18, -0.5 * d1}, {32, 0}, {48, 0}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    const int at = (int)want[i][0];
+    ck_assert_msg(fabs(y[at] - want[i][1]) <= 1e-6 * fabs(want[i][1]),
+                  "element %d: %.9g, want %.9g", at, y[at], want[i][1]);
+  }
+  for (int i = 0; i < 64; i++) ck_assert(!isnan(y[i]));
+}
+END_TEST
+
+/* Two-dimensional blocks (block_rows = group) give the same values whichever
+ * way the tensor is read: quantizing W^T equals transposing quantized W, bit
+ * for bit, for NVFP4 (16 x 16) and GROUP (128 x 128), shapes with partial
+ * blocks included; with 1-D blocks they differ. */
+START_TEST(blocks_2d_transpose) {
+  const struct { const char *format; exmy_scaling_kind kind; int g; } cases[] = {
+      {"e2m1", EXMY_SCALING_NVFP4, 16}, {"e4m3", EXMY_SCALING_GROUP, 128}};
+  const int R = 150, C = 70;
+  float *w = malloc(sizeof(float) * R * C), *wt = malloc(sizeof(float) * R * C);
+  float *q = malloc(sizeof(float) * R * C), *qt = malloc(sizeof(float) * R * C);
+  uint64_t st = 9;
+  for (int i = 0; i < R * C; i++) {
+    st = st * 6364136223846793005ull + 1442695040888963407ull;
+    w[i] = ldexpf((float)(st >> 40) / 16777216.0f - 0.5f, (int)(st % 9) - 4);
+  }
+  for (int r = 0; r < R; r++)
+    for (int c = 0; c < C; c++) wt[c * R + r] = w[r * C + c];
+  exmy_rounding_opts o = {0};
+  for (int k = 0; k < 2; k++)
+    for (int two_d = 0; two_d < 2; two_d++) {
+      exmy_format f = fmt(cases[k].format);
+      exmy_scaling sc = {.kind = cases[k].kind, .group = cases[k].g,
+                         .block_rows = two_d ? cases[k].g : 1};
+      ck_assert_int_eq(exmy_quantize_scaled_f32(&f, &o, &sc, NULL, w, q, R, C, NULL), 0);
+      ck_assert_int_eq(exmy_quantize_scaled_f32(&f, &o, &sc, NULL, wt, qt, C, R, NULL), 0);
+      long differ = 0;
+      for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) differ += memcmp(&q[r * C + c], &qt[c * R + r], 4) != 0;
+      printf("%s %s blocks: W^T quantized vs W quantized, transposed: %ld of %d differ\n",
+             cases[k].format, two_d ? "2-D" : "1-D", differ, R * C);
+      if (two_d) ck_assert_int_eq(differ, 0);
+      else ck_assert(differ > 0);
+    }
+  free(w), free(wt), free(q), free(qt);
+}
+END_TEST
+
+/* The 16-point random Hadamard transform keeps dot products: both operands of
+ * a GEMM transformed alike along K give its products (up to float rounding);
+ * a unit vector spreads to 16 values of magnitude 1/4 with the first sign. */
+START_TEST(hadamard_keeps_products) {
+  exmy_format f = fmt("e2m1");
+  exmy_rounding_opts o = {0};
+  const int K = 64;
+  float a[64], b[64], ta[64], tb[64];
+  for (int i = 0; i < K; i++) a[i] = sinf(0.7f * i), b[i] = cosf(1.3f * i) + 0.1f;
+  exmy_scaling sc = {.kind = EXMY_SCALING_NVFP4, .hadamard = 16, .hadamard_seed = 3};
+  /* the transform itself: float32 elements (the scales then change nothing
+   * but rounding) */
+  exmy_format f32 = fmt("fp32");
+  ck_assert_int_eq(exmy_quantize_scaled_f32(&f32, &o, &sc, NULL, a, ta, 1, K, NULL), 0);
+  ck_assert_int_eq(exmy_quantize_scaled_f32(&f32, &o, &sc, NULL, b, tb, 1, K, NULL), 0);
+  double d = 0, dt = 0, moved = 0;
+  for (int i = 0; i < K; i++) d += (double)a[i] * b[i], dt += (double)ta[i] * tb[i],
+                              moved += fabs((double)ta[i] - a[i]);
+  printf("hadamard: a.b %.9g, (Ha).(Hb) %.9g\n", d, dt);
+  ck_assert_msg(fabs(d - dt) <= 1e-5 * fabs(d), "dot %g vs %g", d, dt);
+  ck_assert(moved > 1.0);
+  float e[16] = {1.0f}, te[16];
+  ck_assert_int_eq(exmy_quantize_scaled_f32(&f32, &o, &sc, NULL, e, te, 1, 16, NULL), 0);
+  for (int i = 0; i < 16; i++) ck_assert_float_eq(fabsf(te[i]), 0.25f);
+  for (int i = 1; i < 16; i++) ck_assert_float_eq(te[i], te[0]);
+  /* only NVFP4 takes it, and only of size 16 */
+  exmy_scaling bad = {.kind = EXMY_SCALING_GROUP, .hadamard = 16};
+  ck_assert_int_eq(exmy_quantize_scaled_f32(&f, &o, &bad, NULL, a, ta, 1, K, NULL), -1);
+  bad.kind = EXMY_SCALING_NVFP4;
+  bad.hadamard = 32;
+  ck_assert_int_eq(exmy_quantize_scaled_f32(&f, &o, &bad, NULL, a, ta, 1, K, NULL), -1);
+}
+END_TEST
+
 int main(void) {
   const TTest *const tests[] = {current_scale_formula, tensor_scaling_hand_case,
                                 delayed_scaling_history, mx_hand_case, group_hand_case,
                                 dynamic_range_expansion, round_trip_bounds,
-                                sr_stream_follows_element_index, NULL};
+                                sr_stream_follows_element_index, nvfp4_hand_case,
+                                blocks_2d_transpose, hadamard_keeps_products, NULL};
   return run_suite(suite_of("scaling", 60, tests), true);
 }

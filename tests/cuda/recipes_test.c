@@ -428,6 +428,61 @@ START_TEST(mx_gemm_fallback_matches_cpu) {
       CU(cudaFree(dflag)); CU(cudaFree(dcount));
     }
   ck_assert_msg(bad == 0, "%zu MX fallback GEMM differences", bad);
+
+/* NVFP4 (1-D and 16 x 16 blocks, with and without the Hadamard transform,
+ * rne and sr) and DeepSeek-V3's GROUP blocks (1 x 128 and 128 x 128, E4M3):
+ * exmy_cuda_quantize_blocks_f32 against exmy_quantize_scaled_f32, bit for
+ * bit, on shapes whose blocks fit and shapes with partial blocks. */
+START_TEST(blocks_match_cpu) {
+  const size_t shapes[][2] = {{64, 256}, {37, 100}, {300, 260}};
+  struct {
+    const char *format;
+    exmy_scaling_kind kind;
+    int group, block_rows, hadamard, mode;
+  } cases[] = {
+      {"e2m1", EXMY_SCALING_NVFP4, 16, 0, 0, EXMY_RNE},
+      {"e2m1", EXMY_SCALING_NVFP4, 16, 16, 0, EXMY_RNE},
+      {"e2m1", EXMY_SCALING_NVFP4, 16, 0, 0, EXMY_SR},
+      {"e2m1", EXMY_SCALING_NVFP4, 16, 0, 16, EXMY_SR},
+      {"e2m1", EXMY_SCALING_NVFP4, 16, 0, 16, EXMY_RNE},
+      {"e4m3", EXMY_SCALING_GROUP, 128, 128, 0, EXMY_RNE},
+      {"e4m3", EXMY_SCALING_GROUP, 128, 16, 0, EXMY_SR},
+  };
+  size_t bad = 0;
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+    for (int s = 0; s < 3; s++) {
+      const size_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
+      exmy_format f;
+      ck_assert_int_eq(exmy_format_parse(cases[c].format, &f), 0);
+      exmy_rounding_opts o = {0};
+      o.mode = (exmy_rounding)cases[c].mode;
+      o.seed = 41;
+      o.offset = 1000003;
+      exmy_scaling sc = {0};
+      sc.kind = cases[c].kind;
+      sc.group = cases[c].group;
+      sc.block_rows = cases[c].block_rows;
+      sc.hadamard = cases[c].hadamard;
+      sc.hadamard_seed = 7;
+      float *x = test_tensor(n, 11 + s), *y = malloc(n * 4), *gy = malloc(n * 4);
+      ck_assert_int_eq(exmy_quantize_scaled_f32(&f, &o, &sc, NULL, x, y, rows, cols, NULL), 0);
+      float *dx = dev_from(x, n * 4), *dy = dev_alloc(n * 4);
+      CU(exmy_cuda_quantize_blocks_f32(&f, &o, &sc, dx, dy, rows, cols, 0));
+      to_host(gy, dy, n * 4);
+      size_t b = diff_floats(gy, y, n, "blocks y");
+      /* and in place, as exmy_cuda_qgemm calls it */
+      CU(exmy_cuda_quantize_blocks_f32(&f, &o, &sc, dx, dx, rows, cols, 0));
+      to_host(gy, dx, n * 4);
+      b += diff_floats(gy, y, n, "blocks y in place");
+      if (b)
+        printf("  ^ case %zu (%s, block %d x %d, rht %d, %s), %zu x %zu\n", c, f.name,
+               cases[c].block_rows, cases[c].group, cases[c].hadamard,
+               exmy_rounding_name(o.mode), rows, cols);
+      bad += b;
+      free(x); free(y); free(gy);
+      CU(cudaFree(dx)); CU(cudaFree(dy));
+    }
+  ck_assert_msg(bad == 0, "%zu block-scaling differences", bad);
 }
 END_TEST
 
@@ -435,6 +490,6 @@ int main(void) {
   const TTest *const tests[] = {mx_matches_cpu, tensor_scaling_matches_cpu,
                                 group_scaling_matches_cpu, delayed_scaling_matches_cpu,
                                 stats_match_cpu, mx_bf16_image_matches_cpu,
-                                mx_gemm_fallback_matches_cpu, NULL};
+                                mx_gemm_fallback_matches_cpu, blocks_match_cpu, NULL};
   return run_suite(suite_of("cuda_recipes", 300, tests), false);
 }

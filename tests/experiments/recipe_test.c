@@ -3,6 +3,7 @@
  * float32 GEMM under exmy_qgemm, which this test replaces through
  * exmy_qgemm_set_sgemm) equal the format's rounding of the float inputs. */
 #include <check.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +42,23 @@ static int spy_sgemm(bool ta, bool tb, size_t m, size_t n, size_t k, float alpha
   return exmy_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+/* The operands' sr stream offsets, per quantized GEMM (tq_spy). */
+static uint64_t seen_offset[16][2];
+static int n_gemms = 0;
+static void spy_gemm(bool ta, bool tb, int m, int n, int k, const float *a, int lda,
+                     const exmy_operand_quant *qa, const float *b, int ldb,
+                     const exmy_operand_quant *qb, const float *c, int ldc) {
+  (void)ta, (void)tb, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb;
+  (void)c, (void)ldc;
+  if (n_gemms < 16) {
+    seen_offset[n_gemms][0] = qa ? qa->round.offset : 0;
+    seen_offset[n_gemms][1] = qb ? qb->round.offset : 0;
+  }
+  n_gemms++;
+}
+
 static void reset_spy(void) {
+  n_gemms = 0;
   for (int i = 0; i < n_seen; i++) {
     free(seen[i].a);
     free(seen[i].b);
@@ -199,6 +216,237 @@ END_TEST
 START_TEST(test_spy_fp8_current) { spy_layer("fp8-current", 1); }
 END_TEST
 
+/* ---------------- block-scaled recipes (MX, NVFP4, GROUP) ----------------
+ * The operand image the sgemm sees (op(X) as rows x K for A, op(B) as K x
+ * cols for B) against a scalar reference written here from the specs, with
+ * exmy_ref_quantize for every rounding: OCP MX v1.0's shared exponent
+ * floor(log2 amax) - emax (by frexpf); Transformer Engine's NVFP4 scales; the
+ * 16-point Hadamard matrix by Sylvester's construction; current scales per
+ * block for GROUP. */
+
+/* x (rows x K, K contiguous) -> its reference quantization, in place. */
+static void reference_blocks(const exmy_operand_quant *q, float *x, int rows, int K,
+                             uint64_t sr_offset) {
+  const exmy_scaling *sc = &q->scaling;
+  if (sc->hadamard) {
+    int H[16][16];
+    H[0][0] = 1;
+    for (int n = 1; n < 16; n *= 2) /* [[H, H], [H, -H]] */
+      for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+          H[i][j + n] = H[i][j];
+          H[i + n][j] = H[i][j];
+          H[i + n][j + n] = -H[i][j];
+        }
+    const uint32_t signs = exmy_sr_random(sc->hadamard_seed, 0);
+    for (int r = 0; r < rows; r++)
+      for (int c0 = 0; c0 + 16 <= K; c0 += 16) {
+        float in[16], *v = x + (size_t)r * K + c0;
+        memcpy(in, v, sizeof in);
+        for (int i = 0; i < 16; i++) {
+          float acc = 0.0f;
+          for (int j = 0; j < 16; j++) {
+            const int sgn = H[i][j] * ((signs >> j) & 1 ? -1 : 1);
+            acc += sgn > 0 ? in[j] : -in[j];
+          }
+          v[i] = acc * 0.25f;
+        }
+      }
+  }
+  const int mx = sc->kind == EXMY_SCALING_MX, nv = sc->kind == EXMY_SCALING_NVFP4;
+  const int g = sc->group > 0 ? sc->group : mx ? 32 : nv ? 16 : K;
+  const int br = !mx && sc->block_rows > 1 ? sc->block_rows : 1;
+  exmy_format_info info;
+  exmy_format_get_info(&q->format, &info);
+  exmy_format e4m3;
+  exmy_format_parse("e4m3", &e4m3);
+  const exmy_rounding_opts scale_rne = {.mode = EXMY_RNE, .saturate = true};
+  float tensor_amax = 0;
+  for (size_t i = 0; i < (size_t)rows * K; i++)
+    if (isfinite(x[i])) tensor_amax = fmaxf(tensor_amax, fabsf(x[i]));
+  float s_enc = tensor_amax > 0 ? 2688.0f / tensor_amax : 1.0f;
+  if (isinf(s_enc)) s_enc = FLT_MAX;
+  exmy_rounding_opts o = q->round;
+  if (mx || nv) o.saturate = true;
+  for (int r0 = 0; r0 < rows; r0 += br)
+    for (int c0 = 0; c0 < K; c0 += g) {
+      const int nr = rows - r0 < br ? rows - r0 : br, len = K - c0 < g ? K - c0 : g;
+      float amax = 0;
+      for (int rr = 0; rr < nr; rr++)
+        for (int i = 0; i < len; i++) {
+          const float v = x[(size_t)(r0 + rr) * K + c0 + i];
+          if (isfinite(v)) amax = fmaxf(amax, fabsf(v));
+        }
+      float enc, dec;
+      if (mx) {
+        int e2 = 0;
+        if (amax > 0) frexpf(amax, &e2); /* amax = m 2^e2, m in [1/2, 1) */
+        int X = amax > 0 ? e2 - 1 - q->format.emax : -127;
+        X = X < -127 ? -127 : X > 127 ? 127 : X;
+        enc = ldexpf(1.0f, -X);
+        dec = ldexpf(1.0f, X);
+      } else if (nv) {
+        const float s_b = exmy_ref_quantize(&e4m3, &scale_rne, amax * (s_enc * (1.0f / 6.0f)), 0);
+        dec = s_b * (1.0f / s_enc);
+        enc = 1.0f / dec;
+        if (isinf(enc)) enc = FLT_MAX;
+      } else {
+        enc = amax > 0 ? info.max / amax : 1.0f;
+        if (!isfinite(enc) || !(enc > 0)) enc = 1.0f;
+        dec = 1.0f / enc;
+      }
+      for (int rr = 0; rr < nr; rr++)
+        for (int i = 0; i < len; i++) {
+          const size_t at = (size_t)(r0 + rr) * K + c0 + i;
+          const uint32_t rnd = o.mode == EXMY_SR ? exmy_sr_random(o.seed, sr_offset + at) : 0;
+          x[at] = exmy_ref_quantize(&q->format, &o, x[at] * enc, rnd) * dec;
+        }
+    }
+}
+
+/* Each of l1.w1's six operands as its GEMM saw it against reference_blocks of
+ * the float tensor it came from, bit for bit, and changed by the recipe. */
+static void spy_blocked(const char *recipe_name) {
+  model_config c;
+  model_named_size("test", &c);
+  model m;
+  model_init(&m, &c, 5);
+  recipe r = load_recipe(recipe_name);
+  tq_site *sites = recipe_make_sites(&r, &c);
+  float loss, *g = malloc(m.num_params * sizeof(float));
+  run_model(&m, sites, &loss, g);
+  const int N = B * c.seq_len, C = c.dim, l = 1, OC = c.hidden;
+  tq_site *site = &sites[l * SITES_PER_LAYER + SITE_W1];
+  const float *x = m.acts.ln2 + (size_t)l * N * C, *w = m.params.w1 + (size_t)l * c.hidden * C;
+  float *y = malloc(sizeof(float) * N * OC), *dy = malloc(sizeof(float) * N * OC);
+  float *dx = calloc((size_t)N * C, sizeof(float)), *dw = calloc((size_t)OC * C, sizeof(float));
+  for (int i = 0; i < N * OC; i++) dy[i] = 1e-3f * (float)((i * 7919) % 2001 - 1000);
+  reset_spy();
+  tq_sr_counter = 12345;
+  exmy_qgemm_set_sgemm(spy_sgemm);
+  tq_spy = spy_gemm;
+  linear_forward(y, x, w, N, C, OC, site);
+  linear_backward(dx, dw, dy, x, w, N, C, OC, site, 1);
+  exmy_qgemm_set_sgemm(NULL);
+  tq_spy = NULL;
+  ck_assert_int_eq(n_seen, 3);
+  ck_assert_int_eq(n_gemms, 3);
+  /* as spy_layer; `side` 0: op(A), 1: op(B), which the reference takes as
+   * op(B)^T (K contiguous) */
+  struct {
+    const char *what;
+    int call, side;
+    const float *orig;
+    int ld, trans, rows, cols, use;
+  } ops[6] = {
+      {"fwd X", 0, 0, x, C, 0, N, C, USE_FWD_X},
+      {"fwd W^T", 0, 1, w, C, 1, C, OC, USE_FWD_W},
+      {"dX: dY", 1, 0, dy, OC, 0, N, OC, USE_DX_DY},
+      {"dX: W", 1, 1, w, C, 0, OC, C, USE_DX_W},
+      {"dW: dY^T", 2, 0, dy, OC, 1, OC, N, USE_DW_DY},
+      {"dW: X", 2, 1, x, C, 0, N, C, USE_DW_X},
+  };
+  float *want = malloc(sizeof(float) * (size_t)N * OC);
+  for (int i = 0; i < 6; i++) {
+    const exmy_operand_quant *q = &site->op[ops[i].use];
+    ck_assert(q->enabled);
+    const seen_call *sc = &seen[ops[i].call];
+    const int rows = ops[i].rows, cols = ops[i].cols, side = ops[i].side;
+    /* K-contiguous image: op(A) itself, or op(B)^T */
+    const int kr = side ? cols : rows, kc = side ? rows : cols;
+    for (int a = 0; a < kr; a++)
+      for (int b = 0; b < kc; b++)
+        want[(size_t)a * kc + b] = side ? op_at(ops[i].orig, ops[i].ld, ops[i].trans, b, a)
+                                        : op_at(ops[i].orig, ops[i].ld, ops[i].trans, a, b);
+    reference_blocks(q, want, kr, kc, seen_offset[ops[i].call][side]);
+    long bad = 0, changed = 0;
+    for (int a = 0; a < kr; a++)
+      for (int b = 0; b < kc; b++) {
+        const float got = side ? sc->b[(size_t)b * cols + a] : sc->a[(size_t)a * cols + b];
+        const float orig = side ? op_at(ops[i].orig, ops[i].ld, ops[i].trans, b, a)
+                                : op_at(ops[i].orig, ops[i].ld, ops[i].trans, a, b);
+        if (memcmp(&want[(size_t)a * kc + b], &got, sizeof got)) bad++;
+        if (got != orig) changed++;
+      }
+    printf("spy %-12s l%d.w1 %-9s %s %s%s: %d x %d seen by sgemm, %ld differ from the reference, "
+           "%ld changed by the recipe\n", recipe_name, l, ops[i].what, q->format.name,
+           exmy_rounding_name(q->round.mode), q->scaling.hadamard ? " rht16" : "", rows, cols,
+           bad, changed);
+    ck_assert_msg(bad == 0, "%s %s: %ld elements differ from the reference", recipe_name,
+                  ops[i].what, bad);
+    ck_assert_msg(changed > 0, "%s: rounding changed nothing", ops[i].what);
+  }
+  reset_spy();
+  recipe_free_sites(sites, model_num_sites(&c));
+  model_free(&m);
+  free(g), free(y), free(dy), free(dx), free(dw), free(want);
+}
+
+START_TEST(test_spy_mxfp4) { spy_blocked("mxfp4"); }
+END_TEST
+/* nvfp4's choices, as the recipe gives them to the operands: two-level
+ * scales on every operand, 16 x 16 weight blocks, sr only on dY, the
+ * Hadamard transform only on both inputs of dW. */
+START_TEST(test_spy_nvfp4) {
+  model_config c;
+  model_named_size("test", &c);
+  recipe r = load_recipe("nvfp4");
+  tq_site *sites = recipe_make_sites(&r, &c);
+  const tq_site *site = &sites[SITE_W1];
+  for (int u = 0; u < USES_PER_SITE; u++) {
+    const exmy_operand_quant *q = &site->op[u];
+    const bool weight = u == USE_FWD_W || u == USE_DX_W, dy = u == USE_DX_DY || u == USE_DW_DY;
+    ck_assert_int_eq(q->scaling.kind, EXMY_SCALING_NVFP4);
+    ck_assert_int_eq(q->scaling.group, 16);
+    ck_assert_int_eq(q->scaling.block_rows, weight ? 16 : 0);
+    ck_assert_int_eq(q->round.mode, dy ? EXMY_SR : EXMY_RNE);
+    ck_assert_int_eq(q->scaling.hadamard, u == USE_DW_DY || u == USE_DW_X ? 16 : 0);
+  }
+  recipe_free_sites(sites, model_num_sites(&c));
+  spy_blocked("nvfp4");
+}
+END_TEST
+
+/* fp8-deepseek: current scales per 1 x 128 tile (activations, gradients) and
+ * 128 x 128 block (weights), E4M3 everywhere; AdamW moments stored as bf16. */
+START_TEST(test_spy_fp8_deepseek) {
+  model_config c;
+  model_named_size("test", &c);
+  recipe r = load_recipe("fp8-deepseek");
+  tq_site *sites = recipe_make_sites(&r, &c);
+  for (int u = 0; u < USES_PER_SITE; u++) {
+    const exmy_operand_quant *q = &sites[SITE_W1].op[u];
+    ck_assert_int_eq(q->scaling.kind, EXMY_SCALING_GROUP);
+    ck_assert_int_eq(q->scaling.group, 128);
+    ck_assert_int_eq(q->scaling.block_rows, u == USE_FWD_W || u == USE_DX_W ? 128 : 0);
+    ck_assert_str_eq(q->format.name, "float8_e4m3fn");
+  }
+  recipe_free_sites(sites, model_num_sites(&c));
+  spy_blocked("fp8-deepseek");
+  /* the moments: each rounded rne to bf16, in place */
+  enum { n = 1000 };
+  float m[n], v[n], m0[n], v0[n];
+  for (int i = 0; i < n; i++) {
+    m0[i] = m[i] = 1e-3f * sinf((float)i) * (float)(i % 37);
+    v0[i] = v[i] = 1e-6f * (float)(i * i % 101) + 1e-9f;
+  }
+  ck_assert(r.moments_bf16);
+  recipe_store_moments(&r, m, v, n);
+  exmy_format bf16;
+  exmy_format_parse("bfloat16", &bf16);
+  const exmy_rounding_opts rne = {.mode = EXMY_RNE};
+  long bad = 0, changed = 0;
+  for (int i = 0; i < n; i++) {
+    const float wm = exmy_ref_quantize(&bf16, &rne, m0[i], 0), wv = exmy_ref_quantize(&bf16, &rne, v0[i], 0);
+    bad += memcmp(&wm, &m[i], 4) != 0 || memcmp(&wv, &v[i], 4) != 0;
+    changed += m[i] != m0[i] || v[i] != v0[i];
+  }
+  printf("fp8-deepseek moments: %ld of %d pairs differ from bf16 rne, %ld changed\n", bad, n, changed);
+  ck_assert_int_eq(bad, 0);
+  ck_assert(changed > 0);
+}
+END_TEST
+
 /* MS-AMP O1: each quantized linear layer's weight gradient, per layer, is the
  * format's rounding of the float gradient under its own current scale; the
  * embedding, the RMSNorm gains and the float32 LM head are left bit for bit. */
@@ -267,7 +515,9 @@ END_TEST
 
 int main(void) {
   const TTest *const tests[] = {test_fp32_recipe_is_unquantized_path, test_spy_e8m3, test_spy_bf16,
-                                test_spy_fp8_current, test_msamp_grads_rounded,
+                                test_spy_fp8_current, test_spy_mxfp4, test_spy_nvfp4,
+                                test_spy_fp8_deepseek,
+                                test_msamp_grads_rounded,
                                 test_msamp_grads_high_first_last, NULL};
   return run_suite(suite_of("recipes", 60, tests), false);
 }

@@ -132,6 +132,9 @@ bad "unknown key" --config experiments/configs/fp32.cfg --set no_such_key=1 --se
 bad "missing config" --config /nonexistent.cfg
 bad "missing data" --config experiments/configs/fp32.cfg --set size=test --set data=/nonexistent --set run_dir="$tmp/bad"
 bad "unknown format" --config experiments/configs/fp32.cfg --set format_w=e9m9 --set run_dir="$tmp/bad"
+bad "hadamard on one dW input" --config experiments/configs/nvfp4.cfg --set format_a=fp32 --set run_dir="$tmp/bad"
+bad "2-D blocks without block scaling" --config experiments/configs/mxfp4.cfg --set weight_block_rows=32 --set run_dir="$tmp/bad"
+bad "unknown moments" --config experiments/configs/fp8-deepseek.cfg --set moments=fp8 --set run_dir="$tmp/bad"
 bad "missing --recipe file" --config experiments/configs/fp32.cfg --recipe /nonexistent.cfg --set run_dir="$tmp/bad"
 
 echo "$passed passed, $fail failed"

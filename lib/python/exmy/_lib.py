@@ -39,7 +39,8 @@ class RoundingOpts(ctypes.Structure):
 class Scaling(ctypes.Structure):
     _fields_ = [("kind", c_int), ("margin", c_int), ("pow2", c_bool), ("group", c_int),
                 ("history_len", c_int), ("history_most_recent", c_bool),
-                ("dynamic_range_expansion", c_bool)]
+                ("dynamic_range_expansion", c_bool), ("block_rows", c_int), ("hadamard", c_int),
+                ("hadamard_seed", c_uint64)]
 
 
 class DelayedState(ctypes.Structure):

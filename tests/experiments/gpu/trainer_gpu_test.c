@@ -165,6 +165,102 @@ START_TEST(operands_match_cpu) {
 }
 END_TEST
 
+/* ------------------------------- operands quantized along K, recipe by recipe */
+
+/* The recipe configs: experiments/configs from the workspace (bazel test), or
+ * configs/ in cuda/bundle.sh's bundle. */
+static void load_config_recipe(recipe *rc, const char *name) {
+  config cfg;
+  config_defaults(&cfg);
+  char path[256], err[256] = "";
+  snprintf(path, sizeof path, "experiments/configs/%s.cfg", name);
+  FILE *probe = fopen(path, "r");
+  if (probe) fclose(probe);
+  else snprintf(path, sizeof path, "configs/%s.cfg", name);
+  ck_assert_msg(!config_load_file(&cfg, path, err, sizeof err), "%s: %s", path, err);
+  ck_assert_msg(!recipe_from_config(rc, &cfg, 77, err, sizeof err), "%s", err);
+}
+
+static const char *const along_k_recipes[] = {"mxfp8", "mxfp4", "nvfp4", "fp8-deepseek"};
+enum { N_ALONG_K = sizeof along_k_recipes / sizeof along_k_recipes[0] };
+
+/* MX, GROUP and NVFP4 operands are quantized inside the GEMM (no slot to
+ * download): each use of a linear site goes into a GEMM against an
+ * unquantized identity, C = dequant(Q(op(A))) I, whose sums are exact, so
+ * that C is the quantized operand itself on both devices, compared bit for
+ * bit (zeros by value).  Every use as its GEMM reads it: op(A) directly, op(B)
+ * as op(B)^T (the K-contiguous image both devices quantize); the sr stream
+ * at the same offsets; two steps. */
+START_TEST(along_k_operands_match_cpu) {
+  recipe rc;
+  load_config_recipe(&rc, along_k_recipes[_i]);
+  model_config mc;
+  ck_assert(!model_named_size("test", &mc));
+  const int n_sites = model_num_sites(&mc);
+  tq_site *cpu = recipe_make_sites(&rc, &mc), *gsites = recipe_make_sites(&rc, &mc);
+  gtq_ctx *g = gtq_new(gsites, n_sites, 0);
+  const int site = SITE_W1, N = 96, C = 48, OC = 80;
+  float *x = malloc(sizeof(float) * N * C), *w = malloc(sizeof(float) * OC * C),
+        *dy = malloc(sizeof(float) * N * OC);
+  const int kmax = N > OC ? N : OC;
+  float *eye = calloc((size_t)kmax * kmax, sizeof(float)), *c_cpu = malloc(sizeof(float) * kmax * kmax),
+        *c_gpu = malloc(sizeof(float) * kmax * kmax);
+  for (int i = 0; i < kmax; i++) eye[(size_t)i * kmax + i] = 1.0f;
+  float *d_eye = dev_from(eye, sizeof(float) * kmax * kmax), *d_c;
+  ck_assert(cudaMalloc((void **)&d_c, sizeof(float) * kmax * kmax) == cudaSuccess);
+  size_t changed = 0;
+  for (int step = 0; step < 2; step++) {
+    fill(x, (size_t)N * C, 4.0);
+    fill(w, (size_t)OC * C, 0.1);
+    fill(dy, (size_t)N * OC, 1e-3);
+    float *dx = dev_from(x, sizeof(float) * N * C), *dw = dev_from(w, sizeof(float) * OC * C),
+          *ddy = dev_from(dy, sizeof(float) * N * OC);
+    tq_sr_counter = (uint64_t)(step + 1) << 36;
+    tq_collect_stats = false;
+    gtq_begin_step(g, (uint64_t)(step + 1) << 36, false);
+    /* tensor, its device copy, leading dimension, transposed, rows of op, K */
+    const struct { int use; const float *h; const float *d; int ld, trans, m, k; } ops[6] = {
+        {USE_FWD_X, x, dx, C, 0, N, C},    {USE_FWD_W, w, dw, C, 0, OC, C},
+        {USE_DX_DY, dy, ddy, OC, 0, N, OC}, {USE_DX_W, w, dw, C, 1, C, OC},
+        {USE_DW_DY, dy, ddy, OC, 1, OC, N}, {USE_DW_X, x, dx, C, 1, C, N}};
+    for (int o = 0; o < 6; o++) {
+      const exmy_operand_quant *q = &cpu[site].op[ops[o].use];
+      ck_assert(q->enabled && tq_along_k(q));
+      const int m = ops[o].m, k = ops[o].k;
+      tq_gemm(ops[o].trans, false, m, k, k, 1.0f, ops[o].h, ops[o].ld, q, eye, kmax, NULL, 0.0f,
+              c_cpu, k);
+      gtq_operand a = gtq_operand_for_gemm(g, site, ops[o].use, 0, true, ops[o].d, ops[o].ld,
+                                           ops[o].trans ? k : m, ops[o].trans ? m : k);
+      gtq_operand b = gtq_operand_for_gemm(g, -1, 0, 0, true, d_eye, kmax, k, k);
+      gtq_gemm(g, ops[o].trans, false, m, k, k, 1.0f, a, b, 0.0f, d_c, k);
+      ck_assert(cudaMemcpy(c_gpu, d_c, sizeof(float) * m * k, cudaMemcpyDeviceToHost) ==
+                cudaSuccess);
+      size_t bad = 0;
+      for (size_t i = 0; i < (size_t)m * k; i++) {
+        if (!(c_cpu[i] == c_gpu[i]) && bad++ < 3)
+          printf("  %s use %d [%zu]: gpu %a cpu %a\n", along_k_recipes[_i], ops[o].use, i,
+                 c_gpu[i], c_cpu[i]);
+        const float orig = ops[o].trans ? ops[o].h[(i % k) * ops[o].ld + i / k]
+                                        : ops[o].h[(i / k) * ops[o].ld + i % k];
+        changed += c_cpu[i] != orig;
+      }
+      ck_assert_msg(bad == 0, "%s step %d use %s: %zu of %d values differ", along_k_recipes[_i],
+                    step, tq_use_names[ops[o].use], bad, m * k);
+    }
+    ck_assert_uint_eq(gtq_sr_counter(g), tq_sr_counter);
+    cudaFree(dx), cudaFree(dw), cudaFree(ddy);
+  }
+  ck_assert_msg(changed > 0, "the recipe changed nothing");
+  printf("operands: %s: 2 steps, the six uses of a linear site bit-identical\n",
+         along_k_recipes[_i]);
+  gtq_free(g);
+  recipe_free_sites(cpu, n_sites);
+  recipe_free_sites(gsites, n_sites);
+  cudaFree(d_eye), cudaFree(d_c);
+  free(x), free(w), free(dy), free(eye), free(c_cpu), free(c_gpu);
+}
+END_TEST
+
 /* ------------------------------------------------------------ the model */
 
 /* max |a - b| / max |a| (l2 = 0), or ||a - b|| / ||a|| (l2 = 1) */
@@ -460,6 +556,10 @@ int main(void) {
   const TTest *const tests[] = {model_fp32_matches_cpu, model_e8m3_weights_bit_identical,
                                 mx_gemm_bf16_path_matches_reference, msamp_grads_match_cpu,
                                 NULL};
-  return run_suite(suite_of_loop("trainer_gpu", 600, operands_match_cpu, N_RECIPES, tests),
-                   false);
+  Suite *s = suite_of_loop("trainer_gpu", 600, operands_match_cpu, N_RECIPES, tests);
+  TCase *tc = tcase_create("along_k");
+  tcase_set_timeout(tc, 600);
+  tcase_add_loop_test(tc, along_k_operands_match_cpu, 0, N_ALONG_K);
+  suite_add_tcase(s, tc);
+  return run_suite(s, false);
 }

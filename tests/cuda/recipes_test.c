@@ -428,6 +428,8 @@ START_TEST(mx_gemm_fallback_matches_cpu) {
       CU(cudaFree(dflag)); CU(cudaFree(dcount));
     }
   ck_assert_msg(bad == 0, "%zu MX fallback GEMM differences", bad);
+}
+END_TEST
 
 /* NVFP4 (1-D and 16 x 16 blocks, with and without the Hadamard transform,
  * rne and sr) and DeepSeek-V3's GROUP blocks (1 x 128 and 128 x 128, E4M3):

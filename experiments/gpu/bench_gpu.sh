@@ -6,6 +6,7 @@
 # fits 80 GB, each size with PyTorch compiled of the same shape.
 # Runs from the GPU bundle (cuda/bundle.sh):
 #   ./bench_gpu.sh OUTDIR [STEPS (12)] [BATCH at 120m (32)] [SIZES ("120m 350m 1b")]
+# All three sizes take more than 7 minutes on an H100: one size per call.
 # Prints, per size, recipe (with an optional --set override, e.g. rounding=rz)
 # and attention kernel: median ms/step over steps 4..,
 # tokens/s, MFU, GPU memory, and the ratio to PyTorch compiled.
@@ -15,6 +16,9 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-.}; steps=${2:-12}; B120=${3:-32}; sizes=${4:-120m 350m 1b}
 mkdir -p "$out"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+# The table also goes, line by line, to OUTDIR/table.txt: a call cut short
+# by its time limit still brings back the lines measured so far.
+exec > >(tee -a "$out/table.txt") 2>&1
 data="$tmp/text.u8"
 tr -cd "a-zA-Z0-9 _.,\n" < "$here/train" | head -c 8000000 > "$data"
 peak=770e12

@@ -1,0 +1,89 @@
+/* The accumulation models by name: the text a recipe or a script gives
+ * (exmy_accum_model_parse) and back (exmy_accum_model_format). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/accum_core.h"
+#include "lib/exmy.h"
+
+/* The named models.  hopper: DeepSeek-V3's account of Hopper's FP8 GEMM
+ * (3.3.2), which Khattak & Mikaitis's H100 model agrees with (cuda/NOTES.md);
+ * hopper-split: the same with the partial sum promoted to float32 every 128
+ * products, as DeepSeek-V3 and Transformer Engine's split accumulator do. */
+static const struct {
+  const char *name;
+  exmy_accum_model model;
+} named[] = {
+    {"fp32", {EXMY_ACCUM_FP32, 0, 0, 0, 0, 0}},
+    {"hopper", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1}},
+    {"hopper-split", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 1}},
+};
+
+/* The keys of an explicit model, each an int field of exmy_accum_model;
+ * round takes trunc / nearest instead of a number. */
+static const struct {
+  const char *key;
+  size_t offset;
+} keys[] = {
+    {"group", offsetof(exmy_accum_model, group)},
+    {"bits", offsetof(exmy_accum_model, product_bits)},
+    {"sum", offsetof(exmy_accum_model, sum_bits)},
+    {"round", offsetof(exmy_accum_model, round)},
+    {"promote", offsetof(exmy_accum_model, promote_every)},
+    {"align", offsetof(exmy_accum_model, align_sum)},
+};
+
+static const char *round_names[] = {"trunc", "nearest"};
+
+int exmy_accum_model_parse(const char *text, exmy_accum_model *out) {
+  if (!text || !out) return -1;
+  for (size_t i = 0; i < sizeof named / sizeof *named; i++)
+    if (!strcmp(text, named[i].name)) {
+      *out = named[i].model;
+      return 0;
+    }
+  exmy_accum_model m = named[1].model; /* keys not given: hopper's */
+  unsigned seen = 0;
+  const char *p = text;
+  while (*p) {
+    const char *colon = strchr(p, ':');
+    if (!colon) return -1;
+    size_t k = 0;
+    while (k < sizeof keys / sizeof *keys &&
+           !(strlen(keys[k].key) == (size_t)(colon - p) && !strncmp(keys[k].key, p, colon - p)))
+      k++;
+    if (k == sizeof keys / sizeof *keys || seen & (1u << k)) return -1; /* unknown, repeated */
+    seen |= 1u << k;
+    const char *value = colon + 1, *end = value + strcspn(value, ",");
+    long v = -1;
+    if (keys[k].offset == offsetof(exmy_accum_model, round)) {
+      for (int r = 0; r < 2; r++)
+        if (strlen(round_names[r]) == (size_t)(end - value) &&
+            !strncmp(round_names[r], value, end - value))
+          v = r == 0 ? EXMY_ACCUM_TRUNCATE : EXMY_ACCUM_NEAREST_EVEN;
+    } else if (end > value && end - value <= 6 && strspn(value, "0123456789") == (size_t)(end - value)) {
+      v = strtol(value, NULL, 10);
+    }
+    if (v < 0) return -1;
+    *(int *)((char *)&m + keys[k].offset) = (int)v;
+    p = *end ? end + 1 : end;
+    if (*end && !*p) return -1; /* a trailing comma */
+  }
+  if (!seen || m.group == EXMY_ACCUM_FP32 || exmy_accum_model_check(&m)) return -1;
+  *out = m;
+  return 0;
+}
+
+int exmy_accum_model_format(const exmy_accum_model *m, char *buf, size_t len) {
+  if (!m || exmy_accum_model_check(m)) return -1;
+  int n;
+  if (m->group == EXMY_ACCUM_FP32)
+    n = snprintf(buf, len, "fp32");
+  else
+    n = snprintf(buf, len, "group:%d,bits:%d,sum:%d,round:%s,promote:%d,align:%d", m->group,
+                 m->product_bits, m->sum_bits,
+                 round_names[m->round == EXMY_ACCUM_NEAREST_EVEN], m->promote_every,
+                 m->align_sum);
+  return n >= 0 && (size_t)n < len ? 0 : -1;
+}

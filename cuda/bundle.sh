@@ -23,7 +23,7 @@ cp "$BIN/cuda/bench" "$BIN/cuda/verify_hw" "$BIN/libexmy.so" \
    "$BIN/tests/cuda/convert_test" "$BIN/tests/cuda/recipes_test" \
    "$BIN/tests/cuda/qgemm_test" "$BIN/tests/cuda/qgemm_accum_test" \
    "$BIN/tests/cuda/fast_path_test" gpu_bundle/
-cp cuda/verify_mldtypes.py cuda/gpu_run.sh gpu_bundle/
+cp cuda/verify_mldtypes.py cuda/calibrate_accum.py cuda/gpu_run.sh gpu_bundle/
 # the trainer: binary, tests, recipe configs, sweeps, benchmark, PyTorch reference
 cp "$BIN/experiments/trainer/train" "$BIN/tests/experiments/gpu/layers_gpu_test" \
    "$BIN/tests/experiments/gpu/flash_attention_gpu_test" \

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Runs the bundle made by cuda/bundle.sh on a GPU machine without Bazel.
-#   ./gpu_run.sh [tests|bench|verify|trainer|trainer-bench|golden|all] [outdir]   (default: all, .)
+#   ./gpu_run.sh [tests|bench|verify|trainer|trainer-bench|golden|python|calibrate|all] [outdir]
+#   (default: all, .)
+# calibrate: exmy's accumulation model against cuBLASLt's FP8 GEMM
+# (calibrate_accum.py, about 3 minutes; not part of all).
 # golden: the CPU trainer on this machine's host CPU against the losses
 # committed in tests/experiments/golden/ (bit for bit, 1 to 3 threads).
 # Logs go to outdir; the exit status is non-zero if a test or check failed.
@@ -62,6 +65,12 @@ if [ "$what" = python ] || [ "$what" = all ]; then
   "${py_env[@]}" python3 python/gpu_test.py > "$out/python_gpu_test.log" 2>&1 || status=1
   grep -E "^(FAIL|INFO)|^  FAIL|^gpu_test:" "$out/python_gpu_test.log"
   "${py_env[@]}" python3 python/gpu_bench.py 2>&1 | tee "$out/python_gpu_bench.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if [ "$what" = calibrate ]; then
+  PYTHONUNBUFFERED=1 PYTHONPATH=python EXMY_LIBRARY=./libexmy.so \
+    EXMY_CUDA_LIBRARY=./libexmy_cuda.so python3 calibrate_accum.py ${CALIBRATE_ARGS:-} 2>&1 |
+    tee "$out/calibrate_accum.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 exit $status

@@ -15,6 +15,9 @@
  *     products, so the emulated GEMM up to the order of FP32 additions;
  *   FP32 path: otherwise, float32 slots and pedantic SGEMM (never TF32);
  *   MX operands: quantized along K at every use by exmy_cuda_qgemm.
+ *   Sites with an accumulation model (the recipe's `accumulate`): float32
+ *     slots, and exmy_cuda_qgemm_accum, bit-identical to the CPU's
+ *     exmy_qgemm_accum (no cuBLAS: one thread per element of C).
  * Statistics (stats steps) are reduced on the device into per-use
  * exmy_tensor_stats and copied to the host sites once per step.
  */
@@ -27,6 +30,7 @@
 #include <stdint.h>
 
 #include "cuda/exmy_cuda.h"
+#include "lib/accum_core.h" /* before the C block: it includes system headers */
 
 #ifdef __cplusplus
 extern "C" { /* the C headers of experiments/ have no guards of their own */

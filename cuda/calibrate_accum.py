@@ -4,9 +4,9 @@ fast accumulation on and off, E4M3 x E4M3 and E4M3 x E5M2, on matrices made
 to show the accumulator (uniform positive, normal, a wide exponent spread,
 near-cancelling pairs) for K from 32 to 16384.  For each case it finds the
 model of a parameter grid (group, product_bits, sum_bits, round, align_sum,
-promote_every) that agrees with the hardware on the most elements, bit for
-bit, by coordinate search started at the published H100 model (Khattak &
-Mikaitis; cuda/NOTES.md), and prints per case the fraction of elements that
+promote_every, align_to) that agrees with the hardware on the most
+elements, bit for bit, by coordinate search started at the published H100
+model (Khattak & Mikaitis; cuda/NOTES.md), and prints per case the fraction of elements that
 are bit-identical and the largest relative difference; then the one model
 best over all cases of each accumulation mode, and how it does on each.
 
@@ -44,6 +44,7 @@ GRID = {
     "round": ("trunc", "nearest"),
     "align_sum": (0, 1),
     "promote_every": (0, 32, 64, 128, 256),
+    "align_to": ("product", "operands"),
 }
 # Where the search starts: Khattak & Mikaitis's H100 FP8 model (blocks of 32
 # products aligned with the accumulator to their largest exponent, 13
@@ -51,9 +52,9 @@ GRID = {
 # accumulation; the same promoted every 128 products (DeepSeek-V3's N_C) for
 # cuBLAS's default, slower mode.
 START = {True: dict(group=32, product_bits=14, sum_bits=14, round="trunc", align_sum=1,
-                    promote_every=0),
+                    promote_every=0, align_to="operands"),
          False: dict(group=32, product_bits=14, sum_bits=14, round="trunc", align_sum=1,
-                     promote_every=128)}
+                     promote_every=128, align_to="operands")}
 
 
 def operand(kind, rows, k, fmt, gen, role):
@@ -104,7 +105,8 @@ class Case:
 
 def model_text(p):
     return (f"group:{p['group']},bits:{p['product_bits']},sum:{p['sum_bits']},"
-            f"round:{p['round']},promote:{p['promote_every']},align:{p['align_sum']}")
+            f"round:{p['round']},promote:{p['promote_every']},align:{p['align_sum']},"
+            f"align_to:{p['align_to']}")
 
 
 def valid(p):
@@ -177,9 +179,9 @@ def search(scorer, cases, fast, start, deadline, seeds=3):
     promote_every) with start's bit counts, then a coordinate search from the
     `seeds` best of those and from start itself."""
     coarse = [start]
-    for g, r, al, pr in itertools.product(GRID["group"], GRID["round"], GRID["align_sum"],
-                                          GRID["promote_every"]):
-        p = dict(start, group=g, round=r, align_sum=al, promote_every=pr)
+    for g, r, al, pr, at in itertools.product(GRID["group"], GRID["round"], GRID["align_sum"],
+                                              GRID["promote_every"], GRID["align_to"]):
+        p = dict(start, group=g, round=r, align_sum=al, promote_every=pr, align_to=at)
         if valid(p) and p != start:
             coarse.append(p)
     scored = []

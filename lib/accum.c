@@ -15,26 +15,27 @@ static const struct {
   const char *name;
   exmy_accum_model model;
 } named[] = {
-    {"fp32", {EXMY_ACCUM_FP32, 0, 0, 0, 0, 0}},
-    {"hopper", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1}},
-    {"hopper-split", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 1}},
+    {"fp32", {EXMY_ACCUM_FP32, 0, 0, 0, 0, 0, 0}},
+    {"hopper", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1, 0}},
+    {"hopper-split", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 1, 0}},
 };
 
-/* The keys of an explicit model, each an int field of exmy_accum_model;
- * round takes trunc / nearest instead of a number. */
+/* The keys of an explicit model, each an int field of exmy_accum_model: a
+ * number, or one of two words (names[v] for the values 0 and 1). */
 static const struct {
   const char *key;
   size_t offset;
+  const char *names[2];
 } keys[] = {
-    {"group", offsetof(exmy_accum_model, group)},
-    {"bits", offsetof(exmy_accum_model, product_bits)},
-    {"sum", offsetof(exmy_accum_model, sum_bits)},
-    {"round", offsetof(exmy_accum_model, round)},
-    {"promote", offsetof(exmy_accum_model, promote_every)},
-    {"align", offsetof(exmy_accum_model, align_sum)},
+    {"group", offsetof(exmy_accum_model, group), {NULL, NULL}},
+    {"bits", offsetof(exmy_accum_model, product_bits), {NULL, NULL}},
+    {"sum", offsetof(exmy_accum_model, sum_bits), {NULL, NULL}},
+    {"round", offsetof(exmy_accum_model, round), {"trunc", "nearest"}},
+    {"promote", offsetof(exmy_accum_model, promote_every), {NULL, NULL}},
+    {"align", offsetof(exmy_accum_model, align_sum), {NULL, NULL}},
+    {"align_to", offsetof(exmy_accum_model, align_operands), {"product", "operands"}},
 };
-
-static const char *round_names[] = {"trunc", "nearest"};
+_Static_assert(EXMY_ACCUM_TRUNCATE == 0 && EXMY_ACCUM_NEAREST_EVEN == 1, "round's names");
 
 int exmy_accum_model_parse(const char *text, exmy_accum_model *out) {
   if (!text || !out) return -1;
@@ -57,11 +58,11 @@ int exmy_accum_model_parse(const char *text, exmy_accum_model *out) {
     seen |= 1u << k;
     const char *value = colon + 1, *end = value + strcspn(value, ",");
     long v = -1;
-    if (keys[k].offset == offsetof(exmy_accum_model, round)) {
+    if (keys[k].names[0]) {
       for (int r = 0; r < 2; r++)
-        if (strlen(round_names[r]) == (size_t)(end - value) &&
-            !strncmp(round_names[r], value, end - value))
-          v = r == 0 ? EXMY_ACCUM_TRUNCATE : EXMY_ACCUM_NEAREST_EVEN;
+        if (strlen(keys[k].names[r]) == (size_t)(end - value) &&
+            !strncmp(keys[k].names[r], value, end - value))
+          v = r;
     } else if (end > value && end - value <= 6 && strspn(value, "0123456789") == (size_t)(end - value)) {
       v = strtol(value, NULL, 10);
     }
@@ -81,9 +82,8 @@ int exmy_accum_model_format(const exmy_accum_model *m, char *buf, size_t len) {
   if (m->group == EXMY_ACCUM_FP32)
     n = snprintf(buf, len, "fp32");
   else
-    n = snprintf(buf, len, "group:%d,bits:%d,sum:%d,round:%s,promote:%d,align:%d", m->group,
-                 m->product_bits, m->sum_bits,
-                 round_names[m->round == EXMY_ACCUM_NEAREST_EVEN], m->promote_every,
-                 m->align_sum);
+    n = snprintf(buf, len, "group:%d,bits:%d,sum:%d,round:%s,promote:%d,align:%d,align_to:%s",
+                 m->group, m->product_bits, m->sum_bits, keys[3].names[m->round],
+                 m->promote_every, m->align_sum, keys[6].names[m->align_operands]);
   return n >= 0 && (size_t)n < len ? 0 : -1;
 }

@@ -22,8 +22,14 @@
  *     accumulation from +0 gives).
  *   - K is cut into groups of `group` consecutive products (the last group
  *     may be shorter).  The alignment exponent E of a group is the largest
- *     exponent (floor(log2 |x|)) among its nonzero products, and, when
- *     align_sum is 1, of the running sum as well.
+ *     exponent among its nonzero products, and, when align_sum is 1, of the
+ *     running sum (floor(log2 |sum|)) as well.  A product's exponent is
+ *     floor(log2 |a·b|) (align_operands = 0), or the sum of its operands'
+ *     floor(log2 |a|) + floor(log2 |b|) (align_operands = 1: the exponent
+ *     of the product before its significand, in [1, 4), is normalised; one
+ *     less where that significand is >= 2, so such a product keeps one bit
+ *     more), which is how Khattak & Mikaitis model the H100's FP8 tensor
+ *     cores (cuda/NOTES.md).
  *   - Each product is reduced to a multiple of 2^(E - product_bits + 1), i.e.
  *     product_bits bits counted from E down, by `round` applied to its
  *     magnitude (truncation toward zero of a negative product is truncation
@@ -65,7 +71,8 @@ typedef struct exmy_accum_model {
    * float32 accumulation (EXMY_ACCUM_FP32) and ignores every other field. */
   int group;
   /* Bits kept of each aligned product, counted from the alignment exponent
-   * down (the bit of weight 2^E is the first): 1 .. EXMY_ACCUM_MAX_PRODUCT_BITS. */
+   * down (the bit of weight 2^E is the first): 1 .. EXMY_ACCUM_MAX_PRODUCT_BITS
+   * (- 1 with align_operands). */
   int product_bits;
   /* Significant bits kept of the running partial sum:
    * 1 .. EXMY_ACCUM_MAX_SUM_BITS. */
@@ -80,13 +87,18 @@ typedef struct exmy_accum_model {
    * sum is aligned with them (a tensor core whose adder takes the
    * accumulator as one more addend). */
   int align_sum;
+  /* A product's exponent for the alignment: 0 its own, floor(log2 |a·b|);
+   * 1 the sum of its operands' exponents (see above). */
+  int align_operands;
 } exmy_accum_model;
 
 enum {
   EXMY_ACCUM_FP32 = 0,
   EXMY_ACCUM_TRUNCATE = 0,
   EXMY_ACCUM_NEAREST_EVEN = 1,
-  /* (group + 1) aligned addends of up to 2^product_bits fit in an int64 */
+  /* (group + 1) aligned addends of up to 2^product_bits fit in an int64;
+   * with align_operands, products of up to 2^(product_bits + 1): one bit
+   * fewer (exmy_accum_model_check) */
   EXMY_ACCUM_MAX_GROUP = 256,
   EXMY_ACCUM_MAX_PRODUCT_BITS = 54,
   EXMY_ACCUM_MAX_SUM_BITS = 62,
@@ -101,6 +113,8 @@ EXMY_HD int exmy_accum_model_check(const exmy_accum_model *m) {
   if (m->round != EXMY_ACCUM_TRUNCATE && m->round != EXMY_ACCUM_NEAREST_EVEN) return -1;
   if (m->promote_every < 0 || m->promote_every % m->group) return -1;
   if (m->align_sum != 0 && m->align_sum != 1) return -1;
+  if (m->align_operands != 0 && m->align_operands != 1) return -1;
+  if (m->align_operands && m->product_bits > EXMY_ACCUM_MAX_PRODUCT_BITS - 1) return -1;
   return 0;
 }
 
@@ -239,7 +253,8 @@ EXMY_HD float exmy_accum_dot(const exmy_accum_model *m, const float *a, long str
       const exmy_accum_num x = exmy_accum_from_f32(a[p * stride_a]);
       const exmy_accum_num y = exmy_accum_from_f32(b[p * stride_b]);
       if (!x.mag || !y.mag) continue;
-      const int l = x.exp + y.exp + 63 - exmy_clz64(x.mag * y.mag);
+      const int l = m->align_operands ? exmy_accum_lead(x) + exmy_accum_lead(y)
+                                      : x.exp + y.exp + 63 - exmy_clz64(x.mag * y.mag);
       if (l > lead) lead = l;
     }
     if (lead > -(1 << 20)) {

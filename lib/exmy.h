@@ -305,14 +305,15 @@ typedef struct {
  * "fp32" (float32 accumulation), "hopper" (group 32, 14 product bits, 14 sum
  * bits, truncation, the running sum aligned with the products, no
  * promotion), "hopper-split" (the same, promoted every 128), or keys
- * "group:32,bits:14,sum:14,round:trunc,promote:128,align:1" (round: trunc or
- * nearest; each key at most once; the keys not given are hopper's).
+ * "group:32,bits:14,sum:14,round:trunc,promote:128,align:1,align_to:product"
+ * (round: trunc or nearest; align_to: product or operands; each key at most
+ * once; the keys not given are hopper's).
  * 0 and *out set, or -1 and *out untouched for anything else or a model
  * exmy_accum_model_check refuses. */
 struct exmy_accum_model;
 int exmy_accum_model_parse(const char *text, struct exmy_accum_model *out);
 /* The model as the keys above ("fp32" for float32), that parse back to it;
- * -1 if m is invalid or buf too short (len 96 is always enough). */
+ * -1 if m is invalid or buf too short (len 128 is always enough). */
 int exmy_accum_model_format(const struct exmy_accum_model *m, char *buf, size_t len);
 
 #ifdef __cplusplus

@@ -19,10 +19,13 @@
 
 static const struct {
   const char *name;
-  exmy_accum_model model; /* group, product_bits, sum_bits, round, promote_every, align_sum */
+  /* group, product_bits, sum_bits, round, promote_every, align_sum, align_operands */
+  exmy_accum_model model;
 } models[] = {
     {"fp32", {EXMY_ACCUM_FP32, 0, 0, 0, 0, 0}},
     {"hopper", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1}},
+    {"km-h100", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1, 1}},
+    {"km-g7-split21", {7, 53, 20, EXMY_ACCUM_NEAREST_EVEN, 21, 0, 1}},
     {"hopper-split", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 1}},
     {"nearest", {32, 14, 14, EXMY_ACCUM_NEAREST_EVEN, 0, 1}},
     {"align_sum0", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 0}},

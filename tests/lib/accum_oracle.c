@@ -121,7 +121,13 @@ float oracle_accum_dot(const exmy_accum_model *m, const float *a, long stride_a,
     const int end = start + m->group < k ? start + m->group : k;
     int e = m->align_sum ? lead(sum) : -1;
     for (int p = start; p < end; p++) {
-      const int l = lead(from_product(a[p * stride_a], b[p * stride_b]));
+      const big prod = from_product(a[p * stride_a], b[p * stride_b]);
+      if (lead(prod) < 0) continue;
+      /* the operands' exponents: bit indices, each ZERO_BIT above its power */
+      const int l = m->align_operands
+                        ? lead(from_float(a[p * stride_a])) + lead(from_float(b[p * stride_b])) -
+                              ZERO_BIT
+                        : lead(prod);
       if (l > e) e = l;
     }
     if (e >= 0) {

@@ -78,9 +78,9 @@ static void expect_same(const exmy_accum_model *m, const char *what, int kind, i
   if (!same(got, want)) {
     fprintf(stderr,
             "%s: kind %d K %d group %d product_bits %d sum_bits %d round %d promote %d "
-            "align_sum %d: got %.9g (0x%08x), want %.9g (0x%08x)\n",
+            "align_sum %d align_operands %d: got %.9g (0x%08x), want %.9g (0x%08x)\n",
             what, kind, k, m->group, m->product_bits, m->sum_bits, m->round, m->promote_every,
-            m->align_sum, got, bits_of(got), want, bits_of(want));
+            m->align_sum, m->align_operands, got, bits_of(got), want, bits_of(want));
     ck_abort();
   }
 }
@@ -102,6 +102,12 @@ START_TEST(test_model_check) {
   ck_assert_int_eq(exmy_accum_model_check(&m), -1);
   m.group = -1;
   ck_assert_int_eq(exmy_accum_model_check(&m), -1);
+  m.group = 1, m.align_operands = 2;
+  ck_assert_int_eq(exmy_accum_model_check(&m), -1);
+  m.align_operands = 1, m.product_bits = 54; /* products of up to 2^55 */
+  ck_assert_int_eq(exmy_accum_model_check(&m), -1);
+  m.product_bits = 53;
+  ck_assert_int_eq(exmy_accum_model_check(&m), 0);
   m.group = 0, m.sum_bits = 99; /* FP32: other fields ignored */
   ck_assert_int_eq(exmy_accum_model_check(&m), 0);
 }
@@ -121,6 +127,8 @@ START_TEST(test_core_matches_oracle) {
                             (int)(next() % 2), 0, (int)(next() % 2)};
       const int mult = (int)(next() % 3);
       m.promote_every = mult == 2 ? 4 * m.group : mult * m.group;
+      m.align_operands = (int)(next() % 2);
+      if (m.align_operands && m.product_bits == EXMY_ACCUM_MAX_PRODUCT_BITS) m.product_bits--;
       const int k = ks[next() % 8];
       fill(kind, a, b, k);
       ck_assert_int_eq(exmy_accum_model_check(&m), 0);
@@ -227,13 +235,15 @@ START_TEST(test_model_names) {
       {"group:32,bits:14,sum:14,round:trunc,promote:128", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 1}},
       {"sum:22,round:nearest", {32, 14, 22, EXMY_ACCUM_NEAREST_EVEN, 0, 1}},
       {"align:0,group:16,promote:64,bits:25", {16, 25, 14, EXMY_ACCUM_TRUNCATE, 64, 0}},
+      {"align_to:operands", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1, 1}},
+      {"align_to:product,bits:54", {32, 54, 14, EXMY_ACCUM_TRUNCATE, 0, 1, 0}},
   };
   for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
     exmy_accum_model m;
     memset(&m, 0x55, sizeof m);
     ck_assert_msg(exmy_accum_model_parse(good[i].text, &m) == 0, "%s refused", good[i].text);
     ck_assert_msg(!memcmp(&m, &good[i].want, sizeof m), "%s: wrong model", good[i].text);
-    char buf[96];
+    char buf[128];
     exmy_accum_model back;
     ck_assert_int_eq(exmy_accum_model_format(&m, buf, sizeof buf), 0);
     ck_assert_msg(exmy_accum_model_parse(buf, &back) == 0 && !memcmp(&m, &back, sizeof m),
@@ -243,7 +253,7 @@ START_TEST(test_model_names) {
       "", "fp16", "Hopper", "group", "group:", "group:-1", "group:0", "group:300", "bits:0",
       "bits:55", "sum:63", "round:up", "promote:100", "promote:48,group:32", "align:2",
       "group:32,", ",group:32", "group:32,group:16", "group:32;bits:14", "group: 32", "bits:1x",
-      "size:4", "group:9999999",
+      "size:4", "group:9999999", "align_to:sum", "align_to:1", "align_to:operands,bits:54",
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     exmy_accum_model m = {7, 7, 7, 7, 7, 7};

@@ -202,7 +202,11 @@ T.check((hop.group, hop.product_bits, hop.sum_bits, hop.round, hop.promote_every
 T.check(exmy.AccumModel("hopper-split") == exmy.AccumModel(promote_every=128) and
         str(exmy.AccumModel("fp32")) == "fp32" and exmy.AccumModel(group=0) == exmy.AccumModel("fp32"),
         "AccumModel names and fields agree")
-for text in ("hopper", "hopper-split", "group:16,bits:25,sum:22,round:nearest,promote:64,align:0"):
+T.check(exmy.AccumModel("align_to:operands").align_to == "operands" and
+        exmy.AccumModel(align_to="operands") == exmy.AccumModel("align_to:operands"),
+        "AccumModel align_to")
+for text in ("hopper", "hopper-split", "group:16,bits:25,sum:22,round:nearest,promote:64,align:0",
+             "group:32,bits:13,align_to:operands"):
     T.check(exmy.AccumModel(str(exmy.AccumModel(text))) == exmy.AccumModel(text), f"str round trip {text}")
 for bad in ("fp16", "group:33,promote:128", "bits:0", "round:up", ""):
     T.raises(ValueError, lambda: exmy.AccumModel(bad), f"AccumModel({bad!r})")

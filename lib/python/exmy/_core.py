@@ -764,10 +764,14 @@ class AccumModel:
     the running sum, 14 bits kept of each product and of the sum,
     truncation, no promotion) or "hopper-split" (the same, promoted to
     float32 every 128 products), or keys over hopper's defaults,
-    "group:32,bits:14,sum:14,round:trunc,promote:128,align:1"; or fields:
+    "group:32,bits:14,sum:14,round:trunc,promote:128,align:1,align_to:product";
+    or fields:
 
         AccumModel(group=32, product_bits=14, sum_bits=14, round="trunc",
-                   promote_every=0, align_sum=1)
+                   promote_every=0, align_sum=1, align_to="product")
+
+    align_to "operands": a product's exponent for the alignment is the sum of
+    its operands' exponents (lib/accum_core.h).
 
     group 0 is float32 accumulation.  str(model) is its keys (or "fp32"),
     which parse back to it.  Invalid models are a ValueError.
@@ -776,7 +780,7 @@ class AccumModel:
     __slots__ = ("_c",)
 
     def __init__(self, text=None, *, group=32, product_bits=14, sum_bits=14, round="trunc",
-                 promote_every=0, align_sum=1):
+                 promote_every=0, align_sum=1, align_to="product"):
         if isinstance(text, AccumModel):
             self._c = text._c
             return
@@ -786,18 +790,21 @@ class AccumModel:
                 raise TypeError(f"exmy.AccumModel: expected a model name, got {type(text).__name__}")
             if lib.exmy_accum_model_parse(text.encode(), ctypes.byref(c)) != 0:
                 raise ValueError(f"exmy: '{text}' is not an accumulation model (fp32, hopper, "
-                                 "hopper-split, or keys group:,bits:,sum:,round:,promote:,align:)")
+                                 "hopper-split, or keys group:,bits:,sum:,round:,promote:,align:,"
+                                 "align_to:)")
         else:
             if round not in ("trunc", "nearest"):
                 raise ValueError(f"exmy: round must be 'trunc' or 'nearest', got {round!r}")
+            if align_to not in ("product", "operands"):
+                raise ValueError(f"exmy: align_to must be 'product' or 'operands', got {align_to!r}")
             try:
                 fields = [operator.index(v) for v in (group, product_bits, sum_bits,
                                                       promote_every, align_sum)]
             except TypeError:
                 raise TypeError("exmy.AccumModel: the fields must be integers") from None
             text = ("fp32" if fields[0] == 0 else
-                    "group:%d,bits:%d,sum:%d,round:%s,promote:%d,align:%d" %
-                    (fields[0], fields[1], fields[2], round, fields[3], fields[4]))
+                    "group:%d,bits:%d,sum:%d,round:%s,promote:%d,align:%d,align_to:%s" %
+                    (fields[0], fields[1], fields[2], round, fields[3], fields[4], align_to))
             if any(not 0 <= v < 1 << 20 for v in fields) or \
                     lib.exmy_accum_model_parse(text.encode(), ctypes.byref(c)) != 0:
                 raise ValueError(f"exmy: invalid accumulation model ({text})")
@@ -809,9 +816,10 @@ class AccumModel:
     round = property(lambda self: "nearest" if self._c.round else "trunc")
     promote_every = property(lambda self: self._c.promote_every)
     align_sum = property(lambda self: self._c.align_sum)
+    align_to = property(lambda self: "operands" if self._c.align_operands else "product")
 
     def __str__(self):
-        buf = ctypes.create_string_buffer(96)
+        buf = ctypes.create_string_buffer(128)
         lib.exmy_accum_model_format(ctypes.byref(self._c), buf, len(buf))
         return buf.value.decode()
 

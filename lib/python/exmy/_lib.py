@@ -67,7 +67,7 @@ class OperandQuant(ctypes.Structure):
 
 class AccumModel(ctypes.Structure):
     _fields_ = [("group", c_int), ("product_bits", c_int), ("sum_bits", c_int), ("round", c_int),
-                ("promote_every", c_int), ("align_sum", c_int)]
+                ("promote_every", c_int), ("align_sum", c_int), ("align_operands", c_int)]
 
 
 P = ctypes.POINTER

@@ -22,19 +22,19 @@ static const struct {
   /* group, product_bits, sum_bits, round, promote_every, align_sum, align_operands */
   exmy_accum_model model;
 } models[] = {
-    {"fp32", {EXMY_ACCUM_FP32, 0, 0, 0, 0, 0}},
-    {"hopper", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1}},
+    {"fp32", {EXMY_ACCUM_FP32, 0, 0, 0, 0, 0, 0}},
+    {"hopper", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1, 0}},
     {"km-h100", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1, 1}},
     {"km-g7-split21", {7, 53, 20, EXMY_ACCUM_NEAREST_EVEN, 21, 0, 1}},
-    {"hopper-split", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 1}},
-    {"nearest", {32, 14, 14, EXMY_ACCUM_NEAREST_EVEN, 0, 1}},
-    {"align_sum0", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 0}},
-    {"fp22-like", {32, 25, 14, EXMY_ACCUM_NEAREST_EVEN, 0, 0}},
-    {"g16-split64", {16, 13, 24, EXMY_ACCUM_TRUNCATE, 64, 0}},
-    {"g7-split21", {7, 20, 18, EXMY_ACCUM_NEAREST_EVEN, 21, 1}},
-    {"g1-1bit", {1, 1, 1, EXMY_ACCUM_NEAREST_EVEN, 0, 1}},
+    {"hopper-split", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 1, 0}},
+    {"nearest", {32, 14, 14, EXMY_ACCUM_NEAREST_EVEN, 0, 1, 0}},
+    {"align_sum0", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 0, 0}},
+    {"fp22-like", {32, 25, 14, EXMY_ACCUM_NEAREST_EVEN, 0, 0, 0}},
+    {"g16-split64", {16, 13, 24, EXMY_ACCUM_TRUNCATE, 64, 0, 0}},
+    {"g7-split21", {7, 20, 18, EXMY_ACCUM_NEAREST_EVEN, 21, 1, 0}},
+    {"g1-1bit", {1, 1, 1, EXMY_ACCUM_NEAREST_EVEN, 0, 1, 0}},
     {"widest", {EXMY_ACCUM_MAX_GROUP, EXMY_ACCUM_MAX_PRODUCT_BITS, EXMY_ACCUM_MAX_SUM_BITS,
-                EXMY_ACCUM_TRUNCATE, 0, 1}},
+                EXMY_ACCUM_TRUNCATE, 0, 1, 0}},
 };
 enum { NMODELS = sizeof models / sizeof *models };
 
@@ -199,9 +199,9 @@ START_TEST(bad_arguments_refused) {
   ck_assert_ptr_nonnull(ctx);
   const float host[4] = {7, 7, 7, 7};
   float *d = dev_from(host, sizeof host), back[4];
-  const exmy_accum_model bad_promote = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 100, 0};
-  const exmy_accum_model bad_bits = {32, 0, 14, EXMY_ACCUM_TRUNCATE, 0, 0};
-  const exmy_accum_model good = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 0};
+  const exmy_accum_model bad_promote = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 100, 0, 0};
+  const exmy_accum_model bad_bits = {32, 0, 14, EXMY_ACCUM_TRUNCATE, 0, 0, 0};
+  const exmy_accum_model good = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 0, 0};
   ck_assert_int_eq(exmy_cuda_qgemm_accum(ctx, false, false, 2, 2, 2, 1, d, 2, NULL, d, 2, NULL,
                                          0, d, 2, NULL, &bad_promote, 0),
                    cudaErrorInvalidValue);

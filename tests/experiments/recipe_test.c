@@ -283,7 +283,7 @@ START_TEST(test_accumulate_key) {
   recipe r;
   const char *hop[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", "accumulate=hopper", NULL};
   ck_assert_msg(make_recipe(&r, hop, err, sizeof err) == 0, "%s", err);
-  const exmy_accum_model hopper = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1};
+  const exmy_accum_model hopper = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1, 0};
   ck_assert(!memcmp(&r.accum, &hopper, sizeof hopper));
   const char *split[] = {"accumulate=group:32,bits:14,sum:14,round:trunc,promote:128", NULL};
   ck_assert_msg(make_recipe(&r, split, err, sizeof err) == 0, "%s", err);

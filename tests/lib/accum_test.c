@@ -86,7 +86,7 @@ static void expect_same(const exmy_accum_model *m, const char *what, int kind, i
 }
 
 START_TEST(test_model_check) {
-  exmy_accum_model m = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 0};
+  exmy_accum_model m = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 0, 0};
   ck_assert_int_eq(exmy_accum_model_check(&m), 0);
   m.promote_every = 100; /* not a multiple of group */
   ck_assert_int_eq(exmy_accum_model_check(&m), -1);
@@ -124,7 +124,7 @@ START_TEST(test_core_matches_oracle) {
   for (int kind = 0; kind < 5; kind++)
     for (int t = 0; t < 160; t++) {
       exmy_accum_model m = {groups[next() % 6], pbits[next() % 7], sbits[next() % 6],
-                            (int)(next() % 2), 0, (int)(next() % 2)};
+                            (int)(next() % 2), 0, (int)(next() % 2), 0};
       const int mult = (int)(next() % 3);
       m.promote_every = mult == 2 ? 4 * m.group : mult * m.group;
       m.align_operands = (int)(next() % 2);
@@ -146,8 +146,8 @@ END_TEST
 /* Inf / NaN operands, and group = 0: the float32 accumulation */
 START_TEST(test_fp32_and_nonfinite) {
   static float a[KMAX], b[KMAX];
-  const exmy_accum_model fp32 = {EXMY_ACCUM_FP32, 0, 0, 0, 0, 0};
-  const exmy_accum_model hopper = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 0};
+  const exmy_accum_model fp32 = {EXMY_ACCUM_FP32, 0, 0, 0, 0, 0, 0};
+  const exmy_accum_model hopper = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 0, 0};
   for (int t = 0; t < 200; t++) {
     const int k = 1 + (int)(next() % KMAX);
     fill(t % 5, a, b, k);
@@ -182,7 +182,7 @@ START_TEST(test_wide_model_is_exact) {
                                                      (int)(next() % 12) - 6))
                           : 0.0f;
     }
-    exmy_accum_model m = {(int)(1 + next() % 64), 54, 62, (int)(next() % 2), 0, (int)(next() % 2)};
+    exmy_accum_model m = {(int)(1 + next() % 64), 54, 62, (int)(next() % 2), 0, (int)(next() % 2), 0};
     m.promote_every = (int)(next() % 3) * m.group;
     expect_same(&m, "wide model vs exact", 0, k, exmy_accum_dot(&m, a, 1, b, 1, k),
                 oracle_exact_dot(m.promote_every, a, 1, b, 1, k));
@@ -204,8 +204,8 @@ START_TEST(test_truncation_never_exceeds_exact) {
     const float sign = t % 2 ? -1.0f : 1.0f;
     for (int p = 0; p < k; p++) a[p] *= sign;
     exmy_accum_model m = {(int)(1 + next() % 64), (int)(1 + next() % 30), (int)(1 + next() % 30),
-                          EXMY_ACCUM_TRUNCATE, 0, (int)(next() % 2)};
-    if (t % 3 == 0) m = (exmy_accum_model){32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 0};
+                          EXMY_ACCUM_TRUNCATE, 0, (int)(next() % 2), 0};
+    if (t % 3 == 0) m = (exmy_accum_model){32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 0, 0};
     m.promote_every = (int)(next() % 3) * m.group;
     const float got = exmy_accum_dot(&m, a, 1, b, 1, k);
     const float exact = oracle_exact_dot(m.promote_every, a, 1, b, 1, k);
@@ -229,12 +229,12 @@ START_TEST(test_model_names) {
     const char *text;
     exmy_accum_model want;
   } good[] = {
-      {"fp32", {EXMY_ACCUM_FP32, 0, 0, 0, 0, 0}},
-      {"hopper", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1}},
-      {"hopper-split", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 1}},
-      {"group:32,bits:14,sum:14,round:trunc,promote:128", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 1}},
-      {"sum:22,round:nearest", {32, 14, 22, EXMY_ACCUM_NEAREST_EVEN, 0, 1}},
-      {"align:0,group:16,promote:64,bits:25", {16, 25, 14, EXMY_ACCUM_TRUNCATE, 64, 0}},
+      {"fp32", {EXMY_ACCUM_FP32, 0, 0, 0, 0, 0, 0}},
+      {"hopper", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1, 0}},
+      {"hopper-split", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 1, 0}},
+      {"group:32,bits:14,sum:14,round:trunc,promote:128", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 1, 0}},
+      {"sum:22,round:nearest", {32, 14, 22, EXMY_ACCUM_NEAREST_EVEN, 0, 1, 0}},
+      {"align:0,group:16,promote:64,bits:25", {16, 25, 14, EXMY_ACCUM_TRUNCATE, 64, 0, 0}},
       {"align_to:operands", {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1, 1}},
       {"align_to:product,bits:54", {32, 54, 14, EXMY_ACCUM_TRUNCATE, 0, 1, 0}},
   };
@@ -256,13 +256,13 @@ START_TEST(test_model_names) {
       "size:4", "group:9999999", "align_to:sum", "align_to:1", "align_to:operands,bits:54",
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-    exmy_accum_model m = {7, 7, 7, 7, 7, 7};
+    exmy_accum_model m = {7, 7, 7, 7, 7, 7, 7};
     ck_assert_msg(exmy_accum_model_parse(bad[i], &m) == -1, "'%s' accepted", bad[i]);
     ck_assert_int_eq(m.group, 7);
   }
   ck_assert_int_eq(exmy_accum_model_parse(NULL, &(exmy_accum_model){0}), -1);
   char tiny[8];
-  const exmy_accum_model hopper = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1};
+  const exmy_accum_model hopper = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1, 0};
   ck_assert_int_eq(exmy_accum_model_format(&hopper, tiny, sizeof tiny), -1);
 }
 END_TEST

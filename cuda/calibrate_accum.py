@@ -202,6 +202,36 @@ def search(scorer, cases, fast, start, deadline, seeds=3):
     return best, best_s
 
 
+def speed(dev, m=512, n=512, k=1024, reps=3):
+    """The model's GEMM beside the hardware's on one E4M3 shape, same run:
+    median seconds of exmy.qgemm_accum (hopper), torch._scaled_mm (fast
+    accumulation) and a float32 torch.matmul."""
+    gen = np.random.default_rng(7)
+    a = torch.from_numpy(operand("normal", m, k, "e4m3", gen, "a")).to(dev)
+    bt = torch.from_numpy(operand("normal", n, k, "e4m3", gen, "b")).to(dev)
+    a8, b8 = a.to(TORCH_FP8["e4m3"]), bt.to(TORCH_FP8["e4m3"]).t()
+    one = torch.tensor(1.0, device=dev)
+    runs = {
+        "exmy.qgemm_accum(hopper)": lambda: exmy.qgemm_accum(a, bt, "hopper", trans_b=True),
+        "torch._scaled_mm(fast)": lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one,
+                                                           out_dtype=torch.float32,
+                                                           use_fast_accum=True),
+        "torch.matmul(float32)": lambda: a @ bt.t(),
+    }
+    line = []
+    for name, fn in runs.items():
+        fn()
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            ts.append(time.perf_counter() - t)
+        line.append(f"{name} {sorted(ts)[reps // 2] * 1e3:.3f} ms")
+    print(f"speed, {m}x{n}x{k} E4M3 (median of {reps}): " + ", ".join(line))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--budget", type=float, default=150.0,
@@ -272,6 +302,8 @@ def main():
                   f"{own_s[0]:8.4f} {own_s[2]:9.3g}  {model_text(own)}", flush=True)
     print(f"\n{scorer.evals} model evaluations in {scorer.seconds:.1f} s on the GPU; "
           f"{time.perf_counter() - t0:.1f} s in all")
+    if dev.type == "cuda":
+        speed(dev)
     for fast in (True, False):
         print(f"best overall, use_fast_accum={fast}: {model_text(overall[fast])}")
 

@@ -287,7 +287,8 @@ struct exmy_accum_model; /* lib/accum_core.h */
  * exmy_cuda_qgemm, then one thread per element of C runs exmy_accum_dot over
  * them and writes alpha·dot (+ beta·C when beta != 0) rounded as the CPU
  * does (no fused multiply-add); then C is quantized per qc.  `model` is a
- * host pointer, copied into the launch.  cudaErrorInvalidValue for an
+ * host pointer, copied into the launch, emin_a / emin_b included (as for
+ * exmy_qgemm_accum, the caller's).  cudaErrorInvalidValue for an
  * invalid model (exmy_accum_model_check), ldc < n, a leading dimension too
  * small, or a size over INT32_MAX; no cuBLAS is used. */
 cudaError_t exmy_cuda_qgemm_accum(exmy_cuda_gemm *g, bool trans_a, bool trans_b, size_t m,

@@ -345,6 +345,14 @@ START_TEST(test_accumulate_key) {
       differ += yh[(size_t)i * OC + j] != yf[(size_t)i * OC + j];
     }
   ck_assert_msg(differ > 0, "hopper and float32 accumulation gave the same Y");
+  /* a subnormal E4M3 input counts at E4M3's emin, -6: with X = (2^-9, 2^-9, 0, ...)
+   * and W = (256, 2^-4, 0, ...) the group aligns at 2^(-6 + 8), and 14 bits from
+   * there drop the product 2^-13; aligned at 2^(-9 + 8) (float32's emin) they
+   * would keep it */
+  float xs[32] = {0}, ws[32] = {0}, ys;
+  xs[0] = xs[1] = 0x1p-9f, ws[0] = 256.0f, ws[1] = 0x1p-4f;
+  linear_forward(&ys, xs, ws, 1, 32, 1, &sh[l * SITES_PER_LAYER + SITE_W1]);
+  ck_assert_msg(ys == 0.5f, "Y = %.9g, want 0.5 (2^-13 dropped: E4M3's emin)", ys);
   size_t gdiffer = 0;
   for (size_t i = 0; i < m.num_params; i++) gdiffer += g[i] != gf[i];
   ck_assert_msg(gdiffer > 0, "accumulate=hopper changed no gradient");

@@ -127,7 +127,11 @@ struct exmy_accum_model; /* lib/accum_core.h */
  * slower), after the operands are quantized exactly as exmy_qgemm does;
  * then C[i][j] = alpha·dot (+ beta·C[i][j]) as exmy_sgemm, then qc.  A scalar
  * loop per element of C, OpenMP over rows, not vectorised: for experiments,
- * not for speed.  Returns 0, or -1 on an invalid model (or NULL), a leading
+ * not for speed.  The model is used as given: with EXMY_ACCUM_ALIGN_INPUTS
+ * its emin_a / emin_b should be those of the formats of A's and B's values
+ * (exmy_accum_operand_emin(qa / qb); -126 for float32 values), which
+ * exmy_accum_model_parse leaves 0 (every input below 1 would then count as
+ * 2^0).  Returns 0, or -1 on an invalid model (or NULL), a leading
  * dimension too small, k > INT_MAX or no memory. */
 int exmy_qgemm_accum(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                      float alpha, const float *a, size_t lda,

@@ -286,6 +286,26 @@ cudaError_t exmy_cuda_qgemm(exmy_cuda_gemm *g, bool trans_a, bool trans_b,
                             const exmy_cuda_operand_quant *qc,
                             exmy_cuda_gemm_path *used, cudaStream_t stream);
 
+struct exmy_accum_model; /* lib/accum_core.h */
+
+/* exmy_cuda_qgemm with every dot product of op(A)·op(B) accumulated as
+ * `model` says (lib/accum_core.h, compiled for the device: a tensor core's
+ * limited-precision accumulation), bit-identical to the CPU's
+ * exmy_qgemm_accum: the operands are gathered and quantized as in
+ * exmy_cuda_qgemm, then one thread per element of C runs exmy_accum_dot over
+ * them and writes alpha·dot (+ beta·C when beta != 0) rounded as the CPU
+ * does (no fused multiply-add); then C is quantized per qc.  `model` is a
+ * host pointer, copied into the launch, emin_a / emin_b included (as for
+ * exmy_qgemm_accum, the caller's).  cudaErrorInvalidValue for an
+ * invalid model (exmy_accum_model_check), ldc < n, a leading dimension too
+ * small, or a size over INT32_MAX; no cuBLAS is used. */
+cudaError_t exmy_cuda_qgemm_accum(exmy_cuda_gemm *g, bool trans_a, bool trans_b, size_t m,
+                                  size_t n, size_t k, float alpha, const float *a, size_t lda,
+                                  const exmy_cuda_operand_quant *qa, const float *b,
+                                  size_t ldb, const exmy_cuda_operand_quant *qb, float beta,
+                                  float *c, size_t ldc, const exmy_cuda_operand_quant *qc,
+                                  const struct exmy_accum_model *model, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

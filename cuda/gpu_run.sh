@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Runs the bundle made by cuda/bundle.sh on a GPU machine without Bazel.
-#   ./gpu_run.sh [tests|bench|verify|trainer|trainer-bench|golden|all] [outdir]   (default: all, .)
+#   ./gpu_run.sh [tests|bench|verify|trainer|trainer-bench|golden|python|calibrate|all] [outdir]
+#   (default: all, .)
+# calibrate: captures cuBLASLt's FP8 GEMMs (torch._scaled_mm) into outdir
+# (capture.py, the script behind tests/lib/h100_fp8/; not part of all), to
+# calibrate the accumulation model offline with tests/lib/h100_fp8/calibrate.py.
 # golden: the CPU trainer on this machine's host CPU against the losses
 # committed in tests/experiments/golden/ (bit for bit, 1 to 3 threads).
 # Logs go to outdir; the exit status is non-zero if a test or check failed.
@@ -20,7 +24,7 @@ done
 echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 status=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  for t in fast_path_test convert_test recipes_test qgemm_test; do
+  for t in fast_path_test convert_test recipes_test qgemm_test qgemm_accum_test; do
     ./$t > "$out/$t.log" 2>&1
     rc=$?
     echo "$t: exit $rc; $(grep -E '^[0-9]+%' "$out/$t.log" | tail -1)"
@@ -62,6 +66,10 @@ if [ "$what" = python ] || [ "$what" = all ]; then
   "${py_env[@]}" python3 python/gpu_test.py > "$out/python_gpu_test.log" 2>&1 || status=1
   grep -E "^(FAIL|INFO)|^  FAIL|^gpu_test:" "$out/python_gpu_test.log"
   "${py_env[@]}" python3 python/gpu_bench.py 2>&1 | tee "$out/python_gpu_bench.log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if [ "$what" = calibrate ]; then
+  PYTHONUNBUFFERED=1 python3 capture.py "$out" 2>&1 | tee "$out/capture.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 exit $status

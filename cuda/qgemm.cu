@@ -13,6 +13,7 @@
 #include "cuda/elementwise.cuh"
 #include "cuda/gather.cuh"
 #include "cuda/exmy_cuda.h"
+#include "lib/accum_core.h"
 
 struct exmy_cuda_gemm {
   cublasHandle_t blas;
@@ -285,6 +286,42 @@ cudaError_t quantize_operand(exmy_cuda_gemm *g, const exmy_cuda_operand_quant *q
 
 }  // namespace
 
+namespace {
+
+/* op(A) as m x k and op(B)^T as n x k, K contiguous (cpu/qgemm.c), in the
+ * workspaces ws[0] / ws[1] of g, quantized per qa / qb. */
+cudaError_t prepare_operands(exmy_cuda_gemm *g, bool trans_a, bool trans_b, size_t m, size_t n,
+                             size_t k, const float *a, size_t lda,
+                             const exmy_cuda_operand_quant *qa, const float *b, size_t ldb,
+                             const exmy_cuda_operand_quant *qb, float **ta, float **tb,
+                             cudaStream_t s) {
+  EXMY_CUDA_TRY(reserve(&g->ws[0], &g->cap_ws[0], m * k * 4));
+  EXMY_CUDA_TRY(reserve(&g->ws[1], &g->cap_ws[1], n * k * 4));
+  *ta = (float *)g->ws[0];
+  *tb = (float *)g->ws[1];
+  k_gather<<<grid_for(m * k), 256, 0, s>>>(a, lda, trans_a, m, k, *ta);
+  k_gather<<<grid_for(n * k), 256, 0, s>>>(b, ldb, !trans_b, n, k, *tb);
+  EXMY_CUDA_TRY(cudaGetLastError());
+  if (enabled(qa)) EXMY_CUDA_TRY(quantize_operand(g, qa, *ta, m, k, s));
+  if (enabled(qb)) EXMY_CUDA_TRY(quantize_operand(g, qb, *tb, n, k, s));
+  return cudaSuccess;
+}
+
+/* C (m x n, leading dimension ldc) quantized per qc (as a dense image). */
+cudaError_t quantize_result(exmy_cuda_gemm *g, const exmy_cuda_operand_quant *qc, float *c,
+                            size_t m, size_t n, size_t ldc, cudaStream_t s) {
+  if (!enabled(qc) || !m || !n) return cudaSuccess;
+  if (ldc == n) return quantize_operand(g, qc, c, m, n, s);
+  EXMY_CUDA_TRY(reserve(&g->ws[2], &g->cap_ws[2], m * n * 4));
+  float *tc = (float *)g->ws[2];
+  EXMY_CUDA_TRY(cudaMemcpy2DAsync(tc, n * 4, c, ldc * 4, n * 4, m, cudaMemcpyDeviceToDevice, s));
+  EXMY_CUDA_TRY(quantize_operand(g, qc, tc, m, n, s));
+  EXMY_CUDA_TRY(cudaMemcpy2DAsync(c, ldc * 4, tc, n * 4, n * 4, m, cudaMemcpyDeviceToDevice, s));
+  return cudaSuccess;
+}
+
+}  // namespace
+
 extern "C" cudaError_t exmy_cuda_qgemm(exmy_cuda_gemm *g, bool trans_a, bool trans_b, size_t m,
                                        size_t n, size_t k, float alpha, const float *a,
                                        size_t lda, const exmy_cuda_operand_quant *qa,
@@ -299,16 +336,8 @@ extern "C" cudaError_t exmy_cuda_qgemm(exmy_cuda_gemm *g, bool trans_a, bool tra
   float *ta = NULL, *tb = NULL;
   exmy_cuda_gemm_path path = EXMY_CUDA_GEMM_FP32;
   if (m && n && k) {
-    EXMY_CUDA_TRY(reserve(&g->ws[0], &g->cap_ws[0], m * k * 4));
-    EXMY_CUDA_TRY(reserve(&g->ws[1], &g->cap_ws[1], n * k * 4));
-    ta = (float *)g->ws[0];
-    tb = (float *)g->ws[1];
-    /* op(A) as m x k and op(B)^T as n x k, K contiguous (cpu/qgemm.c) */
-    k_gather<<<grid_for(m * k), 256, 0, s>>>(a, lda, trans_a, m, k, ta);
-    k_gather<<<grid_for(n * k), 256, 0, s>>>(b, ldb, !trans_b, n, k, tb);
-    EXMY_CUDA_TRY(cudaGetLastError());
-    if (enabled(qa)) EXMY_CUDA_TRY(quantize_operand(g, qa, ta, m, k, s));
-    if (enabled(qb)) EXMY_CUDA_TRY(quantize_operand(g, qb, tb, n, k, s));
+    EXMY_CUDA_TRY(prepare_operands(g, trans_a, trans_b, m, n, k, a, lda, qa, b, ldb, qb, &ta,
+                                   &tb, s));
     if (bf16_candidate(qa) && bf16_candidate(qb)) {
       if (!g->flag) EXMY_CUDA_TRY(cudaMalloc((void **)&g->flag, sizeof(int)));
       EXMY_CUDA_TRY(reserve(&g->bf[0], &g->cap_bf[0], m * k * 2));
@@ -349,16 +378,46 @@ extern "C" cudaError_t exmy_cuda_qgemm(exmy_cuda_gemm *g, bool trans_a, bool tra
                             CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
     }
   }
-  if (enabled(qc) && m && n) {
-    if (ldc == n) {
-      EXMY_CUDA_TRY(quantize_operand(g, qc, c, m, n, s));
-    } else {
-      EXMY_CUDA_TRY(reserve(&g->ws[2], &g->cap_ws[2], m * n * 4));
-      float *tc = (float *)g->ws[2];
-      EXMY_CUDA_TRY(cudaMemcpy2DAsync(tc, n * 4, c, ldc * 4, n * 4, m, cudaMemcpyDeviceToDevice, s));
-      EXMY_CUDA_TRY(quantize_operand(g, qc, tc, m, n, s));
-      EXMY_CUDA_TRY(cudaMemcpy2DAsync(c, ldc * 4, tc, n * 4, n * 4, m, cudaMemcpyDeviceToDevice, s));
-    }
+  return quantize_result(g, qc, c, m, n, ldc, s);
+}
+
+/* ---- exmy_cuda_qgemm_accum: exmy_qgemm_accum on the GPU ---- */
+namespace {
+
+/* One thread per element (i, j) of C (grid-stride, j fastest): the model's
+ * dot product of row i of op(A) (ta, m x k) and row j of op(B)^T (tb, n x k),
+ * then cpu/qgemm.c's epilogue with its roundings spelled out (the CPU is
+ * built -ffp-contract=off: no fused multiply-add). */
+__global__ void k_accum_gemm(exmy_accum_model model, size_t m, size_t n, int k, float alpha,
+                             const float *__restrict__ ta, const float *__restrict__ tb,
+                             float beta, float *__restrict__ c, size_t ldc) {
+  for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m * n;
+       e += (size_t)gridDim.x * blockDim.x) {
+    const size_t i = e / n, j = e % n;
+    const float dot = exmy_accum_dot(&model, ta + i * k, 1, tb + j * k, 1, k);
+    const float r = __fmul_rn(alpha, dot);
+    float *cij = c + i * ldc + j;
+    *cij = beta != 0.0f ? __fadd_rn(r, __fmul_rn(beta, *cij)) : r;
   }
-  return cudaSuccess;
+}
+
+}  // namespace
+
+extern "C" cudaError_t exmy_cuda_qgemm_accum(
+    exmy_cuda_gemm *g, bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+    const float *a, size_t lda, const exmy_cuda_operand_quant *qa, const float *b, size_t ldb,
+    const exmy_cuda_operand_quant *qb, float beta, float *c, size_t ldc,
+    const exmy_cuda_operand_quant *qc, const exmy_accum_model *model, cudaStream_t s) {
+  if (!g || !model || exmy_accum_model_check(model) || ldc < n) return cudaErrorInvalidValue;
+  if (lda < (trans_a ? m : k) || ldb < (trans_b ? k : n)) return cudaErrorInvalidValue;
+  if ((qa && qa->stats) || (qb && qb->stats) || (qc && qc->stats)) return cudaErrorNotSupported;
+  if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || ldc > INT32_MAX)
+    return cudaErrorInvalidValue;
+  if (!m || !n) return cudaSuccess;
+  float *ta = NULL, *tb = NULL;
+  if (k) EXMY_CUDA_TRY(prepare_operands(g, trans_a, trans_b, m, n, k, a, lda, qa, b, ldb, qb,
+                                        &ta, &tb, s));
+  k_accum_gemm<<<grid_for(m * n), 256, 0, s>>>(*model, m, n, (int)k, alpha, ta, tb, beta, c, ldc);
+  EXMY_CUDA_TRY(cudaGetLastError());
+  return quantize_result(g, qc, c, m, n, ldc, s);
 }

@@ -326,6 +326,36 @@ typedef struct {
   exmy_tensor_stats *stats;    /* if non-NULL, filled for this operand */
 } exmy_operand_quant;
 
+/* ---- accumulation models (lib/accum_core.h) by name ----
+ * "fp32" (float32 accumulation), "hopper" (the H100's cuBLASLt FP8 GEMM with
+ * fast accumulation, calibrated bit for bit: group 32, 14 product bits, 14
+ * sum bits, truncation, the running sum aligned with the products, products
+ * aligned by their inputs' exponents, no promotion, no split-K),
+ * "hopper-split" (the same, promoted every 128: without fast accumulation),
+ * or keys
+ * "group:32,bits:14,sum:14,round:trunc,promote:128,align:1,align_to:inputs,kslice:0"
+ * (round: trunc or nearest; align: align_sum, 0 or 1; align_to: align_exp,
+ * product or inputs; kslice: k_slice; each key at most once; the keys not
+ * given are hopper's).  emin_a / emin_b are no keys: they come out 0 and
+ * belong to the operands' formats (exmy_accum_operand_emin), which the
+ * caller of the GEMM knows; a GEMM of unquantized float32 operands under
+ * align_to:inputs should set them to -126.
+ * 0 and *out set, or -1 and *out untouched for anything else or a model
+ * exmy_accum_model_check refuses. */
+struct exmy_accum_model;
+int exmy_accum_model_parse(const char *text, struct exmy_accum_model *out);
+/* The model as the keys above ("fp32" for float32), that parse back to it
+ * (emin_a / emin_b, not written, back as 0); -1 if m is invalid or buf too
+ * short (len 128 is always enough). */
+int exmy_accum_model_format(const struct exmy_accum_model *m, char *buf, size_t len);
+/* The emin_a / emin_b of an accumulation model for a GEMM operand quantized
+ * per q: its format's smallest normal exponent (the exponent its subnormals
+ * count with on the hardware) when q rounds the values into the format
+ * unscaled; float32's, -126, when q is NULL, disabled or scaled (a scaled
+ * operand's values are Q(x s) / s, whose subnormals the model cannot place
+ * without s). */
+int exmy_accum_operand_emin(const exmy_operand_quant *q);
+
 #ifdef __cplusplus
 }
 #endif

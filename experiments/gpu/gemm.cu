@@ -79,8 +79,12 @@ bool elementwise(const exmy_operand_quant &q) {
          q.scaling.kind == EXMY_SCALING_DELAYED;
 }
 
-/* Whether every enabled use of the site can feed the BF16 path. */
+bool accumulates(const tq_site &s) { return s.accum.group != EXMY_ACCUM_FP32; }
+
+/* Whether every enabled use of the site can feed the BF16 path (not a site
+ * with an accumulation model: its GEMM reads dequantized float32). */
 bool site_bf16(const tq_site &s) {
+  if (accumulates(s)) return false;
   for (int u = 0; u < USES_PER_SITE; u++) {
     const exmy_operand_quant &q = s.op[u];
     if (!q.enabled || !elementwise(q) || !exmy_cuda_bf16_exact(&q.format)) return false;
@@ -521,8 +525,34 @@ static void along_k_stats(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_oper
   else host_stats(g, o, q, transpose, rows, k);
 }
 
+/* The site's accumulation model, if the GEMM of a and b has one, into *out:
+ * emin_a / emin_b those of the two operands' formats, as model.c sets them. */
+static const exmy_accum_model *accum_of(const gtq_ctx *g, const gtq_operand &a,
+                                        const gtq_operand &b, exmy_accum_model *out) {
+  const int site = a.site >= 0 ? a.site : b.site;
+  if (site < 0 || site >= g->n_sites || !accumulates(g->host[site])) return nullptr;
+  *out = g->host[site].accum;
+  out->emin_a = exmy_accum_operand_emin(a.site == site ? &g->host[site].op[a.use] : nullptr);
+  out->emin_b = exmy_accum_operand_emin(b.site == site ? &g->host[site].op[b.use] : nullptr);
+  return out;
+}
+
 extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
                          gtq_operand a, gtq_operand b, float beta, float *c, long ldc) {
+  exmy_accum_model accum;
+  if (const exmy_accum_model *model = accum_of(g, a, b, &accum)) {
+    /* float32 operands (the site is off the BF16 path), those quantized along K here */
+    exmy_cuda_operand_quant qa = mx_operand(g, a.mx, (size_t)m * k);
+    exmy_cuda_operand_quant qb = mx_operand(g, b.mx, (size_t)k * n);
+    if (g->collect && a.mx) along_k_stats(g, a, qa, ta, m, k);
+    if (g->collect && b.mx) along_k_stats(g, b, qb, !tb, n, k);
+    gtq_check(exmy_cuda_qgemm_accum(g->mx, ta, tb, m, n, k, alpha, (const float *)a.ptr, a.ld,
+                                    a.mx ? &qa : nullptr, (const float *)b.ptr, b.ld,
+                                    b.mx ? &qb : nullptr, beta, c, ldc, nullptr, model,
+                                    g->stream),
+              "exmy_cuda_qgemm_accum");
+    return;
+  }
   if (a.mx || b.mx) {
     exmy_cuda_operand_quant qa = mx_operand(g, a.mx, (size_t)m * k);
     exmy_cuda_operand_quant qb = mx_operand(g, b.mx, (size_t)k * n);
@@ -562,6 +592,22 @@ extern "C" void gtq_gemm_batched(gtq_ctx *g, bool ta, bool tb, int m, int n, int
                                  gtq_operand a, gtq_stride sa, gtq_operand b, gtq_stride sb,
                                  float beta, float *c, long ldc, gtq_stride sc, int nb, int nh) {
   if (a.mx || b.mx) gtq_check(cudaErrorNotSupported, "MX-quantized attention products on the GPU");
+  exmy_accum_model accum;
+  if (const exmy_accum_model *model = accum_of(g, a, b, &accum)) {
+    /* one exmy_cuda_qgemm_accum per matrix, in the CPU's (batch, head) order */
+    const size_t e = sizeof(float);
+    for (int bi = 0; bi < nb; bi++)
+      for (int h = 0; h < nh; h++)
+        gtq_check(exmy_cuda_qgemm_accum(
+                      g->mx, ta, tb, m, n, k, alpha,
+                      (const float *)((const char *)a.ptr + (bi * sa.sb + (h / sa.div) * sa.sh) * e),
+                      a.ld, nullptr,
+                      (const float *)((const char *)b.ptr + (bi * sb.sb + (h / sb.div) * sb.sh) * e),
+                      b.ld, nullptr, beta, c + bi * sc.sb + h * sc.sh, ldc, nullptr, model,
+                      g->stream),
+                  "exmy_cuda_qgemm_accum (batched)");
+    return;
+  }
   if (a.bf16 != b.bf16) gtq_check(cudaErrorInvalidValue, "batched gemm (mixed operand types)");
   const int batch = nb * nh;
   reserve((void **)&g->ptrs, &g->ptrs_cap, sizeof(void *) * 3 * (size_t)batch);

@@ -21,6 +21,9 @@
  *     path; should a value fall outside bf16's grid (a float32 subnormal
  *     below 2^-133), that GEMM runs the FP32 fallback, decided on the device
  *     (no synchronisation).  Other MX shapes: exmy_cuda_qgemm, the reference.
+ *   Sites with an accumulation model (the recipe's `accumulate`): float32
+ *     slots, and exmy_cuda_qgemm_accum, bit-identical to the CPU's
+ *     exmy_qgemm_accum (no cuBLAS: one thread per element of C).
  * Statistics (stats steps) are reduced on the device into per-use
  * exmy_tensor_stats and copied to the host sites once per step.
  */
@@ -33,6 +36,7 @@
 #include <stdint.h>
 
 #include "cuda/exmy_cuda.h"
+#include "lib/accum_core.h" /* before the C block: it includes system headers */
 
 #ifdef __cplusplus
 extern "C" { /* the C headers of experiments/ have no guards of their own */

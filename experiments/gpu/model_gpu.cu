@@ -81,12 +81,15 @@ struct gpu_model {
  * per call, MX GEMMs tag each call for their device-side exactness flag:
  * those recipes run eagerly. */
 static bool recipe_replayable(const tq_site *sites, int n_sites) {
-  for (int i = 0; sites && i < n_sites; i++)
+  for (int i = 0; sites && i < n_sites; i++) {
+    /* exmy_cuda_qgemm_accum gathers into workspaces it may grow */
+    if (sites[i].accum.group != EXMY_ACCUM_FP32) return false;
     for (int u = 0; u < USES_PER_SITE; u++) {
       const exmy_operand_quant &q = sites[i].op[u];
       if (q.enabled && (q.scaling.kind != EXMY_SCALING_NONE || q.round.mode == EXMY_SR))
         return false;
     }
+  }
   return true;
 }
 
@@ -327,6 +330,9 @@ static const char *flash_recipe_check(const tq_site *sites, const model_config &
           continue;
         }
         if (bits == -2) return "attention operands partly quantized";
+        if (sites[l * SITES_PER_LAYER + kind].accum.group != EXMY_ACCUM_FP32)
+          return "attention_kernel = flash accumulates in float32: the recipe's accumulate "
+                 "model needs attention_kernel = materialized";
         const exmy_rounding m = q.round.mode;
         if (q.scaling.kind != EXMY_SCALING_NONE ||
             (m != EXMY_RNE && m != EXMY_RZ && m != EXMY_SR) || q.format.exp_bits != 8 ||

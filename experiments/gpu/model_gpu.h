@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lib/accum_core.h" /* before the C block: it includes system headers */
+
 #ifdef __cplusplus
 extern "C" { /* the C headers of experiments/ have no guards of their own */
 #endif

@@ -107,6 +107,7 @@ static const config_key keys[] = {
     R_BOOL("quant_lm_head", "0", "also quantize the LM head's GEMMs"),
     R_BOOL("high_precision_first_last", "0", "keep the first and last blocks in format `high_format`"),
     R_STR("high_format", "fp32", "format of the first and last blocks when kept in higher precision"),
+    R_STR("accumulate", "fp32", "how the quantized sites' GEMMs accumulate (lib/accum_core.h): fp32 | hopper (the H100's FP8 GEMM with fast accumulation: groups of 32 products aligned by their inputs' exponents, 14 bits kept, truncation) | hopper-split (the same, promoted to float32 every 128 products) | keys group:32,bits:14,sum:14,round:trunc|nearest,promote:128,align:0|1,align_to:product|inputs,kslice:N"),
     R_STR("grad_format", "fp32", "weight gradients of the quantized linear layers (each layer's matrix, the LM head if quantized) rounded rne into this format with per-tensor current scaling before clipping and AdamW, as MS-AMP O1 stores them (fp32: off)"),
     /* optimizer states */
     R_CHOICE("moments", "fp32", "fp32|coat|bf16", "AdamW moments: fp32 | coat (stored quantized, per-group scaling) | bf16 (stored as bfloat16, rne)"),

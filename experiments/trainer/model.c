@@ -16,18 +16,27 @@ const char *const site_kind_names[SITES_PER_LAYER] = {"q", "k", "v", "o", "w1", 
 
 static void *zalloc(size_t n, size_t size) { return calloc(n ? n : 1, size); }
 
-/* The one matrix product: float -> the quantized GEMM; double (gradient check) -> dgemm. */
-static void gemm(int ta, int tb, int m, int n, int k, real alpha, const real *a, int lda,
-                 const exmy_operand_quant *qa, const real *b, int ldb,
-                 const exmy_operand_quant *qb, real beta,
-                 real *c, int ldc) {
+/* The one matrix product of site s (NULL: none), of its operands of uses ua
+ * and ub: float -> the quantized GEMM with the site's accumulation (the
+ * subnormals of those operands' formats counted at their emin);
+ * double (gradient check) -> dgemm. */
+static void gemm(const tq_site *s, int ua, int ub, int ta, int tb, int m, int n, int k,
+                 real alpha, const real *a, int lda, const exmy_operand_quant *qa, const real *b,
+                 int ldb, const exmy_operand_quant *qb, real beta, real *c, int ldc) {
 #ifdef MODEL_DOUBLE
+  (void)s, (void)ua, (void)ub;
   (void)qa;
   (void)qb;
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
               n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 #else
-  tq_gemm(ta, tb, m, n, k, alpha, a, lda, qa, b, ldb, qb, beta, c, ldc);
+  exmy_accum_model accum = {0};
+  if (s) {
+    accum = s->accum;
+    accum.emin_a = exmy_accum_operand_emin(&s->op[ua]);
+    accum.emin_b = exmy_accum_operand_emin(&s->op[ub]);
+  }
+  tq_gemm(ta, tb, m, n, k, alpha, a, lda, qa, b, ldb, qb, beta, c, ldc, s ? &accum : NULL);
 #endif
 }
 
@@ -109,7 +118,7 @@ void linear_forward(real *out, const real *inp, const real *w, int N, int C, int
   const real *x = operand(s, USE_FWD_X, SLOT_X, FILL, inp, &ldx, N, C, &qx);
   const real *wq = operand(s, USE_FWD_W, SLOT_W, FILL, w, &ldw, OC, C, &qw);
   /* Y = X W^T */
-  gemm(0, 1, N, OC, C, 1, x, ldx, qx, wq, ldw, qw, 0, out, OC);
+  gemm(s, USE_FWD_X, USE_FWD_W, 0, 1, N, OC, C, 1, x, ldx, qx, wq, ldw, qw, 0, out, OC);
 }
 
 void linear_backward(real *dinp, real *dw, const real *dout, const real *inp, const real *w,
@@ -121,9 +130,9 @@ void linear_backward(real *dinp, real *dw, const real *dout, const real *inp, co
   const real *dy2 = operand(s, USE_DW_DY, SLOT_DY, REUSE, dout, &lddy2, N, OC, &qdy2);
   const real *x = operand(s, USE_DW_X, SLOT_X, REUSE, inp, &ldx, N, C, &qx);
   /* dX = dinp_beta dX + dY W */
-  gemm(0, 0, N, C, OC, 1, dy, lddy, qdy, wq, ldw, qw, dinp_beta, dinp, C);
+  gemm(s, USE_DX_DY, USE_DX_W, 0, 0, N, C, OC, 1, dy, lddy, qdy, wq, ldw, qw, dinp_beta, dinp, C);
   /* dW += dY^T X */
-  gemm(1, 0, OC, C, N, 1, dy2, lddy2, qdy2, x, ldx, qx, 1, dw, C);
+  gemm(s, USE_DW_DY, USE_DW_X, 1, 0, OC, C, N, 1, dy2, lddy2, qdy2, x, ldx, qx, 1, dw, C);
 }
 
 /* ---------------------------------------------------------------- RoPE */
@@ -216,7 +225,7 @@ void attention_forward(real *out, real *att, const real *q, const real *k, const
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++) {
       int g = h / group;
-      gemm(0, 1, T, T, hs, scale, Q + (size_t)b * T * ldq + h * hs, ldq, qq,
+      gemm(qk, USE_FWD_X, USE_FWD_W, 0, 1, T, T, hs, scale, Q + (size_t)b * T * ldq + h * hs, ldq, qq,
            K + (size_t)b * T * ldk + g * hs, ldk, qkk, 0, att + ((size_t)b * NH + h) * T * T, T);
     }
   causal_softmax_forward(att, (long)B * NH * T, T);
@@ -225,7 +234,7 @@ void attention_forward(real *out, real *att, const real *q, const real *k, const
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++) {
       int g = h / group;
-      gemm(0, 0, T, hs, T, 1, P + ((size_t)b * NH + h) * T * ldp, ldp, qp,
+      gemm(pv, USE_FWD_X, USE_FWD_W, 0, 0, T, hs, T, 1, P + ((size_t)b * NH + h) * T * ldp, ldp, qp,
            V + (size_t)b * T * ldv + g * hs, ldv, qv, 0, out + (size_t)b * T * C + h * hs, C);
     }
 }
@@ -246,10 +255,10 @@ void attention_backward(real *dq, real *dk, real *dv, real *datt, const real *do
       int g = h / group;
       size_t bh = (size_t)b * NH + h;
       /* dP = dO V^T */
-      gemm(0, 1, T, T, hs, 1, dO + (size_t)b * T * ld_do + h * hs, ld_do, q_do,
+      gemm(pv, USE_DX_DY, USE_DX_W, 0, 1, T, T, hs, 1, dO + (size_t)b * T * ld_do + h * hs, ld_do, q_do,
            V + (size_t)b * T * ld_v + g * hs, ld_v, q_v, 0, datt + bh * T * T, T);
       /* dV += P^T dO */
-      gemm(1, 0, T, hs, T, 1, P + bh * T * ld_p, ld_p, q_p, dO2 + (size_t)b * T * ld_do2 + h * hs,
+      gemm(pv, USE_DW_X, USE_DW_DY, 1, 0, T, hs, T, 1, P + bh * T * ld_p, ld_p, q_p, dO2 + (size_t)b * T * ld_do2 + h * hs,
            ld_do2, q_do2, 1, dv + (size_t)b * T * KVC + g * hs, KVC);
     }
   causal_softmax_backward(datt, att, (long)B * NH * T, T, attention_scale(hs));
@@ -264,10 +273,10 @@ void attention_backward(real *dq, real *dk, real *dv, real *datt, const real *do
       int g = h / group;
       size_t bh = (size_t)b * NH + h;
       /* dQ = dS K */
-      gemm(0, 0, T, hs, T, 1, dS + bh * T * ld_ds, ld_ds, q_ds, K + (size_t)b * T * ld_k + g * hs,
+      gemm(qk, USE_DX_DY, USE_DX_W, 0, 0, T, hs, T, 1, dS + bh * T * ld_ds, ld_ds, q_ds, K + (size_t)b * T * ld_k + g * hs,
            ld_k, q_k, 0, dq + (size_t)b * T * C + h * hs, C);
       /* dK += dS^T Q */
-      gemm(1, 0, T, hs, T, 1, dS2 + bh * T * ld_ds2, ld_ds2, q_ds2,
+      gemm(qk, USE_DW_DY, USE_DW_X, 1, 0, T, hs, T, 1, dS2 + bh * T * ld_ds2, ld_ds2, q_ds2,
            Q + (size_t)b * T * ld_q + h * hs, ld_q, q_q, 1, dk + (size_t)b * T * KVC + g * hs, KVC);
     }
 }

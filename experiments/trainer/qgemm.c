@@ -104,13 +104,18 @@ int tq_select_gemm(const char *name) {
 void tq_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
              const float *a, int lda, const exmy_operand_quant *qa,
              const float *b, int ldb, const exmy_operand_quant *qb,
-             float beta, float *c, int ldc) {
+             float beta, float *c, int ldc, const exmy_accum_model *accum) {
   exmy_operand_quant ta, tb;
   const exmy_operand_quant *pa = prepare(qa, &ta, (size_t)m * k);
   const exmy_operand_quant *pb = prepare(qb, &tb, (size_t)k * n);
-  if (exmy_qgemm(trans_a, trans_b, (size_t)m, (size_t)n, (size_t)k, alpha, a, (size_t)lda, pa,
-                 b, (size_t)ldb, pb, beta, c, (size_t)ldc, NULL) != 0) {
-    fprintf(stderr, "exmy_qgemm failed (m=%d n=%d k=%d)\n", m, n, k);
+  const bool model = accum && accum->group != EXMY_ACCUM_FP32;
+  if ((model ? exmy_qgemm_accum(trans_a, trans_b, (size_t)m, (size_t)n, (size_t)k, alpha, a,
+                                (size_t)lda, pa, b, (size_t)ldb, pb, beta, c, (size_t)ldc, NULL,
+                                accum)
+             : exmy_qgemm(trans_a, trans_b, (size_t)m, (size_t)n, (size_t)k, alpha, a,
+                          (size_t)lda, pa, b, (size_t)ldb, pb, beta, c, (size_t)ldc, NULL)) != 0) {
+    fprintf(stderr, "%s failed (m=%d n=%d k=%d)\n", model ? "exmy_qgemm_accum" : "exmy_qgemm",
+            m, n, k);
     exit(1);
   }
   if (tq_spy) tq_spy(trans_a, trans_b, m, n, k, a, lda, pa, b, ldb, pb, c, ldc);

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lib/accum_core.h"
 #include "lib/exmy.h"
 
 enum { USE_FWD_X, USE_FWD_W, USE_DX_DY, USE_DX_W, USE_DW_DY, USE_DW_X, USES_PER_SITE };
@@ -45,6 +46,9 @@ typedef struct {
   exmy_operand_quant op[USES_PER_SITE];
   exmy_tensor_stats stats[USES_PER_SITE];
   tq_cache cache[SLOTS_PER_SITE];
+  /* how its GEMMs accumulate: float32 (group 0, calloc's zeros) unless the
+   * recipe's `accumulate` key names a model and an operand is quantized */
+  exmy_accum_model accum;
 } tq_site;
 
 /* Whether q's scales follow the reduction dimension K (MX, GROUP and NVFP4
@@ -69,11 +73,16 @@ extern bool tq_collect_stats;
 extern uint64_t tq_sr_counter;
 
 /* C = alpha op(A) op(B) + beta C (row-major, as cblas_sgemm) with A and B
- * rounded per qa / qb (NULL or !enabled: float32, the plain sgemm). */
+ * rounded per qa / qb (NULL or !enabled: float32, the plain sgemm), each dot
+ * product accumulated per `accum` (exmy_qgemm_accum; NULL or group 0: the
+ * float32 GEMM, exmy_qgemm), emin_a / emin_b included (model.c sets them
+ * to the formats of the site's operands: qa and qb are NULL for a cached
+ * operand).  The recipe's models have k_slice 0: cuBLASLt's split-K
+ * depends on the shape. */
 void tq_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
              const float *a, int lda, const exmy_operand_quant *qa,
              const float *b, int ldb, const exmy_operand_quant *qb,
-             float beta, float *c, int ldc);
+             float beta, float *c, int ldc, const exmy_accum_model *accum);
 
 /* The float32 GEMM under tq_gemm, for the whole process (the `gemm` key):
  * "exmy" (exmy_sgemm, the default) or "openblas" (cblas_sgemm: to compare

@@ -132,6 +132,13 @@ int recipe_from_config(recipe *r, const config *c, uint64_t seed, char *err, siz
     snprintf(err, errlen, "grad_format: unknown format '%s'", grad_format);
     return -1;
   }
+  if (exmy_accum_model_parse(config_str(c, "accumulate"), &r->accum)) {
+    snprintf(err, errlen, "accumulate: '%s' is not fp32, hopper, hopper-split or "
+             "group:N,bits:N,sum:N,round:trunc|nearest,promote:N,align:0|1,"
+             "align_to:product|inputs,kslice:N (a valid model)",
+             config_str(c, "accumulate"));
+    return -1;
+  }
   /* exmy or openblas: the key table (config.c) refuses anything else */
   snprintf(r->gemm, sizeof r->gemm, "%s", config_str(c, "gemm"));
   const char *moments = config_str(c, "moments");
@@ -190,6 +197,8 @@ tq_site *recipe_make_sites(const recipe *r, const model_config *mc) {
         }
       }
       q->stats = &sites[i].stats[u];
+      /* a site with a quantized operand accumulates as the recipe says */
+      if (q->enabled) sites[i].accum = r->accum;
     }
   }
   return sites;

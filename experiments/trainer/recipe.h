@@ -36,6 +36,8 @@ typedef struct {
   uint64_t hadamard_seed;
   /* the float32 GEMM under the products (the `gemm` key, tq_select_gemm) */
   char gemm[16];
+  /* how the quantized sites' GEMMs accumulate (the `accumulate` key) */
+  exmy_accum_model accum;
 } recipe;
 
 /* 0, or -1 with a message. */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cpu/exmy_cpu.h"
+#include "lib/accum_core.h"
 #include "experiments/trainer/config.h"
 #include "experiments/trainer/model.h"
 #include "experiments/trainer/recipe.h"
@@ -513,11 +514,111 @@ END_TEST
 START_TEST(test_msamp_grads_high_first_last) { round_grads_check(1); }
 END_TEST
 
+/* The `accumulate` key: parsed into the recipe and the quantized sites only;
+ * bad values refused; a layer's Y = X W^T under it equals exmy_accum_dot over
+ * the rounded operands, bit for bit, and differs from float32 accumulation;
+ * the loss changes. */
+static int make_recipe(recipe *r, const char *const *sets, char *err, size_t errlen) {
+  config c;
+  config_defaults(&c);
+  for (int i = 0; sets[i]; i++)
+    if (config_set_assignment(&c, sets[i], err, errlen)) return -1;
+  return recipe_from_config(r, &c, 1, err, errlen);
+}
+
+START_TEST(test_accumulate_key) {
+  char err[256];
+  recipe r;
+  const char *hop[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", "accumulate=hopper", NULL};
+  ck_assert_msg(make_recipe(&r, hop, err, sizeof err) == 0, "%s", err);
+  const exmy_accum_model hopper = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1, EXMY_ACCUM_ALIGN_INPUTS,
+                                   0, 0, 0};
+  ck_assert(!memcmp(&r.accum, &hopper, sizeof hopper));
+  const char *split[] = {"accumulate=group:32,bits:14,sum:14,round:trunc,promote:128", NULL};
+  ck_assert_msg(make_recipe(&r, split, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(r.accum.promote_every, 128);
+  const char *dflt[] = {NULL};
+  ck_assert_msg(make_recipe(&r, dflt, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(r.accum.group, EXMY_ACCUM_FP32);
+  const char *bad[][2] = {{"accumulate=fp16", NULL}, {"accumulate=group:33,promote:128", NULL},
+                          {"accumulate=bits:99", NULL}, {"accumulate=", NULL},
+                          {"accumulate=align_to:operands", NULL}};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    err[0] = 0;
+    ck_assert_msg(make_recipe(&r, bad[i], err, sizeof err) == -1, "%s accepted", bad[i][0]);
+    ck_assert_msg(strstr(err, "accumulate"), "message without the key: %s", err);
+  }
+
+  model_config c;
+  model_named_size("test", &c);
+  model m;
+  model_init(&m, &c, 5);
+  recipe rh, rf;
+  const char *fp32acc[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", NULL};
+  ck_assert_msg(make_recipe(&rh, hop, err, sizeof err) == 0, "%s", err);
+  ck_assert_msg(make_recipe(&rf, fp32acc, err, sizeof err) == 0, "%s", err);
+  tq_site *sh = recipe_make_sites(&rh, &c), *sf = recipe_make_sites(&rf, &c);
+  /* the linear sites accumulate as the recipe says; the unquantized ones
+   * (attention, LM head here) in float32 */
+  for (int i = 0; i < model_num_sites(&c); i++) {
+    const int kind = i % SITES_PER_LAYER;
+    const bool linear = i / SITES_PER_LAYER < c.n_layers && kind != SITE_ATT_QK &&
+                        kind != SITE_ATT_PV;
+    ck_assert_int_eq(sh[i].accum.group, linear ? 32 : EXMY_ACCUM_FP32);
+    ck_assert_int_eq(sf[i].accum.group, EXMY_ACCUM_FP32);
+  }
+  float lh, lf, *g = malloc(m.num_params * sizeof(float)), *gf = malloc(m.num_params * sizeof(float));
+  run_model(&m, sf, &lf, gf);
+  run_model(&m, sh, &lh, g); /* real activations in m.acts */
+
+  const int N = B * c.seq_len, C = c.dim, OC = c.hidden, l = 1;
+  const float *x = m.acts.ln2 + (size_t)l * N * C, *w = m.params.w1 + (size_t)l * OC * C;
+  float *yh = malloc(sizeof(float) * N * OC), *yf = malloc(sizeof(float) * N * OC);
+  linear_forward(yh, x, w, N, C, OC, &sh[l * SITES_PER_LAYER + SITE_W1]);
+  linear_forward(yf, x, w, N, C, OC, &sf[l * SITES_PER_LAYER + SITE_W1]);
+  float *xq = malloc(sizeof(float) * N * C), *wq = malloc(sizeof(float) * OC * C);
+  const exmy_operand_quant *qx = &sh[l * SITES_PER_LAYER + SITE_W1].op[USE_FWD_X];
+  const exmy_operand_quant *qw = &sh[l * SITES_PER_LAYER + SITE_W1].op[USE_FWD_W];
+  exmy_quantize_f32(&qx->format, &qx->round, x, xq, (size_t)N * C);
+  exmy_quantize_f32(&qw->format, &qw->round, w, wq, (size_t)OC * C);
+  /* the GEMM counts the subnormals of X's and W's format, E4M3, at its emin */
+  exmy_accum_model hopper_e4m3 = hopper;
+  hopper_e4m3.emin_a = hopper_e4m3.emin_b = -6;
+  long differ = 0;
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < OC; j++) {
+      const float want = exmy_accum_dot(&hopper_e4m3, xq + (size_t)i * C, 1, wq + (size_t)j * C, 1, C);
+      ck_assert_msg(!memcmp(&want, &yh[(size_t)i * OC + j], sizeof want),
+                    "Y[%d][%d] = %.9g, exmy_accum_dot %.9g", i, j, yh[(size_t)i * OC + j], want);
+      differ += yh[(size_t)i * OC + j] != yf[(size_t)i * OC + j];
+    }
+  ck_assert_msg(differ > 0, "hopper and float32 accumulation gave the same Y");
+  /* a subnormal E4M3 input counts at E4M3's emin, -6: with X = (2^-9, 2^-9, 0, ...)
+   * and W = (256, 2^-4, 0, ...) the group aligns at 2^(-6 + 8), and 14 bits from
+   * there drop the product 2^-13; aligned at 2^(-9 + 8) (float32's emin) they
+   * would keep it */
+  float xs[32] = {0}, ws[32] = {0}, ys;
+  xs[0] = xs[1] = 0x1p-9f, ws[0] = 256.0f, ws[1] = 0x1p-4f;
+  linear_forward(&ys, xs, ws, 1, 32, 1, &sh[l * SITES_PER_LAYER + SITE_W1]);
+  ck_assert_msg(ys == 0.5f, "Y = %.9g, want 0.5 (2^-13 dropped: E4M3's emin)", ys);
+  size_t gdiffer = 0;
+  for (size_t i = 0; i < m.num_params; i++) gdiffer += g[i] != gf[i];
+  ck_assert_msg(gdiffer > 0, "accumulate=hopper changed no gradient");
+  printf("accumulate=hopper: l%d.w1 Y = exmy_accum_dot bit for bit, %ld of %d elements differ "
+         "from float32 accumulation; %zu of %zu gradients differ; loss %.9g (fp32 accumulation "
+         "%.9g)\n", l, differ, N * OC, gdiffer, m.num_params, lh, lf);
+  recipe_free_sites(sh, model_num_sites(&c));
+  recipe_free_sites(sf, model_num_sites(&c));
+  model_free(&m);
+  free(g), free(gf), free(yh), free(yf), free(xq), free(wq);
+}
+END_TEST
+
 int main(void) {
   const TTest *const tests[] = {test_fp32_recipe_is_unquantized_path, test_spy_e8m3, test_spy_bf16,
                                 test_spy_fp8_current, test_spy_mxfp4, test_spy_nvfp4,
                                 test_spy_fp8_deepseek,
                                 test_msamp_grads_rounded,
-                                test_msamp_grads_high_first_last, NULL};
+                                test_msamp_grads_high_first_last, test_accumulate_key, NULL};
   return run_suite(suite_of("recipes", 60, tests), false);
 }

@@ -3,7 +3,7 @@
  * products under many models; and two properties against the exact sum:
  * wide enough, the model is the exact sum rounded once per promotion; with
  * truncation, it never exceeds the exact sum in magnitude for same-sign
- * products. */
+ * products.  And the models' names (lib/accum.c). */
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -247,8 +247,72 @@ START_TEST(test_truncation_never_exceeds_exact) {
 }
 END_TEST
 
+/* The names of lib/accum.c: the named models' fields (the calibrated H100
+ * model), explicit keys over hopper's defaults, every malformed text refused
+ * without touching *out, and format -> parse giving the same model back;
+ * exmy_accum_operand_emin. */
+START_TEST(test_model_names) {
+  enum { IN = EXMY_ACCUM_ALIGN_INPUTS, TR = EXMY_ACCUM_TRUNCATE };
+  static const struct {
+    const char *text;
+    exmy_accum_model want;
+  } good[] = {
+      {"fp32", {EXMY_ACCUM_FP32, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+      {"hopper", {32, 14, 14, TR, 0, 1, IN, 0, 0, 0}},
+      {"hopper-split", {32, 14, 14, TR, 128, 1, IN, 0, 0, 0}},
+      {"group:32,bits:14,sum:14,round:trunc,promote:128", {32, 14, 14, TR, 128, 1, IN, 0, 0, 0}},
+      {"sum:22,round:nearest", {32, 14, 22, EXMY_ACCUM_NEAREST_EVEN, 0, 1, IN, 0, 0, 0}},
+      {"align:0,group:16,promote:64,bits:25", {16, 25, 14, TR, 64, 0, IN, 0, 0, 0}},
+      {"align_to:product", {32, 14, 14, TR, 0, 1, EXMY_ACCUM_ALIGN_PRODUCT, 0, 0, 0}},
+      {"align_to:product,bits:54", {32, 54, 14, TR, 0, 1, EXMY_ACCUM_ALIGN_PRODUCT, 0, 0, 0}},
+      {"kslice:2816,promote:128", {32, 14, 14, TR, 128, 1, IN, 0, 0, 2816}},
+      {"kslice:0", {32, 14, 14, TR, 0, 1, IN, 0, 0, 0}},
+  };
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+    exmy_accum_model m;
+    memset(&m, 0x55, sizeof m);
+    ck_assert_msg(exmy_accum_model_parse(good[i].text, &m) == 0, "%s refused", good[i].text);
+    ck_assert_msg(!memcmp(&m, &good[i].want, sizeof m), "%s: wrong model", good[i].text);
+    char buf[128];
+    exmy_accum_model back;
+    ck_assert_int_eq(exmy_accum_model_format(&m, buf, sizeof buf), 0);
+    ck_assert_msg(exmy_accum_model_parse(buf, &back) == 0 && !memcmp(&m, &back, sizeof m),
+                  "%s formats as %s, which does not parse back", good[i].text, buf);
+  }
+  static const char *bad[] = {
+      "", "fp16", "Hopper", "group", "group:", "group:-1", "group:0", "group:300", "bits:0",
+      "bits:54", "sum:63", "round:up", "promote:100", "promote:48,group:32", "align:2",
+      "group:32,", ",group:32", "group:32,group:16", "group:32;bits:14", "group: 32", "bits:1x",
+      "size:4", "group:9999999", "align_to:sum", "align_to:1", "align_to:operands",
+      "align:inputs", "kslice:48", "kslice:-32", "kslice:64,promote:128", "kslice:", "emin:-6",
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    exmy_accum_model m = {7, 7, 7, 7, 7, 7, 7, 7, 7, 7};
+    ck_assert_msg(exmy_accum_model_parse(bad[i], &m) == -1, "'%s' accepted", bad[i]);
+    ck_assert_int_eq(m.group, 7);
+  }
+  ck_assert_int_eq(exmy_accum_model_parse(NULL, &(exmy_accum_model){0}), -1);
+  char tiny[8];
+  const exmy_accum_model hopper = {32, 14, 14, TR, 0, 1, IN, 0, 0, 0};
+  ck_assert_int_eq(exmy_accum_model_format(&hopper, tiny, sizeof tiny), -1);
+
+  /* a format's emin where the operand is rounded into it unscaled, float32's otherwise */
+  exmy_operand_quant q = {0};
+  ck_assert_int_eq(exmy_accum_operand_emin(NULL), -126);
+  ck_assert_int_eq(exmy_format_parse("float8_e4m3fn", &q.format), 0);
+  ck_assert_int_eq(exmy_accum_operand_emin(&q), -126); /* not enabled */
+  q.enabled = true;
+  ck_assert_int_eq(exmy_accum_operand_emin(&q), -6);
+  ck_assert_int_eq(exmy_format_parse("float8_e5m2", &q.format), 0);
+  ck_assert_int_eq(exmy_accum_operand_emin(&q), -14);
+  q.scaling.kind = EXMY_SCALING_TENSOR;
+  ck_assert_int_eq(exmy_accum_operand_emin(&q), -126);
+}
+END_TEST
+
 int main(void) {
-  const TTest *tests[] = {test_model_check, test_core_matches_oracle, test_fp32_and_nonfinite,
-                          test_wide_model_is_exact, test_truncation_never_exceeds_exact, NULL};
+  const TTest *tests[] = {test_model_names, test_model_check, test_core_matches_oracle,
+                          test_fp32_and_nonfinite, test_wide_model_is_exact,
+                          test_truncation_never_exceeds_exact, NULL};
   return run_suite(suite_of("accum", 300, tests), true);
 }

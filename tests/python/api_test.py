@@ -195,6 +195,71 @@ mse = float(np.mean((v.astype(np.float64) - q) ** 2))
 T.check(math.isclose(s["mse"], mse, rel_tol=1e-9), f"stats mse {s['mse']} vs numpy {mse}")
 T.check(s["scale"] == exmy.scale_from_amax("e4m3", s["amax"]), "stats scale")
 
+# ---- accumulation models and qgemm_accum on the CPU
+hop = exmy.AccumModel("hopper")
+T.check((hop.group, hop.product_bits, hop.sum_bits, hop.round, hop.promote_every, hop.align_sum,
+         hop.align_to, hop.k_slice) == (32, 14, 14, "trunc", 0, 1, "inputs", 0),
+        f"AccumModel('hopper'): {hop!r}")
+T.check(exmy.AccumModel("hopper-split") == exmy.AccumModel(promote_every=128) and
+        str(exmy.AccumModel("fp32")) == "fp32" and exmy.AccumModel(group=0) == exmy.AccumModel("fp32"),
+        "AccumModel names and fields agree")
+T.check(exmy.AccumModel("align_to:product").align_to == "product" and
+        exmy.AccumModel(align_to="product") == exmy.AccumModel("align_to:product"),
+        "AccumModel align_to")
+T.check(exmy.AccumModel("kslice:2816,promote:128").k_slice == 2816 and
+        exmy.AccumModel(k_slice=2816, promote_every=128) == exmy.AccumModel("kslice:2816,promote:128"),
+        "AccumModel k_slice")
+for text in ("hopper", "hopper-split", "group:16,bits:25,sum:22,round:nearest,promote:64,align:0",
+             "group:32,bits:13,align_to:product", "kslice:256,promote:128"):
+    T.check(exmy.AccumModel(str(exmy.AccumModel(text))) == exmy.AccumModel(text), f"str round trip {text}")
+for bad in ("fp16", "group:33,promote:128", "bits:0", "round:up", "", "align_to:operands",
+            "kslice:48"):
+    T.raises(ValueError, lambda: exmy.AccumModel(bad), f"AccumModel({bad!r})")
+T.raises(ValueError, lambda: exmy.AccumModel(round="up"), "AccumModel(round='up')")
+T.raises(ValueError, lambda: exmy.AccumModel(group=-1), "AccumModel(group=-1)")
+T.raises(TypeError, lambda: exmy.AccumModel(3), "AccumModel(3)")
+
+ar = np.random.default_rng(7)
+qa = exmy.quantize(ar.uniform(-2, 2, (9, 200)).astype(np.float32), "e4m3")
+qb = exmy.quantize(ar.uniform(-2, 2, (200, 11)).astype(np.float32), "e5m2")
+# the products of E4M3 and E5M2 values and their sums over 200 terms are exact in
+# float64 (exponents within 2^-25 .. 2^17): a model wide enough to be exact
+# (one product per group, 54 and 62 bits) is that sum rounded once to float32
+exact64 = qa.astype(np.float64) @ qb.astype(np.float64)
+wide = exmy.AccumModel(group=1, product_bits=54, sum_bits=62, round="nearest",
+                       align_to="product")
+T.check(same_bits(exmy.qgemm_accum(qa, qb, wide), exact64.astype(np.float32)) == 0,
+        "qgemm_accum: a wide model is the exact sum rounded once")
+hc = exmy.qgemm_accum(np.abs(qa), np.abs(qb), "hopper")
+ex = np.abs(qa).astype(np.float64) @ np.abs(qb).astype(np.float64)
+rel = (ex - hc) / ex
+T.check(rel.min() >= 0 and 0 < rel.max() < 2.0 ** -8, f"hopper truncates, below the exact sum "
+        f"by at most 2^-8 relative: {rel.min():.3g} .. {rel.max():.3g}")
+c = exmy.qgemm_accum(qa, qb, "hopper-split")
+T.check(same_bits(exmy.qgemm_accum(np.ascontiguousarray(qa.T), np.ascontiguousarray(qb.T),
+                                   "hopper-split", trans_a=True, trans_b=True), c) == 0 and
+        c.shape == (9, 11) and c.dtype == np.float32, "qgemm_accum: transposes")
+tc = exmy.qgemm_accum(torch.from_numpy(qa), torch.from_numpy(qb), "hopper-split")
+T.check(isinstance(tc, torch.Tensor) and same_bits(tc.numpy(), c) == 0, "qgemm_accum: torch CPU")
+out = np.empty((9, 11), np.float32)
+T.check(exmy.qgemm_accum(qa, qb, "hopper-split", out=out) is out and same_bits(out, c) == 0,
+        "qgemm_accum: out=")
+T.check(exmy.qgemm_accum(qa[:, :0].copy(), qb[:0].copy(), "hopper").tolist() == [[0.0] * 11] * 9,
+        "qgemm_accum: k = 0 gives zeros")
+T.raises(ValueError, lambda: exmy.qgemm_accum(qa, qa, "hopper"), "qgemm_accum: k mismatch")
+T.raises(ValueError, lambda: exmy.qgemm_accum(qa[0].copy(), qb, "hopper"), "qgemm_accum: 1-D")
+T.raises(ValueError, lambda: exmy.qgemm_accum(qa, qb, "nope"), "qgemm_accum: bad model")
+T.raises(TypeError, lambda: exmy.qgemm_accum(qa.astype(np.float64), qb), "qgemm_accum: float64")
+# the formats place a subnormal input: 2^-7 is an E4M3 subnormal, so under hopper its product
+# with 1.75 aligns at 2^-6 (E4M3's emin) + 2^0, not at 2^-7, and 14 bits from there drop the
+# second product, 2^-9 * 2^-11 = 2^-20; as a float32 value (fmt None) 2^-7 is normal and the
+# 14 bits from 2^-7 keep it
+sa = np.array([[2.0 ** -7, 2.0 ** -9]], np.float32)
+sb = np.array([[1.75], [2.0 ** -11]], np.float32)
+T.check(exmy.qgemm_accum(sa, sb, "hopper")[0, 0] == 1.75 * 2 ** -7 + 2 ** -20 and
+        exmy.qgemm_accum(sa, sb, "hopper", fmt_a="e4m3", fmt_b="e5m2")[0, 0] == 1.75 * 2 ** -7,
+        "qgemm_accum: fmt_a / fmt_b give the inputs' emin")
+
 # ---- exmy.torch is imported on first use
 import exmy.torch as xt  # noqa: E402
 T.check(exmy.torch is xt and hasattr(xt, "QuantLinear"), "exmy.torch")

@@ -333,6 +333,17 @@ for recipe in ("e8m3", "e8m3-sr", "bf16", "mxfp8", "fp8-te", "fp8-current"):
     report(not bad, f"QuantLinear({recipe}) on CUDA == CPU, forward and backward, {STEPS} steps"
            + ("" if not bad else "; " + "; ".join(bad[:3])))
 
+# ---- qgemm_accum: exmy_cuda_qgemm_accum == exmy_qgemm_accum, bit for bit
+ga = exmy.quantize(rng.uniform(-3, 3, (40, 300)).astype(np.float32), "e4m3")
+gb = exmy.quantize(rng.uniform(-3, 3, (300, 24)).astype(np.float32), "e5m2")
+for model in ("fp32", "hopper", "hopper-split", "group:16,bits:20,sum:22,round:nearest,align:0",
+              "kslice:64,promote:32"):
+    want = exmy.qgemm_accum(ga, gb, model, fmt_a="e4m3", fmt_b="e5m2")
+    got = exmy.qgemm_accum(torch.from_numpy(ga).to(dev), torch.from_numpy(gb).to(dev), model,
+                           fmt_a="e4m3", fmt_b="e5m2")
+    report(got.device == dev and same_bits(got.cpu().numpy(), want) == 0,
+           f"qgemm_accum({model}) on CUDA == CPU")
+
 if torch.cuda.device_count() > 1:
     d1 = torch.device("cuda", 1)
     x = dense_inputs("e4m3", rng, cpu_decode)

@@ -91,6 +91,8 @@ with tempfile.TemporaryDirectory() as tmp:
         "bad_moment_format": "moments = coat\nmoment1_format = e9m3\n",
         "bad_grad_format": "grad_format = e99\n",
         "bad_high": "high_format = e9m3\n",
+        "bad_accumulate": "accumulate = group:33,promote:128\n",
+        "ok_accumulate": "format_w = e4m3\naccumulate = hopper-split\n",
     }
     for name, text in cases.items():
         path = os.path.join(tmp, name + ".cfg")

@@ -8,6 +8,7 @@ low-bit floating-point format, bit-exactly as the C library lib/exmy.h.
     y = exmy.quantize_scaled(x, "e4m3", scaling="mx")   # OCP MX blocks of 32
     exmy.stats(x, "e4m3", scaling="tensor")       # {"amax": ..., "sqnr_db": ...}
     exmy.Format("e4m3").max                       # 448.0
+    c = exmy.qgemm_accum(a, b, "hopper")          # a @ b, Hopper's FP8 accumulator
 
     import exmy.torch                             # PyTorch: autograd and layers
     exmy.torch.fake_quant(x, "e4m3")              # straight-through gradient
@@ -27,13 +28,13 @@ semantics (rounding modes, saturation, subnormal flushing, stochastic
 rounding's Philox stream, scaling recipes, statistics).
 """
 from . import recipe
-from ._core import (ROUNDINGS, DelayedState, Format, decode, encode, mx_decode, mx_encode,
-                    quantize, quantize_scaled, scale_from_amax, stats)
+from ._core import (ROUNDINGS, AccumModel, DelayedState, Format, decode, encode, mx_decode,
+                    mx_encode, qgemm_accum, quantize, quantize_scaled, scale_from_amax, stats)
 from ._lib import path as library_path
 
 __all__ = ["Format", "quantize", "encode", "decode", "quantize_scaled", "stats", "mx_encode",
            "mx_decode", "DelayedState", "scale_from_amax", "ROUNDINGS", "recipe", "library_path",
-           "cuda_library_path"]
+           "cuda_library_path", "AccumModel", "qgemm_accum"]
 __version__ = "0.1.0"
 
 

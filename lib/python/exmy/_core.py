@@ -753,3 +753,150 @@ def scale_from_amax(fmt, amax, margin=0, pow2=False):
     f = _format(fmt)
     return lib.exmy_scale_from_amax(ctypes.byref(f._c), float(amax), operator.index(margin),
                                     _flag(pow2, "pow2"))
+
+
+# ------------------------------------------------------ accumulation models
+
+class AccumModel:
+    """How a GEMM accumulates its dot products (lib/accum_core.h): a name of
+    lib/exmy.h's exmy_accum_model_parse, "fp32" (float32, in order along K),
+    "hopper" (groups of 32 products aligned to their largest exponent with
+    the running sum, 14 bits kept of each product and of the sum,
+    truncation, no promotion) or "hopper-split" (the same, promoted to
+    float32 every 128 products), or keys over hopper's defaults,
+    "group:32,bits:14,sum:14,round:trunc,promote:128,align:1,align_to:inputs,kslice:0";
+    or fields:
+
+        AccumModel(group=32, product_bits=14, sum_bits=14, round="trunc",
+                   promote_every=0, align_sum=1, align_to="inputs", k_slice=0)
+
+    hopper and hopper-split are the H100's cuBLASLt FP8 GEMM with and
+    without fast accumulation, calibrated bit for bit (cuda/NOTES.md).
+    align_to "inputs": a product's exponent for the alignment is the sum of
+    its inputs' exponents, a subnormal input's its format's emin (qgemm_accum
+    takes the formats); "product": its own (lib/accum_core.h).  k_slice: K
+    split into slices of that many products reduced in float32, as cuBLASLt
+    chooses per shape (none up to K = 4096 at 64 x 64; 2816 at K = 16384).
+
+    group 0 is float32 accumulation.  str(model) is its keys (or "fp32"),
+    which parse back to it.  Invalid models are a ValueError.
+    """
+
+    __slots__ = ("_c",)
+
+    def __init__(self, text=None, *, group=32, product_bits=14, sum_bits=14, round="trunc",
+                 promote_every=0, align_sum=1, align_to="inputs", k_slice=0):
+        if isinstance(text, AccumModel):
+            self._c = text._c
+            return
+        c = _lib.AccumModel()
+        if text is not None:
+            if not isinstance(text, str):
+                raise TypeError(f"exmy.AccumModel: expected a model name, got {type(text).__name__}")
+            if lib.exmy_accum_model_parse(text.encode(), ctypes.byref(c)) != 0:
+                raise ValueError(f"exmy: '{text}' is not an accumulation model (fp32, hopper, "
+                                 "hopper-split, or keys group:,bits:,sum:,round:,promote:,align:,"
+                                 "align_to:,kslice:)")
+        else:
+            if round not in ("trunc", "nearest"):
+                raise ValueError(f"exmy: round must be 'trunc' or 'nearest', got {round!r}")
+            if align_to not in ("product", "inputs"):
+                raise ValueError(f"exmy: align_to must be 'product' or 'inputs', got {align_to!r}")
+            try:
+                fields = [operator.index(v) for v in (group, product_bits, sum_bits,
+                                                      promote_every, align_sum, k_slice)]
+            except TypeError:
+                raise TypeError("exmy.AccumModel: the fields must be integers") from None
+            text = ("fp32" if fields[0] == 0 else
+                    "group:%d,bits:%d,sum:%d,round:%s,promote:%d,align:%d,align_to:%s,kslice:%d" %
+                    (fields[0], fields[1], fields[2], round, fields[3], fields[4], align_to,
+                     fields[5]))
+            if any(not 0 <= v < 1 << 20 for v in fields) or \
+                    lib.exmy_accum_model_parse(text.encode(), ctypes.byref(c)) != 0:
+                raise ValueError(f"exmy: invalid accumulation model ({text})")
+        self._c = c
+
+    group = property(lambda self: self._c.group)
+    product_bits = property(lambda self: self._c.product_bits)
+    sum_bits = property(lambda self: self._c.sum_bits)
+    round = property(lambda self: "nearest" if self._c.round else "trunc")
+    promote_every = property(lambda self: self._c.promote_every)
+    align_sum = property(lambda self: self._c.align_sum)
+    align_to = property(lambda self: "inputs" if self._c.align_exp else "product")
+    k_slice = property(lambda self: self._c.k_slice)
+
+    def __str__(self):
+        buf = ctypes.create_string_buffer(128)
+        lib.exmy_accum_model_format(ctypes.byref(self._c), buf, len(buf))
+        return buf.value.decode()
+
+    def __repr__(self):
+        return f"exmy.AccumModel('{self}')"
+
+    def __eq__(self, other):
+        return isinstance(other, AccumModel) and str(self) == str(other)
+
+    def __hash__(self):
+        return hash(str(self))
+
+
+_cuda_gemm = {}  # device index -> exmy_cuda_gemm (its workspaces), kept for the process
+
+
+def qgemm_accum(a, b, model="fp32", trans_a=False, trans_b=False, out=None, fmt_a=None,
+                fmt_b=None):
+    """C = op(a) @ op(b), every dot product accumulated as `model` says
+    (AccumModel or its text), as float32: exmy_qgemm_accum on the CPU and
+    exmy_cuda_qgemm_accum on a CUDA device, bit-identical.  The operands are
+    used as they are (round them first with quantize / quantize_scaled).
+    fmt_a, fmt_b: the formats op(a)'s and op(b)'s values are in (Format or
+      name; None: float32), whose smallest normal exponents a model aligned
+      by its inputs' exponents counts their subnormals with (emin_a /
+      emin_b; the H100's FP8 GEMM does so).  Values rounded with a scale
+      (quantize_scaled) are not in the format: leave it None.
+
+    a, b: 2-D float32 numpy arrays or torch tensors on the CPU or one CUDA
+      device; op(a) = a.T if trans_a (a is k x m), else a (m x k); op(b) =
+      b.T if trans_b (b is n x k), else b (k x n).
+    out: optional m x n output of the same type and device (not overlapping
+      a or b).
+    """
+    m_ = AccumModel(model)
+    c_model = _lib.AccumModel.from_buffer_copy(m_._c)
+    c_model.emin_a = -126 if fmt_a is None else _format(fmt_a)._c.emin
+    c_model.emin_b = -126 if fmt_b is None else _format(fmt_b)._c.emin
+    x = _wrap(a, "a", "float32")
+    y = _wrap(b, "b", "float32")
+    if len(x.shape) != 2 or len(y.shape) != 2:
+        raise ValueError(f"exmy: a and b must be 2-D, got shapes {x.shape} and {y.shape}")
+    if (x.kind == "numpy") != (y.kind == "numpy") or \
+            (x.kind != "numpy" and x.obj.device != y.obj.device):
+        raise ValueError("exmy: a and b must be of one type on one device")
+    m, k = x.shape[::-1] if trans_a else x.shape
+    k2, n = y.shape[::-1] if trans_b else y.shape
+    if k != k2:
+        raise ValueError(f"exmy: op(a) is {m} x {k} but op(b) is {k2} x {n}")
+    c = _output(out, x, "float32", shape=(m, n))
+    if c.nbytes and y.nbytes and y.ptr < c.ptr + c.nbytes and c.ptr < y.ptr + y.nbytes:
+        raise ValueError("exmy: out overlaps b")
+    if k > 2 ** 31 - 1:
+        raise ValueError("exmy: k must be below 2^31")
+    lda, ldb = x.shape[1], y.shape[1]
+    if not (m and n):
+        return c.obj
+    if x.on_cuda:
+        import torch
+        dev = x.obj.device.index if x.obj.device.index is not None else torch.cuda.current_device()
+        if dev not in _cuda_gemm:
+            with torch.cuda.device(dev):
+                g = _cuda.lib().exmy_cuda_gemm_new()
+            if not g:
+                raise RuntimeError("exmy: exmy_cuda_gemm_new failed (is cuBLAS there?)")
+            _cuda_gemm[dev] = g
+        _cuda_run(x, "exmy_cuda_qgemm_accum", _cuda_gemm[dev], bool(trans_a), bool(trans_b), m, n,
+                  k, 1.0, x.ptr, lda, None, y.ptr, ldb, None, 0.0, c.ptr, n, None,
+                  ctypes.byref(c_model))
+    elif lib.exmy_qgemm_accum(bool(trans_a), bool(trans_b), m, n, k, 1.0, x.ptr, lda, None, y.ptr,
+                              ldb, None, 0.0, c.ptr, n, None, ctypes.byref(c_model)) != 0:
+        raise MemoryError("exmy: exmy_qgemm_accum failed (out of memory)")
+    return c.obj

@@ -11,7 +11,7 @@ which is why every call runs under torch.cuda.device(tensor.device).
 import ctypes
 
 from . import _lib
-from ._lib import P, c_bool, c_int, c_size_t, c_void_p
+from ._lib import P, c_bool, c_float, c_int, c_size_t, c_void_p
 
 cudaError_t = c_int
 PROTOTYPES = {
@@ -46,6 +46,11 @@ PROTOTYPES = {
     "exmy_cuda_quantize_group_scaled_f32": (cudaError_t, [P(_lib.Format), P(_lib.RoundingOpts),
                                                           c_int, c_int, c_bool, c_bool, c_void_p,
                                                           c_void_p, c_size_t, c_size_t, c_void_p]),
+    "exmy_cuda_gemm_new": (c_void_p, []),
+    "exmy_cuda_qgemm_accum": (cudaError_t, [c_void_p, c_bool, c_bool, c_size_t, c_size_t,
+                                            c_size_t, c_float, c_void_p, c_size_t, c_void_p,
+                                            c_void_p, c_size_t, c_void_p, c_float, c_void_p,
+                                            c_size_t, c_void_p, P(_lib.AccumModel), c_void_p]),
 }
 
 _state = {}

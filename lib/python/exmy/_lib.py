@@ -66,6 +66,12 @@ class OperandQuant(ctypes.Structure):
                 ("stats", ctypes.POINTER(TensorStats))]
 
 
+class AccumModel(ctypes.Structure):
+    _fields_ = [("group", c_int), ("product_bits", c_int), ("sum_bits", c_int), ("round", c_int),
+                ("promote_every", c_int), ("align_sum", c_int), ("align_exp", c_int),
+                ("emin_a", c_int), ("emin_b", c_int), ("k_slice", c_int)]
+
+
 P = ctypes.POINTER
 PROTOTYPES = {
     "exmy_format_parse": (c_int, [ctypes.c_char_p, P(Format)]),
@@ -90,6 +96,11 @@ PROTOTYPES = {
     "exmy_qgemm": (c_int, [c_bool, c_bool, c_size_t, c_size_t, c_size_t, c_float, c_void_p,
                            c_size_t, P(OperandQuant), c_void_p, c_size_t, P(OperandQuant),
                            c_float, c_void_p, c_size_t, P(OperandQuant)]),
+    "exmy_qgemm_accum": (c_int, [c_bool, c_bool, c_size_t, c_size_t, c_size_t, c_float, c_void_p,
+                                 c_size_t, P(OperandQuant), c_void_p, c_size_t, P(OperandQuant),
+                                 c_float, c_void_p, c_size_t, P(OperandQuant), P(AccumModel)]),
+    "exmy_accum_model_parse": (c_int, [ctypes.c_char_p, P(AccumModel)]),
+    "exmy_accum_model_format": (c_int, [P(AccumModel), ctypes.c_char_p, c_size_t]),
 }
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))

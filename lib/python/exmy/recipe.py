@@ -42,10 +42,14 @@ RECIPE_DEFAULTS = {
     "amax_history": "16",
     "pow2_scale": "0",
     "mx_block": "32",
+    "weight_block_rows": "1",
+    "wgrad_hadamard": "0",
+    "hadamard_seed": "1",
     "quant_attention": "0",
     "quant_lm_head": "0",
     "high_precision_first_last": "0",
     "high_format": "fp32",
+    "accumulate": "fp32",
     "grad_format": "fp32",
     "moments": "fp32",
     "moment1_format": "e4m3",
@@ -127,7 +131,8 @@ class Recipe:
     """A precision recipe: Recipe.load("e8m3"), Recipe.load("path/to.cfg"),
     or Recipe.from_text("format_w = e4m3\\n...").  Attributes: values (every
     recipe key, resolved), name, amax_history, quant_attention,
-    quant_lm_head, high_precision_first_last, grad_format, moments, ... and
+    quant_lm_head, high_precision_first_last, accumulate (an AccumModel),
+    grad_format, moments, ... and
     operands(seed, high=False) -> {"w": Operand, "a": ..., "g": ...}.
     ValueError (with the file and line) on what recipe_from_config rejects."""
 
@@ -155,6 +160,11 @@ class Recipe:
         self._ints = ints
         self.operands(0)  # validates formats, roundings and scaling, as recipe_from_config
         self.operands(0, high=True)
+        try:
+            self.accumulate = _core.AccumModel(v["accumulate"])
+        except ValueError:
+            raise ValueError(f"{source}: accumulate: '{v['accumulate']}' is not an accumulation "
+                             "model") from None
         self.grad_format = None if _is_fp32(v["grad_format"]) else self._format(
             v["grad_format"], "grad_format")
         self.moments = v["moments"]

@@ -6,7 +6,11 @@
  *    with identical statistics counts;
  *  - the model: on the first step the quantized weights every GEMM reads are
  *    bit-identical (e8m3 rne and sr), and loss and gradients agree with the
- *    CPU (fp32 recipe: 1e-5 relative; quantized: 1e-4 on the loss). */
+ *    CPU (fp32 recipe: 1e-5 relative; quantized: 1e-4 on the loss);
+ *  - the `accumulate` models: a linear site's three GEMMs (Y = X W^T,
+ *    dX = dY W, dW += dY^T X) bit-identical to the CPU's (exmy_qgemm_accum),
+ *    and a model step with them (attention quantized too) within the
+ *    quantized recipes' bounds. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -552,9 +556,109 @@ START_TEST(msamp_grads_match_cpu) {
 }
 END_TEST
 
+/* ------------------------------------------- the accumulate key's models */
+
+START_TEST(accumulate_gemms_bit_identical) {
+  static const char *const models[] = {"hopper", "hopper-split",
+                                        "group:16,bits:20,sum:22,round:nearest,align:0"};
+  for (size_t mi = 0; mi < sizeof models / sizeof *models; mi++) {
+    char acc[96];
+    snprintf(acc, sizeof acc, "accumulate=%s", models[mi]);
+    const char *sets[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", "scaling=delayed",
+                          "saturate=1", acc, NULL};
+    recipe rc;
+    make_recipe(&rc, sets);
+    model_config mc;
+    ck_assert(!model_named_size("test", &mc));
+    const int n_sites = model_num_sites(&mc);
+    tq_site *cpu = recipe_make_sites(&rc, &mc), *gsites = recipe_make_sites(&rc, &mc);
+    gtq_ctx *g = gtq_new(gsites, n_sites, 0);
+    const int site = SITE_W1, N = 96, C = 300, OC = 72;
+    ck_assert(!gtq_site_bf16(g, site)); /* accumulation models read float32 */
+    float *x = malloc(sizeof(float) * N * C), *w = malloc(sizeof(float) * OC * C),
+          *dy = malloc(sizeof(float) * N * OC);
+    float *y = malloc(sizeof(float) * N * OC), *dx = malloc(sizeof(float) * N * C),
+          *dw = malloc(sizeof(float) * OC * C), *got = malloc(sizeof(float) * N * C);
+    size_t bad = 0, total = 0;
+    for (int step = 0; step < 2; step++) {
+      fill(x, (size_t)N * C, 4.0);
+      fill(w, (size_t)OC * C, 0.1);
+      fill(dy, (size_t)N * OC, 1e-3);
+      for (size_t i = 0; i < (size_t)N * C; i++) dx[i] = (float)urand();
+      for (size_t i = 0; i < (size_t)OC * C; i++) dw[i] = (float)urand();
+      float *d_x = dev_from(x, sizeof(float) * N * C), *d_w = dev_from(w, sizeof(float) * OC * C),
+            *d_dy = dev_from(dy, sizeof(float) * N * OC), *d_y = dev_alloc(sizeof(float) * N * OC),
+            *d_dx = dev_from(dx, sizeof(float) * N * C), *d_dw = dev_from(dw, sizeof(float) * OC * C);
+      tq_sr_counter = 0;
+      tq_collect_stats = false;
+      gtq_begin_step(g, 0, false);
+      /* the CPU: as linear_forward / linear_backward (dX with beta 0.5) */
+      int lx = C, lw = C, ldy = OC, lw2 = C, ldy2 = OC, lx2 = C;
+      const exmy_operand_quant *q1, *q2, *q3, *q4, *q5, *q6;
+      const float *cx = tq_operand_for_gemm(&cpu[site], USE_FWD_X, SLOT_X, true, x, &lx, N, C, &q1);
+      const float *cw = tq_operand_for_gemm(&cpu[site], USE_FWD_W, SLOT_W, true, w, &lw, OC, C, &q2);
+      tq_gemm(false, true, N, OC, C, 1.0f, cx, lx, q1, cw, lw, q2, 0.0f, y, OC, &cpu[site].accum);
+      const float *cdy = tq_operand_for_gemm(&cpu[site], USE_DX_DY, SLOT_DY, true, dy, &ldy, N, OC, &q3);
+      const float *cw2 = tq_operand_for_gemm(&cpu[site], USE_DX_W, SLOT_W, false, w, &lw2, OC, C, &q4);
+      tq_gemm(false, false, N, C, OC, 1.0f, cdy, ldy, q3, cw2, lw2, q4, 0.5f, dx, C, &cpu[site].accum);
+      const float *cdy2 = tq_operand_for_gemm(&cpu[site], USE_DW_DY, SLOT_DY, false, dy, &ldy2, N, OC, &q5);
+      const float *cx2 = tq_operand_for_gemm(&cpu[site], USE_DW_X, SLOT_X, false, x, &lx2, N, C, &q6);
+      tq_gemm(true, false, OC, C, N, 1.0f, cdy2, ldy2, q5, cx2, lx2, q6, 1.0f, dw, C, &cpu[site].accum);
+      /* the GPU */
+      gtq_operand gx = gtq_operand_for_gemm(g, site, USE_FWD_X, SLOT_X, true, d_x, C, N, C);
+      gtq_operand gw = gtq_operand_for_gemm(g, site, USE_FWD_W, SLOT_W, true, d_w, C, OC, C);
+      gtq_gemm(g, false, true, N, OC, C, 1.0f, gx, gw, 0.0f, d_y, OC);
+      gtq_operand gdy = gtq_operand_for_gemm(g, site, USE_DX_DY, SLOT_DY, true, d_dy, OC, N, OC);
+      gtq_operand gw2 = gtq_operand_for_gemm(g, site, USE_DX_W, SLOT_W, false, d_w, C, OC, C);
+      gtq_gemm(g, false, false, N, C, OC, 1.0f, gdy, gw2, 0.5f, d_dx, C);
+      gtq_operand gdy2 = gtq_operand_for_gemm(g, site, USE_DW_DY, SLOT_DY, false, d_dy, OC, N, OC);
+      gtq_operand gx2 = gtq_operand_for_gemm(g, site, USE_DW_X, SLOT_X, false, d_x, C, N, C);
+      gtq_gemm(g, true, false, OC, C, N, 1.0f, gdy2, gx2, 1.0f, d_dw, C);
+      const struct { const char *what; const float *cpu; float *dev; size_t n; } outs[3] = {
+          {"Y", y, d_y, (size_t)N * OC}, {"dX", dx, d_dx, (size_t)N * C},
+          {"dW", dw, d_dw, (size_t)OC * C}};
+      for (int o = 0; o < 3; o++) {
+        to_host(got, outs[o].dev, sizeof(float) * outs[o].n);
+        const size_t d = count_bit_diffs(outs[o].cpu, got, outs[o].n);
+        if (d) printf("accumulate %s step %d %s: %zu of %zu differ\n", models[mi], step,
+                      outs[o].what, d, outs[o].n);
+        bad += d, total += outs[o].n;
+      }
+      ck_assert_uint_eq(gtq_sr_counter(g), tq_sr_counter);
+      CU(cudaFree(d_x)); CU(cudaFree(d_w)); CU(cudaFree(d_dy));
+      CU(cudaFree(d_y)); CU(cudaFree(d_dx)); CU(cudaFree(d_dw));
+    }
+    printf("accumulate %s: Y, dX, dW of 2 steps, %zu values, %zu differ from the CPU\n",
+           models[mi], total, bad);
+    ck_assert_msg(bad == 0, "accumulate %s: %zu of %zu GEMM outputs differ", models[mi], bad,
+                  total);
+    gtq_free(g);
+    recipe_free_sites(cpu, n_sites);
+    recipe_free_sites(gsites, n_sites);
+    free(x), free(w), free(dy), free(y), free(dx), free(dw), free(got);
+  }
+}
+END_TEST
+
+START_TEST(model_accumulate_matches_cpu) {
+  /* every other layer in float32 agrees to 1e-5; the GEMMs here are
+   * bit-identical, so the e4m3 roundings of activations see the same
+   * inputs up to the non-GEMM layers' float32 differences */
+  static const char *const hop[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                                    "saturate=1", "quant_attention=1", "quant_lm_head=1",
+                                    "accumulate=hopper", NULL};
+  static const char *const split[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                                      "saturate=1", "quant_attention=1",
+                                      "accumulate=hopper-split", NULL};
+  model_step_compare(hop, "test", 1e-4, 5e-2, 1);
+  model_step_compare(split, "test", 1e-4, 5e-2, 1);
+}
+END_TEST
+
 int main(void) {
   const TTest *const tests[] = {model_fp32_matches_cpu, model_e8m3_weights_bit_identical,
                                 mx_gemm_bf16_path_matches_reference, msamp_grads_match_cpu,
+                                accumulate_gemms_bit_identical, model_accumulate_matches_cpu,
                                 NULL};
   Suite *s = suite_of_loop("trainer_gpu", 600, operands_match_cpu, N_RECIPES, tests);
   TCase *tc = tcase_create("along_k");

@@ -232,7 +232,7 @@ START_TEST(along_k_operands_match_cpu) {
       ck_assert(q->enabled && tq_along_k(q));
       const int m = ops[o].m, k = ops[o].k;
       tq_gemm(ops[o].trans, false, m, k, k, 1.0f, ops[o].h, ops[o].ld, q, eye, kmax, NULL, 0.0f,
-              c_cpu, k);
+              c_cpu, k, NULL);
       gtq_operand a = gtq_operand_for_gemm(g, site, ops[o].use, 0, true, ops[o].d, ops[o].ld,
                                            ops[o].trans ? k : m, ops[o].trans ? m : k);
       gtq_operand b = gtq_operand_for_gemm(g, -1, 0, 0, true, d_eye, kmax, k, k);

@@ -8,7 +8,8 @@ experiments/trainer/recipe.c does (recipe_from_config):
   * roles: "w" (weights), "a" (activations), "g" (output gradients dY), with
     format_w / format_a / format_g (fp32, float32, none or empty: not
     quantized), rounding_<role> or else rounding, and the shared sr_bits,
-    saturate, flush_subnormals, scaling (none | tensor | delayed | mx),
+    saturate, flush_subnormals, scaling (none | tensor | delayed | mx; group
+    and nvfp4 are read and checked, but only the C trainers apply them),
     margin, pow2_scale, mx_block;
   * stochastic rounding's seed of a role is seed + 1 + (0 for w, 1 for a,
     2 for g), seed being the run's (the trainer's default 1337);
@@ -58,6 +59,8 @@ RECIPE_DEFAULTS = {
     "moment_dre": "1",
 }
 ROLES = ("w", "a", "g")
+# the values of config.c's `scaling` key
+SCALINGS = ("none", "tensor", "delayed", "mx", "group", "nvfp4")
 DEFAULT_SEED = 1337  # experiments/trainer/config.c's default `seed`
 CONFIG_VALUE_LEN = 512
 _INT = re.compile(r"\s*-?\d+\s*\Z")  # as the C key table: no "+"
@@ -105,14 +108,18 @@ class Operand:
 
     @property
     def elementwise(self):
-        """True unless MX (whose blocks follow each GEMM's reduction dimension)."""
-        return self.scaling != "mx"
+        """True unless the blocks follow each GEMM's reduction dimension (mx,
+        group, nvfp4)."""
+        return self.scaling not in ("mx", "group", "nvfp4")
 
     def quantize(self, x, offset=0, state=None):
         """x (array or tensor, last dimension = the GEMM's reduction dimension
         for MX) rounded per this operand; stochastic rounding from `offset`."""
         if not self.enabled:
             return x
+        if self.scaling in ("group", "nvfp4"):
+            raise NotImplementedError(f"scaling = {self.scaling} (2-D blocks, the Hadamard transform) "
+                                      "is applied by the C trainers only, not by the Python package")
         scaling = f"mx:{self.mx_block or 32}" if self.scaling == "mx" else self.scaling
         return _core.quantize_scaled(x, self.format, scaling, rounding=self.rounding,
                                      saturate=self.saturate,
@@ -147,8 +154,8 @@ class Recipe:
             if not _INT.match(v[key]) or not -(1 << 63) <= int(v[key]) < 1 << 63:
                 raise ValueError(f"{source}: config key '{key}': not an integer: '{v[key]}'")
             ints[key] = int(v[key])
-        if v["scaling"] not in ("none", "tensor", "delayed", "mx"):  # checked even when unused, as in C
-            raise ValueError(f"{source}: config key 'scaling' must be one of none|tensor|delayed|mx, "
+        if v["scaling"] not in SCALINGS:  # checked even when unused, as in C
+            raise ValueError(f"{source}: config key 'scaling' must be one of {'|'.join(SCALINGS)}, "
                              f"not '{v['scaling']}'")
         self.name = v["recipe"]
         self.amax_history = ints["amax_history"]
@@ -173,8 +180,8 @@ class Recipe:
                 self._format(v[key], "moment format")
             if ints["moment_group"] < 1:
                 raise ValueError(f"{source}: moment_group must be >= 1")
-        elif self.moments != "fp32":
-            raise ValueError(f"{source}: moments must be fp32 or coat, not '{self.moments}'")
+        elif self.moments not in ("fp32", "bf16"):
+            raise ValueError(f"{source}: moments must be fp32, coat or bf16, not '{self.moments}'")
 
     def _format(self, name, key):
         try:
@@ -196,9 +203,9 @@ class Recipe:
             rounding = "rne" if high else (v[f"rounding_{role}"] or v["rounding"])
             if rounding.lower() not in _core.ROUNDINGS:
                 raise ValueError(f"{self.source}: {key}: unknown rounding '{rounding}'")
-            if not high and v["scaling"] not in ("none", "tensor", "delayed", "mx"):
+            if not high and v["scaling"] not in SCALINGS:
                 raise ValueError(f"{self.source}: {key}: unknown scaling '{v['scaling']}' "
-                                 "(none, tensor, delayed, mx)")
+                                 f"({', '.join(SCALINGS)})")
             sr_bits = 0 if high else ints["sr_bits"]
             if not 0 <= sr_bits <= 32:
                 raise ValueError(f"{self.source}: {key}: invalid rounding options "
@@ -211,7 +218,8 @@ class Recipe:
                                     seed=(seed + 1 + i) % (1 << 64), sr_bits=sr_bits,
                                     scaling=v["scaling"], margin=ints["margin"],
                                     pow2=ints["pow2_scale"] != 0,
-                                    mx_block=ints["mx_block"] if v["scaling"] == "mx" else 0)
+                                    mx_block=(ints["mx_block"]
+                                              if v["scaling"] in ("mx", "group", "nvfp4") else 0))
         return ops
 
     @classmethod

@@ -540,33 +540,27 @@ static const exmy_accum_model *accum_of(const gtq_ctx *g, const gtq_operand &a,
 extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
                          gtq_operand a, gtq_operand b, float beta, float *c, long ldc) {
   exmy_accum_model accum;
-  if (const exmy_accum_model *model = accum_of(g, a, b, &accum)) {
-    /* float32 operands (the site is off the BF16 path), those quantized along K here */
-    exmy_cuda_operand_quant qa = mx_operand(g, a.mx, (size_t)m * k);
-    exmy_cuda_operand_quant qb = mx_operand(g, b.mx, (size_t)k * n);
-    if (g->collect && a.mx) along_k_stats(g, a, qa, ta, m, k);
-    if (g->collect && b.mx) along_k_stats(g, b, qb, !tb, n, k);
-    gtq_check(exmy_cuda_qgemm_accum(g->mx, ta, tb, m, n, k, alpha, (const float *)a.ptr, a.ld,
-                                    a.mx ? &qa : nullptr, (const float *)b.ptr, b.ld,
-                                    b.mx ? &qb : nullptr, beta, c, ldc, nullptr, model,
-                                    g->stream),
-              "exmy_cuda_qgemm_accum");
-    return;
-  }
-  if (a.mx || b.mx) {
+  const exmy_accum_model *model = accum_of(g, a, b, &accum);
+  if (model || a.mx || b.mx) {
+    /* operands quantized along K are quantized here, at every use; under an
+     * accumulation model the others are float32 (the site is off the BF16 path) */
     exmy_cuda_operand_quant qa = mx_operand(g, a.mx, (size_t)m * k);
     exmy_cuda_operand_quant qb = mx_operand(g, b.mx, (size_t)k * n);
     if (g->collect && a.mx) along_k_stats(g, a, qa, ta, m, k);  /* op(A) as m x k */
     if (g->collect && b.mx) along_k_stats(g, b, qb, !tb, n, k); /* op(B)^T as n x k */
-    if (mx_bf16_candidate(g, a, qa, b, qb, m, n, k)) {
+    if (model)
+      gtq_check(exmy_cuda_qgemm_accum(g->mx, ta, tb, m, n, k, alpha, (const float *)a.ptr, a.ld,
+                                      a.mx ? &qa : nullptr, (const float *)b.ptr, b.ld,
+                                      b.mx ? &qb : nullptr, beta, c, ldc, nullptr, model,
+                                      g->stream),
+                "exmy_cuda_qgemm_accum");
+    else if (mx_bf16_candidate(g, a, qa, b, qb, m, n, k))
       mx_gemm_bf16(g, ta, tb, m, n, k, alpha, a, qa, b, qb, beta, c, ldc);
-      return;
-    }
-    /* the reference: gathered, quantized and checked by exmy_cuda_qgemm */
-    gtq_check(exmy_cuda_qgemm(g->mx, ta, tb, m, n, k, alpha, (const float *)a.ptr, a.ld,
-                              a.mx ? &qa : nullptr, (const float *)b.ptr, b.ld,
-                              b.mx ? &qb : nullptr, beta, c, ldc, nullptr, nullptr, g->stream),
-              "exmy_cuda_qgemm (MX)");
+    else /* the reference: gathered, quantized and checked by exmy_cuda_qgemm */
+      gtq_check(exmy_cuda_qgemm(g->mx, ta, tb, m, n, k, alpha, (const float *)a.ptr, a.ld,
+                                a.mx ? &qa : nullptr, (const float *)b.ptr, b.ld,
+                                b.mx ? &qb : nullptr, beta, c, ldc, nullptr, nullptr, g->stream),
+                "exmy_cuda_qgemm (MX)");
     return;
   }
   if (a.bf16 != b.bf16) gtq_check(cudaErrorInvalidValue, "gemm (mixed operand types)");

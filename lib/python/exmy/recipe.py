@@ -61,6 +61,8 @@ RECIPE_DEFAULTS = {
 ROLES = ("w", "a", "g")
 # the values of config.c's `scaling` key
 SCALINGS = ("none", "tensor", "delayed", "mx", "group", "nvfp4")
+# those whose blocks run along each GEMM's reduction dimension
+ALONG_K = ("mx", "group", "nvfp4")
 DEFAULT_SEED = 1337  # experiments/trainer/config.c's default `seed`
 CONFIG_VALUE_LEN = 512
 _INT = re.compile(r"\s*-?\d+\s*\Z")  # as the C key table: no "+"
@@ -110,7 +112,7 @@ class Operand:
     def elementwise(self):
         """True unless the blocks follow each GEMM's reduction dimension (mx,
         group, nvfp4)."""
-        return self.scaling not in ("mx", "group", "nvfp4")
+        return self.scaling not in ALONG_K
 
     def quantize(self, x, offset=0, state=None):
         """x (array or tensor, last dimension = the GEMM's reduction dimension
@@ -218,8 +220,7 @@ class Recipe:
                                     seed=(seed + 1 + i) % (1 << 64), sr_bits=sr_bits,
                                     scaling=v["scaling"], margin=ints["margin"],
                                     pow2=ints["pow2_scale"] != 0,
-                                    mx_block=(ints["mx_block"]
-                                              if v["scaling"] in ("mx", "group", "nvfp4") else 0))
+                                    mx_block=ints["mx_block"] if v["scaling"] in ALONG_K else 0)
         return ops
 
     @classmethod

@@ -79,6 +79,18 @@ static recipe load_recipe(const char *name) {
   return r;
 }
 
+/* The sites of model c under the named recipe of experiments/configs. */
+static tq_site *recipe_sites(const char *name, const model_config *c) {
+  const recipe r = load_recipe(name);
+  return recipe_make_sites(&r, c);
+}
+
+/* The test model's sites under the named recipe; *c gets the model. */
+static tq_site *test_model_sites(const char *name, model_config *c) {
+  ck_assert(!model_named_size("test", c));
+  return recipe_sites(name, c);
+}
+
 enum { B = 2 };
 static void batch(int *in, int *tg, int n) {
   for (int i = 0; i < n; i++) {
@@ -106,16 +118,14 @@ START_TEST(test_fp32_recipe_is_unquantized_path) {
   float *g0 = malloc(m.num_params * sizeof(float)), *g1 = malloc(m.num_params * sizeof(float));
   float l0, l1;
   run_model(&m, NULL, &l0, g0);
-  recipe r = load_recipe("fp32");
-  tq_site *sites = recipe_make_sites(&r, &c);
+  tq_site *sites = recipe_sites("fp32", &c);
   run_model(&m, sites, &l1, g1);
   ck_assert_msg(memcmp(&l0, &l1, sizeof l0) == 0, "fp32 loss %.9g vs unquantized %.9g", l1, l0);
   ck_assert_msg(memcmp(g0, g1, m.num_params * sizeof(float)) == 0, "fp32 gradients differ");
   printf("recipe fp32: loss %.9g and all %zu gradients bit-identical to the unquantized path\n", l1,
          m.num_params);
   /* and a real recipe does change them */
-  recipe rb = load_recipe("bf16");
-  tq_site *sb = recipe_make_sites(&rb, &c);
+  tq_site *sb = recipe_sites("bf16", &c);
   run_model(&m, sb, &l1, g1);
   ck_assert_msg(memcmp(g0, g1, m.num_params * sizeof(float)) != 0, "bf16 changed nothing");
   printf("recipe bf16: loss %.9g (fp32 %.9g)\n", l1, l0);
@@ -143,46 +153,80 @@ static long mismatches(const float *seen_op, const float *orig, int ld, int tran
   return bad;
 }
 
-static void spy_layer(const char *recipe_name, int scaled) {
-  model_config c;
-  model_named_size("test", &c);
-  model m;
-  model_init(&m, &c, 5);
-  recipe r = load_recipe(recipe_name);
-  tq_site *sites = recipe_make_sites(&r, &c);
-  float loss, *g = malloc(m.num_params * sizeof(float));
-  run_model(&m, sites, &loss, g); /* real activations in m.acts */
-  const int N = B * c.seq_len, C = c.dim, l = 1;
-  tq_site *site = &sites[l * SITES_PER_LAYER + SITE_W1];
-  const float *x = m.acts.ln2 + (size_t)l * N * C, *w = m.params.w1 + (size_t)l * c.hidden * C;
-  const int OC = c.hidden;
-  float *y = malloc(sizeof(float) * N * OC), *dy = malloc(sizeof(float) * N * OC);
-  float *dx = calloc((size_t)N * C, sizeof(float)), *dw = calloc((size_t)OC * C, sizeof(float));
-  for (int i = 0; i < N * OC; i++) dy[i] = 1e-3f * (float)((i * 7919) % 2001 - 1000);
+/* Layer 1's w1 (X: N x C, its input from a model step; W: OC x C; a fixed
+ * dY: N x OC) through linear_forward and linear_backward under the named
+ * recipe, with the spies on: seen[] holds what the three sgemm calls read,
+ * seen_offset[] the operands' sr offsets. */
+/* One operand of a spied layer: its sgemm call (0: Y = X W^T, 1: dX = dY W,
+ * 2: dW = dY^T X), side (0: op(A), 1: op(B)), and op() of the float tensor
+ * it came from. */
+typedef struct {
+  const char *what;
+  int call, side;
+  const float *orig;
+  int ld, trans, rows, cols, use;
+} spied_operand;
 
+typedef struct {
+  model_config c;
+  model m;
+  tq_site *sites, *site;
+  int N, C, OC, l;
+  const float *x, *w;
+  float *g, *y, *dy, *dx, *dw;
+  spied_operand ops[6];
+} spied_layer;
+
+static void spy_on_layer(spied_layer *s, const char *recipe_name) {
+  ck_assert(!model_named_size("test", &s->c));
+  model_init(&s->m, &s->c, 5);
+  s->sites = recipe_sites(recipe_name, &s->c);
+  float loss;
+  s->g = malloc(s->m.num_params * sizeof(float));
+  run_model(&s->m, s->sites, &loss, s->g); /* real activations in m.acts */
+  const int N = s->N = B * s->c.seq_len, C = s->C = s->c.dim, OC = s->OC = s->c.hidden,
+            l = s->l = 1;
+  s->site = &s->sites[l * SITES_PER_LAYER + SITE_W1];
+  s->x = s->m.acts.ln2 + (size_t)l * N * C;
+  s->w = s->m.params.w1 + (size_t)l * OC * C;
+  s->y = malloc(sizeof(float) * N * OC), s->dy = malloc(sizeof(float) * N * OC);
+  s->dx = calloc((size_t)N * C, sizeof(float)), s->dw = calloc((size_t)OC * C, sizeof(float));
+  for (int i = 0; i < N * OC; i++) s->dy[i] = 1e-3f * (float)((i * 7919) % 2001 - 1000);
+  reset_spy();
+  tq_sr_counter = 12345;
   exmy_qgemm_set_sgemm(spy_sgemm);
-  linear_forward(y, x, w, N, C, OC, site);
-  linear_backward(dx, dw, dy, x, w, N, C, OC, site, 1);
+  tq_spy = spy_gemm;
+  linear_forward(s->y, s->x, s->w, N, C, OC, s->site);
+  linear_backward(s->dx, s->dw, s->dy, s->x, s->w, N, C, OC, s->site, 1);
   exmy_qgemm_set_sgemm(NULL);
+  tq_spy = NULL;
   ck_assert_int_eq(n_seen, 3);
-  /* Y = X W^T: op(A) = X (N x C), op(B) = W^T (C x OC) */
-  /* dX = dY W: op(A) = dY (N x OC), op(B) = W (OC x C) */
-  /* dW = dY^T X: op(A) = dY^T (OC x N), op(B) = X (N x C) */
-  struct {
-    const char *what;
-    const float *seen_op, *orig;
-    int ld, trans, rows, cols, use;
-  } ops[6] = {
-      {"fwd X", seen[0].a, x, C, 0, N, C, USE_FWD_X},
-      {"fwd W^T", seen[0].b, w, C, 1, C, OC, USE_FWD_W},
-      {"dX: dY", seen[1].a, dy, OC, 0, N, OC, USE_DX_DY},
-      {"dX: W", seen[1].b, w, C, 0, OC, C, USE_DX_W},
-      {"dW: dY^T", seen[2].a, dy, OC, 1, OC, N, USE_DW_DY},
-      {"dW: X", seen[2].b, x, C, 0, N, C, USE_DW_X},
-  };
+  ck_assert_int_eq(n_gemms, 3);
+  const spied_operand ops[6] = {
+      {"fwd X", 0, 0, s->x, C, 0, N, C, USE_FWD_X},
+      {"fwd W^T", 0, 1, s->w, C, 1, C, OC, USE_FWD_W},
+      {"dX: dY", 1, 0, s->dy, OC, 0, N, OC, USE_DX_DY},
+      {"dX: W", 1, 1, s->w, C, 0, OC, C, USE_DX_W},
+      {"dW: dY^T", 2, 0, s->dy, OC, 1, OC, N, USE_DW_DY},
+      {"dW: X", 2, 1, s->x, C, 0, N, C, USE_DW_X}};
+  memcpy(s->ops, ops, sizeof ops);
+}
+
+static void spied_layer_free(spied_layer *s) {
+  reset_spy();
+  recipe_free_sites(s->sites, model_num_sites(&s->c));
+  model_free(&s->m);
+  free(s->g), free(s->y), free(s->dy), free(s->dx), free(s->dw);
+}
+
+static void spy_layer(const char *recipe_name, int scaled) {
+  spied_layer s;
+  spy_on_layer(&s, recipe_name);
+  const spied_operand *ops = s.ops;
   for (int i = 0; i < 6; i++) {
-    const exmy_operand_quant *q = &site->op[ops[i].use];
+    const exmy_operand_quant *q = &s.site->op[ops[i].use];
     ck_assert(q->enabled);
+    const float *seen_op = ops[i].side ? seen[ops[i].call].b : seen[ops[i].call].a;
     float scale = 1.0f;
     if (scaled) { /* current scaling: s from this tensor's amax */
       float amax = 0;
@@ -192,22 +236,15 @@ static void spy_layer(const char *recipe_name, int scaled) {
       scale = exmy_scale_from_amax(&q->format, amax, q->scaling.margin, q->scaling.pow2);
     }
     long changed = 0;
-    long bad = mismatches(ops[i].seen_op, ops[i].orig, ops[i].ld, ops[i].trans, ops[i].rows,
+    long bad = mismatches(seen_op, ops[i].orig, ops[i].ld, ops[i].trans, ops[i].rows,
                           ops[i].cols, q, scale, &changed);
     printf("spy %-12s l%d.w1 %-9s %s: %d x %d seen by sgemm, %ld differ from the rounding, "
            "%ld changed by it\n",
-           recipe_name, l, ops[i].what, q->format.name, ops[i].rows, ops[i].cols, bad, changed);
+           recipe_name, s.l, ops[i].what, q->format.name, ops[i].rows, ops[i].cols, bad, changed);
     ck_assert_msg(bad == 0, "%s: %ld elements differ from the format's rounding", ops[i].what, bad);
     ck_assert_msg(changed > 0, "%s: rounding changed nothing", ops[i].what);
   }
-  reset_spy();
-  recipe_free_sites(sites, model_num_sites(&c));
-  model_free(&m);
-  free(g);
-  free(y);
-  free(dy);
-  free(dx);
-  free(dw);
+  spied_layer_free(&s);
 }
 
 START_TEST(test_spy_e8m3) { spy_layer("e8m3", 0); }
@@ -308,48 +345,14 @@ static void reference_blocks(const exmy_operand_quant *q, float *x, int rows, in
 /* Each of l1.w1's six operands as its GEMM saw it against reference_blocks of
  * the float tensor it came from, bit for bit, and changed by the recipe. */
 static void spy_blocked(const char *recipe_name) {
-  model_config c;
-  model_named_size("test", &c);
-  model m;
-  model_init(&m, &c, 5);
-  recipe r = load_recipe(recipe_name);
-  tq_site *sites = recipe_make_sites(&r, &c);
-  float loss, *g = malloc(m.num_params * sizeof(float));
-  run_model(&m, sites, &loss, g);
-  const int N = B * c.seq_len, C = c.dim, l = 1, OC = c.hidden;
-  tq_site *site = &sites[l * SITES_PER_LAYER + SITE_W1];
-  const float *x = m.acts.ln2 + (size_t)l * N * C, *w = m.params.w1 + (size_t)l * c.hidden * C;
-  float *y = malloc(sizeof(float) * N * OC), *dy = malloc(sizeof(float) * N * OC);
-  float *dx = calloc((size_t)N * C, sizeof(float)), *dw = calloc((size_t)OC * C, sizeof(float));
-  for (int i = 0; i < N * OC; i++) dy[i] = 1e-3f * (float)((i * 7919) % 2001 - 1000);
-  reset_spy();
-  tq_sr_counter = 12345;
-  exmy_qgemm_set_sgemm(spy_sgemm);
-  tq_spy = spy_gemm;
-  linear_forward(y, x, w, N, C, OC, site);
-  linear_backward(dx, dw, dy, x, w, N, C, OC, site, 1);
-  exmy_qgemm_set_sgemm(NULL);
-  tq_spy = NULL;
-  ck_assert_int_eq(n_seen, 3);
-  ck_assert_int_eq(n_gemms, 3);
-  /* as spy_layer; `side` 0: op(A), 1: op(B), which the reference takes as
-   * op(B)^T (K contiguous) */
-  struct {
-    const char *what;
-    int call, side;
-    const float *orig;
-    int ld, trans, rows, cols, use;
-  } ops[6] = {
-      {"fwd X", 0, 0, x, C, 0, N, C, USE_FWD_X},
-      {"fwd W^T", 0, 1, w, C, 1, C, OC, USE_FWD_W},
-      {"dX: dY", 1, 0, dy, OC, 0, N, OC, USE_DX_DY},
-      {"dX: W", 1, 1, w, C, 0, OC, C, USE_DX_W},
-      {"dW: dY^T", 2, 0, dy, OC, 1, OC, N, USE_DW_DY},
-      {"dW: X", 2, 1, x, C, 0, N, C, USE_DW_X},
-  };
+  spied_layer s;
+  spy_on_layer(&s, recipe_name);
+  const spied_operand *ops = s.ops;
+  /* the reference takes op(B) as op(B)^T (K contiguous) */
+  const int N = s.N, OC = s.OC;
   float *want = malloc(sizeof(float) * (size_t)N * OC);
   for (int i = 0; i < 6; i++) {
-    const exmy_operand_quant *q = &site->op[ops[i].use];
+    const exmy_operand_quant *q = &s.site->op[ops[i].use];
     ck_assert(q->enabled);
     const seen_call *sc = &seen[ops[i].call];
     const int rows = ops[i].rows, cols = ops[i].cols, side = ops[i].side;
@@ -370,17 +373,15 @@ static void spy_blocked(const char *recipe_name) {
         if (got != orig) changed++;
       }
     printf("spy %-12s l%d.w1 %-9s %s %s%s: %d x %d seen by sgemm, %ld differ from the reference, "
-           "%ld changed by the recipe\n", recipe_name, l, ops[i].what, q->format.name,
+           "%ld changed by the recipe\n", recipe_name, s.l, ops[i].what, q->format.name,
            exmy_rounding_name(q->round.mode), q->scaling.hadamard ? " rht16" : "", rows, cols,
            bad, changed);
     ck_assert_msg(bad == 0, "%s %s: %ld elements differ from the reference", recipe_name,
                   ops[i].what, bad);
     ck_assert_msg(changed > 0, "%s: rounding changed nothing", ops[i].what);
   }
-  reset_spy();
-  recipe_free_sites(sites, model_num_sites(&c));
-  model_free(&m);
-  free(g), free(y), free(dy), free(dx), free(dw), free(want);
+  spied_layer_free(&s);
+  free(want);
 }
 
 START_TEST(test_spy_mxfp4) { spy_blocked("mxfp4"); }
@@ -390,9 +391,7 @@ END_TEST
  * Hadamard transform only on both inputs of dW. */
 START_TEST(test_spy_nvfp4) {
   model_config c;
-  model_named_size("test", &c);
-  recipe r = load_recipe("nvfp4");
-  tq_site *sites = recipe_make_sites(&r, &c);
+  tq_site *sites = test_model_sites("nvfp4", &c);
   const tq_site *site = &sites[SITE_W1];
   for (int u = 0; u < USES_PER_SITE; u++) {
     const exmy_operand_quant *q = &site->op[u];
@@ -412,9 +411,7 @@ END_TEST
  * 128 x 128 block (weights), E4M3 everywhere; AdamW moments stored as bf16. */
 START_TEST(test_spy_fp8_deepseek) {
   model_config c;
-  model_named_size("test", &c);
-  recipe r = load_recipe("fp8-deepseek");
-  tq_site *sites = recipe_make_sites(&r, &c);
+  tq_site *sites = test_model_sites("fp8-deepseek", &c);
   for (int u = 0; u < USES_PER_SITE; u++) {
     const exmy_operand_quant *q = &sites[SITE_W1].op[u];
     ck_assert_int_eq(q->scaling.kind, EXMY_SCALING_GROUP);
@@ -431,6 +428,7 @@ START_TEST(test_spy_fp8_deepseek) {
     m0[i] = m[i] = 1e-3f * sinf((float)i) * (float)(i % 37);
     v0[i] = v[i] = 1e-6f * (float)(i * i % 101) + 1e-9f;
   }
+  const recipe r = load_recipe("fp8-deepseek");
   ck_assert(r.moments_bf16);
   recipe_store_moments(&r, m, v, n);
   exmy_format bf16;

@@ -71,20 +71,28 @@ exec "$real_train" "\$@"
 EOF
 chmod +x "$bin"/*
 
+# the trainer settings of every study here: the test model for $1 steps on the
+# small text, batches of 2, no validation file
+small_run() {
+  cat <<EOF
+set size = test
+set steps = $1
+set warmup = 1
+set data = $ws/data/t.txt
+set val_data =
+set val_batches = 1
+set batch_size = 2
+EOF
+}
+
 # diverge_delta 1e-9 against a learning rate of 0.3: the second point diverges within a few steps
 cat >"$cfg/s.cfg" <<EOF
 study = t
 recipes = bf16
 lrs = 1e-3
 vary diverge_delta = 0 1e-9
-set size = test
-set steps = 6
-set warmup = 1
-set data = $ws/data/t.txt
-set val_data =
+$(small_run 6)
 set val_every = 3
-set val_batches = 1
-set batch_size = 2
 quick lrs = 0.3
 EOF
 
@@ -141,13 +149,7 @@ cat >"$cfg/e.cfg" <<EOF
 study = e
 recipes = fp8-te
 lrs = 1e-3
-set size = test
-set steps = 6
-set warmup = 1
-set data = $ws/data/t.txt
-set val_data =
-set val_batches = 1
-set batch_size = 2
+$(small_run 6)
 set ckpt_every = 2
 set ckpt_keep = 1
 sharpness = --rho 0.05 --directions 2 --batches 1
@@ -229,14 +231,8 @@ study = m
 recipes = bf16
 lrs = 1e-3
 seeds = 1 2
-set size = test
-set steps = 6
-set warmup = 1
-set data = $ws/data/t.txt
-set val_data =
+$(small_run 6)
 set val_every = 3
-set val_batches = 1
-set batch_size = 2
 plots = curves final
 EOF
 SWEEP_TRAIN=$bin/seed2-crashes "$sweep" "$cfg/m.cfg" --jobs 2 >"$log/m.out" 2>"$log/m.err"; rc=$?
@@ -272,13 +268,7 @@ study = g
 recipes = bf16
 lrs = 1e-3
 seeds = 1 2 3 4
-set size = test
-set steps = 2
-set warmup = 1
-set data = $ws/data/t.txt
-set val_data =
-set val_batches = 1
-set batch_size = 2
+$(small_run 2)
 EOF
 gpus_seen() { for s in 1 2 3 4; do cat "$ws/experiments/runs/sweeps/$1/bf16_lr1e-3_s$s/cuda_visible_devices"; done | tr '\n' ' '; }
 unset CUDA_VISIBLE_DEVICES

@@ -212,24 +212,17 @@ START_TEST(bad_arguments_refused) {
   /* a slice that is not a multiple of the group */
   const exmy_accum_model bad_slice = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 0, 0, 0, 0, 48};
   const exmy_accum_model good = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 0, 0, 0, 0, 0};
-  ck_assert_int_eq(exmy_cuda_qgemm_accum(ctx, false, false, 2, 2, 2, 1, d, 2, NULL, d, 2, NULL,
-                                         0, d, 2, NULL, &bad_promote, 0),
-                   cudaErrorInvalidValue);
-  ck_assert_int_eq(exmy_cuda_qgemm_accum(ctx, false, false, 2, 2, 2, 1, d, 2, NULL, d, 2, NULL,
-                                         0, d, 2, NULL, &bad_bits, 0),
-                   cudaErrorInvalidValue);
-  ck_assert_int_eq(exmy_cuda_qgemm_accum(ctx, false, false, 2, 2, 2, 1, d, 2, NULL, d, 2, NULL,
-                                         0, d, 2, NULL, &bad_slice, 0),
-                   cudaErrorInvalidValue);
-  ck_assert_int_eq(exmy_cuda_qgemm_accum(ctx, false, false, 2, 2, 2, 1, d, 2, NULL, d, 2, NULL,
-                                         0, d, 2, NULL, NULL, 0),
-                   cudaErrorInvalidValue);
-  ck_assert_int_eq(exmy_cuda_qgemm_accum(ctx, false, false, 2, 2, 2, 1, d, 2, NULL, d, 2, NULL,
-                                         0, d, 1, NULL, &good, 0),
-                   cudaErrorInvalidValue);
-  ck_assert_int_eq(exmy_cuda_qgemm_accum(ctx, false, false, 2, 2, 2, 1, d, 1, NULL, d, 2, NULL,
-                                         0, d, 2, NULL, &good, 0),
-                   cudaErrorInvalidValue);
+  /* each refused call: its model and leading dimensions of A and C */
+  const struct { const exmy_accum_model *model; int lda, ldc; } refused[] = {
+      {&bad_promote, 2, 2}, {&bad_bits, 2, 2}, {&bad_slice, 2, 2},
+      {NULL, 2, 2},        /* no model */
+      {&good, 2, 1},       /* ldc < n */
+      {&good, 1, 2}};      /* lda < k */
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+    ck_assert_msg(exmy_cuda_qgemm_accum(ctx, false, false, 2, 2, 2, 1, d, refused[i].lda, NULL, d,
+                                        2, NULL, 0, d, refused[i].ldc, NULL, refused[i].model,
+                                        0) == cudaErrorInvalidValue,
+                  "refused call %zu was accepted", i);
   to_host_free(back, d, sizeof back);
   ck_assert(!memcmp(back, host, sizeof host));
   exmy_cuda_gemm_free(ctx);

@@ -55,6 +55,59 @@ static size_t count_bit_diffs(const float *a, const float *b, size_t n) {
   return d;
 }
 
+/* The test model's sites twice from one recipe, for two quantizers of the
+ * same operands (the CPU's and the GPU's, or two GPU paths); returns how
+ * many sites each holds. */
+static int make_twin_sites(const recipe *rc, tq_site **a, tq_site **b) {
+  model_config mc;
+  ck_assert(!model_named_size("test", &mc));
+  *a = recipe_make_sites(rc, &mc);
+  *b = recipe_make_sites(rc, &mc);
+  return model_num_sites(&mc);
+}
+
+/* A linear site's tensors on the host, X (N x C, stored with leading
+ * dimension ldx), W (OC x C) and dY (N x OC), and their device copies. */
+typedef struct {
+  int N, C, OC, ldx;
+  float *x, *w, *dy;
+  float *d_x, *d_w, *d_dy;
+} linear_tensors;
+
+static linear_tensors linear_new(int N, int C, int OC, int ldx) {
+  const linear_tensors t = {N, C, OC, ldx, malloc(sizeof(float) * N * ldx),
+                            malloc(sizeof(float) * OC * C), malloc(sizeof(float) * N * OC),
+                            NULL, NULL, NULL};
+  return t;
+}
+
+/* fresh host values: X, W and dY at the scales given */
+static void linear_fill(linear_tensors *t, double x_scale, double w_scale, double dy_scale) {
+  fill(t->x, (size_t)t->N * t->ldx, x_scale);
+  fill(t->w, (size_t)t->OC * t->C, w_scale);
+  fill(t->dy, (size_t)t->N * t->OC, dy_scale);
+}
+
+static void linear_free_device(linear_tensors *t) {
+  CU(cudaFree(t->d_x));
+  CU(cudaFree(t->d_w));
+  CU(cudaFree(t->d_dy));
+  t->d_x = t->d_w = t->d_dy = NULL;
+}
+
+/* the device copies of the host values (replacing any earlier ones) */
+static void linear_upload(linear_tensors *t) {
+  linear_free_device(t);
+  t->d_x = dev_from(t->x, sizeof(float) * t->N * t->ldx);
+  t->d_w = dev_from(t->w, sizeof(float) * t->OC * t->C);
+  t->d_dy = dev_from(t->dy, sizeof(float) * t->N * t->OC);
+}
+
+static void linear_free(linear_tensors *t) {
+  linear_free_device(t);
+  free(t->x), free(t->w), free(t->dy);
+}
+
 /* ------------------------------------------------ operands, recipe by recipe */
 
 static const char *const recipes[][8] = {
@@ -98,23 +151,18 @@ START_TEST(operands_match_cpu) {
   const char *const *sets = recipes[_i];
   recipe rc;
   make_recipe(&rc, sets);
-  model_config mc;
-  ck_assert(!model_named_size("test", &mc));
-  const int n_sites = model_num_sites(&mc);
-  tq_site *cpu = recipe_make_sites(&rc, &mc), *gsites = recipe_make_sites(&rc, &mc);
+  tq_site *cpu, *gsites;
+  const int n_sites = make_twin_sites(&rc, &cpu, &gsites);
   gtq_ctx *g = gtq_new(gsites, n_sites, 0);
-  /* a linear site: X (N x C, stored with ld C + 3), W (OC x C), dY (N x OC) */
+  /* a linear site, X stored with ld C + 3 */
   const int site = SITE_W1, N = 96, C = 40, OC = 72, ldx = C + 3;
-  float *x = malloc(sizeof(float) * N * ldx), *w = malloc(sizeof(float) * OC * C),
-        *dy = malloc(sizeof(float) * N * OC), *got = malloc(sizeof(float) * N * (OC > ldx ? OC : ldx));
+  linear_tensors t = linear_new(N, C, OC, ldx);
+  float *got = malloc(sizeof(float) * N * (OC > ldx ? OC : ldx));
   for (int step = 0; step < 3; step++) {
     /* growing tensors: delayed scaling lags behind, and may overflow */
-    fill(x, (size_t)N * ldx, 4.0 * (1 << (3 * step)));
-    fill(w, (size_t)OC * C, 0.1 * (1 << (2 * step)));
-    fill(dy, (size_t)N * OC, 1e-3 * (1 << (4 * step)));
-    if (step == 2) x[5] = 3e38f, dy[7] = -1e30f;
-    float *dx = dev_from(x, sizeof(float) * N * ldx), *dw = dev_from(w, sizeof(float) * OC * C),
-          *ddy = dev_from(dy, sizeof(float) * N * OC);
+    linear_fill(&t, 4.0 * (1 << (3 * step)), 0.1 * (1 << (2 * step)), 1e-3 * (1 << (4 * step)));
+    if (step == 2) t.x[5] = 3e38f, t.dy[7] = -1e30f;
+    linear_upload(&t);
     /* steps 0 and 2: the one-pass bf16 kernels; step 1: statistics, which
      * take the float32 image first */
     const bool collect = step == 1;
@@ -124,9 +172,9 @@ START_TEST(operands_match_cpu) {
     int ld = ldx;
     const exmy_operand_quant *q;
     const struct { int use, slot; const float *h; float *d; int ld, rows, cols; } ops[3] = {
-        {USE_FWD_X, SLOT_X, x, dx, ldx, N, C},
-        {USE_FWD_W, SLOT_W, w, dw, C, OC, C},
-        {USE_DX_DY, SLOT_DY, dy, ddy, OC, N, OC}};
+        {USE_FWD_X, SLOT_X, t.x, t.d_x, ldx, N, C},
+        {USE_FWD_W, SLOT_W, t.w, t.d_w, C, OC, C},
+        {USE_DX_DY, SLOT_DY, t.dy, t.d_dy, OC, N, OC}};
     for (int o = 0; o < 3; o++) {
       ld = ops[o].ld;
       const float *c = tq_operand_for_gemm(&cpu[site], ops[o].use, ops[o].slot, true, ops[o].h,
@@ -147,9 +195,6 @@ START_TEST(operands_match_cpu) {
       gtq_fetch_stats(g);
       check_stats_match(cpu_stats, &gsites[site], _i, step);
     }
-    cudaFree(dx);
-    cudaFree(dw);
-    cudaFree(ddy);
   }
   /* the delayed states moved on alike */
   gtq_states_download(g);
@@ -165,7 +210,8 @@ START_TEST(operands_match_cpu) {
   gtq_free(g);
   recipe_free_sites(cpu, n_sites);
   recipe_free_sites(gsites, n_sites);
-  free(x), free(w), free(dy), free(got);
+  linear_free(&t);
+  free(got);
 }
 END_TEST
 
@@ -198,14 +244,12 @@ enum { N_ALONG_K = sizeof along_k_recipes / sizeof along_k_recipes[0] };
 START_TEST(along_k_operands_match_cpu) {
   recipe rc;
   load_config_recipe(&rc, along_k_recipes[_i]);
-  model_config mc;
-  ck_assert(!model_named_size("test", &mc));
-  const int n_sites = model_num_sites(&mc);
-  tq_site *cpu = recipe_make_sites(&rc, &mc), *gsites = recipe_make_sites(&rc, &mc);
+  tq_site *cpu, *gsites;
+  const int n_sites = make_twin_sites(&rc, &cpu, &gsites);
   gtq_ctx *g = gtq_new(gsites, n_sites, 0);
   const int site = SITE_W1, N = 96, C = 48, OC = 80;
-  float *x = malloc(sizeof(float) * N * C), *w = malloc(sizeof(float) * OC * C),
-        *dy = malloc(sizeof(float) * N * OC);
+  linear_tensors t = linear_new(N, C, OC, C);
+  const float *x = t.x, *w = t.w, *dy = t.dy;
   const int kmax = N > OC ? N : OC;
   float *eye = calloc((size_t)kmax * kmax, sizeof(float)), *c_cpu = malloc(sizeof(float) * kmax * kmax),
         *c_gpu = malloc(sizeof(float) * kmax * kmax);
@@ -214,11 +258,9 @@ START_TEST(along_k_operands_match_cpu) {
   ck_assert(cudaMalloc((void **)&d_c, sizeof(float) * kmax * kmax) == cudaSuccess);
   size_t changed = 0;
   for (int step = 0; step < 2; step++) {
-    fill(x, (size_t)N * C, 4.0);
-    fill(w, (size_t)OC * C, 0.1);
-    fill(dy, (size_t)N * OC, 1e-3);
-    float *dx = dev_from(x, sizeof(float) * N * C), *dw = dev_from(w, sizeof(float) * OC * C),
-          *ddy = dev_from(dy, sizeof(float) * N * OC);
+    linear_fill(&t, 4.0, 0.1, 1e-3);
+    linear_upload(&t);
+    const float *dx = t.d_x, *dw = t.d_w, *ddy = t.d_dy;
     tq_sr_counter = (uint64_t)(step + 1) << 36;
     tq_collect_stats = false;
     gtq_begin_step(g, (uint64_t)(step + 1) << 36, false);
@@ -252,7 +294,6 @@ START_TEST(along_k_operands_match_cpu) {
                     step, tq_use_names[ops[o].use], bad, m * k);
     }
     ck_assert_uint_eq(gtq_sr_counter(g), tq_sr_counter);
-    cudaFree(dx), cudaFree(dw), cudaFree(ddy);
   }
   ck_assert_msg(changed > 0, "the recipe changed nothing");
   printf("operands: %s: 2 steps, the six uses of a linear site bit-identical\n",
@@ -261,7 +302,8 @@ START_TEST(along_k_operands_match_cpu) {
   recipe_free_sites(cpu, n_sites);
   recipe_free_sites(gsites, n_sites);
   cudaFree(d_eye), cudaFree(d_c);
-  free(x), free(w), free(dy), free(eye), free(c_cpu), free(c_gpu);
+  linear_free(&t);
+  free(eye), free(c_cpu), free(c_gpu);
 }
 END_TEST
 
@@ -403,23 +445,19 @@ static void mx_paths_agree(const char *rounding) {
                               "mx_block=32", "saturate=1", rounding, NULL};
   recipe rc;
   make_recipe(&rc, sets);
-  model_config mc;
-  ck_assert(!model_named_size("test", &mc));
-  const int n_sites = model_num_sites(&mc);
-  tq_site *s1 = recipe_make_sites(&rc, &mc), *s2 = recipe_make_sites(&rc, &mc);
+  tq_site *s1, *s2;
+  const int n_sites = make_twin_sites(&rc, &s1, &s2);
   gtq_ctx *fast = gtq_new(s1, n_sites, 0), *ref = gtq_new(s2, n_sites, 0);
   gtq_set_mx_reference(ref, true);
   const int site = SITE_W1, N = 96, C = 40, OC = 72, ldx = C + 3;
-  float *x = malloc(sizeof(float) * N * ldx), *w = malloc(sizeof(float) * OC * C),
-        *dy = malloc(sizeof(float) * N * OC);
-  fill(x, (size_t)N * ldx, 4.0);
-  fill(w, (size_t)OC * C, 0.1);
-  fill(dy, (size_t)N * OC, 1e-3);
+  linear_tensors lt = linear_new(N, C, OC, ldx);
+  linear_fill(&lt, 4.0, 0.1, 1e-3);
+  float *x = lt.x;
   /* a tiny 32 x 32 corner: blocks along C (forward) and along N (dW) */
   for (int r = 0; r < 32; r++)
     for (int i = 0; i < 32; i++) x[r * ldx + i] = ldexpf(x[r * ldx + i], -125);
-  float *dx = dev_from(x, sizeof(float) * N * ldx), *dw = dev_from(w, sizeof(float) * OC * C),
-        *ddy = dev_from(dy, sizeof(float) * N * OC);
+  linear_upload(&lt);
+  const float *w = lt.w, *dy = lt.dy, *dx = lt.d_x, *dw = lt.d_w, *ddy = lt.d_dy;
   /* the three GEMMs: m, n, k, trans, operands (pointer, ld) */
   struct { int ta, tb, m, n, k; const float *a, *b; int lda, ldb, ua, ub; const float *ha, *hb; } g[3] = {
       {0, 1, N, OC, C, dx, dw, ldx, C, USE_FWD_X, USE_FWD_W, x, w},
@@ -487,8 +525,7 @@ static void mx_paths_agree(const char *rounding) {
   gtq_free(ref);
   recipe_free_sites(s1, n_sites);
   recipe_free_sites(s2, n_sites);
-  cudaFree(dx), cudaFree(dw), cudaFree(ddy);
-  free(x), free(w), free(dy);
+  linear_free(&lt);
 }
 
 START_TEST(mx_gemm_bf16_path_matches_reference) {
@@ -568,26 +605,23 @@ START_TEST(accumulate_gemms_bit_identical) {
                           "saturate=1", acc, NULL};
     recipe rc;
     make_recipe(&rc, sets);
-    model_config mc;
-    ck_assert(!model_named_size("test", &mc));
-    const int n_sites = model_num_sites(&mc);
-    tq_site *cpu = recipe_make_sites(&rc, &mc), *gsites = recipe_make_sites(&rc, &mc);
+    tq_site *cpu, *gsites;
+    const int n_sites = make_twin_sites(&rc, &cpu, &gsites);
     gtq_ctx *g = gtq_new(gsites, n_sites, 0);
     const int site = SITE_W1, N = 96, C = 300, OC = 72;
     ck_assert(!gtq_site_bf16(g, site)); /* accumulation models read float32 */
-    float *x = malloc(sizeof(float) * N * C), *w = malloc(sizeof(float) * OC * C),
-          *dy = malloc(sizeof(float) * N * OC);
+    linear_tensors t = linear_new(N, C, OC, C);
+    const float *x = t.x, *w = t.w, *dy = t.dy;
     float *y = malloc(sizeof(float) * N * OC), *dx = malloc(sizeof(float) * N * C),
           *dw = malloc(sizeof(float) * OC * C), *got = malloc(sizeof(float) * N * C);
     size_t bad = 0, total = 0;
     for (int step = 0; step < 2; step++) {
-      fill(x, (size_t)N * C, 4.0);
-      fill(w, (size_t)OC * C, 0.1);
-      fill(dy, (size_t)N * OC, 1e-3);
+      linear_fill(&t, 4.0, 0.1, 1e-3);
       for (size_t i = 0; i < (size_t)N * C; i++) dx[i] = (float)urand();
       for (size_t i = 0; i < (size_t)OC * C; i++) dw[i] = (float)urand();
-      float *d_x = dev_from(x, sizeof(float) * N * C), *d_w = dev_from(w, sizeof(float) * OC * C),
-            *d_dy = dev_from(dy, sizeof(float) * N * OC), *d_y = dev_alloc(sizeof(float) * N * OC),
+      linear_upload(&t);
+      const float *d_x = t.d_x, *d_w = t.d_w, *d_dy = t.d_dy;
+      float *d_y = dev_alloc(sizeof(float) * N * OC),
             *d_dx = dev_from(dx, sizeof(float) * N * C), *d_dw = dev_from(dw, sizeof(float) * OC * C);
       tq_sr_counter = 0;
       tq_collect_stats = false;
@@ -625,7 +659,6 @@ START_TEST(accumulate_gemms_bit_identical) {
         bad += d, total += outs[o].n;
       }
       ck_assert_uint_eq(gtq_sr_counter(g), tq_sr_counter);
-      CU(cudaFree(d_x)); CU(cudaFree(d_w)); CU(cudaFree(d_dy));
       CU(cudaFree(d_y)); CU(cudaFree(d_dx)); CU(cudaFree(d_dw));
     }
     printf("accumulate %s: Y, dX, dW of 2 steps, %zu values, %zu differ from the CPU\n",
@@ -635,7 +668,8 @@ START_TEST(accumulate_gemms_bit_identical) {
     gtq_free(g);
     recipe_free_sites(cpu, n_sites);
     recipe_free_sites(gsites, n_sites);
-    free(x), free(w), free(dy), free(y), free(dx), free(dw), free(got);
+    linear_free(&t);
+    free(y), free(dx), free(dw), free(got);
   }
 }
 END_TEST

@@ -16,23 +16,10 @@
 
 #include "cuda/elementwise.cuh"
 #include "cuda/exmy_cuda.h"
+#include "cuda/reduce.cuh"
 
 namespace {
 using namespace exmy_cuda;
-
-constexpr int kStatThreads = 256;
-
-/* Reduces the block's accumulators into thread 0's, in a fixed order. */
-__device__ void block_reduce(exmy_stats_sums &a) {
-  __shared__ exmy_stats_sums sh[kStatThreads];
-  sh[threadIdx.x] = a;
-  __syncthreads();
-  for (int s = kStatThreads / 2; s > 0; s >>= 1) {
-    if ((int)threadIdx.x < s) exmy_stats_sums_merge(&sh[threadIdx.x], &sh[threadIdx.x + s]);
-    __syncthreads();
-  }
-  a = sh[0];
-}
 
 __global__ void __launch_bounds__(kStatThreads)
     k_stats_partial(const float *x, const float *y, size_t n, float fmax_f,
@@ -56,7 +43,7 @@ __global__ void __launch_bounds__(kStatThreads)
         exmy_stats_sums_add(&a, fmax_f, fmin_normal, x[k], x[k], y[k], y[k]);
     }
   }
-  block_reduce(a);
+  stats_block_reduce<kStatThreads>(a);
   if (threadIdx.x == 0) partial[blockIdx.x] = a;
 }
 
@@ -79,7 +66,7 @@ __global__ void __launch_bounds__(kStatThreads)
                                                           yi * s, 0));
     exmy_stats_sums_add(&a, fmax_f, fmin_normal, xi, xs, q, yi);
   }
-  block_reduce(a);
+  stats_block_reduce<kStatThreads>(a);
   if (threadIdx.x == 0) partial[blockIdx.x] = a;
 }
 
@@ -99,12 +86,8 @@ __global__ void __launch_bounds__(kStatThreads)
     const float s = exmy_pow2f(-e);
     exmy_stats_sums_add(&a, fmax_f, fmin_normal, x[i], x[i] * s, y[i] * s, y[i]);
   }
-  block_reduce(a);
+  stats_block_reduce<kStatThreads>(a);
   if (threadIdx.x == 0) partial[blockIdx.x] = a;
-}
-
-__global__ void k_stats_nan_scale(exmy_tensor_stats *st) {
-  st->scale = NAN; /* one scale per block */
 }
 
 /* stats->scale and, for delayed scaling, stats->delayed_over_current = the
@@ -117,39 +100,7 @@ __global__ void k_stats_scale(exmy_tensor_stats *st, const float *scale_inv, flo
   st->delayed_over_current = exmy_fdiv_rn(scale_inv[0], cur); /* in float, as the CPU divides */
 }
 
-/* The merge of the block partials and exmy_stats_sums_finish. */
-__global__ void __launch_bounds__(kStatThreads)
-    k_stats_finish(const exmy_stats_sums *partial, int nparts, exmy_tensor_stats *s) {
-  exmy_stats_sums a;
-  exmy_stats_sums_init(&a);
-  for (int i = threadIdx.x; i < nparts; i += kStatThreads) exmy_stats_sums_merge(&a, &partial[i]);
-  block_reduce(a);
-  if (threadIdx.x != 0) return;
-  exmy_stats_sums_finish(&a, s);
-  s->scale = 1.0;
-  s->delayed_over_current = NAN;
-}
-
-int stat_blocks() {
-  int sms = 132;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  return sms * 4;
-}
-
 /* ---- per-tensor current scaling ---- */
-
-/* Finite max |x| as float bits: non-negative floats order like their bits. */
-__global__ void __launch_bounds__(256)
-    k_amax(const float *x, size_t n, unsigned int *amax_bits) {
-  float m = 0.0f;
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const float a = fabsf(x[i]);
-    if (a > m && a <= 3.40282347e38f) m = a;
-  }
-  for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
-  if ((threadIdx.x & 31) == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
-}
 
 /* exmy_scale_from_amax of the device amax; then inv = 1 / s. */
 __global__ void k_scale(const unsigned int *amax_bits, float fmax, int margin,
@@ -265,14 +216,6 @@ void launch_scaled_bf16_any(const exmy_format &f, const KOpts &k, const float *x
   with_spec_format<EXMY_GPU_BF16, ScaledBf16Op>(&f, f, k, x, y, n, si, amax, s);
 }
 
-void launch_amax(const float *x, size_t n, unsigned int *amax_bits, cudaStream_t stream) {
-  int sms = 132;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  const size_t want = blocks_for(n, 256);
-  k_amax<<<(unsigned)(want < (size_t)sms * 8 ? want : (size_t)sms * 8), 256, 0, stream>>>(
-      x, n, amax_bits);
-}
-
 /* exmy_delayed_state_update on the device (the host has advanced `latest`). */
 __global__ void k_delayed_update(float *history, int len, int latest,
                                  const unsigned int *amax_bits, int most_recent,
@@ -348,23 +291,22 @@ extern "C" cudaError_t exmy_cuda_tensor_stats_f32(const exmy_format *f,
   exmy_format_get_info(f, &info);
   const int nb = stat_blocks();
   exmy_stats_sums *partial;
-  EXMY_CUDA_TRY(cudaMallocAsync((void **)&partial, sizeof(exmy_stats_sums) * nb, stream));
+  EXMY_CUDA_TRY(stream_scratch(stream, sizeof(exmy_stats_sums) * nb, (void **)&partial));
   const int vec = (((uintptr_t)x | (uintptr_t)y) & 15u) == 0;
   k_stats_partial<<<nb, kStatThreads, 0, stream>>>(x, y, n, info.max,
                                                    info.min_normal, vec, partial);
   k_stats_finish<<<1, kStatThreads, 0, stream>>>(partial, nb, stats);
-  EXMY_CUDA_TRY(cudaGetLastError());
-  return cudaFreeAsync(partial, stream);
+  return cudaGetLastError();
 }
 
-/* Per-tensor current scaling's first pass: a stream-ordered scratch of {amax
+/* Per-tensor current scaling's first pass: the stream's scratch holds {amax
  * bits, s, 1/s} with s = exmy_scale_from_amax of x's amax; *si -> {s, 1/s}. */
 static cudaError_t current_scale(const exmy_format *f, int margin, bool pow2, const float *x,
                                  size_t n, unsigned int **scratch, float **si,
                                  cudaStream_t stream) {
   exmy_format_info info;
   exmy_format_get_info(f, &info);
-  EXMY_CUDA_TRY(cudaMallocAsync((void **)scratch, 3 * sizeof(unsigned int), stream));
+  EXMY_CUDA_TRY(stream_scratch(stream, 3 * sizeof(unsigned int), (void **)scratch));
   EXMY_CUDA_TRY(cudaMemsetAsync(*scratch, 0, sizeof(unsigned int), stream));
   launch_amax(x, n, *scratch, stream);
   *si = reinterpret_cast<float *>(*scratch + 1);
@@ -385,7 +327,7 @@ extern "C" cudaError_t exmy_cuda_quantize_tensor_scaled_f32(
   if (scale_out)
     EXMY_CUDA_TRY(cudaMemcpyAsync(scale_out, si, sizeof(float),
                                   cudaMemcpyDeviceToDevice, stream));
-  return cudaFreeAsync(scratch, stream);
+  return cudaSuccess;
 }
 
 extern "C" cudaError_t exmy_cuda_tensor_stats_scaled_f32(
@@ -396,13 +338,12 @@ extern "C" cudaError_t exmy_cuda_tensor_stats_scaled_f32(
   exmy_format_get_info(f, &info);
   const int nb = stat_blocks();
   exmy_stats_sums *partial;
-  EXMY_CUDA_TRY(cudaMallocAsync((void **)&partial, sizeof(exmy_stats_sums) * nb, stream));
+  EXMY_CUDA_TRY(stream_scratch(stream, sizeof(exmy_stats_sums) * nb, (void **)&partial));
   k_stats_partial_scaled<<<nb, kStatThreads, 0, stream>>>(*f, x, y, n, scale_inv, info.max,
                                                           info.min_normal, partial);
   k_stats_finish<<<1, kStatThreads, 0, stream>>>(partial, nb, stats);
   k_stats_scale<<<1, 1, 0, stream>>>(stats, scale_inv, info.max, margin, pow2, delayed);
-  EXMY_CUDA_TRY(cudaGetLastError());
-  return cudaFreeAsync(partial, stream);
+  return cudaGetLastError();
 }
 
 extern "C" cudaError_t exmy_cuda_delayed_state_download(const exmy_cuda_delayed_state *s,
@@ -441,13 +382,12 @@ extern "C" cudaError_t exmy_cuda_tensor_stats_mx_f32(const exmy_format *f, int b
   exmy_format_get_info(f, &info);
   const int nb = stat_blocks();
   exmy_stats_sums *partial;
-  EXMY_CUDA_TRY(cudaMallocAsync((void **)&partial, sizeof(exmy_stats_sums) * nb, stream));
+  EXMY_CUDA_TRY(stream_scratch(stream, sizeof(exmy_stats_sums) * nb, (void **)&partial));
   k_stats_partial_mx<<<nb, kStatThreads, 0, stream>>>(x, y, scales, rows, cols, block, info.max,
                                                       info.min_normal, partial);
   k_stats_finish<<<1, kStatThreads, 0, stream>>>(partial, nb, stats);
   k_stats_nan_scale<<<1, 1, 0, stream>>>(stats);
-  EXMY_CUDA_TRY(cudaGetLastError());
-  return cudaFreeAsync(partial, stream);
+  return cudaGetLastError();
 }
 
 extern "C" cudaError_t exmy_cuda_quantize_delayed_bf16(
@@ -484,7 +424,7 @@ extern "C" cudaError_t exmy_cuda_quantize_tensor_bf16(const exmy_format *f,
   EXMY_CUDA_TRY(cudaGetLastError());
   if (scale_out)
     EXMY_CUDA_TRY(cudaMemcpyAsync(scale_out, si, sizeof(float), cudaMemcpyDeviceToDevice, stream));
-  return cudaFreeAsync(scratch, stream);
+  return cudaSuccess;
 }
 
 extern "C" cudaError_t exmy_cuda_quantize_bf16(const exmy_format *f, const exmy_rounding_opts *o,

@@ -195,6 +195,19 @@ cudaError_t exmy_cuda_quantize_blocks_f32(const exmy_format *f, const exmy_round
                                           const exmy_scaling *sc, const float *x, float *y,
                                           size_t rows, size_t cols, cudaStream_t stream);
 
+/* exmy_cuda_quantize_blocks_f32 (GROUP, including 1-row blocks, and NVFP4)
+ * with the statistics exmy_quantize_scaled_f32 gives, reduced on the device
+ * into *stats (a DEVICE pointer; NULL: none): ratios judged on x·s and
+ * Q(x·s) per block (for NVFP4 with `hadamard`, of the transformed tensor, as
+ * the CPU describes it), scale NAN; no host round trip.  Counts, amax and
+ * min_nonzero equal the CPU's; the double sums are reduced in a fixed order
+ * (deterministic) and equal the CPU's up to the order of additions. */
+cudaError_t exmy_cuda_quantize_blocks_stats_f32(const exmy_format *f,
+                                                const exmy_rounding_opts *o,
+                                                const exmy_scaling *sc, const float *x,
+                                                float *y, size_t rows, size_t cols,
+                                                exmy_tensor_stats *stats, cudaStream_t stream);
+
 /* ---- quantized GEMM through cuBLAS ----
  * C (m x n, row-major) = Q(A) . Q(B)^T with A m x k and Bt n x k, both
  * row-major with K contiguous (exmy_qgemm's op(A) and op(B)^T), FP32

@@ -6,13 +6,15 @@
  * scale (exmy_core_scale_from_amax, lib/scale_core.h) and COAT's exponent k,
  * and the block rounds the group element by element with the core.
  * exmy_cuda_quantize_blocks_f32: the same for blocks of several rows (GROUP)
- * and NVFP4's two-level scales, with its random Hadamard transform.
+ * and NVFP4's two-level scales, with its random Hadamard transform, and
+ * optionally the statistics of that quantization, reduced on the device.
  */
 #include <math.h>
 #include <stdint.h>
 
 #include "cuda/elementwise.cuh"
 #include "cuda/exmy_cuda.h"
+#include "cuda/reduce.cuh"
 #include "lib/scale_core.h"
 
 namespace {
@@ -82,18 +84,6 @@ __global__ void __launch_bounds__(kGroupThreads)
   }
 }
 
-/* *amax = max(*amax, finite |x|): float bits of values >= 0 order as integers. */
-__global__ void k_finite_amax(const float *x, size_t n, unsigned int *amax) {
-  float m = 0.0f;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    const float a = fabsf(x[i]);
-    if (a <= 3.40282347e38f) m = fmaxf(m, a);
-  }
-  for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
-  if ((threadIdx.x & 31) == 0) atomicMax(amax, __float_as_uint(m));
-}
-
 /* One thread per run of 16 elements of a row; the tail of a row is copied. */
 __global__ void k_rht16(const float *x, float *y, size_t rows, size_t cols, uint32_t signs) {
   const size_t runs = (cols + 15) / 16;
@@ -109,59 +99,75 @@ __global__ void k_rht16(const float *x, float *y, size_t rows, size_t cols, uint
   }
 }
 
-/* One thread block per scaling block of br rows x g columns: GROUP's scale or
- * NVFP4's (amax_bits: the tensor's finite amax, NVFP4 only). */
+/* The scaling blocks of br rows x g columns, block t = blockIdx.x,
+ * blockIdx.x + gridDim.x, ... (one each when the grid has one thread block per
+ * scaling block): GROUP's scale or NVFP4's (amax_bits: the tensor's finite
+ * amax, NVFP4 only).  STATS: each thread adds its elements to its own
+ * statistics, as cpu/quantize_scaled.c does (x, x·s, Q(x·s), the dequantized
+ * value), reduced per thread block into partial[blockIdx.x]. */
+template <bool STATS>
 __global__ void __launch_bounds__(kGroupThreads)
     k_blocks(const __grid_constant__ exmy_format f, const __grid_constant__ KOpts o,
              const float *x, float *y, size_t rows, size_t cols, size_t g, size_t br,
-             int nvfp4, const unsigned int *amax_bits, float fmax, int margin, int pow2) {
+             size_t tasks, int nvfp4, const unsigned int *amax_bits, float fmax,
+             float fmin_normal, int margin, int pow2, exmy_stats_sums *partial) {
   const size_t per_row = (cols + g - 1) / g;
-  const size_t t = blockIdx.x;
-  const size_t r0 = (t / per_row) * br, c0 = (t % per_row) * g;
-  const size_t len = cols - c0 < g ? cols - c0 : g, nr = rows - r0 < br ? rows - r0 : br;
-  float amax = 0.0f;
-  for (size_t i = threadIdx.x; i < len * nr; i += kGroupThreads) {
-    const float a = fabsf(x[(r0 + i / len) * cols + c0 + i % len]);
-    if (a <= 3.40282347e38f) amax = fmaxf(amax, a);
-  }
   __shared__ float s_max[kGroupThreads];
   __shared__ float s_scale, s_inv;
-  s_max[threadIdx.x] = amax;
-  __syncthreads();
-  for (int d = kGroupThreads / 2; d > 0; d >>= 1) {
-    if ((int)threadIdx.x < d) s_max[threadIdx.x] = fmaxf(s_max[threadIdx.x], s_max[threadIdx.x + d]);
+  exmy_stats_sums acc;
+  if constexpr (STATS) exmy_stats_sums_init(&acc);
+  for (size_t t = blockIdx.x; t < tasks; t += gridDim.x) {
+    const size_t r0 = (t / per_row) * br, c0 = (t % per_row) * g;
+    const size_t len = cols - c0 < g ? cols - c0 : g, nr = rows - r0 < br ? rows - r0 : br;
+    float amax = 0.0f;
+    for (size_t i = threadIdx.x; i < len * nr; i += kGroupThreads) {
+      const float a = fabsf(x[(r0 + i / len) * cols + c0 + i % len]);
+      if (a <= 3.40282347e38f) amax = fmaxf(amax, a);
+    }
+    s_max[threadIdx.x] = amax;
     __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    if (nvfp4) {
-      const float s_enc = exmy_core_nvfp4_tensor_scale(__uint_as_float(*amax_bits));
-      const float s_b = exmy_core_nvfp4_block_scale(s_max[0], s_enc);
-      s_scale = exmy_core_nvfp4_encode_factor(s_b, s_enc);
-      s_inv = exmy_core_nvfp4_decode_factor(s_b, s_enc);
-    } else {
-      const float s = exmy_core_scale_from_amax(fmax, s_max[0], margin, pow2);
-      s_scale = s;
-      s_inv = __fdiv_rn(1.0f, s);
+    for (int d = kGroupThreads / 2; d > 0; d >>= 1) {
+      if ((int)threadIdx.x < d) s_max[threadIdx.x] = fmaxf(s_max[threadIdx.x], s_max[threadIdx.x + d]);
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      if (nvfp4) {
+        const float s_enc = exmy_core_nvfp4_tensor_scale(__uint_as_float(*amax_bits));
+        const float s_b = exmy_core_nvfp4_block_scale(s_max[0], s_enc);
+        s_scale = exmy_core_nvfp4_encode_factor(s_b, s_enc);
+        s_inv = exmy_core_nvfp4_decode_factor(s_b, s_enc);
+      } else {
+        const float s = exmy_core_scale_from_amax(fmax, s_max[0], margin, pow2);
+        s_scale = s;
+        s_inv = __fdiv_rn(1.0f, s);
+      }
+    }
+    __syncthreads();
+    /* the next block's writes to s_max and s_scale come after its first
+     * __syncthreads, which every thread reaches only after this loop */
+    const float s = s_scale, inv = s_inv;
+    for (size_t i = threadIdx.x; i < len * nr; i += kGroupThreads) {
+      const size_t at = (r0 + i / len) * cols + c0 + i % len;
+      const uint64_t j = o.offset + at;
+      const uint32_t rnd = o.mode == EXMY_SR ? exmy_sr_word(o.seed, j) : 0u;
+      const float xi = x[at], xs = mul_keep_nan(xi, s); /* x before y (may alias x) */
+      const float q = decode_generic(f, encode_runtime<SPEC_GENERIC>(f, o, xs, rnd));
+      const float w = mul_keep_nan(q, inv);
+      y[at] = w;
+      if constexpr (STATS) exmy_stats_sums_add(&acc, fmax, fmin_normal, xi, xs, q, w);
     }
   }
-  __syncthreads();
-  const float s = s_scale, inv = s_inv;
-  for (size_t i = threadIdx.x; i < len * nr; i += kGroupThreads) {
-    const size_t at = (r0 + i / len) * cols + c0 + i % len;
-    const uint64_t j = o.offset + at;
-    const uint32_t rnd = o.mode == EXMY_SR ? exmy_sr_word(o.seed, j) : 0u;
-    const uint32_t c = encode_runtime<SPEC_GENERIC>(f, o, mul_keep_nan(x[at], s), rnd);
-    y[at] = mul_keep_nan(decode_generic(f, c), inv);
+  if constexpr (STATS) {
+    stats_block_reduce<kGroupThreads>(acc);
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
   }
 }
 
 }  // namespace
 
-extern "C" cudaError_t exmy_cuda_quantize_blocks_f32(const exmy_format *f,
-                                                     const exmy_rounding_opts *o,
-                                                     const exmy_scaling *sc, const float *x,
-                                                     float *y, size_t rows, size_t cols,
-                                                     cudaStream_t stream) {
+extern "C" cudaError_t exmy_cuda_quantize_blocks_stats_f32(
+    const exmy_format *f, const exmy_rounding_opts *o, const exmy_scaling *sc, const float *x,
+    float *y, size_t rows, size_t cols, exmy_tensor_stats *stats, cudaStream_t stream) {
   const bool nvfp4 = sc->kind == EXMY_SCALING_NVFP4;
   if ((!nvfp4 && sc->kind != EXMY_SCALING_GROUP) || sc->group < 0 || sc->block_rows < 0 ||
       exmy_rounding_opts_check(o) != 0)
@@ -171,35 +177,60 @@ extern "C" cudaError_t exmy_cuda_quantize_blocks_f32(const exmy_format *f,
   size_t g = sc->group > 0 ? (size_t)sc->group : nvfp4 ? 16 : cols;
   if (g == 0) g = 1;
   const size_t br = sc->block_rows > 1 ? (size_t)sc->block_rows : 1;
-  if (rows * cols == 0) return cudaSuccess;
+  if (rows * cols == 0) { /* the statistics of nothing */
+    if (!stats) return cudaSuccess;
+    k_stats_finish<<<1, kStatThreads, 0, stream>>>(nullptr, 0, stats);
+    k_stats_nan_scale<<<1, 1, 0, stream>>>(stats);
+    return cudaGetLastError();
+  }
   const size_t tasks = ((rows + br - 1) / br) * ((cols + g - 1) / g);
   if (tasks > 0x7FFFFFFFu) return cudaErrorInvalidValue;
+  /* the stream's scratch: the tensor's amax bits (NVFP4), then the
+   * statistics' block partials */
+  const int nb = stats ? (int)(tasks < (size_t)stat_blocks() ? tasks : (size_t)stat_blocks()) : 0;
+  constexpr size_t kPartialAt = 256;
+  void *scratch = nullptr;
+  if (nvfp4 || stats)
+    EXMY_CUDA_TRY(stream_scratch(stream, kPartialAt + sizeof(exmy_stats_sums) * nb, &scratch));
+  unsigned int *amax = nvfp4 ? (unsigned int *)scratch : nullptr;
+  exmy_stats_sums *partial =
+      stats ? reinterpret_cast<exmy_stats_sums *>((char *)scratch + kPartialAt) : nullptr;
   if (sc->hadamard) {
     const size_t runs = rows * ((cols + 15) / 16);
     k_rht16<<<(unsigned)((runs + 255) / 256), 256, 0, stream>>>(
         x, y, rows, cols, exmy_core_rht16_signs(sc->hadamard_seed));
     EXMY_CUDA_TRY(cudaGetLastError());
-    x = y;
+    x = y; /* the transformed tensor is the one quantized (and described) */
   }
-  unsigned int *amax = NULL;
   if (nvfp4) {
-    EXMY_CUDA_TRY(cudaMallocAsync((void **)&amax, sizeof *amax, stream));
     EXMY_CUDA_TRY(cudaMemsetAsync(amax, 0, sizeof *amax, stream));
-    const size_t n = rows * cols;
-    const unsigned grid = (unsigned)(n / 256 + 1 < 1024 ? n / 256 + 1 : 1024);
-    k_finite_amax<<<grid, 256, 0, stream>>>(x, n, amax);
+    launch_amax(x, rows * cols, amax, stream);
     EXMY_CUDA_TRY(cudaGetLastError());
   }
   exmy_format_info info;
   exmy_format_get_info(f, &info);
   exmy_rounding_opts oe = *o;
   if (nvfp4) oe.saturate = true; /* the conversion is satfinite, as on the CPU */
-  k_blocks<<<(unsigned)tasks, kGroupThreads, 0, stream>>>(*f, kopts_of(&oe), x, y, rows, cols,
-                                                           g, br, nvfp4, amax, info.max,
-                                                           sc->margin, sc->pow2);
-  EXMY_CUDA_TRY(cudaGetLastError());
-  if (amax) EXMY_CUDA_TRY(cudaFreeAsync(amax, stream));
-  return cudaSuccess;
+  if (!stats) {
+    k_blocks<false><<<(unsigned)tasks, kGroupThreads, 0, stream>>>(
+        *f, kopts_of(&oe), x, y, rows, cols, g, br, tasks, nvfp4, amax, info.max,
+        info.min_normal, sc->margin, sc->pow2, nullptr);
+    return cudaGetLastError();
+  }
+  k_blocks<true><<<(unsigned)nb, kGroupThreads, 0, stream>>>(
+      *f, kopts_of(&oe), x, y, rows, cols, g, br, tasks, nvfp4, amax, info.max,
+      info.min_normal, sc->margin, sc->pow2, partial);
+  k_stats_finish<<<1, kStatThreads, 0, stream>>>(partial, nb, stats);
+  k_stats_nan_scale<<<1, 1, 0, stream>>>(stats);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t exmy_cuda_quantize_blocks_f32(const exmy_format *f,
+                                                     const exmy_rounding_opts *o,
+                                                     const exmy_scaling *sc, const float *x,
+                                                     float *y, size_t rows, size_t cols,
+                                                     cudaStream_t stream) {
+  return exmy_cuda_quantize_blocks_stats_f32(f, o, sc, x, y, rows, cols, NULL, stream);
 }
 
 extern "C" cudaError_t exmy_cuda_quantize_group_scaled_f32(

@@ -240,6 +240,22 @@ static int close_rel(double a, double b) {
   return fabs(a - b) <= 1e-9 * fmax(fabs(a), fabs(b));
 }
 
+static int same_or_nan(double a, double b) { return a == b || (isnan(a) && isnan(b)); }
+
+/* How many of the device's statistics g differ from the CPU's c: counts,
+ * amax and min_nonzero exactly, the sums' results to 1e-9, scale exactly. */
+static int stats_differ(const exmy_tensor_stats *g, const exmy_tensor_stats *c) {
+  int b = g->n != c->n;
+  b += g->amax != c->amax || g->min_nonzero != c->min_nonzero;
+  b += g->underflow_ratio != c->underflow_ratio || g->subnormal_ratio != c->subnormal_ratio ||
+       g->overflow_ratio != c->overflow_ratio;
+  b += !close_rel(g->mse, c->mse) + !close_rel(g->rel_l2, c->rel_l2) +
+       !close_rel(g->cosine, c->cosine) + !close_rel(g->sqnr_db, c->sqnr_db);
+  b += !same_or_nan(g->scale, c->scale) ||
+       !(isnan(g->delayed_over_current) && isnan(c->delayed_over_current));
+  return b;
+}
+
 START_TEST(stats_match_cpu) {
   const char *names[] = {"float8_e4m3fn", "float4_e2m1fn", "bfloat16"};
   const size_t n = 1000003;
@@ -257,14 +273,7 @@ START_TEST(stats_match_cpu) {
     exmy_tensor_stats_f32(&f, x, y, n, &c);
     CU(exmy_cuda_tensor_stats_f32(&f, dx, dy, n, dst, 0));
     to_host(&g, dst, sizeof g);
-    int b = 0;
-    b += g.n != c.n;
-    b += g.amax != c.amax || g.min_nonzero != c.min_nonzero;
-    b += g.underflow_ratio != c.underflow_ratio || g.subnormal_ratio != c.subnormal_ratio ||
-         g.overflow_ratio != c.overflow_ratio;
-    b += !close_rel(g.mse, c.mse) + !close_rel(g.rel_l2, c.rel_l2) + !close_rel(g.cosine, c.cosine) +
-         !close_rel(g.sqnr_db, c.sqnr_db);
-    b += g.scale != c.scale || !(isnan(g.delayed_over_current) && isnan(c.delayed_over_current));
+    const int b = stats_differ(&g, &c);
     printf("stats %-14s gpu: amax %g under %g sub %g over %g mse %.17g sqnr %.17g | cpu: mse %.17g sqnr %.17g\n",
            f.name, g.amax, g.underflow_ratio, g.subnormal_ratio, g.overflow_ratio, g.mse, g.sqnr_db,
            c.mse, c.sqnr_db);
@@ -434,7 +443,9 @@ END_TEST
 /* NVFP4 (1-D and 16 x 16 blocks, with and without the Hadamard transform,
  * rne and sr) and DeepSeek-V3's GROUP blocks (1 x 128 and 128 x 128, E4M3):
  * exmy_cuda_quantize_blocks_f32 against exmy_quantize_scaled_f32, bit for
- * bit, on shapes whose blocks fit and shapes with partial blocks. */
+ * bit, on shapes whose blocks fit and shapes with partial blocks; and
+ * exmy_cuda_quantize_blocks_stats_f32's values (the same bits) and
+ * statistics against the CPU's (stats_differ). */
 START_TEST(blocks_match_cpu) {
   const size_t shapes[][2] = {{64, 256}, {37, 100}, {300, 260}};
   struct {
@@ -449,8 +460,11 @@ START_TEST(blocks_match_cpu) {
       {"e2m1", EXMY_SCALING_NVFP4, 16, 0, 16, EXMY_RNE},
       {"e4m3", EXMY_SCALING_GROUP, 128, 128, 0, EXMY_RNE},
       {"e4m3", EXMY_SCALING_GROUP, 128, 16, 0, EXMY_SR},
+      {"e4m3", EXMY_SCALING_GROUP, 128, 0, 0, EXMY_RNE},
   };
   size_t bad = 0;
+  int stats_bad = 0;
+  exmy_tensor_stats *dst = dev_alloc(sizeof(exmy_tensor_stats));
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
     for (int s = 0; s < 3; s++) {
       const size_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
@@ -467,11 +481,24 @@ START_TEST(blocks_match_cpu) {
       sc.hadamard = cases[c].hadamard;
       sc.hadamard_seed = 7;
       float *x = test_tensor(n, 11 + s), *y = malloc(n * 4), *gy = malloc(n * 4);
-      ck_assert_int_eq(exmy_quantize_scaled_f32(&f, &o, &sc, NULL, x, y, rows, cols, NULL), 0);
+      exmy_tensor_stats cs, gs;
+      ck_assert_int_eq(exmy_quantize_scaled_f32(&f, &o, &sc, NULL, x, y, rows, cols, &cs), 0);
       float *dx = dev_from(x, n * 4), *dy = dev_alloc(n * 4);
+      CU(exmy_cuda_quantize_blocks_stats_f32(&f, &o, &sc, dx, dy, rows, cols, dst, 0));
+      to_host(gy, dy, n * 4);
+      to_host(&gs, dst, sizeof gs);
+      size_t b = diff_floats(gy, y, n, "blocks y (with statistics)");
+      const int sb = stats_differ(&gs, &cs);
+      if (sb || (c == 0 && s == 0))
+        printf("blocks stats case %zu: gpu n %llu amax %g under %g sub %g over %g mse %.17g | "
+               "cpu n %llu amax %g under %g sub %g over %g mse %.17g\n", c,
+               (unsigned long long)gs.n, gs.amax, gs.underflow_ratio, gs.subnormal_ratio,
+               gs.overflow_ratio, gs.mse, (unsigned long long)cs.n, cs.amax, cs.underflow_ratio,
+               cs.subnormal_ratio, cs.overflow_ratio, cs.mse);
+      stats_bad += sb;
       CU(exmy_cuda_quantize_blocks_f32(&f, &o, &sc, dx, dy, rows, cols, 0));
       to_host(gy, dy, n * 4);
-      size_t b = diff_floats(gy, y, n, "blocks y");
+      b += diff_floats(gy, y, n, "blocks y");
       /* and in place, as exmy_cuda_qgemm calls it */
       CU(exmy_cuda_quantize_blocks_f32(&f, &o, &sc, dx, dx, rows, cols, 0));
       to_host(gy, dx, n * 4);
@@ -484,7 +511,9 @@ START_TEST(blocks_match_cpu) {
       free(x); free(y); free(gy);
       CU(cudaFree(dx)); CU(cudaFree(dy));
     }
+  CU(cudaFree(dst));
   ck_assert_msg(bad == 0, "%zu block-scaling differences", bad);
+  ck_assert_msg(stats_bad == 0, "%d block-scaling statistics differ from the CPU's", stats_bad);
 }
 END_TEST
 

@@ -492,37 +492,28 @@ extern "C" unsigned long long gtq_mx_fallbacks(gtq_ctx *g) {
 }
 
 /* Statistics steps, GROUP and NVFP4 operands: the K-contiguous image
- * (rows x k) copied to the host and quantized there again by the CPU's
- * exmy_quantize_scaled_f32 (whose values the GPU's equal bit for bit), with
- * the same sr offsets, for its statistics.  Statistics steps are rare. */
-static void host_stats(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_operand_quant &q,
-                       bool transpose, size_t rows, size_t k) {
+ * (rows x k) quantized again on the device as exmy_cuda_qgemm quantizes it
+ * (the same sr offsets), its statistics reduced there too: stream-ordered,
+ * no host round trip. */
+static void blocks_stats(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_operand_quant &q,
+                         bool transpose, size_t rows, size_t k) {
   const size_t n = rows * k;
-  reserve(&g->stage, &g->stage_cap, n * sizeof(float));
-  k_gather<<<grid_for(n), 256, 0, g->stream>>>((const float *)o.ptr, o.ld, transpose, rows, k,
-                                               (float *)g->stage);
+  reserve(&g->stage, &g->stage_cap, 2 * n * sizeof(float));
+  float *x = (float *)g->stage, *y = x + n;
+  k_gather<<<grid_for(n), 256, 0, g->stream>>>((const float *)o.ptr, o.ld, transpose, rows, k, x);
   gtq_check(cudaGetLastError(), "gather");
-  float *h = (float *)malloc(2 * n * sizeof(float) + 1);
-  if (!h) gtq_check(cudaErrorMemoryAllocation, "statistics (host copy)");
-  gtq_check(cudaMemcpyAsync(h, g->stage, n * sizeof(float), cudaMemcpyDeviceToHost, g->stream),
-            "statistics (copy)");
-  gtq_check(cudaStreamSynchronize(g->stream), "statistics (sync)");
-  exmy_tensor_stats st;
-  if (exmy_quantize_scaled_f32(&q.format, &q.round, &q.scaling, NULL, h, h + n, rows, k, &st))
-    gtq_check(cudaErrorInvalidValue, "statistics (host quantization)");
   Site &s = g->sites[o.site];
-  gtq_check(cudaMemcpyAsync(&s.stats[o.use], &st, sizeof st, cudaMemcpyHostToDevice, g->stream),
-            "statistics (upload)");
-  gtq_check(cudaStreamSynchronize(g->stream), "statistics (sync)");
+  gtq_check(exmy_cuda_quantize_blocks_stats_f32(&q.format, &q.round, &q.scaling, x, y, rows, k,
+                                                &s.stats[o.use], g->stream),
+            "GROUP / NVFP4 statistics");
   s.filled_stats[o.use] = true;
-  free(h);
 }
 
 /* The statistics of an operand quantized along K, by its kind. */
 static void along_k_stats(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_operand_quant &q,
                           bool transpose, size_t rows, size_t k) {
   if (q.scaling.kind == EXMY_SCALING_MX) mx_stats(g, o, q, transpose, rows, k);
-  else host_stats(g, o, q, transpose, rows, k);
+  else blocks_stats(g, o, q, transpose, rows, k);
 }
 
 /* The site's accumulation model, if the GEMM of a and b has one, into *out:

@@ -153,6 +153,16 @@ T.raises(ValueError, lambda: exmy.quantize_scaled(x, "e4m3", "tensor",
                                                   state=exmy.DelayedState()), "state with tensor")
 T.raises(ValueError, lambda: exmy.quantize_scaled(x, "e4m3", "tensor",
                                                   dynamic_range_expansion=True), "dre without group")
+T.raises(ValueError, lambda: exmy.quantize_scaled(x, "e4m3", "tensor", block_rows=4),
+         "block_rows without group or nvfp4")
+T.raises(ValueError, lambda: exmy.quantize_scaled(x, "e2m1", "group", hadamard=16),
+         "hadamard without nvfp4")
+T.raises(ValueError, lambda: exmy.quantize_scaled(x, "e2m1", "nvfp4", hadamard=8), "hadamard 8")
+T.raises(ValueError, lambda: exmy.quantize_scaled(x, "e2m1", "nvfp4", block_rows=-1),
+         "block_rows -1")
+T.raises(ValueError, lambda: exmy.quantize_scaled(x, "e4m3", "group", block_rows=2,
+                                                  dynamic_range_expansion=True),
+         "dre with 2-row blocks")
 T.raises(ValueError, lambda: exmy.mx_encode(x, "bf16"), "MX with a 16-bit element format")
 T.raises(ValueError, lambda: exmy.DelayedState(0), "history_len 0")
 T.check(same_bits(x, before) == 0, "the rejected calls left x untouched")

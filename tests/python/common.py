@@ -26,7 +26,8 @@ def shim():
                                         P, sz]
         s.shim_ref_decode.argtypes = [ctypes.c_char_p, P, P, sz]
         s.shim_scaled.argtypes = [ctypes.c_char_p, ctypes.c_char_p, i, i, u64, u64, i,
-                                  ctypes.c_char_p, i, i, i, i, i, i, i, P, P, sz, sz, P]
+                                  ctypes.c_char_p, i, i, i, i, i, i, u64, i, i, i, P, P, sz, sz,
+                                  P]
         s.shim_recipe.argtypes = [ctypes.c_char_p, ctypes.c_char_p, sz]
         s.shim_linear.argtypes = [ctypes.c_char_p, u64, i, i, i, i] + [P] * 9
         s.shim_layout.argtypes = [P]

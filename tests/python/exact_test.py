@@ -100,13 +100,14 @@ STATS_KEYS = ["n", "amax", "min_nonzero", "underflow_ratio", "subnormal_ratio", 
 
 def shim_scaled(fmt, x, calls, kind, group=0, margin=0, pow2=False, dre=False, history=16,
                 most_recent=False, rounding="rne", saturate=False, flush=False, seed=0, offset=0,
-                sr_bits=0):
+                sr_bits=0, block_rows=1, hadamard=0, hadamard_seed=0):
     rows, cols = x.shape[-2], x.shape[-1]
     y = np.empty_like(x)
     st = np.empty((calls, 12), np.float64)
     rc = shim().shim_scaled(fmt.encode(), rounding.encode(), int(saturate), int(flush), seed,
                             offset, sr_bits, kind.encode(), group, margin, int(pow2), int(dre),
-                            history, int(most_recent), calls, ptr(x), ptr(y), rows, cols, ptr(st))
+                            block_rows, hadamard, hadamard_seed, history, int(most_recent), calls,
+                            ptr(x), ptr(y), rows, cols, ptr(st))
     assert rc == 0
     return y, st
 
@@ -131,7 +132,11 @@ SCALED = [
     ("delayed", {}), ("delayed", {"history": 2, "most_recent": True, "margin": 1}),
     ("mx", {"group": 32}), ("mx", {"group": 7}), ("group", {"group": 0}),
     ("group", {"group": 16, "pow2": True}), ("group", {"group": 40, "dre": True}),
+    ("group", {"group": 32, "block_rows": 8}), ("nvfp4", {"group": 16}),
+    ("nvfp4", {"group": 16, "block_rows": 16}),
+    ("nvfp4", {"group": 16, "hadamard": 16, "hadamard_seed": 5}),
 ]
+BLOCK_KEYS = ("block_rows", "hadamard", "hadamard_seed")
 for fmt in ("e4m3", "e5m2", "e2m1", "e3m2", "bf16", "e8m3"):
     for kind, kw in SCALED:
         for opts in ({}, {"rounding": "sr", "seed": 11, "offset": 5, "saturate": True},
@@ -145,7 +150,8 @@ for fmt in ("e4m3", "e5m2", "e2m1", "e3m2", "bf16", "e8m3"):
             call = dict(rounding=opts.get("rounding", "rne"), saturate=opts.get("saturate", False),
                         flush_subnormals=opts.get("flush", False), seed=opts.get("seed", 0),
                         offset=opts.get("offset", 0), margin=kw.get("margin", 0),
-                        pow2=kw.get("pow2", False), dynamic_range_expansion=kw.get("dre", False))
+                        pow2=kw.get("pow2", False), dynamic_range_expansion=kw.get("dre", False),
+                        **{k: kw[k] for k in BLOCK_KEYS if k in kw})
             what = f"{fmt} {scaling} {kw} {opts}"
             for c in range(CALLS):
                 y = exmy.quantize_scaled(base[c], fmt, scaling, state=state, **call)

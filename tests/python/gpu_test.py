@@ -178,7 +178,9 @@ base[3, 5, 9] = float("nan")
 for fmt in ("e4m3", "e5m2", "e2m1", "e3m2", "bf16", "e8m3"):
     for scaling, kw in (("none", {}), ("tensor", {}), ("tensor", {"margin": 2, "pow2": True}),
                         ("delayed", {}), ("mx", {}), ("mx:7", {}), ("group:16", {}),
-                        ("group", {"pow2": True})):
+                        ("group", {"pow2": True}), ("group:32", {"block_rows": 8}),
+                        ("nvfp4", {}), ("nvfp4:16", {"block_rows": 16}),
+                        ("nvfp4", {"hadamard": 16, "hadamard_seed": 5})):
         if scaling.startswith("mx") and exmy.Format(fmt).bits > 8:
             continue
         for o in ({}, {"rounding": "sr", "seed": 11, "offset": 5, "saturate": True}):
@@ -194,16 +196,15 @@ for fmt in ("e4m3", "e5m2", "e2m1", "e3m2", "bf16", "e8m3"):
             if st_c is not None and not (st_g.scale == st_c.scale and
                                          st_g.amax_history == st_c.amax_history):
                 bad.append(f"delayed state {st_g.scale} vs {st_c.scale}")
-            # statistics (group scaling: CPU only)
-            if not scaling.startswith("group"):
-                st_c = exmy.DelayedState(4) if scaling == "delayed" else None
-                st_g = exmy.DelayedState(4) if scaling == "delayed" else None
-                for c in range(base.shape[0]):
-                    a = exmy.stats(base[c].to(dev), fmt, scaling, state=st_g, **kw, **o)
-                    b = exmy.stats(base[c].contiguous(), fmt, scaling, state=st_c, **kw, **o)
-                    err = stats_close(a, b)
-                    if err:
-                        bad.append(f"stats call {c}: {err}")
+            # statistics (on the device for every scaling here)
+            st_c = exmy.DelayedState(4) if scaling == "delayed" else None
+            st_g = exmy.DelayedState(4) if scaling == "delayed" else None
+            for c in range(base.shape[0]):
+                a = exmy.stats(base[c].to(dev), fmt, scaling, state=st_g, **kw, **o)
+                b = exmy.stats(base[c].contiguous(), fmt, scaling, state=st_c, **kw, **o)
+                err = stats_close(a, b)
+                if err:
+                    bad.append(f"stats call {c}: {err}")
             report(not bad, f"{fmt} {scaling} {kw} {o}: CUDA == CPU over {base.shape[0]} calls"
                    + ("" if not bad else "; " + "; ".join(bad[:3])))
     if exmy.Format(fmt).bits <= 8:

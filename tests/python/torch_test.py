@@ -152,15 +152,12 @@ for path in CONFIGS:
     name = os.path.basename(path)[:-4]
     recipe = Recipe.load(path)
     ops = recipe.operands()
-    if recipe.values["scaling"] in ("group", "nvfp4"):  # 2-D blocks, Hadamard: C trainers only
-        op = next(o for o in ops.values() if o.enabled)
-        T.raises(NotImplementedError, lambda: op.quantize(np.zeros((2, 256), np.float32)),
-                 f"{name}: scaling {recipe.values['scaling']} refused by the Python package")
-        continue
     elementwise = all(op.elementwise for op in ops.values())
     quantized = any(op.enabled for op in ops.values())
-    # exact-by-construction inputs: everything bit-identical
-    if quantized:
+    # exact-by-construction inputs: everything bit-identical (not under group
+    # and nvfp4 scaling, whose scales are not powers of two: there the
+    # Gaussian inputs' bound below is the check)
+    if quantized and recipe.values["scaling"] not in ("group", "nvfp4"):
         x = np.stack([exact_operands(recipe, N, C, rng) for _ in range(STEPS)])
         w = np.stack([exact_operands(recipe, OC, C, rng) for _ in range(STEPS)])
         dy = np.stack([exact_operands(recipe, N, OC, rng) for _ in range(STEPS)])

@@ -69,18 +69,20 @@ int shim_ref_decode(const char *fmt, const uint32_t *codes, float *y, size_t n) 
  * stats: 12 doubles per call in exmy_tensor_stats' field order. */
 int shim_scaled(const char *fmt, const char *mode, int saturate, int flush, uint64_t seed,
                 uint64_t offset, int sr_bits, const char *kind, int group, int margin, int pow2,
-                int dre, int history_len, int most_recent, int calls, const float *x, float *y,
-                size_t rows, size_t cols, double *stats) {
+                int dre, int block_rows, int hadamard, uint64_t hadamard_seed, int history_len,
+                int most_recent, int calls, const float *x, float *y, size_t rows, size_t cols,
+                double *stats) {
   exmy_format f;
   exmy_rounding_opts o;
   if (exmy_format_parse(fmt, &f) || opts_of(mode, saturate, flush, seed, offset, sr_bits, &o))
     return -1;
-  static const char *const kinds[] = {"none", "tensor", "delayed", "mx", "group"};
+  static const char *const kinds[] = {"none", "tensor", "delayed", "mx", "group", "nvfp4"};
   exmy_scaling sc = {.margin = margin, .pow2 = pow2 != 0, .group = group,
                      .history_len = history_len, .history_most_recent = most_recent != 0,
-                     .dynamic_range_expansion = dre != 0};
+                     .dynamic_range_expansion = dre != 0, .block_rows = block_rows,
+                     .hadamard = hadamard, .hadamard_seed = hadamard_seed};
   int k = -1;
-  for (int i = 0; i < 5; i++)
+  for (int i = 0; i < (int)(sizeof kinds / sizeof kinds[0]); i++)
     if (!strcmp(kind, kinds[i])) k = i;
   if (k < 0) return -1;
   sc.kind = (exmy_scaling_kind)k;

@@ -591,11 +591,11 @@ class DelayedState:
 def _parse_scaling(scaling):
     if not isinstance(scaling, str):
         raise TypeError('exmy: scaling must be a string: "none", "tensor", "delayed", "mx", '
-                        '"mx:B", "group" or "group:G"')
+                        '"mx:B", "group", "group:G", "nvfp4" or "nvfp4:G"')
     kind, colon, arg = scaling.strip().lower().partition(":")
-    if kind not in _lib.SCALING_KINDS or (colon and kind not in ("mx", "group")):
+    if kind not in _lib.SCALING_KINDS or (colon and kind not in ("mx", "group", "nvfp4")):
         raise ValueError(f'exmy: unknown scaling "{scaling}" (none, tensor, delayed, mx, mx:B, '
-                         'group, group:G)')
+                         'group, group:G, nvfp4, nvfp4:G)')
     group = 0
     if colon:
         if not arg.isdigit():
@@ -606,8 +606,26 @@ def _parse_scaling(scaling):
     return kind, group
 
 
+def _blocks(kind, block_rows, hadamard, hadamard_seed):
+    """(block_rows, hadamard, hadamard_seed) checked as exmy_quantize_scaled_f32 does."""
+    try:
+        block_rows, hadamard = operator.index(block_rows), operator.index(hadamard)
+    except TypeError:
+        raise TypeError("exmy: block_rows and hadamard must be integers") from None
+    if not 0 <= block_rows < 1 << 31:
+        raise ValueError("exmy: block_rows must be >= 0")
+    if block_rows > 1 and kind not in ("group", "nvfp4"):
+        raise ValueError("exmy: block_rows > 1 needs group or nvfp4 scaling")
+    if hadamard not in (0, 16):
+        raise ValueError("exmy: hadamard must be 0 or 16")
+    if hadamard and kind != "nvfp4":
+        raise ValueError("exmy: the Hadamard transform goes with nvfp4 scaling only")
+    return block_rows, hadamard, _u64(hadamard_seed, "hadamard_seed")
+
+
 def _scaled(x, fmt, scaling, rounding, saturate, flush_subnormals, seed, offset, sr_bits, margin,
-            pow2, state, dynamic_range_expansion, out, want_stats):
+            pow2, state, dynamic_range_expansion, out, want_stats, block_rows=1, hadamard=0,
+            hadamard_seed=0):
     f = _format(fmt)
     o = _opts(rounding, saturate, flush_subnormals, seed, offset, sr_bits)
     kind, group = _parse_scaling(scaling)
@@ -621,6 +639,9 @@ def _scaled(x, fmt, scaling, rounding, saturate, flush_subnormals, seed, offset,
     dre = _flag(dynamic_range_expansion, "dynamic_range_expansion")
     if dre and kind != "group":
         raise ValueError("exmy: dynamic_range_expansion applies to group scaling only")
+    block_rows, hadamard, hadamard_seed = _blocks(kind, block_rows, hadamard, hadamard_seed)
+    if dre and block_rows > 1:
+        raise ValueError("exmy: dynamic_range_expansion takes 1-row groups only")
     if (kind == "delayed") != (state is not None):
         raise ValueError('exmy: scaling="delayed" needs state=exmy.DelayedState(...), and only '
                          'it takes a state')
@@ -630,12 +651,12 @@ def _scaled(x, fmt, scaling, rounding, saturate, flush_subnormals, seed, offset,
     y = _output(out, a, "float32", alias_ok=not want_stats)
     rows, cols = _rows_cols(a.shape)
     stats = _lib.TensorStats()
+    sc = _lib.Scaling(kind=_lib.SCALING_KINDS.index(kind), margin=margin, pow2=pow2, group=group,
+                      dynamic_range_expansion=dre, block_rows=block_rows, hadamard=hadamard,
+                      hadamard_seed=hadamard_seed)
     if a.on_cuda:
-        _scaled_cuda(f, o, kind, group, margin, pow2, dre, state, a, y, rows, cols,
-                     stats if want_stats else None)
+        _scaled_cuda(f, o, sc, state, a, y, rows, cols, stats if want_stats else None)
     else:
-        sc = _lib.Scaling(kind=_lib.SCALING_KINDS.index(kind), margin=margin, pow2=pow2,
-                          group=group, dynamic_range_expansion=dre)
         st = None
         if state is not None:
             st = state._pointer_for(a)
@@ -651,9 +672,11 @@ def _scaled(x, fmt, scaling, rounding, saturate, flush_subnormals, seed, offset,
     return y.obj
 
 
-def _scaled_cuda(f, o, kind, group, margin, pow2, dre, state, a, y, rows, cols, stats):
+def _scaled_cuda(f, o, sc, state, a, y, rows, cols, stats):
     import torch
     fp, op = ctypes.byref(f._c), ctypes.byref(o)
+    kind, group, margin, pow2 = _lib.SCALING_KINDS[sc.kind], sc.group, sc.margin, sc.pow2
+    dre = sc.dynamic_range_expansion
     dstats = _bytes_on(a, ctypes.sizeof(_lib.TensorStats)) if stats is not None else None
     n = a.n
     if kind == "none":
@@ -697,13 +720,17 @@ def _scaled_cuda(f, o, kind, group, margin, pow2, dre, state, a, y, rows, cols, 
         if stats is not None:
             _cuda_run(a, "exmy_cuda_tensor_stats_mx_f32", fp, block, a.ptr, y.ptr,
                       scales.data_ptr(), rows, cols, dstats.data_ptr())
-    else:  # group
+    elif kind == "group" and dre:
         if stats is not None:
-            raise NotImplementedError("exmy.stats: group scaling has no GPU statistics "
-                                      "(call it on x.cpu())")
+            raise NotImplementedError("exmy.stats: group scaling with dynamic_range_expansion "
+                                      "has no GPU statistics (call it on x.cpu())")
         if n:
             _cuda_run(a, "exmy_cuda_quantize_group_scaled_f32", fp, op, group, margin, pow2, dre,
                       a.ptr, y.ptr, rows, cols)
+    else:  # group, nvfp4: the blocks, and their statistics on the device
+        if n or stats is not None:
+            _cuda_run(a, "exmy_cuda_quantize_blocks_stats_f32", fp, op, ctypes.byref(sc), a.ptr,
+                      y.ptr, rows, cols, dstats.data_ptr() if stats is not None else None)
     if stats is not None:
         raw = dstats.cpu().numpy().tobytes()[:ctypes.sizeof(_lib.TensorStats)]
         ctypes.memmove(ctypes.addressof(stats), raw, len(raw))
@@ -711,7 +738,8 @@ def _scaled_cuda(f, o, kind, group, margin, pow2, dre, state, a, y, rows, cols, 
 
 def quantize_scaled(x, fmt, scaling="tensor", rounding="rne", saturate=False,
                     flush_subnormals=False, seed=0, offset=0, sr_bits=0, margin=0, pow2=False,
-                    state=None, dynamic_range_expansion=False, out=None):
+                    state=None, dynamic_range_expansion=False, out=None, block_rows=1,
+                    hadamard=0, hadamard_seed=0):
     """Fake quantization under a scaling recipe (lib/exmy.h, exmy_scaling):
     y = Q(x * s) * (1/s) in float32, of x's type, shape and device.
 
@@ -721,31 +749,39 @@ def quantize_scaled(x, fmt, scaling="tensor", rounding="rne", saturate=False,
       "mx" / "mx:B" (OCP MX: blocks of B = 32 consecutive elements along the
       last dimension share a power-of-two scale; saturating), "group" /
       "group:G" (the tensor formula per group of G along the last dimension,
-      0 or none = the whole row; with dynamic_range_expansion, COAT's), or
-      "none".  Blocks and groups run along x.shape[-1]; x is taken as a
-      row-major matrix of x.shape[-1] columns.
+      0 or none = the whole row; with dynamic_range_expansion, COAT's),
+      "nvfp4" / "nvfp4:G" (NVIDIA's NVFP4: blocks of G = 16 with E4M3 scales
+      under a float32 tensor scale; satfinite), or "none".  Blocks and groups
+      run along x.shape[-1]; x is taken as a row-major matrix of x.shape[-1]
+      columns.  group and nvfp4: block_rows > 1 makes each block that many
+      rows tall (16 x 16 weight blocks, DeepSeek-V3's 128 x 128); nvfp4:
+      hadamard = 16 first applies the random Hadamard transform of 16 points
+      along the rows, its signs drawn from hadamard_seed.
     The other options are quantize's; stochastic rounding's element index is
     the position in x.  out may be x.
     """
     return _scaled(x, fmt, scaling, rounding, saturate, flush_subnormals, seed, offset, sr_bits,
-                   margin, pow2, state, dynamic_range_expansion, out, False)
+                   margin, pow2, state, dynamic_range_expansion, out, False, block_rows, hadamard,
+                   hadamard_seed)
 
 
 def stats(x, fmt, scaling="none", rounding="rne", saturate=False, flush_subnormals=False, seed=0,
           offset=0, sr_bits=0, margin=0, pow2=False, state=None, dynamic_range_expansion=False,
-          out=None):
+          out=None, block_rows=1, hadamard=0, hadamard_seed=0):
     """The statistics of quantize_scaled(x, fmt, scaling, ...) against x, as
     NVIDIA's FP8 debug tool reports them (lib/exmy.h, exmy_tensor_stats), as
     a dict: n, amax, min_nonzero, underflow_ratio, subnormal_ratio,
     overflow_ratio (judged on x*s and Q(x*s)), mse, rel_l2, cosine, sqnr_db,
-    scale (the scale used; NaN for mx and group), delayed_over_current.
-    out, if given, receives the quantized values (it must not alias x).  A
-    delayed state is advanced as by quantize_scaled.  CUDA: counts, amax
-    and min_nonzero equal the CPU's; the sums up to the order of double
-    additions; group scaling is CPU only.
+    scale (the scale used; NaN for mx, group and nvfp4), delayed_over_current;
+    nvfp4 with hadamard describes the transformed tensor.  out, if given,
+    receives the quantized values (it must not alias x).  A delayed state is
+    advanced as by quantize_scaled.  CUDA: counts, amax and min_nonzero
+    equal the CPU's; the sums up to the order of double additions; group
+    scaling with dynamic_range_expansion is CPU only.
     """
     return _scaled(x, fmt, scaling, rounding, saturate, flush_subnormals, seed, offset, sr_bits,
-                   margin, pow2, state, dynamic_range_expansion, out, True)[1]
+                   margin, pow2, state, dynamic_range_expansion, out, True, block_rows, hadamard,
+                   hadamard_seed)[1]
 
 
 def scale_from_amax(fmt, amax, margin=0, pow2=False):

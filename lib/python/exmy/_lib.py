@@ -12,7 +12,7 @@ c_uint32, c_uint64, c_size_t, c_void_p = ctypes.c_uint32, ctypes.c_uint64, ctype
 
 # exmy_specials and exmy_scaling_kind, by the names this package uses
 SPECIALS = ("ieee", "fn", "fnuz", "none", "e8m0")
-SCALING_KINDS = ("none", "tensor", "delayed", "mx", "group")
+SCALING_KINDS = ("none", "tensor", "delayed", "mx", "group", "nvfp4")  # exmy_scaling_kind
 EXMY_SR = 6  # exmy_rounding: the stochastic mode
 NO_CODE = 0xFFFFFFFF
 

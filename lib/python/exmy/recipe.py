@@ -94,15 +94,20 @@ def _is_fp32(name):
 
 class Operand:
     """How one GEMM operand is rounded: format, rounding options, scaling.
-    enabled False: the operand stays float32."""
+    enabled False: the operand stays float32.  group and nvfp4: block_rows
+    (the weights' blocks), and the random Hadamard transform of the
+    weight-gradient GEMM's inputs (wgrad_hadamard, hadamard_seed)."""
 
     def __init__(self, enabled, fmt=None, rounding="rne", saturate=False, flush_subnormals=False,
-                 seed=0, sr_bits=0, scaling="none", margin=0, pow2=False, mx_block=32):
+                 seed=0, sr_bits=0, scaling="none", margin=0, pow2=False, mx_block=32,
+                 block_rows=1, wgrad_hadamard=0, hadamard_seed=1):
         self.enabled = enabled
         self.format = _core.Format(fmt) if enabled else None
         self.rounding, self.saturate, self.flush_subnormals = rounding, saturate, flush_subnormals
         self.seed, self.sr_bits = seed, sr_bits
         self.scaling, self.margin, self.pow2, self.mx_block = scaling, margin, pow2, mx_block
+        self.block_rows, self.wgrad_hadamard = block_rows, wgrad_hadamard
+        self.hadamard_seed = hadamard_seed
 
     @property
     def stochastic(self):
@@ -114,20 +119,25 @@ class Operand:
         group, nvfp4)."""
         return self.scaling not in ALONG_K
 
-    def quantize(self, x, offset=0, state=None):
+    def quantize(self, x, offset=0, state=None, wgrad=False):
         """x (array or tensor, last dimension = the GEMM's reduction dimension
-        for MX) rounded per this operand; stochastic rounding from `offset`."""
+        for mx, group and nvfp4) rounded per this operand; stochastic rounding
+        from `offset`.  wgrad: x is an input of a linear layer's
+        weight-gradient GEMM (where nvfp4's Hadamard transform applies)."""
         if not self.enabled:
             return x
-        if self.scaling in ("group", "nvfp4"):
-            raise NotImplementedError(f"scaling = {self.scaling} (2-D blocks, the Hadamard transform) "
-                                      "is applied by the C trainers only, not by the Python package")
-        scaling = f"mx:{self.mx_block or 32}" if self.scaling == "mx" else self.scaling
+        scaling, blocks = self.scaling, {}
+        if scaling == "mx":
+            scaling = f"mx:{self.mx_block or 32}"
+        elif scaling in ("group", "nvfp4"):  # mx_block 0: the whole row, or nvfp4's 16
+            scaling = f"{scaling}:{self.mx_block}"
+            blocks = dict(block_rows=self.block_rows, hadamard=self.wgrad_hadamard if wgrad else 0,
+                          hadamard_seed=self.hadamard_seed)
         return _core.quantize_scaled(x, self.format, scaling, rounding=self.rounding,
                                      saturate=self.saturate,
                                      flush_subnormals=self.flush_subnormals, seed=self.seed,
                                      offset=offset, sr_bits=self.sr_bits, margin=self.margin,
-                                     pow2=self.pow2, state=state)
+                                     pow2=self.pow2, state=state, **blocks)
 
     def __repr__(self):
         if not self.enabled:
@@ -152,7 +162,8 @@ class Recipe:
         ints = {}
         for key in ("margin", "pow2_scale", "mx_block", "sr_bits", "saturate", "flush_subnormals",
                     "amax_history", "quant_attention", "quant_lm_head",
-                    "high_precision_first_last", "moment_group", "moment_dre"):
+                    "high_precision_first_last", "moment_group", "moment_dre",
+                    "weight_block_rows", "wgrad_hadamard", "hadamard_seed"):
             if not _INT.match(v[key]) or not -(1 << 63) <= int(v[key]) < 1 << 63:
                 raise ValueError(f"{source}: config key '{key}': not an integer: '{v[key]}'")
             ints[key] = int(v[key])
@@ -169,6 +180,20 @@ class Recipe:
         self._ints = ints
         self.operands(0)  # validates formats, roundings and scaling, as recipe_from_config
         self.operands(0, high=True)
+        # the keys' ranges (config.c) and recipe_from_config's checks of the blocks
+        if not 1 <= ints["weight_block_rows"] <= 1 << 20:
+            raise ValueError(f"{source}: config key 'weight_block_rows' out of range")
+        if ints["wgrad_hadamard"] not in (0, 16):
+            raise ValueError(f"{source}: config key 'wgrad_hadamard' must be one of 0|16")
+        if not 0 <= ints["hadamard_seed"] <= 1 << 53:
+            raise ValueError(f"{source}: config key 'hadamard_seed' out of range")
+        if ints["weight_block_rows"] > 1 and v["scaling"] not in ("group", "nvfp4"):
+            raise ValueError(f"{source}: weight_block_rows needs scaling = group or nvfp4")
+        ops = self.operands(0)
+        if ints["wgrad_hadamard"] and (v["scaling"] != "nvfp4" or not ops["a"].enabled or
+                                       not ops["g"].enabled):
+            raise ValueError(f"{source}: wgrad_hadamard needs scaling = nvfp4 and format_a, "
+                             "format_g quantized")
         try:
             self.accumulate = _core.AccumModel(v["accumulate"])
         except ValueError:
@@ -220,7 +245,10 @@ class Recipe:
                                     seed=(seed + 1 + i) % (1 << 64), sr_bits=sr_bits,
                                     scaling=v["scaling"], margin=ints["margin"],
                                     pow2=ints["pow2_scale"] != 0,
-                                    mx_block=ints["mx_block"] if v["scaling"] in ALONG_K else 0)
+                                    mx_block=ints["mx_block"] if v["scaling"] in ALONG_K else 0,
+                                    block_rows=ints["weight_block_rows"] if role == "w" else 1,
+                                    wgrad_hadamard=ints["wgrad_hadamard"],
+                                    hadamard_seed=ints["hadamard_seed"])
         return ops
 
     @classmethod

@@ -15,10 +15,12 @@ output gradients) and float32 products (torch.matmul; keep TF32 off, the
 default, for pedantic float32 accumulation).  Element-wise recipes (no
 scaling, per-tensor current or delayed scaling) round X and W once in the
 forward and dY once in the backward and reuse them, as Transformer Engine
-and the trainer do; MX recipes round every operand at each GEMM with its
-blocks along that GEMM's reduction dimension (X and W along in_features in
-the forward, dY and W^T along out_features for dX, dY^T and X^T along the
-rows for dW).  Delayed scaling keeps one exmy.DelayedState per operand use
+and the trainer do; MX, GROUP and NVFP4 recipes round every operand at
+each GEMM with its blocks along that GEMM's reduction dimension (X and W
+along in_features in the forward, dY and W^T along out_features for dX,
+dY^T and X^T along the rows for dW), the weights' blocks weight_block_rows
+tall, and NVFP4's random Hadamard transform (wgrad_hadamard) on both inputs
+of the dW GEMM.  Delayed scaling keeps one exmy.DelayedState per operand use
 (X, W, dY), with the recipe's amax_history.
 
 Stochastic rounding: operand of role r uses seed (seed + 1 + index of r in
@@ -26,8 +28,8 @@ w, a, g), as experiments/trainer/recipe.c, and the offset is taken from an SRStr
 a running element counter shared by the layers (default: the module-wide
 default_sr_stream): each stochastically rounded operand takes the next
 numel() elements of the stream, in the trainer's order within a layer
-(forward: X then W; backward: dY, then for MX the operands of the dX GEMM,
-dY then W^T, then of the dW GEMM, dY^T then X^T).  The trainer sets the
+(forward: X then W; backward: dY, then for MX, GROUP and NVFP4 the operands
+of the dX GEMM, dY then W^T, then of the dW GEMM, dY^T then X^T).  The trainer sets the
 counter to step << 36 at each optimizer step: call sr_stream.begin_step(step)
 to do the same.  Across layers the order is the order in which PyTorch runs
 them (the backward's order is autograd's), so a whole model draws the
@@ -99,20 +101,23 @@ default_sr_stream = SRStream()
 
 class _Plan:
     """The operands of one GEMM site: x, w, dy operands (recipe Operands),
-    their delayed states, the sr stream, and an optional capture dict."""
+    their delayed states, the sr stream, and an optional capture dict.
+    linear: a linear layer (whose weight-gradient GEMM takes nvfp4's Hadamard
+    transform; the attention products do not)."""
 
-    def __init__(self, x_op, w_op, dy_op, states, sr, capture):
+    def __init__(self, x_op, w_op, dy_op, states, sr, capture, linear):
         self.ops = {"x": x_op, "w": w_op, "dy": dy_op}
-        self.states, self.sr, self.capture = states, sr, capture
+        self.states, self.sr, self.capture, self.linear = states, sr, capture, linear
 
-    def q(self, use, t, state_use=None):
-        """Operand `use` ("x", "w", "dy") rounded; sr offset from the stream."""
+    def q(self, use, t, state_use=None, wgrad=False):
+        """Operand `use` ("x", "w", "dy") rounded; sr offset from the stream.
+        wgrad: an input of the weight-gradient GEMM."""
         op = self.ops[use]
         if not op.enabled:
             return t
         offset = self.sr.take(t.numel()) if op.stochastic else 0
         state = self.states.get(state_use) if state_use else None
-        return op.quantize(t.contiguous(), offset, state)
+        return op.quantize(t.contiguous(), offset, state, wgrad=wgrad and self.linear)
 
     def keep(self, name, t):
         if self.capture is not None:
@@ -158,8 +163,8 @@ class _QuantGemm(torch.autograd.Function):
         b = qw if ow.elementwise else plan.q("w", _t(w)).transpose(-1, -2)
         dx = torch.matmul(a, b)
         # dW = dY^T X (reduction over M)
-        a = qdy.transpose(-1, -2) if qdy is not None else plan.q("dy", _t(dy))
-        b = qx if ox.elementwise else plan.q("x", _t(x)).transpose(-1, -2)
+        a = qdy.transpose(-1, -2) if qdy is not None else plan.q("dy", _t(dy), wgrad=True)
+        b = qx if ox.elementwise else plan.q("x", _t(x), wgrad=True).transpose(-1, -2)
         dw = torch.matmul(a, b)
         if plan.w_dim == 2 and dw.dim() > 2:  # a weight shared by the batch
             dw = dw.reshape(-1, *dw.shape[-2:]).sum(0)
@@ -199,7 +204,7 @@ def _linear(x, weight, bias, x_op, w_op, dy_op, states, sr_stream, capture):
         raise ValueError(f"exmy.torch: x {tuple(x.shape)} and weight {tuple(weight.shape)} do "
                          "not fit a linear layer (x.shape[-1] == weight.shape[1])")
     states = _require_states(states, {"x": x_op, "w": w_op, "dy": dy_op})
-    plan = _Plan(x_op, w_op, dy_op, states, sr_stream or default_sr_stream, capture)
+    plan = _Plan(x_op, w_op, dy_op, states, sr_stream or default_sr_stream, capture, True)
     x2 = x.reshape(-1, x.shape[-1])
     y = _QuantGemm.apply(x2, weight, plan).reshape(*x.shape[:-1], weight.shape[0])
     return y if bias is None else y + bias
@@ -236,7 +241,7 @@ def _matmul(a, b, a_op, b_op, dy_op, states, sr_stream, capture):
         raise ValueError(f"exmy.torch.quant_matmul: a {tuple(a.shape)} and b {tuple(b.shape)} "
                          "must be (..., M, K) and (..., N, K) with the same batch dimensions")
     states = _require_states(states, {"x": a_op, "w": b_op, "dy": dy_op})
-    plan = _Plan(a_op, b_op, dy_op, states, sr_stream or default_sr_stream, capture)
+    plan = _Plan(a_op, b_op, dy_op, states, sr_stream or default_sr_stream, capture, False)
     return _QuantGemm.apply(a, b, plan)
 
 

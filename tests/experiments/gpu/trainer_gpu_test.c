@@ -123,12 +123,14 @@ static const char *const recipes[][8] = {
 enum { N_RECIPES = sizeof recipes / sizeof recipes[0] };
 
 /* Statistics of the same operands on both devices: exact counts, amax and
- * scale; sums to the order of additions. */
+ * scale; sums to the order of additions.  every_use: all six uses (operands
+ * quantized along K, each at its GEMM), else those that fill the slots. */
 static void check_stats_match(const exmy_tensor_stats *cpu_stats, const tq_site *gsite, int recipe,
-                              int step) {
+                              int step, bool every_use) {
   for (int u = 0; u < USES_PER_SITE; u++) {
     const exmy_tensor_stats *a = &cpu_stats[u], *b = &gsite->stats[u];
-    if (!gsite->op[u].enabled || u == USE_DX_W || u == USE_DW_DY || u == USE_DW_X) continue;
+    if (!gsite->op[u].enabled) continue;
+    if (!every_use && (u == USE_DX_W || u == USE_DW_DY || u == USE_DW_X)) continue;
     ck_assert_uint_eq(a->n, b->n);
     ck_assert_msg(a->amax == b->amax && a->underflow_ratio == b->underflow_ratio &&
                       a->overflow_ratio == b->overflow_ratio &&
@@ -193,7 +195,7 @@ START_TEST(operands_match_cpu) {
       exmy_tensor_stats cpu_stats[USES_PER_SITE];
       memcpy(cpu_stats, cpu[site].stats, sizeof cpu_stats);
       gtq_fetch_stats(g);
-      check_stats_match(cpu_stats, &gsites[site], _i, step);
+      check_stats_match(cpu_stats, &gsites[site], _i, step, false);
     }
   }
   /* the delayed states moved on alike */
@@ -240,7 +242,8 @@ enum { N_ALONG_K = sizeof along_k_recipes / sizeof along_k_recipes[0] };
  * that C is the quantized operand itself on both devices, compared bit for
  * bit (zeros by value).  Every use as its GEMM reads it: op(A) directly, op(B)
  * as op(B)^T (the K-contiguous image both devices quantize); the sr stream
- * at the same offsets; two steps. */
+ * at the same offsets; two steps, the second a statistics step whose six
+ * statistics agree as check_stats_match asks. */
 START_TEST(along_k_operands_match_cpu) {
   recipe rc;
   load_config_recipe(&rc, along_k_recipes[_i]);
@@ -261,9 +264,10 @@ START_TEST(along_k_operands_match_cpu) {
     linear_fill(&t, 4.0, 0.1, 1e-3);
     linear_upload(&t);
     const float *dx = t.d_x, *dw = t.d_w, *ddy = t.d_dy;
+    const bool collect = step == 1;
     tq_sr_counter = (uint64_t)(step + 1) << 36;
-    tq_collect_stats = false;
-    gtq_begin_step(g, (uint64_t)(step + 1) << 36, false);
+    tq_collect_stats = collect;
+    gtq_begin_step(g, (uint64_t)(step + 1) << 36, collect);
     /* tensor, its device copy, leading dimension, transposed, rows of op, K */
     const struct { int use; const float *h; const float *d; int ld, trans, m, k; } ops[6] = {
         {USE_FWD_X, x, dx, C, 0, N, C},    {USE_FWD_W, w, dw, C, 0, OC, C},
@@ -294,9 +298,17 @@ START_TEST(along_k_operands_match_cpu) {
                     step, tq_use_names[ops[o].use], bad, m * k);
     }
     ck_assert_uint_eq(gtq_sr_counter(g), tq_sr_counter);
+    if (collect) {
+      exmy_tensor_stats cpu_stats[USES_PER_SITE];
+      memcpy(cpu_stats, cpu[site].stats, sizeof cpu_stats);
+      gtq_fetch_stats(g);
+      check_stats_match(cpu_stats, &gsites[site], _i, step, true);
+    }
   }
+  tq_collect_stats = false;
   ck_assert_msg(changed > 0, "the recipe changed nothing");
-  printf("operands: %s: 2 steps, the six uses of a linear site bit-identical\n",
+  printf("operands: %s: 2 steps, the six uses of a linear site bit-identical, their "
+         "statistics equal\n",
          along_k_recipes[_i]);
   gtq_free(g);
   recipe_free_sites(cpu, n_sites);

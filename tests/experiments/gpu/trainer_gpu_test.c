@@ -122,13 +122,15 @@ static const char *const recipes[][8] = {
 };
 enum { N_RECIPES = sizeof recipes / sizeof recipes[0] };
 
-/* Statistics of the same operands on both devices: exact counts, amax and
- * scale; sums to the order of additions.  every_use: all six uses (operands
- * quantized along K, each at its GEMM), else those that fill the slots. */
-static void check_stats_match(const exmy_tensor_stats *cpu_stats, const tq_site *gsite, int recipe,
+/* Statistics of the same operands on both devices (the GPU's fetched into
+ * gsite): exact counts, amax and scale; sums to the order of additions.
+ * every_use: all six uses (operands quantized along K, each at its GEMM),
+ * else those that fill the slots. */
+static void check_stats_match(const tq_site *csite, gtq_ctx *g, const tq_site *gsite, int recipe,
                               int step, bool every_use) {
+  gtq_fetch_stats(g);
   for (int u = 0; u < USES_PER_SITE; u++) {
-    const exmy_tensor_stats *a = &cpu_stats[u], *b = &gsite->stats[u];
+    const exmy_tensor_stats *a = &csite->stats[u], *b = &gsite->stats[u];
     if (!gsite->op[u].enabled) continue;
     if (!every_use && (u == USE_DX_W || u == USE_DW_DY || u == USE_DW_X)) continue;
     ck_assert_uint_eq(a->n, b->n);
@@ -191,12 +193,7 @@ START_TEST(operands_match_cpu) {
     }
     ck_assert_uint_eq(gtq_sr_counter(g), tq_sr_counter);
     /* statistics: exact counts and amax, sums to the order of additions */
-    if (collect) {
-      exmy_tensor_stats cpu_stats[USES_PER_SITE];
-      memcpy(cpu_stats, cpu[site].stats, sizeof cpu_stats);
-      gtq_fetch_stats(g);
-      check_stats_match(cpu_stats, &gsites[site], _i, step, false);
-    }
+    if (collect) check_stats_match(&cpu[site], g, &gsites[site], _i, step, false);
   }
   /* the delayed states moved on alike */
   gtq_states_download(g);
@@ -298,12 +295,7 @@ START_TEST(along_k_operands_match_cpu) {
                     step, tq_use_names[ops[o].use], bad, m * k);
     }
     ck_assert_uint_eq(gtq_sr_counter(g), tq_sr_counter);
-    if (collect) {
-      exmy_tensor_stats cpu_stats[USES_PER_SITE];
-      memcpy(cpu_stats, cpu[site].stats, sizeof cpu_stats);
-      gtq_fetch_stats(g);
-      check_stats_match(cpu_stats, &gsites[site], _i, step, true);
-    }
+    if (collect) check_stats_match(&cpu[site], g, &gsites[site], _i, step, true);
   }
   tq_collect_stats = false;
   ck_assert_msg(changed > 0, "the recipe changed nothing");

@@ -432,7 +432,7 @@ START_TEST(test_spy_fp8_deepseek) {
     v0[i] = v[i] = 1e-6f * (float)(i * i % 101) + 1e-9f;
   }
   ck_assert(r.moments_bf16);
-  recipe_store_moments(&r, m, v, n);
+  recipe_store_moments(&r, &c, NULL, m, v, n);
   exmy_format bf16;
   exmy_format_parse("bfloat16", &bf16);
   const exmy_rounding_opts rne = {.mode = EXMY_RNE};

@@ -71,6 +71,14 @@ EXMY_HD float exmy_core_scale_from_amax(float fmax, float amax, int margin,
   return s;
 }
 
+/* Smooth-SwiGLU's scale of one token row (Fishman et al. 2024, the reference
+ * code's ScaledSwiglu: s = max |x[1]| over the row, x[1] the SwiGLU's linear
+ * branch, h3 here): the row's amax itself, not a power of two; 1 where that
+ * is 0 or not finite (the reference would divide by it). */
+EXMY_HD float exmy_core_row_scale_from_amax(float amax) {
+  return amax > 0.0f && isfinite(amax) ? amax : 1.0f;
+}
+
 /* Delayed scaling's update after a call (Transformer Engine's
  * DelayedScaling): amax goes into slot `latest` of the history (len slots);
  * the scale is recomputed from the history's max, or from amax itself if

@@ -17,6 +17,7 @@
  */
 #include "experiments/gpu/layers.h"
 #include "experiments/trainer/logit_sharpness.h"
+#include "lib/scale_core.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -574,6 +575,84 @@ void gpu_adamw(float *p, float *g, float *m, float *v, size_t n, const double *s
                double max_norm, const adamw_coefs *c, cudaStream_t s) {
   if (!n) return;
   adamw_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(p, g, m, v, n, sumsq, max_norm, *c);
+}
+
+}  /* extern "C" */
+
+/* ------------------------------------------- Smooth-SwiGLU per token row */
+/* model.h's smooth_swiglu_*: one warp per row t finds s_t from h3's row
+ * (the max is exact, so every kernel finds the same s_t), then goes over the
+ * row with the CPU's operations in the CPU's order. */
+
+namespace {
+
+__device__ __forceinline__ float smooth_swiglu_row_scale(const float *h3_row, int H, int lane) {
+  float amax = 0.0f;
+  for (int j = lane; j < H; j += 32) amax = fmaxf(amax, fabsf(h3_row[j]));
+  return exmy_core_row_scale_from_amax(warp_max(amax));
+}
+
+__global__ void smooth_swiglu_forward_kernel(float *out, const float *h1, const float *h3, int N,
+                                             int H) {
+  const int lane = threadIdx.x & 31;
+  const long t = (long)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  if (t >= N) return;
+  const size_t row = (size_t)t * H;
+  const float s = smooth_swiglu_row_scale(h3 + row, H, lane);
+  for (int j = lane; j < H; j += 32) {
+    const float a = h1[row + j], sig = sigmoid_as_cpu(a);
+    out[row + j] = __fmul_rn(__fmul_rn(a, sig), __fdiv_rn(h3[row + j], s));
+  }
+}
+
+__global__ void smooth_swiglu_backward_kernel(float *dh1, float *dh3, const float *dout,
+                                              const float *h1, const float *h3, int N, int H) {
+  const int lane = threadIdx.x & 31;
+  const long t = (long)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  if (t >= N) return;
+  const size_t row = (size_t)t * H;
+  const float s = smooth_swiglu_row_scale(h3 + row, H, lane);
+  for (int j = lane; j < H; j += 32) {
+    const size_t i = row + j;
+    const float a = h1[i], sig = sigmoid_as_cpu(a), d = dout[i], u = __fdiv_rn(h3[i], s);
+    dh3[i] = __fdiv_rn(__fmul_rn(__fmul_rn(d, a), sig), s);
+    dh1[i] = __fmul_rn(__fmul_rn(__fmul_rn(d, u), sig),
+                       __fadd_rn(1.0f, __fmul_rn(a, __fsub_rn(1.0f, sig))));
+  }
+}
+
+__global__ void smooth_swiglu_scale_rows_kernel(float *dst, const float *src, const float *h3,
+                                                int N, int C, int H) {
+  const int lane = threadIdx.x & 31;
+  const long t = (long)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
+  if (t >= N) return;
+  const float s = smooth_swiglu_row_scale(h3 + (size_t)t * H, H, lane);
+  for (int j = lane; j < C; j += 32) dst[(size_t)t * C + j] = __fmul_rn(src[(size_t)t * C + j], s);
+}
+
+}  /* namespace */
+
+extern "C" {
+
+void gpu_smooth_swiglu_forward(float *out, const float *h1, const float *h3, int N, int H,
+                               cudaStream_t s) {
+  if (N <= 0) return;
+  smooth_swiglu_forward_kernel<<<warp_per_row_grid(N), 32 * kWarpsPerBlock, 0, s>>>(out, h1, h3,
+                                                                                    N, H);
+}
+
+void gpu_smooth_swiglu_backward(float *dh1, float *dh3, const float *dout, const float *h1,
+                                const float *h3, int N, int H, cudaStream_t s) {
+  if (N <= 0) return;
+  smooth_swiglu_backward_kernel<<<warp_per_row_grid(N), 32 * kWarpsPerBlock, 0, s>>>(
+      dh1, dh3, dout, h1, h3, N, H);
+}
+
+void gpu_smooth_swiglu_scale_rows(float *dst, const float *src, const float *h3, int N, int C,
+                                  int H, cudaStream_t s) {
+  if (N <= 0) return;
+  smooth_swiglu_scale_rows_kernel<<<warp_per_row_grid(N), 32 * kWarpsPerBlock, 0, s>>>(
+      dst, src, h3, N, C, H);
 }
 
 }  /* extern "C" */

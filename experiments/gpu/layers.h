@@ -94,6 +94,15 @@ void gpu_sumsq(const float *g, size_t n, double *scratch, double *out, cudaStrea
 void gpu_adamw(float *p, float *g, float *m, float *v, size_t n, const double *sumsq,
                double max_norm, const adamw_coefs *c, cudaStream_t s);
 
+/* Smooth-SwiGLU per token row: model.h's smooth_swiglu_forward,
+ * smooth_swiglu_backward and smooth_swiglu_scale_rows, bit for bit. */
+void gpu_smooth_swiglu_forward(float *out, const float *h1, const float *h3, int N, int H,
+                               cudaStream_t s);
+void gpu_smooth_swiglu_backward(float *dh1, float *dh3, const float *dout, const float *h1,
+                                const float *h3, int N, int H, cudaStream_t s);
+void gpu_smooth_swiglu_scale_rows(float *dst, const float *src, const float *h3, int N, int C,
+                                  int H, cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif

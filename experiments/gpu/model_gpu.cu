@@ -565,8 +565,12 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     gpu_rmsnorm_forward(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, N, C, s);
     linear_forward(g, h1, ln2, p.w1 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W1));
     linear_forward(g, h3, ln2, p.w3 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W3));
-    gpu_swiglu_forward(hg, h1, h3, BTH, s);
+    if (g->rc && g->rc->swiglu_row_scale)
+      gpu_smooth_swiglu_forward(hg, h1, h3, N, H, s);
+    else
+      gpu_swiglu_forward(hg, h1, h3, BTH, s);
     linear_forward(g, res_out, hg, p.w2 + (size_t)l * C * H, N, H, C, site_index(g, l, SITE_W2));
+    if (g->rc && g->rc->swiglu_row_scale) gpu_smooth_swiglu_scale_rows(res_out, res_out, h3, N, C, H, s);
     gpu_add_inplace(res_out, res_mid, BTC, s);
   }
   gpu_rmsnorm_forward(a.lnf, a.lnf_rstd, a.res + L * BTC, p.rmsf, N, C, s);
@@ -606,9 +610,14 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
                 *k = a.k + l * BTK, *v = a.v + l * BTK, *atty = a.atty + l * BTC,
                 *res_mid = a.res_mid + l * BTC, *ln2 = a.ln2 + l * BTC, *h1 = a.h1 + l * BTH,
                 *h3 = a.h3 + l * BTH, *hg = a.hg + l * BTH;
-    linear_backward(g, d.dhg, gr.w2 + (size_t)l * C * H, d.dres, hg, p.w2 + (size_t)l * C * H,
-                    N, H, C, site_index(g, l, SITE_W2), 0);
-    gpu_swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, BTH, s);
+    const bool smooth = g->rc && g->rc->swiglu_row_scale; /* model.c: dY s_t in dln */
+    if (smooth) gpu_smooth_swiglu_scale_rows(d.dln, d.dres, h3, N, C, H, s);
+    linear_backward(g, d.dhg, gr.w2 + (size_t)l * C * H, smooth ? d.dln : d.dres, hg,
+                    p.w2 + (size_t)l * C * H, N, H, C, site_index(g, l, SITE_W2), 0);
+    if (smooth)
+      gpu_smooth_swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, N, H, s);
+    else
+      gpu_swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, BTH, s);
     linear_backward(g, d.dln, gr.w1 + (size_t)l * H * C, d.dh1, ln2, p.w1 + (size_t)l * H * C,
                     N, C, H, site_index(g, l, SITE_W1), 0);
     linear_backward(g, d.dln, gr.w3 + (size_t)l * H * C, d.dh3, ln2, p.w3 + (size_t)l * H * C,
@@ -680,6 +689,22 @@ extern "C" double gpu_model_update(gpu_model *g, const adamw_hparams *h, int t, 
       gtq_check(exmy_cuda_quantize_f32(&bf16, &o, i ? g->mom2 : g->mom1, i ? g->mom2 : g->mom1,
                                        g->num_params, s),
                 "bf16 moments");
+  } else if (g->rc && g->rc->moments_fp8) {
+    /* recipe_store_moments: each matrix's moments in FP8 under its own current scale */
+    const recipe *r = g->rc;
+    const int n = recipe_moment_stretches(&g->cfg, g->param_sizes, NULL, NULL);
+    std::vector<size_t> offset(n), length(n);
+    recipe_moment_stretches(&g->cfg, g->param_sizes, offset.data(), length.data());
+    exmy_rounding_opts o = {};
+    o.mode = EXMY_RNE;
+    o.saturate = true;
+    for (int k = 0; k < 2; k++)
+      for (int i = 0; i < n; i++) {
+        float *x = (k ? g->mom2 : g->mom1) + offset[i];
+        gtq_check(exmy_cuda_quantize_tensor_scaled_f32(&r->moment_format[k], &o, 0, false, x, x,
+                                                       length[i], NULL, s),
+                  "FP8 moments");
+      }
   } else if (g->rc && g->rc->coat) {
     /* recipe_store_moments: the moments as COAT stores them */
     const recipe *r = g->rc;

@@ -108,11 +108,12 @@ static const config_key keys[] = {
     R_BOOL("high_precision_first_last", "0", "keep the first and last blocks in format `high_format`"),
     R_STR("high_format", "fp32", "format of the first and last blocks when kept in higher precision"),
     R_STR("accumulate", "fp32", "how the quantized sites' GEMMs accumulate (lib/accum_core.h): fp32 | hopper (the H100's FP8 GEMM with fast accumulation: groups of 32 products aligned by their inputs' exponents, 14 bits kept, truncation) | hopper-split (the same, promoted to float32 every 128 products) | keys group:32,bits:14,sum:14,round:trunc|nearest,promote:128,align:0|1,align_to:product|inputs,kslice:N"),
+    R_CHOICE("swiglu_scale", "none", "none|row", "Smooth-SwiGLU: none | row (each token's SwiGLU output divided by that row's max |h3|, the W3 branch, before the W2 GEMM, and W2's output row multiplied back by it, the scale held constant in the backward: the reference code of Fishman et al. 2024)"),
     R_STR("grad_format", "fp32", "weight gradients of the quantized linear layers (each layer's matrix, the LM head if quantized) rounded rne into this format with per-tensor current scaling before clipping and AdamW, as MS-AMP O1 stores them (fp32: off)"),
     /* optimizer states */
-    R_CHOICE("moments", "fp32", "fp32|coat|bf16", "AdamW moments: fp32 | coat (stored quantized, per-group scaling) | bf16 (stored as bfloat16, rne)"),
-    R_STR("moment1_format", "e4m3", "coat: format of the first moment"),
-    R_STR("moment2_format", "e4m3", "coat: format of the second moment (e4m3 or e5m2)"),
+    R_CHOICE("moments", "fp32", "fp32|coat|bf16|fp8", "AdamW moments: fp32 | coat (stored quantized, per-group scaling) | bf16 (stored as bfloat16, rne) | fp8 (each parameter matrix's m and v stored in moment1_format / moment2_format, rne, under a current per-tensor scale fmax / amax; the RMSNorm gains' moments float32: Fishman et al. 2024)"),
+    R_STR("moment1_format", "e4m3", "coat, fp8: format of the first moment"),
+    R_STR("moment2_format", "e4m3", "coat, fp8: format of the second moment (e4m3 or e5m2)"),
     R_INT("moment_group", "128", 1, 1 << 30, "coat: group size"),
     R_BOOL("moment_dre", "1", "coat: dynamic range expansion"),
 };

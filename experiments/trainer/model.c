@@ -2,6 +2,7 @@
 #include "experiments/trainer/model.h"
 #include "experiments/trainer/logit_sharpness.h"
 #include "experiments/trainer/splitmix64.h"
+#include "lib/scale_core.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -301,6 +302,50 @@ void swiglu_backward(real *dh1, real *dh3, const real *dout, const real *h1, con
   }
 }
 
+static real smooth_swiglu_row_scale(const real *h3_row, int H) {
+  float amax = 0;
+  for (int j = 0; j < H; j++) {
+    const float a = fabsf((float)h3_row[j]);
+    if (a > amax) amax = a;
+  }
+  return (real)exmy_core_row_scale_from_amax(amax);
+}
+
+void smooth_swiglu_forward(real *out, const real *h1, const real *h3, int N, int H) {
+#pragma omp parallel for if ((size_t)N * H > 65536)
+  for (int t = 0; t < N; t++) {
+    const size_t row = (size_t)t * H;
+    const real s = smooth_swiglu_row_scale(h3 + row, H);
+    for (int j = 0; j < H; j++) {
+      real a = h1[row + j], sig = (real)(1.0 / (1.0 + exp(-(double)a)));
+      out[row + j] = a * sig * (h3[row + j] / s);
+    }
+  }
+}
+
+void smooth_swiglu_backward(real *dh1, real *dh3, const real *dout, const real *h1, const real *h3,
+                            int N, int H) {
+#pragma omp parallel for if ((size_t)N * H > 65536)
+  for (int t = 0; t < N; t++) {
+    const size_t row = (size_t)t * H;
+    const real s = smooth_swiglu_row_scale(h3 + row, H);
+    for (int j = 0; j < H; j++) {
+      const size_t i = row + j;
+      real a = h1[i], sig = (real)(1.0 / (1.0 + exp(-(double)a)));
+      dh3[i] = dout[i] * a * sig / s;
+      dh1[i] = dout[i] * (h3[i] / s) * sig * (1 + a * (1 - sig));
+    }
+  }
+}
+
+void smooth_swiglu_scale_rows(real *dst, const real *src, const real *h3, int N, int C, int H) {
+#pragma omp parallel for if ((size_t)N * H > 65536)
+  for (int t = 0; t < N; t++) {
+    const real s = smooth_swiglu_row_scale(h3 + (size_t)t * H, H);
+    for (int j = 0; j < C; j++) dst[(size_t)t * C + j] = src[(size_t)t * C + j] * s;
+  }
+}
+
 /* -------------------------------------------------------- cross-entropy */
 
 void crossentropy_softmax_forward(real *probs, real *losses, const int *targets, int N, int V) {
@@ -580,8 +625,14 @@ void model_forward(model *m, const int *tokens, const int *targets, int B, int T
     rmsnorm_forward(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, N, C);
     linear_forward(h1, ln2, p.w1 + (size_t)l * H * C, N, C, H, site_of(m, l, SITE_W1));
     linear_forward(h3, ln2, p.w3 + (size_t)l * H * C, N, C, H, site_of(m, l, SITE_W3));
-    swiglu_forward(hg, h1, h3, BTH);
-    linear_forward(res_out, hg, p.w2 + (size_t)l * C * H, N, H, C, site_of(m, l, SITE_W2));
+    if (m->swiglu_row_scale) {
+      smooth_swiglu_forward(hg, h1, h3, N, H);
+      linear_forward(res_out, hg, p.w2 + (size_t)l * C * H, N, H, C, site_of(m, l, SITE_W2));
+      smooth_swiglu_scale_rows(res_out, res_out, h3, N, C, H);
+    } else {
+      swiglu_forward(hg, h1, h3, BTH);
+      linear_forward(res_out, hg, p.w2 + (size_t)l * C * H, N, H, C, site_of(m, l, SITE_W2));
+    }
     for (size_t i = 0; i < BTC; i++) res_out[i] += res_mid[i];
   }
   rmsnorm_forward(a.lnf, a.lnf_rstd, a.res + L * BTC, p.rmsf, N, C);
@@ -620,9 +671,17 @@ void model_backward(model *m, const int *tokens, const int *targets, real loss_s
                *atty = a.atty + l * BTC, *res_mid = a.res_mid + l * BTC, *ln2 = a.ln2 + l * BTC,
                *h1 = a.h1 + l * BTH, *h3 = a.h3 + l * BTH, *hg = a.hg + l * BTH;
     /* MLP: dres holds d(res_out) and becomes d(res_mid) */
-    linear_backward(d.dhg, g.w2 + (size_t)l * C * H, d.dres, hg, p.w2 + (size_t)l * C * H, N, H, C,
-                    site_of(m, l, SITE_W2), 0);
-    swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, BTH);
+    if (m->swiglu_row_scale) {
+      /* W2's output gradient d(res_out) s_t, in dln (free until W1's dX) */
+      smooth_swiglu_scale_rows(d.dln, d.dres, h3, N, C, H);
+      linear_backward(d.dhg, g.w2 + (size_t)l * C * H, d.dln, hg, p.w2 + (size_t)l * C * H, N, H,
+                      C, site_of(m, l, SITE_W2), 0);
+      smooth_swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, N, H);
+    } else {
+      linear_backward(d.dhg, g.w2 + (size_t)l * C * H, d.dres, hg, p.w2 + (size_t)l * C * H, N, H,
+                      C, site_of(m, l, SITE_W2), 0);
+      swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, BTH);
+    }
     linear_backward(d.dln, g.w1 + (size_t)l * H * C, d.dh1, ln2, p.w1 + (size_t)l * H * C, N, C, H,
                     site_of(m, l, SITE_W1), 0);
     linear_backward(d.dln, g.w3 + (size_t)l * H * C, d.dh3, ln2, p.w3 + (size_t)l * H * C, N, C, H,

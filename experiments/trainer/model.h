@@ -146,6 +146,8 @@ typedef struct {
   real *rope_cos, *rope_sin; /* (T, hs/2) */
   /* the operand recipe of every site; NULL = every GEMM in float32 */
   tq_site *sites;
+  /* Smooth-SwiGLU per token row (the recipe's swiglu_scale = row) */
+  int swiglu_row_scale;
   real loss; /* mean loss of the last forward with targets */
   /* when set, a forward with targets also writes the epsilon-sharpness of
    * every position's logits (logit_sharpness.h) into logit_phi
@@ -227,6 +229,19 @@ void attention_backward(real *dq, real *dk, real *dv, real *datt_scratch, const 
                         tq_site *qk, tq_site *pv);
 void swiglu_forward(real *out, const real *h1, const real *h3, size_t n);
 void swiglu_backward(real *dh1, real *dh3, const real *dout, const real *h1, const real *h3, size_t n);
+/* Smooth-SwiGLU per token row (Fishman et al. 2024's reference code): the row
+ * scale s_t = max_j |h3[t, j]| (lib/scale_core.h), out = silu(h1) (h3 / s_t)
+ * into the W2 GEMM, whose output row is then multiplied by s_t
+ * (smooth_swiglu_scale_rows).  s_t is recomputed from h3 wherever it is
+ * needed (the max is exact: the same s_t every time) and held constant in the
+ * backward: dh3 = dout silu(h1) / s_t, dh1 = dout (h3 / s_t) silu'(h1), and
+ * the W2 GEMMs' output gradient is d(out) s_t.  h1, h3: (N, H). */
+void smooth_swiglu_forward(real *out, const real *h1, const real *h3, int N, int H);
+void smooth_swiglu_backward(real *dh1, real *dh3, const real *dout, const real *h1, const real *h3,
+                            int N, int H);
+/* dst[t, :] = src[t, :] s_t for the rows of x (N, C), s_t from h3 (N, H);
+ * dst may be src. */
+void smooth_swiglu_scale_rows(real *dst, const real *src, const real *h3, int N, int C, int H);
 /* probs (N, V) = softmax(logits) in place; losses (N) */
 void crossentropy_softmax_forward(real *probs, real *losses, const int *targets, int N, int V);
 /* dlogits (N, V) = (probs - onehot) * scale */

@@ -155,10 +155,19 @@ int recipe_from_config(recipe *r, const config *c, uint64_t seed, char *err, siz
     }
   } else if (!strcmp(moments, "bf16")) {
     r->moments_bf16 = true;
+  } else if (!strcmp(moments, "fp8")) {
+    r->moments_fp8 = true;
+    if (exmy_format_parse(config_str(c, "moment1_format"), &r->moment_format[0]) ||
+        exmy_format_parse(config_str(c, "moment2_format"), &r->moment_format[1])) {
+      snprintf(err, errlen, "unknown moment format");
+      return -1;
+    }
   } else if (strcmp(moments, "fp32")) {
-    snprintf(err, errlen, "moments must be fp32, coat or bf16, not '%s'", moments);
+    snprintf(err, errlen, "moments must be fp32, coat, bf16 or fp8, not '%s'", moments);
     return -1;
   }
+  /* none | row (the key table refuses anything else) */
+  r->swiglu_row_scale = !strcmp(config_str(c, "swiglu_scale"), "row");
   return 0;
 }
 
@@ -311,7 +320,54 @@ int sites_state_load(tq_site *sites, int n, const void *buf, size_t len, char *e
   return 0;
 }
 
-void recipe_store_moments(const recipe *r, float *m, float *v, size_t n) {
+int recipe_moment_stretches(const model_config *c, const size_t *param_sizes, size_t *offset,
+                            size_t *length) {
+  static const int layered[7] = {PARAM_WQ, PARAM_WK, PARAM_WV, PARAM_WO,
+                                 PARAM_W1, PARAM_W3, PARAM_W2};
+  size_t start[NUM_PARAM_TENSORS], at = 0;
+  for (int t = 0; t < NUM_PARAM_TENSORS; t++) start[t] = at, at += param_sizes[t];
+  int n = 0;
+#define STRETCH(o, len)              \
+  do {                               \
+    if (offset) offset[n] = (o);     \
+    if (length) length[n] = (len);   \
+    n++;                             \
+  } while (0)
+  STRETCH(start[PARAM_WTE], param_sizes[PARAM_WTE]);
+  for (int i = 0; i < 7; i++) {
+    const size_t per_layer = param_sizes[layered[i]] / (size_t)c->n_layers;
+    for (int l = 0; l < c->n_layers; l++)
+      STRETCH(start[layered[i]] + (size_t)l * per_layer, per_layer);
+  }
+  STRETCH(start[PARAM_LM_HEAD], param_sizes[PARAM_LM_HEAD]);
+#undef STRETCH
+  return n;
+}
+
+void recipe_store_moments(const recipe *r, const model_config *c, const size_t *param_sizes,
+                          float *m, float *v, size_t n) {
+  if (r->moments_fp8) {
+    /* Fishman et al. 2024's FP8 moments: each matrix's m and v rounded rne
+     * under a current per-tensor scale s = fmax / amax (not a power of two),
+     * v itself (not its square root), as the reference's QuantDequant does */
+    const int k = recipe_moment_stretches(c, param_sizes, NULL, NULL);
+    size_t *offset = malloc(2 * (size_t)k * sizeof *offset), *length = offset + k;
+    if (!offset) {
+      fprintf(stderr, "train: out of memory\n");
+      exit(1);
+    }
+    recipe_moment_stretches(c, param_sizes, offset, length);
+    const exmy_rounding_opts o = {.mode = EXMY_RNE, .saturate = true};
+    const exmy_scaling sc = {.kind = EXMY_SCALING_TENSOR};
+    for (int i = 0; i < k; i++) {
+      exmy_quantize_scaled_f32(&r->moment_format[0], &o, &sc, NULL, m + offset[i], m + offset[i],
+                               1, length[i], NULL);
+      exmy_quantize_scaled_f32(&r->moment_format[1], &o, &sc, NULL, v + offset[i], v + offset[i],
+                               1, length[i], NULL);
+    }
+    free(offset);
+    return;
+  }
   if (r->moments_bf16) {
     exmy_format bf16;
     exmy_format_parse("bf16", &bf16);

@@ -21,8 +21,9 @@ typedef struct {
   exmy_operand_quant high[NUM_ROLES]; /* first and last blocks, if kept higher */
   int amax_history;
   bool quant_attention, quant_lm_head, high_first_last;
-  /* AdamW moments (COAT; or bfloat16, as DeepSeek-V3 stores them) */
-  bool coat, moments_bf16;
+  /* AdamW moments (COAT; or bfloat16, as DeepSeek-V3 stores them; or FP8 with
+   * one current scale per parameter matrix, as Fishman et al. 2024) */
+  bool coat, moments_bf16, moments_fp8;
   exmy_format moment_format[2];
   int moment_group;
   bool moment_dre;
@@ -38,6 +39,10 @@ typedef struct {
   char gemm[16];
   /* how the quantized sites' GEMMs accumulate (the `accumulate` key) */
   exmy_accum_model accum;
+  /* Smooth-SwiGLU (the `swiglu_scale` key): the SwiGLU output divided per
+   * token row by the row's max |h3| before the W2 GEMM, W2's output
+   * multiplied back by it (model.h, smooth_swiglu_*) */
+  bool swiglu_row_scale;
 } recipe;
 
 /* 0, or -1 with a message. */
@@ -60,8 +65,18 @@ int sites_state_write(const tq_site *sites, int n, FILE *f);
 int sites_state_load(tq_site *sites, int n, const void *buf, size_t len, char *err,
                      size_t errlen);
 
-/* COAT or bf16 moments: m and v rounded in place as they would be stored. */
-void recipe_store_moments(const recipe *r, float *m, float *v, size_t n);
+/* COAT, bf16 or FP8 moments: m and v (n elements, the model's storage order)
+ * rounded in place as they would be stored. */
+void recipe_store_moments(const recipe *r, const model_config *c, const size_t *param_sizes,
+                          float *m, float *v, size_t n);
+/* moments = fp8: the stretches of the moments (offsets in the model's storage
+ * order, lengths) that each take their own per-tensor scale: every parameter
+ * matrix (the embedding, each layer's wq, wk, wv, wo, w1, w3, w2, the LM
+ * head); the RMSNorm gains' moments stay float32 (the reference quantizes
+ * only the weight-decayed parameter group).  The same list for the CPU and
+ * the GPU.  Returns how many (7 L + 2); offset and length may be NULL. */
+int recipe_moment_stretches(const model_config *c, const size_t *param_sizes, size_t *offset,
+                            size_t *length);
 
 /* MS-AMP O1: the weight gradient of every quantized linear layer (each
  * layer's wq, wk, wv, wo, w1, w3, w2; the LM head when quant_lm_head; not

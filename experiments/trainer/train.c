@@ -465,6 +465,7 @@ static void build_model(run *r) {
   r->n_sites = model_num_sites(&r->mc);
   r->sites = recipe_make_sites(&r->rc, &r->mc);
   r->m.sites = r->sites;
+  r->m.swiglu_row_scale = r->rc.swiglu_row_scale;
   r->mom1 = calloc(r->m.num_params, sizeof(float));
   r->mom2 = calloc(r->m.num_params, sizeof(float));
   r->in = malloc(sizeof(int) * s->B * s->T);
@@ -661,7 +662,8 @@ static bool train_step(run *r, int step) {
     norm = grad_global_norm(r->m.grads_mem, r->m.num_params);
     grad_clip(r->m.grads_mem, r->m.num_params, norm, s->clip);
     adamw_update(&r->m, r->mom1, r->mom2, &hp, step + 1);
-    recipe_store_moments(&r->rc, r->mom1, r->mom2, r->m.num_params);
+    recipe_store_moments(&r->rc, &r->m.cfg, r->m.param_sizes, r->mom1, r->mom2,
+                         r->m.num_params);
   }
   const int done = r->done = step + 1;
   r->tokens_seen += (double)B * T * accum;

@@ -181,6 +181,9 @@ static void spy_on_layer(spied_layer *s, const char *recipe_name) {
   ck_assert(!model_named_size("test", &s->c));
   model_init(&s->m, &s->c, 5);
   s->sites = recipe_sites(recipe_name, &s->c);
+  /* the operands only: an accumulation model's GEMMs bypass the spied sgemm
+   * (test_accumulate_key checks those) */
+  for (int i = 0; i < model_num_sites(&s->c); i++) s->sites[i].accum = (exmy_accum_model){0};
   float loss;
   s->g = malloc(s->m.num_params * sizeof(float));
   run_model(&s->m, s->sites, &loss, s->g); /* real activations in m.acts */
@@ -430,7 +433,12 @@ START_TEST(test_spy_fp8_deepseek) {
   }
   const recipe r = load_recipe("fp8-deepseek");
   ck_assert(r.moments_bf16);
-  recipe_store_moments(&r, m, v, n);
+  /* 3.3.2's promotion to float32 every 128 products */
+  exmy_accum_model split;
+  memset(&split, 0, sizeof split);
+  ck_assert(!exmy_accum_model_parse("hopper-split", &split));
+  ck_assert(!memcmp(&r.accum, &split, sizeof split));
+  recipe_store_moments(&r, &c, NULL, m, v, n);
   exmy_format bf16;
   exmy_format_parse("bfloat16", &bf16);
   const exmy_rounding_opts rne = {.mode = EXMY_RNE};
@@ -612,11 +620,192 @@ START_TEST(test_accumulate_key) {
 }
 END_TEST
 
+/* ---------------- Fishman et al. 2024: Smooth-SwiGLU and FP8 moments ---------------- */
+
+/* W2's forward GEMMs, in layer order: op(A) = the operand it received (N x H)
+ * and its output C (N x C), copied. */
+static float *w2_in[8], *w2_out[8];
+static int n_w2 = 0, w2_N, w2_C, w2_H;
+static void spy_w2(bool ta, bool tb, int m, int n, int k, const float *a, int lda,
+                   const exmy_operand_quant *qa, const float *b, int ldb,
+                   const exmy_operand_quant *qb, const float *c, int ldc) {
+  (void)b, (void)ldb, (void)qb, (void)qa;
+  if (ta || !tb || m != w2_N || n != w2_C || k != w2_H || n_w2 >= 8) return;
+  w2_in[n_w2] = malloc(sizeof(float) * m * k);
+  w2_out[n_w2] = malloc(sizeof(float) * m * n);
+  for (int i = 0; i < m; i++) {
+    memcpy(w2_in[n_w2] + (size_t)i * k, a + (size_t)i * lda, sizeof(float) * k);
+    memcpy(w2_out[n_w2] + (size_t)i * n, c + (size_t)i * ldc, sizeof(float) * n);
+  }
+  n_w2++;
+}
+
+/* fp8-smooth-swiglu's forward, layer by layer: s_t = max_j |h3[t, j]|; the
+ * SwiGLU output kept for the backward is silu(h1) (h3 / s_t); the W2 GEMM
+ * receives its E4M3 (largest value 240) rne rounding under W2's first delayed
+ * scale (1); and the block's output is that GEMM's output times s_t plus the
+ * residual, each bit for bit. */
+START_TEST(test_smooth_swiglu_forward) {
+  model_config c;
+  model_named_size("test", &c);
+  model m;
+  model_init(&m, &c, 5);
+  recipe r = load_recipe("fp8-smooth-swiglu");
+  ck_assert(r.swiglu_row_scale);
+  ck_assert_str_eq(r.role[ROLE_A].format.name, "float8_e4m3");
+  tq_site *sites = recipe_make_sites(&r, &c);
+  m.swiglu_row_scale = 1;
+  const int T = c.seq_len, N = B * T, C = c.dim, H = c.hidden, L = c.n_layers;
+  int in[B * 64], tg[B * 64];
+  batch(in, tg, N);
+  w2_N = N, w2_C = C, w2_H = H, n_w2 = 0;
+  m.sites = sites;
+  tq_spy = spy_w2;
+  model_forward(&m, in, tg, B, T);
+  tq_spy = NULL;
+  ck_assert_int_eq(n_w2, L);
+  const exmy_rounding_opts o = {.mode = EXMY_RNE, .saturate = true};
+  long bad_hg = 0, bad_op = 0, bad_out = 0, scaled_rows = 0, rounded = 0;
+  for (int l = 0; l < L; l++) {
+    const float *h1 = m.acts.h1 + (size_t)l * N * H, *h3 = m.acts.h3 + (size_t)l * N * H,
+                *hg = m.acts.hg + (size_t)l * N * H;
+    const float *res_mid = m.acts.res_mid + (size_t)l * N * C,
+                *res_out = m.acts.res + (size_t)(l + 1) * N * C;
+    for (int t = 0; t < N; t++) {
+      float s = 0;
+      for (int j = 0; j < H; j++) s = fmaxf(s, fabsf(h3[(size_t)t * H + j]));
+      if (!(s > 0)) s = 1;
+      scaled_rows += s != 1;
+      for (int j = 0; j < H; j++) {
+        const size_t i = (size_t)t * H + j;
+        const float a = h1[i], sig = (float)(1.0 / (1.0 + exp(-(double)a)));
+        const float want = a * sig * (h3[i] / s);
+        const float q = exmy_ref_quantize(&r.role[ROLE_A].format, &o, want, 0);
+        bad_hg += memcmp(&want, &hg[i], 4) != 0;
+        bad_op += memcmp(&q, &w2_in[l][i], 4) != 0;
+        rounded += q != want;
+      }
+      for (int j = 0; j < C; j++) {
+        const size_t i = (size_t)t * C + j;
+        const float want = w2_out[l][i] * s + res_mid[i];
+        bad_out += memcmp(&want, &res_out[i], 4) != 0;
+      }
+    }
+    free(w2_in[l]), free(w2_out[l]);
+  }
+  printf("fp8-smooth-swiglu forward: %d layers, %ld of %d rows scaled, %ld SwiGLU outputs, %ld W2 "
+         "operands, %ld block outputs differ (%ld operands changed by E4M3)\n", L, scaled_rows,
+         L * N, bad_hg, bad_op, bad_out, rounded);
+  ck_assert_int_eq(bad_hg, 0);
+  ck_assert_int_eq(bad_op, 0);
+  ck_assert_int_eq(bad_out, 0);
+  ck_assert(scaled_rows > 0 && rounded > 0);
+  recipe_free_sites(sites, model_num_sites(&c));
+  model_free(&m);
+}
+END_TEST
+
+/* Smooth-SwiGLU changes the rounding, never the function: unquantized, its
+ * loss and every gradient (the scale held constant in the backward, W2's
+ * output gradient times s_t, dh3 / s_t, h3 / s_t in dh1) equal plain SwiGLU's
+ * up to float32 rounding. */
+START_TEST(test_smooth_swiglu_same_function) {
+  model_config c;
+  model_named_size("test", &c);
+  model m;
+  model_init(&m, &c, 7);
+  float *g0 = malloc(m.num_params * sizeof(float)), *g1 = malloc(m.num_params * sizeof(float));
+  float l0, l1;
+  run_model(&m, NULL, &l0, g0);
+  m.swiglu_row_scale = 1;
+  run_model(&m, NULL, &l1, g1);
+  double num = 0, den = 0, worst = 0;
+  for (size_t i = 0; i < m.num_params; i++) {
+    const double d = (double)g1[i] - g0[i];
+    num += d * d, den += (double)g0[i] * g0[i];
+    if (fabs(d) > worst) worst = fabs(d);
+  }
+  const double rel = sqrt(num / den);
+  printf("smooth-swiglu unquantized: loss %.9g (plain %.9g), gradients' relative difference %.3g, "
+         "largest %.3g\n", l1, l0, rel, worst);
+  ck_assert(fabsf(l1 - l0) <= 1e-6f * fabsf(l0));
+  ck_assert_msg(rel < 1e-5, "gradients differ by %.3g relative", rel);
+  ck_assert(memcmp(g0, g1, m.num_params * sizeof(float)) != 0); /* it did take the other path */
+  model_free(&m);
+  free(g0), free(g1);
+}
+END_TEST
+
+/* fp8-adam's moments: each parameter matrix (the embedding, every layer's
+ * seven, the LM head) rounded rne, m to E4M3 (largest 240), v to E5M2, under
+ * its own current scale s = fmax / amax, y = Q(x s) (1/s); the RMSNorm gains'
+ * moments untouched; all bit for bit. */
+START_TEST(test_fp8_adam_moments) {
+  model_config c;
+  model_named_size("test", &c);
+  size_t sizes[NUM_PARAM_TENSORS];
+  const size_t n = model_param_sizes(&c, sizes);
+  recipe r = load_recipe("fp8-adam");
+  ck_assert(r.moments_fp8 && r.swiglu_row_scale);
+  ck_assert_str_eq(r.moment_format[0].name, "float8_e4m3");
+  ck_assert_str_eq(r.moment_format[1].name, "float8_e5m2");
+  float *mv[2], *orig[2];
+  for (int k = 0; k < 2; k++) {
+    mv[k] = malloc(n * sizeof(float)), orig[k] = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+      /* a different magnitude per stretch of 40, so that per-tensor scales differ */
+      const float mag = ldexpf(1.0f, -(int)((i / 40) % 23) - 3);
+      orig[k][i] = mv[k][i] = k ? mag * mag * (float)(1 + i % 13) : mag * sinf((float)i);
+    }
+  }
+  recipe_store_moments(&r, &c, sizes, mv[0], mv[1], n);
+  const exmy_rounding_opts o = {.mode = EXMY_RNE, .saturate = true};
+  const int L = c.n_layers;
+  long bad = 0, changed = 0, norms_changed = 0, tensors = 0;
+  size_t off = 0;
+  for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+    const int layered = t != PARAM_WTE && t != PARAM_LM_HEAD && t != PARAM_RMSF;
+    const size_t len = layered ? sizes[t] / L : sizes[t];
+    for (int l = 0; l < (layered ? L : 1); l++, off += len) {
+      for (int k = 0; k < 2; k++) {
+        const float *x = orig[k] + off, *got = mv[k] + off;
+        if (param_is_norm(t)) {
+          norms_changed += memcmp(x, got, len * sizeof(float)) != 0;
+          continue;
+        }
+        exmy_format_info info;
+        exmy_format_get_info(&r.moment_format[k], &info);
+        float amax = 0;
+        for (size_t i = 0; i < len; i++) amax = fmaxf(amax, fabsf(x[i]));
+        const float s = (float)info.max / amax;
+        for (size_t i = 0; i < len; i++) {
+          const float want = exmy_ref_quantize(&r.moment_format[k], &o, x[i] * s, 0) * (1.0f / s);
+          bad += memcmp(&want, &got[i], 4) != 0;
+          changed += got[i] != x[i];
+        }
+        tensors += k == 0;
+      }
+    }
+  }
+  ck_assert_int_eq(off, n);
+  printf("fp8-adam moments: %ld matrices, %ld elements differ from the per-tensor scaled rounding, "
+         "%ld changed; %ld norm tensors changed\n", tensors, bad, changed, norms_changed);
+  ck_assert_int_eq(tensors, 7 * L + 2);
+  ck_assert_int_eq(recipe_moment_stretches(&c, sizes, NULL, NULL), 7 * L + 2);
+  ck_assert_int_eq(bad, 0);
+  ck_assert_int_eq(norms_changed, 0);
+  ck_assert(changed > 0);
+  for (int k = 0; k < 2; k++) free(mv[k]), free(orig[k]);
+}
+END_TEST
+
 int main(void) {
   const TTest *const tests[] = {test_fp32_recipe_is_unquantized_path, test_spy_e8m3, test_spy_bf16,
                                 test_spy_fp8_current, test_spy_mxfp4, test_spy_nvfp4,
                                 test_spy_fp8_deepseek,
                                 test_msamp_grads_rounded,
-                                test_msamp_grads_high_first_last, test_accumulate_key, NULL};
+                                test_msamp_grads_high_first_last, test_accumulate_key,
+                                test_smooth_swiglu_forward, test_smooth_swiglu_same_function,
+                                test_fp8_adam_moments, NULL};
   return run_suite(suite_of("recipes", 60, tests), false);
 }

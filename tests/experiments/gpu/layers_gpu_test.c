@@ -291,6 +291,32 @@ START_TEST(swiglu_and_add) {
     to_host(g, d_dh3, n * sizeof(float));
     check_close("swiglu_backward", "dh3", sh->name, g, dh3, n);
 
+    /* Smooth-SwiGLU per token row (model.h): the row scales are exact maxima,
+     * so the GPU's differ from the CPU's only through the sigmoid, as above */
+    {
+      const int N = sh->B * sh->T, H = sh->H, C = sh->C;
+      float *dres = rand_floats((size_t)N * C, -1, 1, 70 + si), *dy = malloc((size_t)N * C * sizeof(float));
+      float *d_dres = dev_from(dres, (size_t)N * C * sizeof(float)), *d_dy = dev_alloc((size_t)N * C * sizeof(float));
+      float *gc = malloc((size_t)N * C * sizeof(float));
+      h3[5] *= 64.0f; /* one row with an outlier */
+      CU(cudaMemcpy(d_h3, h3, n * sizeof(float), cudaMemcpyHostToDevice));
+      smooth_swiglu_forward(out, h1, h3, N, H);
+      smooth_swiglu_backward(dh1, dh3, dout, h1, h3, N, H);
+      smooth_swiglu_scale_rows(dy, dres, h3, N, C, H);
+      gpu_smooth_swiglu_forward(d_out, d_h1, d_h3, N, H, 0);
+      check_launch("smooth_swiglu_forward", "out", sh->name, g, d_out, out, n);
+      gpu_smooth_swiglu_backward(d_dh1, d_dh3, d_dout, d_h1, d_h3, N, H, 0);
+      check_launch("smooth_swiglu_backward", "dh1", sh->name, g, d_dh1, dh1, n);
+      to_host(g, d_dh3, n * sizeof(float));
+      check_close("smooth_swiglu_backward", "dh3", sh->name, g, dh3, n);
+      /* the row scaling alone involves no sigmoid: bit for bit */
+      gpu_smooth_swiglu_scale_rows(d_dy, d_dres, d_h3, N, C, H, 0);
+      check_launch("smooth_swiglu_scale_rows", "dy", sh->name, gc, d_dy, dy, (size_t)N * C);
+      ck_assert_msg(!memcmp(gc, dy, (size_t)N * C * sizeof(float)), "scale_rows differs (%s)", sh->name);
+      CU(cudaFree(d_dres)); CU(cudaFree(d_dy));
+      free(dres); free(dy); free(gc);
+    }
+
     /* y += x (the residual add of model_forward) */
     gpu_add_inplace(d_h1, d_h3, n, 0);
     LAUNCHED();

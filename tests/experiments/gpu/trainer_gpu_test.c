@@ -338,6 +338,7 @@ static void model_step_compare(const char *const *sets, const char *size, double
   model_init(&m, &mc, 5);
   tq_site *cpu = recipe_make_sites(&rc, &mc), *gsites = recipe_make_sites(&rc, &mc);
   m.sites = sets[0] ? cpu : NULL;
+  m.swiglu_row_scale = rc.swiglu_row_scale;
   char err[256];
   gpu_model *g = gpu_model_new(&m, &rc, sets[0] ? gsites : NULL, n_sites, B, T,
                                GPU_ATTENTION_MATERIALIZED, err, sizeof err);
@@ -597,6 +598,64 @@ START_TEST(msamp_grads_match_cpu) {
 }
 END_TEST
 
+/* fp8-smooth-swiglu's step on both devices: loss and gradients close, every
+ * weight operand bit-identical (model_step_compare); and fp8-adam's moments:
+ * after gpu_model_update, bit for bit those of adamw_update +
+ * recipe_store_moments (per-matrix current scales, norms' moments float32). */
+START_TEST(fishman_recipes_match_cpu) {
+  static const char *const smooth[] = {"format_w=float8_e4m3", "format_a=float8_e4m3",
+                                       "format_g=e5m2", "rounding_g=sr", "scaling=delayed",
+                                       "amax_history=1", "pow2_scale=1", "saturate=1",
+                                       "swiglu_scale=row", NULL};
+  model_step_compare(smooth, "tiny", 1e-3, 5e-2, 1);
+  const char *const sets[] = {"moments=fp8", "moment1_format=float8_e4m3", "moment2_format=e5m2",
+                              NULL};
+  recipe rc;
+  make_recipe(&rc, sets);
+  ck_assert(rc.moments_fp8);
+  model_config mc;
+  ck_assert(!model_named_size("tiny", &mc));
+  model m;
+  model_init(&m, &mc, 5);
+  char err[256];
+  gpu_model *g = gpu_model_new(&m, &rc, NULL, model_num_sites(&mc), 2, mc.seq_len,
+                               GPU_ATTENTION_MATERIALIZED, err, sizeof err);
+  ck_assert_msg(g != NULL, "%s", err);
+  const size_t n = m.num_params;
+  float *m1 = malloc(sizeof(float) * n), *m2 = malloc(sizeof(float) * n);
+  float *g1 = malloc(sizeof(float) * n), *g2 = malloc(sizeof(float) * n);
+  size_t off = 0;
+  for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+    fill(m.grads_mem + off, m.param_sizes[t], pow(2.0, (double)(3 * t) - 20));
+    fill(m1 + off, m.param_sizes[t], pow(2.0, (double)(2 * t) - 18));
+    for (size_t i = 0; i < m.param_sizes[t]; i++) m2[off + i] = m1[off + i] * m1[off + i];
+    off += m.param_sizes[t];
+  }
+  gpu_model_upload(g, m.params_mem, m1, m2);
+  ck_assert(cudaMemcpy(gpu_model_grads(g), m.grads_mem, sizeof(float) * n,
+                       cudaMemcpyHostToDevice) == cudaSuccess);
+  const adamw_hparams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  gpu_model_update(g, &hp, 3, 0.0);
+  gpu_model_download(g, m.params_mem, g1, g2);
+  /* the CPU: the same update of the same values (train.c's order, no clipping) */
+  float *p_gpu = malloc(sizeof(float) * n);
+  memcpy(p_gpu, m.params_mem, sizeof(float) * n);
+  model m_cpu;
+  model_init(&m_cpu, &mc, 5);
+  memcpy(m_cpu.grads_mem, m.grads_mem, sizeof(float) * n);
+  adamw_update(&m_cpu, m1, m2, &hp, 3);
+  recipe_store_moments(&rc, &mc, m_cpu.param_sizes, m1, m2, n);
+  const size_t bad1 = count_bit_diffs(m1, g1, n), bad2 = count_bit_diffs(m2, g2, n);
+  printf("fp8 moments: %zu + %zu of %zu values differ between the devices\n", bad1, bad2, n);
+  ck_assert_uint_eq(bad1, 0);
+  ck_assert_uint_eq(bad2, 0);
+  gpu_model_free(g);
+  model_free(&m);
+  model_free(&m_cpu);
+  free(m1), free(m2), free(g1), free(g2), free(p_gpu);
+}
+END_TEST
+
 /* ------------------------------------------- the accumulate key's models */
 
 START_TEST(accumulate_gemms_bit_identical) {
@@ -697,7 +756,7 @@ int main(void) {
   const TTest *const tests[] = {model_fp32_matches_cpu, model_e8m3_weights_bit_identical,
                                 mx_gemm_bf16_path_matches_reference, msamp_grads_match_cpu,
                                 accumulate_gemms_bit_identical, model_accumulate_matches_cpu,
-                                NULL};
+                                fishman_recipes_match_cpu, NULL};
   Suite *s = suite_of_loop("trainer_gpu", 600, operands_match_cpu, N_RECIPES, tests);
   TCase *tc = tcase_create("along_k");
   tcase_set_timeout(tc, 600);

@@ -31,12 +31,7 @@ static void gemm(const tq_site *s, int ua, int ub, int ta, int tb, int m, int n,
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
               n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 #else
-  exmy_accum_model accum = {0};
-  if (s) {
-    accum = s->accum;
-    accum.emin_a = exmy_accum_operand_emin(&s->op[ua]);
-    accum.emin_b = exmy_accum_operand_emin(&s->op[ub]);
-  }
+  const exmy_accum_model accum = s ? tq_site_accum(s, ua, ub) : (exmy_accum_model){0};
   tq_gemm(ta, tb, m, n, k, alpha, a, lda, qa, b, ldb, qb, beta, c, ldc, s ? &accum : NULL);
 #endif
 }

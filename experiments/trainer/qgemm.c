@@ -101,6 +101,13 @@ int tq_select_gemm(const char *name) {
   return 0;
 }
 
+exmy_accum_model tq_site_accum(const tq_site *site, int ua, int ub) {
+  exmy_accum_model accum = site->accum;
+  accum.emin_a = exmy_accum_operand_emin(&site->op[ua]);
+  accum.emin_b = exmy_accum_operand_emin(&site->op[ub]);
+  return accum;
+}
+
 void tq_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
              const float *a, int lda, const exmy_operand_quant *qa,
              const float *b, int ldb, const exmy_operand_quant *qb,

@@ -84,6 +84,11 @@ void tq_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
              const float *b, int ldb, const exmy_operand_quant *qb,
              float beta, float *c, int ldc, const exmy_accum_model *accum);
 
+/* The accumulation model of the site's GEMM of its uses ua and ub: the
+ * site's `accum`, with emin_a / emin_b those of the two operands' formats
+ * (exmy_accum_operand_emin), as both trainers pass it to their GEMMs. */
+exmy_accum_model tq_site_accum(const tq_site *site, int ua, int ub);
+
 /* The float32 GEMM under tq_gemm, for the whole process (the `gemm` key):
  * "exmy" (exmy_sgemm, the default) or "openblas" (cblas_sgemm: to compare
  * speed; its bits depend on the CPU and the thread count).  0, or -1 for

@@ -13,7 +13,7 @@
 set -euo pipefail
 train=$1; configs=$2; golden=$3; write=${4:-}
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
-recipes=(fp32 bf16 e8m3 e8m3-sr mxfp8 mxfp4 nvfp4 fp8-deepseek)
+recipes=(fp32 bf16 e8m3 e8m3-sr mxfp8 mxfp4 nvfp4 fp8-deepseek fp8-smooth-swiglu fp8-adam)
 common=(--set size=tiny --set data="$golden/text.txt" --set val_data= --set batch_size=2
         --set steps=6 --set warmup=2 --set lr=3e-3 --set seed=1337 --set val_every=0
         --set val_batches=1 --set stats_every=0 --set ckpt_every=0 --set progress=0)

@@ -73,6 +73,10 @@ with tempfile.TemporaryDirectory() as tmp:
         "ok_case": "format_w = E4M3\nrounding = SR\n",
         "bad_fp32_scaling": "scaling = bogus\n",  # checked by the key table even when unused
         "ok_high": "format_w = e4m3\nhigh_precision_first_last = 1\nhigh_format = bf16\n",
+        "ok_smooth_swiglu": "format_w = e4m3\nswiglu_scale = row\n",
+        "bad_swiglu_scale": "swiglu_scale = channel\n",
+        "ok_fp8_moments": "moments = fp8\nmoment2_format = e5m2\n",
+        "bad_fp8_moment_format": "moments = fp8\nmoment1_format = e9m9\n",
         "ok_signs": "format_w = e4m3\nmargin = -2\n",
         "bad_plus_sign": "format_w = e4m3\nsr_bits = +7\n",
         "bad_format": "format_w = e4m9x\n",

@@ -51,6 +51,7 @@ RECIPE_DEFAULTS = {
     "high_precision_first_last": "0",
     "high_format": "fp32",
     "accumulate": "fp32",
+    "swiglu_scale": "none",
     "grad_format": "fp32",
     "moments": "fp32",
     "moment1_format": "e4m3",
@@ -201,14 +202,21 @@ class Recipe:
                              "model") from None
         self.grad_format = None if _is_fp32(v["grad_format"]) else self._format(
             v["grad_format"], "grad_format")
+        # a model-level choice (model.c's SwiGLU): carried for the caller, not
+        # applied by QuantLinear
+        self.swiglu_scale = v["swiglu_scale"].lower()
+        if self.swiglu_scale not in ("none", "row"):
+            raise ValueError(f"{source}: config key 'swiglu_scale' must be one of none|row, "
+                             f"not '{v['swiglu_scale']}'")
         self.moments = v["moments"]
-        if self.moments == "coat":
+        if self.moments in ("coat", "fp8"):
             for key in ("moment1_format", "moment2_format"):
                 self._format(v[key], "moment format")
             if ints["moment_group"] < 1:
                 raise ValueError(f"{source}: moment_group must be >= 1")
         elif self.moments not in ("fp32", "bf16"):
-            raise ValueError(f"{source}: moments must be fp32, coat or bf16, not '{self.moments}'")
+            raise ValueError(f"{source}: moments must be fp32, coat, bf16 or fp8, not "
+                             f"'{self.moments}'")
 
     def _format(self, name, key):
         try:

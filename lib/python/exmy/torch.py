@@ -12,7 +12,9 @@ What QuantLinear computes (the trainer's linear layer, Y = X W^T):
   backward dX = Q_g(dY) Q_w(W),   dW = Q_g(dY)^T Q_a(X)
 with Q_r the recipe's operand of role r (w: weights, a: activations, g:
 output gradients) and float32 products (torch.matmul; keep TF32 off, the
-default, for pedantic float32 accumulation).  Element-wise recipes (no
+default, for pedantic float32 accumulation), or, where the recipe names an
+accumulation model (`accumulate`), each dot product accumulated by it
+(exmy.qgemm_accum, as the trainer's exmy_qgemm_accum).  Element-wise recipes (no
 scaling, per-tensor current or delayed scaling) round X and W once in the
 forward and dY once in the backward and reuse them, as Transformer Engine
 and the trainer do; MX, GROUP and NVFP4 recipes round every operand at
@@ -105,9 +107,28 @@ class _Plan:
     linear: a linear layer (whose weight-gradient GEMM takes nvfp4's Hadamard
     transform; the attention products do not)."""
 
-    def __init__(self, x_op, w_op, dy_op, states, sr, capture, linear):
+    def __init__(self, x_op, w_op, dy_op, states, sr, capture, linear, accum=None):
         self.ops = {"x": x_op, "w": w_op, "dy": dy_op}
         self.states, self.sr, self.capture, self.linear = states, sr, capture, linear
+        # the recipe's accumulation model, where the trainer applies it: a
+        # site with a quantized operand (recipe_make_sites)
+        quantized = any(op.enabled for op in self.ops.values())
+        self.accum = accum if quantized and accum is not None and str(accum) != "fp32" else None
+
+    def mm(self, a, b, a_use, b_use):
+        """a @ b (..., M, K) x (..., K, N), each dot product accumulated as the
+        recipe's model says (float32 matmul without one), the subnormals of
+        unscaled operands counted at their format's emin (as
+        exmy_accum_operand_emin)."""
+        if self.accum is None:
+            return torch.matmul(a, b)
+        fa, fb = (_unscaled_format(self.ops[u]) for u in (a_use, b_use))
+        shape = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        a = a.expand(*shape, *a.shape[-2:]).reshape(-1, *a.shape[-2:])
+        b = b.expand(*shape, *b.shape[-2:]).reshape(-1, *b.shape[-2:])
+        out = [_core.qgemm_accum(a[i].contiguous(), b[i].contiguous(), self.accum, fmt_a=fa,
+                                 fmt_b=fb) for i in range(a.shape[0])]
+        return torch.stack(out).reshape(*shape, a.shape[-2], b.shape[-1])
 
     def q(self, use, t, state_use=None, wgrad=False):
         """Operand `use` ("x", "w", "dy") rounded; sr offset from the stream.
@@ -128,6 +149,10 @@ def _t(t):
     return t.transpose(-1, -2).contiguous()
 
 
+def _unscaled_format(op):
+    return op.format if op.enabled and op.scaling == "none" else None
+
+
 class _QuantGemm(torch.autograd.Function):
     """y = Q(x) Q(w)^T over the last two dimensions: x (..., M, K), w (N, K)
     or (..., N, K) with x's batch dimensions."""
@@ -146,7 +171,7 @@ class _QuantGemm(torch.autograd.Function):
         ex, ew = plan.ops["x"].elementwise, plan.ops["w"].elementwise
         ctx.save_for_backward(None if ex else x, None if ew else w, qx if ex else None,
                               qw if ew else None)
-        return torch.matmul(qx, qw.transpose(-1, -2))
+        return plan.mm(qx, qw.transpose(-1, -2), "x", "w")
 
     @staticmethod
     def backward(ctx, dy):
@@ -161,11 +186,11 @@ class _QuantGemm(torch.autograd.Function):
         # dX = dY W (reduction over N); MX operands rounded here, in tq_gemm's order
         a = qdy if qdy is not None else plan.q("dy", dy)
         b = qw if ow.elementwise else plan.q("w", _t(w)).transpose(-1, -2)
-        dx = torch.matmul(a, b)
+        dx = plan.mm(a, b, "dy", "w")
         # dW = dY^T X (reduction over M)
         a = qdy.transpose(-1, -2) if qdy is not None else plan.q("dy", _t(dy), wgrad=True)
         b = qx if ox.elementwise else plan.q("x", _t(x), wgrad=True).transpose(-1, -2)
-        dw = torch.matmul(a, b)
+        dw = plan.mm(a, b, "dy", "x")
         if plan.w_dim == 2 and dw.dim() > 2:  # a weight shared by the batch
             dw = dw.reshape(-1, *dw.shape[-2:]).sum(0)
         return dx, dw, None
@@ -194,17 +219,18 @@ def quant_linear(x, weight, bias=None, *, recipe, seed=DEFAULT_SEED, sr_stream=N
     "dy"; element-wise recipes)."""
     r = Recipe.load(recipe)
     ops = r.operands(seed, high_precision)
-    return _linear(x, weight, bias, ops["a"], ops["w"], ops["g"], states, sr_stream, capture)
+    return _linear(x, weight, bias, ops["a"], ops["w"], ops["g"], states, sr_stream, capture,
+                   r.accumulate)
 
 
-def _linear(x, weight, bias, x_op, w_op, dy_op, states, sr_stream, capture):
+def _linear(x, weight, bias, x_op, w_op, dy_op, states, sr_stream, capture, accum):
     _check_float32("x", x)
     _check_float32("weight", weight)
     if weight.dim() != 2 or x.dim() < 1 or x.shape[-1] != weight.shape[1]:
         raise ValueError(f"exmy.torch: x {tuple(x.shape)} and weight {tuple(weight.shape)} do "
                          "not fit a linear layer (x.shape[-1] == weight.shape[1])")
     states = _require_states(states, {"x": x_op, "w": w_op, "dy": dy_op})
-    plan = _Plan(x_op, w_op, dy_op, states, sr_stream or default_sr_stream, capture, True)
+    plan = _Plan(x_op, w_op, dy_op, states, sr_stream or default_sr_stream, capture, True, accum)
     x2 = x.reshape(-1, x.shape[-1])
     y = _QuantGemm.apply(x2, weight, plan).reshape(*x.shape[:-1], weight.shape[0])
     return y if bias is None else y + bias
@@ -231,17 +257,18 @@ def quant_matmul(a, b, *, recipe, seed=DEFAULT_SEED, roles=("a", "a", "g"), sr_s
     position in the whole tensor (the trainer rounds per head GEMM)."""
     r = Recipe.load(recipe)
     ops = r.operands(seed)
-    return _matmul(a, b, ops[roles[0]], ops[roles[1]], ops[roles[2]], states, sr_stream, capture)
+    return _matmul(a, b, ops[roles[0]], ops[roles[1]], ops[roles[2]], states, sr_stream, capture,
+                   r.accumulate)
 
 
-def _matmul(a, b, a_op, b_op, dy_op, states, sr_stream, capture):
+def _matmul(a, b, a_op, b_op, dy_op, states, sr_stream, capture, accum):
     _check_float32("a", a)
     _check_float32("b", b)
     if a.dim() < 2 or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-1]:
         raise ValueError(f"exmy.torch.quant_matmul: a {tuple(a.shape)} and b {tuple(b.shape)} "
                          "must be (..., M, K) and (..., N, K) with the same batch dimensions")
     states = _require_states(states, {"x": a_op, "w": b_op, "dy": dy_op})
-    plan = _Plan(a_op, b_op, dy_op, states, sr_stream or default_sr_stream, capture, False)
+    plan = _Plan(a_op, b_op, dy_op, states, sr_stream or default_sr_stream, capture, False, accum)
     return _QuantGemm.apply(a, b, plan)
 
 
@@ -292,7 +319,7 @@ class QuantLinear(torch.nn.Linear):
 
     def forward(self, x):
         return _linear(x, self.weight, self.bias, self.x_op, self.w_op, self.dy_op, self.states,
-                       self.sr_stream, self.capture)
+                       self.sr_stream, self.capture, self.recipe.accumulate)
 
     def extra_repr(self):
         return (f"{super().extra_repr()}, recipe={self.recipe.name!r}, x={self.x_op}, "
@@ -315,4 +342,4 @@ class QuantMatmul(torch.nn.Module):
 
     def forward(self, a, b):
         return _matmul(a, b, self.a_op, self.b_op, self.dy_op, self.states, self.sr_stream,
-                       self.capture)
+                       self.capture, self.recipe.accumulate)

@@ -7,6 +7,8 @@
 # Runs from the GPU bundle (cuda/bundle.sh):
 #   ./bench_gpu.sh OUTDIR [STEPS (12)] [BATCH at 120m (32)] [SIZES ("120m 350m 1b")]
 # All three sizes take more than 7 minutes on an H100: one size per call.
+# BENCH_RUNS="bf16 flash;mxfp8 flash;fp8-te flash accumulate=hopper" replaces
+# every size's list of runs by these (";"-separated "recipe kernel [key=value]").
 # Prints, per size, recipe (with an optional --set override, e.g. rounding=rz)
 # and attention kernel: median ms/step over steps 4..,
 # tokens/s, MFU, GPU memory, and the ratio to PyTorch compiled.
@@ -73,6 +75,14 @@ bench() {
   done
 }
 
+if [ -n "${BENCH_RUNS:-}" ]; then
+  IFS=';' read -r -a runs <<< "$BENCH_RUNS"
+  for size in $sizes; do
+    case $size in 120m) b=$B120 ;; 350m) b=16 ;; 1b) b=8 ;; *) b=0 ;; esac
+    bench "$size" "$b" "${runs[@]}"
+  done
+  exit 0
+fi
 for size in $sizes; do
   case $size in
     # e8m3 by rne, rz and sr, fused and materialised: the fused kernel rounds P

@@ -246,6 +246,9 @@ START_TEST(along_k_operands_match_cpu) {
   load_config_recipe(&rc, along_k_recipes[_i]);
   tq_site *cpu, *gsites;
   const int n_sites = make_twin_sites(&rc, &cpu, &gsites);
+  /* the operands only: under an accumulation model (fp8-deepseek's
+   * hopper-split) the identity GEMM would not return them exactly */
+  for (int i = 0; i < n_sites; i++) cpu[i].accum = gsites[i].accum = (exmy_accum_model){0};
   gtq_ctx *g = gtq_new(gsites, n_sites, 0);
   const int site = SITE_W1, N = 96, C = 48, OC = 80;
   linear_tensors t = linear_new(N, C, OC, C);
@@ -377,12 +380,7 @@ static void model_step_compare(const char *const *sets, const char *size, double
   printf("model %s %s: loss cpu %.7f gpu %.7f (rel %.2e), worst gradient rel err %.2e (%s)\n", size,
          sets[0] ? sets[0] : "fp32", m.loss, gl, dl, worst,
          check_weights ? "relative l2 per tensor" : "max abs / max per tensor");
-  ck_assert_msg(dl <= loss_tol, "loss rel %.3e > %.1e", dl, loss_tol);
-  if (check_weights)
-    ck_assert_msg(whole <= grad_tol, "whole gradient rel l2 %.3e > %.1e", whole, grad_tol);
-  else
-    ck_assert_msg(worst <= grad_tol, "gradient rel %.3e > %.1e", worst, grad_tol);
-  if (check_weights) {
+  if (check_weights) { /* the exact property first, then the bounds */
     /* every weight operand of every linear site: bit-identical */
     gtq_ctx *gq = gpu_model_gemm(g);
     const int L = mc.n_layers, C = mc.dim, KVC = mc.n_kv_heads * (C / mc.n_heads);
@@ -402,6 +400,11 @@ static void model_step_compare(const char *const *sets, const char *size, double
            sets[0], (unsigned long long)tq_sr_counter);
     free(got);
   }
+  ck_assert_msg(dl <= loss_tol, "loss rel %.3e > %.1e", dl, loss_tol);
+  if (check_weights)
+    ck_assert_msg(whole <= grad_tol, "whole gradient rel l2 %.3e > %.1e", whole, grad_tol);
+  else
+    ck_assert_msg(worst <= grad_tol, "gradient rel %.3e > %.1e", worst, grad_tol);
   gpu_model_free(g);
   recipe_free_sites(cpu, n_sites);
   recipe_free_sites(gsites, n_sites);
@@ -607,7 +610,10 @@ START_TEST(fishman_recipes_match_cpu) {
                                        "format_g=e5m2", "rounding_g=sr", "scaling=delayed",
                                        "amax_history=1", "pow2_scale=1", "saturate=1",
                                        "swiglu_scale=row", NULL};
-  model_step_compare(smooth, "tiny", 1e-3, 5e-2, 1);
+  /* E5M2 gradients: a value that a last-bit difference of its float32 input
+   * moves goes to a neighbour 2^-2 away (E8M3's are 2^-3 away, whose bound is
+   * 5e-2), and sr's choice may flip with it; the operands stay bit-identical */
+  model_step_compare(smooth, "tiny", 1e-3, 1e-1, 1);
   const char *const sets[] = {"moments=fp8", "moment1_format=float8_e4m3", "moment2_format=e5m2",
                               NULL};
   recipe rc;

@@ -4,12 +4,13 @@ of formats, distribution and K, the fraction of the M x N outputs that are
 bit-identical and the largest relative difference where they are not, with
 fast accumulation and without.  Prints a markdown table.
 
-  python3 calibrate.py DIR_WITH_fp8_truth_NPZ bazel-bin/libexmy.so [old|ablate]
+  python3 calibrate.py DIR_WITH_fp8_truth_NPZ bazel-bin/libexmy.so [old|ablate|heldout]
 
 `old` also runs the model before calibration (alignment by the product's own
 exponent, no split-K) beside it; `ablate` instead prints, for the mixed-sign
 cases at K = 512 and 16384, the agreement of the model with one parameter
-changed.  Needs numpy.
+changed; `heldout` runs the calibrated model, unchanged, on a later capture
+(capture_heldout.py: new seeds, trainer-like shapes).  Needs numpy.
 """
 import ctypes as C
 import sys
@@ -104,10 +105,41 @@ def field_ok(m):
                              and (not m.promote_every or m.k_slice % m.promote_every == 0))
 
 
+def heldout(gemm):
+    """The calibrated model, fixed before this capture (capture_heldout.py:
+    new seeds, the trainer's kind of shapes): no split of K up to 4096, and
+    above it the slices of 2816 that the calibration found at K = 16384
+    (K = 8192 at 64 x 128 splits so too: unsplit, 0-1% agree)."""
+    print("| A × B | data | M × N × K | fast: identical | fast: largest rel. diff | "
+          "split: identical | split: largest rel. diff |")
+    print("|---|---|---|---|---|---|---|")
+    for pair in ("e4m3_e4m3", "e4m3_e5m2"):
+        fa, fb = pair.split("_")
+        for half in ("a", "b"):
+            z = np.load(f"{sys.argv[1]}/heldout_{pair}_{half}.npz")
+            for key in sorted({k.rsplit("_", 1)[0] for k in z.files}):
+                a = np.ascontiguousarray(decode_table(fa)[z[key + "_a"]])
+                bt = np.ascontiguousarray(decode_table(fb)[z[key + "_bt"]])
+                dist, m, n, k = key.split("_")
+                row = [f"{fa.upper()} × {fb.upper()}", dist, f"{m[1:]} × {n[1:]} × {k[1:]}"]
+                for fast in (True, False):
+                    hw = z[key + ("_fast" if fast else "_split")]
+                    model = hopper(fast, fa, fb, 0)
+                    model.k_slice = 2816 if int(k[1:]) > 4096 else 0
+                    c = gemm(a, bt, model)
+                    same = c.view(np.uint32) == hw.view(np.uint32)
+                    diff = np.abs(c.astype(np.float64) - hw) / np.maximum(np.abs(hw), 1e-30)
+                    row += [f"{same.mean():.4f}", "0" if same.all() else f"{diff.max():.2e}"]
+                print("| " + " | ".join(row) + " |", flush=True)
+
+
 def main():
     gemm = load_gemm(sys.argv[2])
     if sys.argv[3:] == ["ablate"]:
         ablate(gemm)
+        return
+    if sys.argv[3:] == ["heldout"]:
+        heldout(gemm)
         return
     models = [hopper] + ([hopper_old] if sys.argv[3:] == ["old"] else [])
 

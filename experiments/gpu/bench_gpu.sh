@@ -65,10 +65,13 @@ bench() {
          --set size=$size --set batch_size=$B \
          --set steps=$steps --set warmup=2 --set lr=3e-4 --set device=gpu --set attention_kernel=$a \
          --set val_every=0 --set val_batches=1 --set ckpt_every=0 --set stats_every=0 \
+         --set diverge_delta=0 \
          --set progress=0 --set data="$data" --set val_data= --set run_dir="$tmp/$tag" \
          > "$out/bench_$tag.log" 2>&1; then
       mem=$(grep -o 'first step: [0-9.]*' "$out/bench_$tag.log" | awk '{print $3}')
-      row "$name" "$(median_ms "$tmp/$tag/log.jsonl")" "$mem" "$ref"
+      ms=$(median_ms "$tmp/$tag/log.jsonl")
+      if [ -n "$ms" ]; then row "$name" "$ms" "$mem" "$ref"
+      else echo "$name: no step after the third: $(tail -1 "$out/bench_$tag.log")"; fi
     else
       echo "$name: failed: $(tail -1 "$out/bench_$tag.log")"
     fi

@@ -4,7 +4,7 @@ of formats, distribution and K, the fraction of the M x N outputs that are
 bit-identical and the largest relative difference where they are not, with
 fast accumulation and without.  Prints a markdown table.
 
-  python3 calibrate.py DIR_WITH_fp8_truth_NPZ bazel-bin/libexmy.so [old|ablate|heldout]
+  python3 calibrate.py DIR_WITH_fp8_truth_NPZ bazel-bin/libexmy.so [old|ablate|heldout|trainer]
 
 `old` also runs the model before calibration (alignment by the product's own
 exponent, no split-K) beside it; `ablate` instead prints, for the mixed-sign
@@ -133,8 +133,40 @@ def heldout(gemm):
                 print("| " + " | ".join(row) + " |", flush=True)
 
 
+def trainer(gemm):
+    """The calibrated model on a capture at the 120m-32k trainer's shapes
+    (capture_trainer.py: 32 sampled rows x 32 sampled columns of each GEMM):
+    agreement without a split of K (the model the trainer's `hopper` and
+    `hopper-split` presets use) and with slices of 2816 for K > 4096 (the
+    rule of the held-out capture)."""
+    print("| A × B | data | M × N × K | fast: unsplit | fast: 2816 | split: unsplit | split: 2816 |")
+    print("|---|---|---|---|---|---|---|")
+    for pair in ("e4m3_e4m3", "e5m2_e4m3"):
+        fa, fb = pair.split("_")
+        for dist in ("normal", "wide"):
+            z = np.load(f"{sys.argv[1]}/trainer_{pair}_{dist}.npz")
+            for key in sorted({k.rsplit("_", 1)[0] for k in z.files}, key=lambda s: s.split("_")[1:]):
+                a = np.ascontiguousarray(decode_table(fa)[z[key + "_a"]])
+                bt = np.ascontiguousarray(decode_table(fb)[z[key + "_bt"]])
+                _, m, n, k = key.split("_")
+                row = [f"{fa.upper()} × {fb.upper()}", dist, f"{m[1:]} × {n[1:]} × {k[1:]}"]
+                for fast in (True, False):
+                    hw = z[key + ("_fast" if fast else "_split")]
+                    for ks in (0, 2816):
+                        model = hopper(fast, fa, fb, 0)
+                        model.k_slice = ks if int(k[1:]) > 4096 else 0
+                        c = gemm(a, bt, model)
+                        same = c.view(np.uint32) == hw.view(np.uint32)
+                        diff = np.abs(c.astype(np.float64) - hw) / np.maximum(np.abs(hw), 1e-30)
+                        row.append(f"{same.mean():.4f}" + ("" if same.all() else f" ({diff.max():.1e})"))
+                print("| " + " | ".join(row) + " |", flush=True)
+
+
 def main():
     gemm = load_gemm(sys.argv[2])
+    if sys.argv[3:] == ["trainer"]:
+        trainer(gemm)
+        return
     if sys.argv[3:] == ["ablate"]:
         ablate(gemm)
         return

@@ -105,6 +105,25 @@ def field_ok(m):
                              and (not m.promote_every or m.k_slice % m.promote_every == 0))
 
 
+def cases(z, fa, fb, order=None):
+    """The GEMMs of a capture's npz, as (key, A, Bt, M, N, K): the decoded
+    operands of each key and its shape, read from the key's "_M.._N.._K.." part."""
+    for key in sorted({k.rsplit("_", 1)[0] for k in z.files}, key=order):
+        a = np.ascontiguousarray(decode_table(fa)[z[key + "_a"]])
+        bt = np.ascontiguousarray(decode_table(fb)[z[key + "_bt"]])
+        m, n, k = (int(part[1:]) for part in key.split("_")[1:])
+        yield key, a, bt, m, n, k
+
+
+def agreement(gemm, a, bt, hw, model):
+    """The fraction of outputs bit-identical to the hardware's, and the largest
+    relative difference (0 when all agree)."""
+    c = gemm(a, bt, model)
+    same = c.view(np.uint32) == hw.view(np.uint32)
+    diff = np.abs(c.astype(np.float64) - hw) / np.maximum(np.abs(hw), 1e-30)
+    return same.mean(), 0.0 if same.all() else diff.max()
+
+
 def heldout(gemm):
     """The calibrated model, fixed before this capture (capture_heldout.py:
     new seeds, the trainer's kind of shapes): no split of K up to 4096, and
@@ -117,19 +136,13 @@ def heldout(gemm):
         fa, fb = pair.split("_")
         for half in ("a", "b"):
             z = np.load(f"{sys.argv[1]}/heldout_{pair}_{half}.npz")
-            for key in sorted({k.rsplit("_", 1)[0] for k in z.files}):
-                a = np.ascontiguousarray(decode_table(fa)[z[key + "_a"]])
-                bt = np.ascontiguousarray(decode_table(fb)[z[key + "_bt"]])
-                dist, m, n, k = key.split("_")
-                row = [f"{fa.upper()} × {fb.upper()}", dist, f"{m[1:]} × {n[1:]} × {k[1:]}"]
+            for key, a, bt, m, n, k in cases(z, fa, fb):
+                row = [f"{fa.upper()} × {fb.upper()}", key.split("_")[0], f"{m} × {n} × {k}"]
                 for fast in (True, False):
-                    hw = z[key + ("_fast" if fast else "_split")]
                     model = hopper(fast, fa, fb, 0)
-                    model.k_slice = 2816 if int(k[1:]) > 4096 else 0
-                    c = gemm(a, bt, model)
-                    same = c.view(np.uint32) == hw.view(np.uint32)
-                    diff = np.abs(c.astype(np.float64) - hw) / np.maximum(np.abs(hw), 1e-30)
-                    row += [f"{same.mean():.4f}", "0" if same.all() else f"{diff.max():.2e}"]
+                    model.k_slice = 2816 if k > 4096 else 0
+                    same, worst = agreement(gemm, a, bt, z[key + ("_fast" if fast else "_split")], model)
+                    row += [f"{same:.4f}", "0" if worst == 0 else f"{worst:.2e}"]
                 print("| " + " | ".join(row) + " |", flush=True)
 
 
@@ -145,20 +158,14 @@ def trainer(gemm):
         fa, fb = pair.split("_")
         for dist in ("normal", "wide"):
             z = np.load(f"{sys.argv[1]}/trainer_{pair}_{dist}.npz")
-            for key in sorted({k.rsplit("_", 1)[0] for k in z.files}, key=lambda s: s.split("_")[1:]):
-                a = np.ascontiguousarray(decode_table(fa)[z[key + "_a"]])
-                bt = np.ascontiguousarray(decode_table(fb)[z[key + "_bt"]])
-                _, m, n, k = key.split("_")
-                row = [f"{fa.upper()} × {fb.upper()}", dist, f"{m[1:]} × {n[1:]} × {k[1:]}"]
+            for key, a, bt, m, n, k in cases(z, fa, fb, order=lambda s: s.split("_")[1:]):
+                row = [f"{fa.upper()} × {fb.upper()}", dist, f"{m} × {n} × {k}"]
                 for fast in (True, False):
-                    hw = z[key + ("_fast" if fast else "_split")]
                     for ks in (0, 2816):
                         model = hopper(fast, fa, fb, 0)
-                        model.k_slice = ks if int(k[1:]) > 4096 else 0
-                        c = gemm(a, bt, model)
-                        same = c.view(np.uint32) == hw.view(np.uint32)
-                        diff = np.abs(c.astype(np.float64) - hw) / np.maximum(np.abs(hw), 1e-30)
-                        row.append(f"{same.mean():.4f}" + ("" if same.all() else f" ({diff.max():.1e})"))
+                        model.k_slice = ks if k > 4096 else 0
+                        same, worst = agreement(gemm, a, bt, z[key + ("_fast" if fast else "_split")], model)
+                        row.append(f"{same:.4f}" + ("" if worst == 0 else f" ({worst:.1e})"))
                 print("| " + " | ".join(row) + " |", flush=True)
 
 

@@ -110,14 +110,22 @@ static void run_model(model *m, tq_site *sites, float *loss, float *grads) {
   memcpy(grads, m->grads_mem, m->num_params * sizeof(float));
 }
 
+/* The `test` model from seed, its unquantized loss in *l0 and gradients in
+ * *g0, and room in *g1 for a second run's gradients. */
+static void baseline(model_config *c, model *m, uint64_t seed, float *l0, float **g0, float **g1) {
+  model_named_size("test", c);
+  ck_assert_int_eq(model_init(m, c, seed), 0);
+  *g0 = malloc(m->num_params * sizeof(float));
+  *g1 = malloc(m->num_params * sizeof(float));
+  ck_assert(*g0 && *g1);
+  run_model(m, NULL, l0, *g0);
+}
+
 START_TEST(test_fp32_recipe_is_unquantized_path) {
   model_config c;
-  model_named_size("test", &c);
   model m;
-  model_init(&m, &c, 3);
-  float *g0 = malloc(m.num_params * sizeof(float)), *g1 = malloc(m.num_params * sizeof(float));
-  float l0, l1;
-  run_model(&m, NULL, &l0, g0);
+  float *g0, *g1, l0, l1;
+  baseline(&c, &m, 3, &l0, &g0, &g1);
   tq_site *sites = recipe_sites("fp32", &c);
   run_model(&m, sites, &l1, g1);
   ck_assert_msg(memcmp(&l0, &l1, sizeof l0) == 0, "fp32 loss %.9g vs unquantized %.9g", l1, l0);
@@ -711,12 +719,9 @@ END_TEST
  * up to float32 rounding. */
 START_TEST(test_smooth_swiglu_same_function) {
   model_config c;
-  model_named_size("test", &c);
   model m;
-  model_init(&m, &c, 7);
-  float *g0 = malloc(m.num_params * sizeof(float)), *g1 = malloc(m.num_params * sizeof(float));
-  float l0, l1;
-  run_model(&m, NULL, &l0, g0);
+  float *g0, *g1, l0, l1;
+  baseline(&c, &m, 7, &l0, &g0, &g1);
   m.swiglu_row_scale = 1;
   run_model(&m, NULL, &l1, g1);
   double num = 0, den = 0, worst = 0;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/accum_avx512.h"
 #include "cpu/exmy_cpu.h"
 #include "lib/accum_core.h"
 
@@ -115,11 +116,15 @@ int exmy_qgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                     qb, beta, c, ldc, qc);
 }
 
-/* One scalar exmy_accum_dot per element of C, rows of C shared out between
- * threads; not vectorised.  The epilogue is exmy_sgemm's (cpu/gemm.c). */
+/* The AVX-512 kernel where it covers the model (cpu/accum_avx512.c), else
+ * one scalar exmy_accum_dot per element of C, rows of C shared out between
+ * threads.  The epilogue is exmy_sgemm's (cpu/gemm.c). */
 static int accum_products(const operands *o, size_t m, size_t n, size_t k, float alpha,
                           float beta, float *c, size_t ldc, const void *ctx) {
   const exmy_accum_model *model = ctx;
+  if (exmy_accum_avx512_gemm(model, o->ta, o->tb, m, n, k, alpha, o->a, o->lda, o->b, o->ldb,
+                             beta, c, ldc) == 0)
+    return 0;
   /* element p of row i of op(A), of column j of op(B) */
   const long a_step = o->ta ? (long)o->lda : 1, b_step = o->tb ? 1 : (long)o->ldb;
 #pragma omp parallel for schedule(dynamic) if (m * n * k > 65536)

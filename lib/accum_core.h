@@ -273,17 +273,62 @@ EXMY_HD int exmy_accum_product_exp(const exmy_accum_model *m, exmy_accum_num x, 
   return (ea > m->emin_a ? ea : m->emin_a) + (eb > m->emin_b ? eb : m->emin_b);
 }
 
+/* The alignment exponent a group starts from: the running sum's with
+ * align_sum (when it is nonzero), else none (EXMY_ACCUM_NO_LEAD). */
+#define EXMY_ACCUM_NO_LEAD (-(1 << 20))
+EXMY_HD int exmy_accum_sum_lead(const exmy_accum_model *m, exmy_accum_num sum) {
+  return m->align_sum && sum.mag ? exmy_accum_lead(sum) : EXMY_ACCUM_NO_LEAD;
+}
+
+/* The end of a group: when some product (or the running sum) was nonzero
+ * (aligned), the group's aligned products, summed exactly as multiples of 2^q
+ * into group_sum, go into the running sum; then, when `promote`, the running
+ * sum into the float32 accumulator. */
+EXMY_HD void exmy_accum_close_group(const exmy_accum_model *m, int aligned, int q,
+                                    int64_t group_sum, int promote, exmy_accum_num *sum,
+                                    float *acc) {
+  const int qmin = -(1 << 20); /* no floor: far below any product */
+  if (aligned) {
+    if (m->align_sum) {
+      if (sum->mag) {
+        const int64_t v = sum->exp >= q ? (int64_t)(sum->mag << (sum->exp - q))
+                                        : (int64_t)exmy_accum_shr(sum->mag, q - sum->exp, m->round);
+        group_sum += sum->neg ? -v : v;
+      }
+      const int neg = group_sum < 0;
+      *sum = exmy_accum_round(neg, (exmy_u128)(neg ? -(uint64_t)group_sum : (uint64_t)group_sum),
+                              q, m->sum_bits, qmin, m->round);
+    } else {
+      const int neg = group_sum < 0;
+      const exmy_accum_num s = {neg, neg ? -(uint64_t)group_sum : (uint64_t)group_sum, q};
+      *sum = exmy_accum_add_round(*sum, s, m->sum_bits, qmin, m->round);
+    }
+  }
+  if (promote) {
+    /* one rounding: to 24 bits, and to a multiple of 2^-149; an
+     * accumulator that overflowed stays ±Inf (the partial sums are finite) */
+    if (isfinite(*acc))
+      *acc = exmy_accum_to_f32(exmy_accum_add_round(exmy_accum_from_f32(*acc), *sum, 24, -149,
+                                                    EXMY_ACCUM_NEAREST_EVEN));
+    sum->mag = 0;
+  }
+}
+
+/* Whether the group ending at product `end` of a slice of k closes with a
+ * promotion. */
+EXMY_HD int exmy_accum_promotes(const exmy_accum_model *m, int end, int k) {
+  return m->promote_every && (end % m->promote_every == 0 || end == k);
+}
+
 /* One slice of the model (all of K without k_slice): finite operands. */
 EXMY_HD float exmy_accum_dot_slice(const exmy_accum_model *m, const float *a, long stride_a,
                                    const float *b, long stride_b, int k) {
-  const int qmin = -(1 << 20); /* no floor: far below any product */
   exmy_accum_num sum = {0, 0, 0};
   float acc = 0.0f;
   for (int g = 0; g < k; g += m->group) {
     const int n = k - g < m->group ? k - g : m->group;
     /* the alignment exponent */
-    int lead = -(1 << 20);
-    if (m->align_sum && sum.mag) lead = exmy_accum_lead(sum);
+    int lead = exmy_accum_sum_lead(m, sum);
     for (int p = g; p < g + n; p++) {
       const exmy_accum_num x = exmy_accum_from_f32(a[p * stride_a]);
       const exmy_accum_num y = exmy_accum_from_f32(b[p * stride_b]);
@@ -291,9 +336,9 @@ EXMY_HD float exmy_accum_dot_slice(const exmy_accum_model *m, const float *a, lo
       const int l = exmy_accum_product_exp(m, x, y);
       if (l > lead) lead = l;
     }
-    if (lead > -(1 << 20)) {
-      const int q = lead - m->product_bits + 1;
-      int64_t group_sum = 0;
+    const int q = lead - m->product_bits + 1;
+    int64_t group_sum = 0;
+    if (lead > EXMY_ACCUM_NO_LEAD)
       for (int p = g; p < g + n; p++) {
         const exmy_accum_num x = exmy_accum_from_f32(a[p * stride_a]);
         const exmy_accum_num y = exmy_accum_from_f32(b[p * stride_b]);
@@ -304,31 +349,20 @@ EXMY_HD float exmy_accum_dot_slice(const exmy_accum_model *m, const float *a, lo
                                  : (int64_t)exmy_accum_shr(mag, q - e, m->round);
         group_sum += x.neg != y.neg ? -v : v;
       }
-      if (m->align_sum) {
-        if (sum.mag) {
-          const int64_t v = sum.exp >= q ? (int64_t)(sum.mag << (sum.exp - q))
-                                         : (int64_t)exmy_accum_shr(sum.mag, q - sum.exp, m->round);
-          group_sum += sum.neg ? -v : v;
-        }
-        const int neg = group_sum < 0;
-        sum = exmy_accum_round(neg, (exmy_u128)(neg ? -(uint64_t)group_sum : (uint64_t)group_sum),
-                               q, m->sum_bits, qmin, m->round);
-      } else {
-        const int neg = group_sum < 0;
-        const exmy_accum_num s = {neg, neg ? -(uint64_t)group_sum : (uint64_t)group_sum, q};
-        sum = exmy_accum_add_round(sum, s, m->sum_bits, qmin, m->round);
-      }
-    }
-    if (m->promote_every && ((g + n) % m->promote_every == 0 || g + n == k)) {
-      /* one rounding: to 24 bits, and to a multiple of 2^-149; an
-       * accumulator that overflowed stays ±Inf (the partial sums are finite) */
-      if (isfinite(acc))
-        acc = exmy_accum_to_f32(exmy_accum_add_round(exmy_accum_from_f32(acc), sum, 24, -149,
-                                                   EXMY_ACCUM_NEAREST_EVEN));
-      sum.mag = 0;
-    }
+    exmy_accum_close_group(m, lead > EXMY_ACCUM_NO_LEAD, q, group_sum,
+                           exmy_accum_promotes(m, g + n, k), &sum, &acc);
   }
   return m->promote_every ? acc : exmy_accum_to_f32(sum);
+}
+
+/* acc + part of two slices' results, a float32 addition rounded to nearest
+ * even (±Inf as float32 has it). */
+EXMY_HD float exmy_accum_add_slices(float acc, float part) {
+  return isfinite(acc) && isfinite(part)
+             ? exmy_accum_to_f32(exmy_accum_add_round(exmy_accum_from_f32(acc),
+                                                      exmy_accum_from_f32(part), 24, -149,
+                                                      EXMY_ACCUM_NEAREST_EVEN))
+             : acc + part;
 }
 
 /* sum_{p<k} a[p * stride_a] · b[p * stride_b] under model m (valid per
@@ -344,12 +378,7 @@ EXMY_HD float exmy_accum_dot(const exmy_accum_model *m, const float *a, long str
   for (int s = slice; s < k; s += slice) {
     const float part = exmy_accum_dot_slice(m, a + s * stride_a, stride_a, b + s * stride_b,
                                             stride_b, k - s < slice ? k - s : slice);
-    /* a float32 addition, rounded to nearest even; ±Inf as float32 has it */
-    acc = isfinite(acc) && isfinite(part)
-              ? exmy_accum_to_f32(exmy_accum_add_round(exmy_accum_from_f32(acc),
-                                                       exmy_accum_from_f32(part), 24, -149,
-                                                       EXMY_ACCUM_NEAREST_EVEN))
-              : acc + part;
+    acc = exmy_accum_add_slices(acc, part);
   }
   return acc;
 }

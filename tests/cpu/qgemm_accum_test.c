@@ -2,11 +2,15 @@
  * operands quantized separately (exmy_quantize_scaled_f32), bit for bit, every
  * transpose, padded leading dimensions; and group = 0 against exmy_qgemm. */
 #include <check.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
+
+#include "cpu/accum_avx512.h"
 #include "cpu/exmy_cpu.h"
 #include "lib/accum_core.h"
 #include "tests/check_suite.h"
@@ -69,6 +73,125 @@ START_TEST(test_against_core) {
 }
 END_TEST
 
+/* Operand values for the AVX-512 kernel: E4M3/E5M2-like values, float32's
+ * wide exponents and subnormals, zeros, cancelling pairs; kind 4 also puts
+ * an Inf or a NaN into some rows and columns. */
+static float draw(uint64_t *state, int kind) {
+  *state = *state * 6364136223846793005ull + 1442695040888963407ull;
+  const uint64_t r = *state >> 11;
+  const float u = (float)((r & 0xFFFFF) / 1048576.0) + 1.0f; /* [1, 2) */
+  const float sign = (r >> 20) & 1 ? -1.0f : 1.0f;
+  const int e = (int)((r >> 21) % 24) - 12;
+  switch (kind) {
+    case 0: return sign * ldexpf(roundf(u * 8) / 8, e);            /* 4-bit significands */
+    case 1: return sign * ldexpf(u, (int)((r >> 21) % 250) - 140);  /* wide, subnormals */
+    case 2: return (r >> 26) % 3 == 0 ? 0.0f : sign * ldexpf(u, e);  /* zeros */
+    case 3: return sign * ldexpf(roundf(u * 4) / 4, (r >> 26) % 2 ? 6 : -6); /* cancelling */
+    default: {
+      const uint64_t w = (r >> 26) % 500;
+      return w == 0 ? INFINITY : w == 1 ? NAN : sign * ldexpf(u, e);
+    }
+  }
+}
+
+static size_t avx_outputs, avx_models;
+
+/* exmy_qgemm_accum (the AVX-512 kernel where it covers the model) against the
+ * scalar exmy_accum_dot, element by element, on unquantized operands. */
+static void check_avx(const exmy_accum_model *model, bool ta, bool tb, size_t m, size_t n,
+                      size_t k, int kind, float beta, int threads) {
+  const size_t lda = (ta ? m : k) + 2, ldb = (tb ? k : n) + 1, ldc = n + 3;
+  float *a = malloc((ta ? k : m) * lda * sizeof *a), *b = malloc((tb ? n : k) * ldb * sizeof *b);
+  float *c = malloc(m * ldc * sizeof *c), *c0 = malloc(m * ldc * sizeof *c0);
+  uint64_t st = 1000 * kind + 17 * m + n + k + ta + 2 * tb;
+  for (size_t i = 0; i < (ta ? k : m) * lda; i++) a[i] = draw(&st, kind);
+  for (size_t i = 0; i < (tb ? n : k) * ldb; i++) b[i] = draw(&st, kind);
+  if (kind == 3) /* each pair of K cancels but for its rounding: b[p+1] = b[p] */
+    for (size_t p = 0; p + 1 < k; p += 2)
+      for (size_t j = 0; j < n; j++) {
+        float *bp = tb ? b + j * ldb + p : b + p * ldb + j, *bq = tb ? bp + 1 : bp + ldb;
+        *bq = *bp;
+      }
+  for (size_t i = 0; i < m * ldc; i++) c[i] = c0[i] = draw(&st, 0);
+  const float alpha = 0.625f;
+  omp_set_num_threads(threads);
+  ck_assert_int_eq(exmy_qgemm_accum(ta, tb, m, n, k, alpha, a, lda, NULL, b, ldb, NULL, beta, c,
+                                    ldc, NULL, model), 0);
+  omp_set_num_threads(omp_get_num_procs());
+  for (size_t i = 0; i < m; i++) {
+    for (size_t j = 0; j < n; j++) {
+      const float *ai = ta ? a + i : a + i * lda, *bj = tb ? b + j * ldb : b + j;
+      const float dot = exmy_accum_dot(model, ai, ta ? (long)lda : 1, bj, tb ? 1 : (long)ldb, (int)k);
+      const float want = beta != 0 ? alpha * dot + beta * c0[i * ldc + j] : alpha * dot;
+      if (!same(c[i * ldc + j], want)) {
+        fprintf(stderr, "kind %d ta=%d tb=%d %zux%zux%zu model {%d,%d,%d,%d,%d,%d,%d,%d,%d,%d}: "
+                "C[%zu][%zu] = %.9g, want %.9g\n", kind, ta, tb, m, n, k, model->group,
+                model->product_bits, model->sum_bits, model->round, model->promote_every,
+                model->align_sum, model->align_exp, model->emin_a, model->emin_b, model->k_slice,
+                i, j, c[i * ldc + j], want);
+        ck_abort();
+      }
+    }
+    for (size_t j = n; j < ldc; j++) ck_assert(same(c[i * ldc + j], c0[i * ldc + j]));
+  }
+  avx_outputs += m * n;
+  free(a), free(b), free(c), free(c0);
+}
+
+START_TEST(test_avx512_kernel_against_core) {
+  const exmy_accum_model models[] = {
+      /* hopper and hopper-split: E4M3 x E4M3, E5M2 x E4M3 */
+      {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1, EXMY_ACCUM_ALIGN_INPUTS, -6, -6, 0},
+      {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 1, EXMY_ACCUM_ALIGN_INPUTS, -14, -6, 0},
+      /* split K, float32 emin, no sum alignment, other widths and groups */
+      {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1, EXMY_ACCUM_ALIGN_INPUTS, -126, -126, 96},
+      {32, 14, 14, EXMY_ACCUM_TRUNCATE, 64, 1, EXMY_ACCUM_ALIGN_INPUTS, -6, -14, 128},
+      {16, 10, 24, EXMY_ACCUM_TRUNCATE, 32, 0, EXMY_ACCUM_ALIGN_INPUTS, -149, -149, 0},
+      {64, 30, 40, EXMY_ACCUM_TRUNCATE, 0, 0, EXMY_ACCUM_ALIGN_INPUTS, -6, -6, 0},
+      {1, 53, 62, EXMY_ACCUM_TRUNCATE, 0, 1, EXMY_ACCUM_ALIGN_INPUTS, 127, -149, 0},
+      {256, 5, 3, EXMY_ACCUM_TRUNCATE, 256, 1, EXMY_ACCUM_ALIGN_INPUTS, 0, 0, 0},
+  };
+  const size_t nm = sizeof models / sizeof *models;
+  for (size_t mi = 0; mi < nm; mi++) {
+    if (!exmy_accum_avx512_covers(&models[mi])) {
+      printf("no AVX-512 on this CPU: the kernel is not tested\n");
+      return;
+    }
+    avx_models++;
+    for (int kind = 0; kind < 5; kind++)
+      for (int t = 0; t < 4; t++) {
+        const size_t k = kind == 1 ? 300 : 257 + 64 * (size_t)t;
+        check_avx(&models[mi], t & 1, t & 2, 5 + t, 13 + 2 * (size_t)kind, k, kind,
+                  t == 3 ? 0.0f : 0.5f, 1 + (t & 1));
+      }
+  }
+  /* large enough to be shared out between threads */
+  check_avx(&models[0], false, true, 64, 70, 512, 0, 0.0f, 2);
+  check_avx(&models[1], true, false, 40, 33, 1024, 2, 1.0f, 2);
+  printf("AVX-512 kernel: %zu outputs of %zu models bit-identical to exmy_accum_dot\n",
+         avx_outputs, avx_models);
+}
+END_TEST
+
+/* A model the kernel does not cover (rounding to nearest, alignment by the
+ * product) and a kernel turned off both take the scalar products. */
+START_TEST(test_avx512_kernel_scope) {
+  const exmy_accum_model hopper = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1, EXMY_ACCUM_ALIGN_INPUTS,
+                                   -6, -6, 0};
+  const exmy_accum_model nearest = {32, 14, 14, EXMY_ACCUM_NEAREST_EVEN, 0, 1,
+                                    EXMY_ACCUM_ALIGN_INPUTS, -6, -6, 0};
+  const exmy_accum_model product = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1, EXMY_ACCUM_ALIGN_PRODUCT,
+                                    0, 0, 0};
+  ck_assert(!exmy_accum_avx512_covers(&nearest));
+  ck_assert(!exmy_accum_avx512_covers(&product));
+  exmy_accum_avx512_enable(false);
+  ck_assert(!exmy_accum_avx512_covers(&hopper));
+  check_avx(&hopper, false, false, 7, 9, 100, 0, 0.5f, 1);
+  exmy_accum_avx512_enable(true);
+  check_avx(&nearest, true, false, 7, 9, 100, 1, 0.5f, 1);
+}
+END_TEST
+
 START_TEST(test_bad_arguments) {
   float a[4] = {1, 2, 3, 4}, b[4] = {1, 1, 1, 1}, c[4] = {7, 7, 7, 7};
   const exmy_accum_model bad = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 100, 0};
@@ -81,6 +204,7 @@ START_TEST(test_bad_arguments) {
 END_TEST
 
 int main(void) {
-  const TTest *tests[] = {test_against_core, test_bad_arguments, NULL};
+  const TTest *tests[] = {test_against_core, test_avx512_kernel_against_core,
+                         test_avx512_kernel_scope, test_bad_arguments, NULL};
   return run_suite(suite_of("qgemm_accum", 120, tests), true);
 }

@@ -28,6 +28,10 @@
 #include "cpu/accum_avx512.h"
 #include "lib/accum_core.h"
 
+/* The builds pinned to one clone (-DEXMY_NO_CLONES) and other compilers
+ * leave the kernel out: every model takes the scalar products there. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(EXMY_NO_CLONES)
+
 enum { LANES = 8 };
 
 /* A decoded operand element: the significand's bits (0 for zero), the
@@ -58,14 +62,14 @@ bool exmy_accum_avx512_covers(const exmy_accum_model *m) {
          m->align_exp == EXMY_ACCUM_ALIGN_INPUTS && __builtin_cpu_supports("avx512f");
 }
 
-/* Everything below runs only where exmy_accum_avx512_covers said yes. */
-#pragma GCC target("avx512f")
+/* The functions below run only where exmy_accum_avx512_covers said yes. */
+#define AVX512 __attribute__((target("avx512f")))
 
 /* One row of op(A) (decoded, k long) against eight decoded columns
  * (p-major, LANES per p), the slice [s0, s1) of K: each lane's result as
  * exmy_accum_dot_slice gives it. */
-static void slice8(const exmy_accum_model *m, const decoded *a, const decoded *b, int s0, int s1,
-                   float out[LANES]) {
+AVX512 static void slice8(const exmy_accum_model *m, const decoded *a, const decoded *b, int s0,
+                          int s1, float out[LANES]) {
   exmy_accum_num sum[LANES];
   float acc[LANES];
   for (int l = 0; l < LANES; l++) sum[l] = (exmy_accum_num){0, 0, 0}, acc[l] = 0.0f;
@@ -77,7 +81,8 @@ static void slice8(const exmy_accum_model *m, const decoded *a, const decoded *b
     __m512i lead = _mm512_load_si512(start);
     for (int p = g; p < g + n; p++) {
       if (!a->mag[p]) continue;
-      const __mmask8 nz = _mm512_cmpneq_epi64_mask(_mm512_load_si512(b->mag + (size_t)p * LANES), zero);
+      const __m512i mag = _mm512_load_si512(b->mag + (size_t)p * LANES);
+      const __mmask8 nz = _mm512_cmpneq_epi64_mask(mag, zero);
       const __m512i l = _mm512_add_epi64(_mm512_set1_epi64(a->lead[p]),
                                          _mm512_load_si512(b->lead + (size_t)p * LANES));
       lead = _mm512_mask_max_epi64(lead, nz, lead, l);
@@ -87,7 +92,8 @@ static void slice8(const exmy_accum_model *m, const decoded *a, const decoded *b
     for (int p = g; p < g + n; p++) {
       if (!a->mag[p]) continue;
       const size_t o = (size_t)p * LANES;
-      const __m512i prod = _mm512_mul_epu32(_mm512_set1_epi64(a->mag[p]), _mm512_load_si512(b->mag + o));
+      const __m512i prod =
+          _mm512_mul_epu32(_mm512_set1_epi64(a->mag[p]), _mm512_load_si512(b->mag + o));
       const __m512i shift = _mm512_sub_epi64(
           _mm512_add_epi64(_mm512_set1_epi64(a->exp[p]), _mm512_load_si512(b->exp + o)), q);
       /* e >= q: mag << (e - q); else mag >> (q - e), 0 from 64 bits on (a
@@ -111,9 +117,10 @@ static void slice8(const exmy_accum_model *m, const decoded *a, const decoded *b
   for (int l = 0; l < LANES; l++) out[l] = m->promote_every ? acc[l] : exmy_accum_to_f32(sum[l]);
 }
 
-int exmy_accum_avx512_gemm(const exmy_accum_model *m, bool ta, bool tb, size_t rows,
-                           size_t cols, size_t k, float alpha, const float *a, size_t lda,
-                           const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+AVX512 int exmy_accum_avx512_gemm(const exmy_accum_model *m, bool ta, bool tb, size_t rows,
+                                  size_t cols, size_t k, float alpha, const float *a,
+                                  size_t lda, const float *b, size_t ldb, float beta, float *c,
+                                  size_t ldc) {
   if (!exmy_accum_avx512_covers(m) || k == 0) return -1;
   /* element p of row i of op(A), of column j of op(B) */
   const size_t a_row = ta ? 1 : lda, a_step = ta ? lda : 1;
@@ -184,3 +191,22 @@ int exmy_accum_avx512_gemm(const exmy_accum_model *m, bool ta, bool tb, size_t r
   free(da.mag), free(row_bad);
   return 0;
 }
+
+#else
+
+bool exmy_accum_avx512_covers(const exmy_accum_model *m) {
+  (void)m;
+  return false;
+}
+
+int exmy_accum_avx512_gemm(const exmy_accum_model *m, bool ta, bool tb, size_t rows,
+                           size_t cols, size_t k, float alpha, const float *a, size_t lda,
+                           const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+  (void)m, (void)ta, (void)tb, (void)rows, (void)cols, (void)k, (void)alpha, (void)a;
+  (void)lda, (void)b, (void)ldb, (void)beta, (void)c, (void)ldc;
+  return -1;
+}
+
+void exmy_accum_avx512_enable(bool on) { (void)on; }
+
+#endif

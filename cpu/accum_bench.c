@@ -38,10 +38,11 @@ static double best(int repeats, const shape *s, const exmy_accum_model *model, c
   double t = 1e30;
   for (int r = 0; r < repeats; r++) {
     const double t0 = now();
-    int rc = model ? exmy_qgemm_accum(s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, s->ta ? s->m : s->k,
-                                      NULL, b, s->tb ? s->k : s->n, NULL, 0.0f, c, s->n, NULL, model)
-                   : exmy_sgemm(s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, s->ta ? s->m : s->k, b,
-                                s->tb ? s->k : s->n, 0.0f, c, s->n);
+    const size_t lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
+    int rc = model ? exmy_qgemm_accum(s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, lda, NULL, b, ldb,
+                                      NULL, 0.0f, c, s->n, NULL, model)
+                   : exmy_sgemm(s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, lda, b, ldb, 0.0f, c,
+                                s->n);
     const double dt = now() - t0;
     if (rc) {
       fprintf(stderr, "accum_bench: the GEMM failed\n");

@@ -846,13 +846,13 @@ static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
   }
   /* beta == 0: straight into C; else into the result buffer, beta C after */
   const size_t M = (size_t)m, N = (size_t)n, K = (size_t)k;
-  if (beta != 0.0f) reserve((void **)&f.result, &f.result_cap, M * N * sizeof(float));
-  float *d = beta != 0.0f ? f.result : c;
   const long ldd = beta != 0.0f ? n : ldc;
-  int align = 256;
-  while (align > 4 && (uintptr_t)d % align) align /= 2;
+  int align = 256; /* the result buffer's: cudaMalloc's */
+  while (beta == 0.0f && align > 4 && (uintptr_t)c % align) align /= 2;
   const LtPlan &p = lt_plan(f, m, n, k, oa.kind == 1, ob.kind == 1, fast, ldd, align);
   if (!p.ok) return false;
+  if (beta != 0.0f) reserve((void **)&f.result, &f.result_cap, M * N * sizeof(float));
+  float *d = beta != 0.0f ? f.result : c;
   reserve(&f.codes[0], &f.codes_cap[0], M * K);
   reserve(&f.codes[1], &f.codes_cap[1], N * K);
   gtq_check(cudaMemsetAsync(f.flag, 0, sizeof(int), st), "FP8 flag");

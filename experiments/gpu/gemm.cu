@@ -15,6 +15,7 @@
 
 #include "cpu/exmy_cpu.h"
 #include "cuda/gather.cuh"
+#include "experiments/gpu/fp8_codes.cuh"
 
 namespace {
 using exmy_cuda::grid_for;
@@ -631,10 +632,8 @@ __global__ void k_fp8_codes(const float *__restrict__ x, long ld, size_t rows, s
                             const float *scale, int fmt_emin, int model_emin,
                             __nv_fp8_storage_t *__restrict__ out, float *inv, int *flag) {
   __shared__ float tile[32][33];
-  const __nv_fp8_interpretation_t kind = E4M3 ? __NV_E4M3 : __NV_E5M2;
   const float s = scale ? *scale : 1.0f, is = __fdiv_rn(1.0f, s);
-  const int ks = ilogbf(s);
-  bool bad = !(s == ldexpf(1.0f, ks)) || ks < -32 || ks > 32;
+  bool bad = !exmy_gpu::fp8_scale_ok(s);
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) *inv = is;
   const size_t p0 = (size_t)blockIdx.x * 32;
   for (size_t r0 = (size_t)blockIdx.y * 32; r0 < rows; r0 += (size_t)gridDim.y * 32) {
@@ -652,16 +651,8 @@ __global__ void k_fp8_codes(const float *__restrict__ x, long ld, size_t rows, s
       const size_t r = r0 + j, p = p0 + threadIdx.x;
       if (r >= rows || p >= k) continue;
       const float y = TRANS ? tile[threadIdx.x][j] : tile[j][threadIdx.x];
-      const float v = __fmul_rn(y, s);
-      const __nv_fp8_storage_t c = __nv_cvt_float_to_fp8(v, __NV_NOSAT, kind);
-      const float back = __half2float(__half(__nv_cvt_fp8_to_halfraw(c, kind)));
-      /* v back to y checks that y s was exact (one of the two scalings is up) */
-      bool ok = isfinite(v) && back == v && __fmul_rn(v, is) == y;
-      if (ok && y != 0.0f) {
-        const int ey = ilogbf(y), ev = ilogbf(v);
-        ok = max(ey, model_emin) - ey == max(ev, fmt_emin) - ev;
-      }
-      bad |= !ok;
+      __nv_fp8_storage_t c;
+      bad |= !exmy_gpu::fp8_code_of<E4M3>(y, s, is, fmt_emin, model_emin, &c);
       out[r * k + p] = c;
     }
     __syncthreads();

@@ -740,17 +740,35 @@ const LtPlan &lt_plan(AccumFast &f, int m, int n, int k, bool e4m3_a, bool e4m3_
                                      &found) != CUBLAS_STATUS_SUCCESS)
     found = 0;
   cublasLtMatmulPreferenceDestroy(pref);
+  /* EXMY_FP8_PLAN_LOG set: which algorithm each shape got (for the GPU tests' logs) */
+  const bool log = getenv("EXMY_FP8_PLAN_LOG") != nullptr;
   for (int i = 0; i < found && !p.ok; i++) {
-    int32_t splits = 0;
-    size_t written = 0;
+    int32_t splits = 0, id = -1;
+    uint32_t tile = 0, stages = 0;
+    size_t written = 0, w2 = 0;
     if (heur[i].state != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
                                              &splits, sizeof splits, &written) ||
-        written != sizeof splits || splits > 1 || heur[i].workspaceSize > f.workspace_bytes)
+        written != sizeof splits)
       continue;
+    if (log) {
+      cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_ID, &id,
+                                           sizeof id, &w2);
+      cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
+                                           sizeof tile, &w2);
+      cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID,
+                                           &stages, sizeof stages, &w2);
+      printf("fp8 plan %d x %d x %d (%s x %s, fast %d): candidate %d of %d: algo %d tile %u "
+             "stages %u split-K %d workspace %zu\n", m, n, k, e4m3_a ? "E4M3" : "E5M2",
+             e4m3_b ? "E4M3" : "E5M2", (int)fast, i, found, id, tile, stages, (int)splits,
+             heur[i].workspaceSize);
+    }
+    if (splits > 1 || heur[i].workspaceSize > f.workspace_bytes) continue;
     p.algo = heur[i].algo;
     p.ok = true;
   }
+  if (log && !p.ok)
+    printf("fp8 plan %d x %d x %d: no unsplit algorithm among %d: emulation\n", m, n, k, found);
   return p;
 }
 

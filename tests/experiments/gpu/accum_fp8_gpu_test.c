@@ -311,6 +311,7 @@ START_TEST(trainer_losses_match_emulation) {
 END_TEST
 
 int main(void) {
+  setenv("EXMY_FP8_PLAN_LOG", "1", 1); /* cuBLASLt's choice per shape, in the log */
   const TTest *const tests[] = {ineligible_gemms_emulated, trainer_losses_match_emulation, NULL};
   Suite *s = suite_of_loop("accum_fp8_gpu", 1800, site_gemms_match_emulation, N_CASES, tests);
   return run_suite(s, false);

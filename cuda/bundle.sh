@@ -17,7 +17,8 @@ TARGETS=(//cuda:bench //cuda:verify_hw //:libexmy.so
          //tests/cuda:convert_test //tests/cuda:recipes_test //tests/cuda:qgemm_test
          //tests/cuda:fast_path_test //tests/cuda:qgemm_accum_test
          //experiments/trainer:train //tests/experiments/gpu:layers_gpu_test
-         //tests/experiments/gpu:flash_attention_gpu_test //tests/experiments/gpu:trainer_gpu_test)
+         //tests/experiments/gpu:flash_attention_gpu_test //tests/experiments/gpu:trainer_gpu_test
+         //tests/experiments/gpu:accum_fp8_gpu_test)
 bazel "${OB[@]}" build -c opt "${TARGETS[@]}"
 BIN=$(bazel "${OB[@]}" info -c opt bazel-bin 2>/dev/null)
 rm -rf gpu_bundle
@@ -30,7 +31,8 @@ cp cuda/verify_mldtypes.py tests/lib/h100_fp8/capture.py cuda/gpu_run.sh gpu_bun
 # the trainer: binary, tests, recipe configs, sweeps, benchmark, PyTorch reference
 cp "$BIN/experiments/trainer/train" "$BIN/tests/experiments/gpu/layers_gpu_test" \
    "$BIN/tests/experiments/gpu/flash_attention_gpu_test" \
-   "$BIN/tests/experiments/gpu/trainer_gpu_test" tests/experiments/gpu/train_gpu_test.sh \
+   "$BIN/tests/experiments/gpu/trainer_gpu_test" "$BIN/tests/experiments/gpu/accum_fp8_gpu_test" \
+   tests/experiments/gpu/train_gpu_test.sh \
    experiments/gpu/bench_gpu.sh experiments/reference/llama_torch.py \
    experiments/reference/bench_torch_gpu.py gpu_bundle/
 mkdir -p gpu_bundle/configs && cp experiments/configs/*.cfg gpu_bundle/configs/

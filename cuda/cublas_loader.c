@@ -108,6 +108,10 @@ static void *symbol(int lib, const char *name) {
      size_t workspaceSizeInBytes, cudaStream_t stream),                                         \
     (lightHandle, computeDesc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo,       \
      workspace, workspaceSizeInBytes, stream))                                                  \
+  X(LIB_CUBLASLT, cublasLtMatmulAlgoConfigGetAttribute,                                        \
+    (const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfigAttributes_t attr, void *buf,    \
+     size_t sizeInBytes, size_t *sizeWritten),                                                  \
+    (algo, attr, buf, sizeInBytes, sizeWritten))                                                \
   X(LIB_CUBLASLT, cublasLtMatmulAlgoGetHeuristic,                                               \
     (cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc,                          \
      cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc, cublasLtMatrixLayout_t Cdesc,  \

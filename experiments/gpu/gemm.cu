@@ -1,14 +1,21 @@
 /* The trainer's GEMM on the GPU (see gemm.h). */
 #include "experiments/gpu/gemm.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <map>
+#include <tuple>
+
 #include "cpu/exmy_cpu.h"
 #include "cuda/gather.cuh"
+#include "experiments/gpu/fp8_codes.cuh"
 
 namespace {
 using exmy_cuda::grid_for;
@@ -115,6 +122,34 @@ __global__ void k_copy_if(const unsigned *flag, unsigned tag, const float *r, si
     c[(i / n) * ldc + i % n] = r[i];
 }
 
+/* cuBLASLt's FP8 GEMM for the hopper models: one plan (descriptors and an
+ * algorithm that does not split K) per shape, ok = false where none exists. */
+struct LtPlan {
+  bool ok = false;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  cublasLtMatmulAlgo_t algo = {};
+};
+/* m, n, k, A is E4M3, B is E4M3, fast accumulation, ld of D, D's alignment */
+typedef std::tuple<int, int, int, int, int, int, long, int> LtKey;
+
+struct AccumFast {
+  cublasLtHandle_t lt = nullptr;
+  void *workspace = nullptr;
+  size_t workspace_bytes = 32u << 20;
+  void *codes[2] = {nullptr, nullptr}; /* op(A) as m x k, op(B)^T as n x k, K contiguous */
+  size_t codes_cap[2] = {0, 0};
+  float *result = nullptr; /* alpha op(A) op(B) before beta C is added */
+  size_t result_cap = 0;
+  float *inv = nullptr;    /* device 1/s of A and of B: cuBLASLt's scale pointers */
+  int *flag = nullptr;     /* device: 1 where this GEMM must run the emulation */
+  unsigned long long *counts = nullptr; /* device: {cuBLASLt, flagged} */
+  unsigned long long emulated = 0;      /* host: GEMMs that never tried */
+  bool emulate = false;                 /* tests: always the emulation */
+  exmy_accum_model hopper = {}, split = {};
+  std::map<LtKey, LtPlan> plans;
+};
+
 }  // namespace
 
 struct gtq_ctx {
@@ -136,6 +171,7 @@ struct gtq_ctx {
   void *mx_codes = nullptr, *mx_scales = nullptr; /* MX statistics */
   size_t mx_codes_cap = 0, mx_scales_cap = 0;
   MxImages mx_img; /* the BF16 path of MX operands (mx_gemm_bf16) */
+  AccumFast accum; /* cuBLASLt's FP8 GEMM for the hopper models */
 };
 
 enum { kAlphaRing = 4096 };
@@ -180,6 +216,9 @@ extern "C" gtq_ctx *gtq_new(tq_site *sites, int n_sites, cudaStream_t stream) {
   gtq_check(cudaMalloc((void **)&g->consts, sizeof consts), "cudaMalloc");
   gtq_check(cudaMemcpy(g->consts, consts, sizeof consts, cudaMemcpyHostToDevice), "consts");
   gtq_check(cudaMalloc((void **)&g->alphas, sizeof(float) * kAlphaRing), "cudaMalloc");
+  if (exmy_accum_model_parse("hopper", &g->accum.hopper) ||
+      exmy_accum_model_parse("hopper-split", &g->accum.split))
+    gtq_check(cudaErrorInvalidValue, "the hopper presets");
   gtq_states_upload(g);
   return g;
 }
@@ -206,6 +245,21 @@ extern "C" void gtq_free(gtq_ctx *g) {
   cudaFree(g->mx_img.result);
   cudaFree(g->mx_img.flag);
   cudaFree(g->mx_img.fallbacks);
+  AccumFast &f = g->accum;
+  for (auto &kv : f.plans) {
+    LtPlan &p = kv.second;
+    if (p.ld) cublasLtMatrixLayoutDestroy(p.ld);
+    if (p.lb) cublasLtMatrixLayoutDestroy(p.lb);
+    if (p.la) cublasLtMatrixLayoutDestroy(p.la);
+    if (p.op) cublasLtMatmulDescDestroy(p.op);
+  }
+  if (f.lt) cublasLtDestroy(f.lt);
+  cudaFree(f.workspace);
+  for (int i = 0; i < 2; i++) cudaFree(f.codes[i]);
+  cudaFree(f.result);
+  cudaFree(f.inv);
+  cudaFree(f.flag);
+  cudaFree(f.counts);
   exmy_cuda_gemm_free(g->mx);
   cublasDestroy(g->blas);
   delete g;
@@ -313,7 +367,7 @@ static void quantize_into(gtq_ctx *g, Site &s, int use, const exmy_operand_quant
 
 extern "C" gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int slot, bool fill,
                                             const float *x, long ld, long rows, long cols) {
-  gtq_operand r = {x, ld, false, nullptr, nullptr, site, use};
+  gtq_operand r = {x, ld, false, nullptr, nullptr, site, use, nullptr};
   if (site < 0 || site >= g->n_sites) return r;
   const exmy_operand_quant &q = g->host[site].op[use];
   if (!q.enabled) return r;
@@ -368,6 +422,7 @@ extern "C" gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int s
   r.bf16 = s.bf16;
   /* the FP32 path holds dequantized values; only the bf16 copies are scaled */
   r.scale = s.bf16 && sl.scaled ? sl.scale : nullptr;
+  r.qscale = !s.bf16 && sl.scaled ? sl.scale : nullptr;
   return r;
 }
 
@@ -528,6 +583,327 @@ static const exmy_accum_model *accum_of(const gtq_ctx *g, const gtq_operand &a,
   return out;
 }
 
+/* ---- cuBLASLt's FP8 GEMM for the hopper models ----
+ * The model (lib/accum_core.h) with the hopper presets and k_slice 0 is
+ * cuBLASLt's FP8 GEMM bit for bit where cuBLASLt does not split K
+ * (cuda/NOTES.md).  The slots hold y = Q(x s) / s in float32; for s = 2^k
+ * with |k| <= 32 the codes are c = y s exactly, and the model on y is
+ * 2^-(ka+kb) times the model on the codes: every product, alignment
+ * exponent and truncation point moves by the same power of two, and the
+ * codes' sums (nonzero ones between 2^-33 and 2^56) stay float32 normals
+ * after the shift, so no float32 rounding of the model changes.  Except
+ * the clamp of an input's exponent at emin: the model takes the format's
+ * emin for an unscaled operand (as the tensor core does) but float32's for
+ * a scaled one, so an FP8 subnormal code (or a float32 subnormal y) of a
+ * scaled operand would be aligned differently; such a GEMM runs the
+ * emulation.  Applying 1/s through cuBLASLt's scale pointers and alpha is
+ * one rounding of the same real alpha · dot as the model's __fmul_rn
+ * (powers of two between 2^-64 and 2^64 commute with rounding away from
+ * subnormals).  beta != 0: cuBLASLt's epilogue may fuse alpha acc + beta C
+ * into one rounding where the model rounds alpha dot, beta C and their sum
+ * apart, so cuBLASLt writes alpha acc alone and a separate pass adds
+ * beta C as the model does. */
+namespace {
+
+/* 1 E4M3 (fn), 2 E5M2, 0 neither. */
+int fp8_kind(const exmy_format &f) {
+  if (!f.is_signed) return 0;
+  if (f.exp_bits == 4 && f.man_bits == 3 && f.bias == 7 && f.specials == EXMY_SPECIALS_FN)
+    return 1;
+  if (f.exp_bits == 5 && f.man_bits == 2 && f.bias == 15 && f.specials == EXMY_SPECIALS_IEEE)
+    return 2;
+  return 0;
+}
+
+bool same_accum(const exmy_accum_model &a, const exmy_accum_model &b) {
+  return a.group == b.group && a.product_bits == b.product_bits && a.sum_bits == b.sum_bits &&
+         a.round == b.round && a.promote_every == b.promote_every &&
+         a.align_sum == b.align_sum && a.align_exp == b.align_exp && a.k_slice == b.k_slice;
+}
+
+/* out (rows x k, K contiguous) = the FP8 codes of op(X) s, op(X) read from
+ * x (leading dimension ld) as is or transposed (TRANS: x is k x rows), by
+ * 32 x 32 tiles; *inv = 1 / s.  *flag = 1 where s is not 2^k with |k| <=
+ * 32, or a value y is not exactly c / s for a code c, or the model's clamp
+ * of y's exponent at model_emin differs from the tensor core's of c's at
+ * the format's emin. */
+template <bool E4M3, bool TRANS>
+__global__ void k_fp8_codes(const float *__restrict__ x, long ld, size_t rows, size_t k,
+                            const float *scale, int fmt_emin, int model_emin,
+                            __nv_fp8_storage_t *__restrict__ out, float *inv, int *flag) {
+  __shared__ float tile[32][33];
+  const float s = scale ? *scale : 1.0f, is = __fdiv_rn(1.0f, s);
+  bool bad = !exmy_gpu::fp8_scale_ok(s);
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) *inv = is;
+  const size_t p0 = (size_t)blockIdx.x * 32;
+  for (size_t r0 = (size_t)blockIdx.y * 32; r0 < rows; r0 += (size_t)gridDim.y * 32) {
+    for (int j = threadIdx.y; j < 32; j += 8) {
+      if (TRANS) { /* tile[p][r] */
+        const size_t p = p0 + j, r = r0 + threadIdx.x;
+        if (p < k && r < rows) tile[j][threadIdx.x] = x[p * ld + r];
+      } else { /* tile[r][p] */
+        const size_t r = r0 + j, p = p0 + threadIdx.x;
+        if (p < k && r < rows) tile[j][threadIdx.x] = x[r * ld + p];
+      }
+    }
+    __syncthreads();
+    for (int j = threadIdx.y; j < 32; j += 8) {
+      const size_t r = r0 + j, p = p0 + threadIdx.x;
+      if (r >= rows || p >= k) continue;
+      const float y = TRANS ? tile[threadIdx.x][j] : tile[j][threadIdx.x];
+      __nv_fp8_storage_t c;
+      bad |= !exmy_gpu::fp8_code_of<E4M3>(y, s, is, fmt_emin, model_emin, &c);
+      out[r * k + p] = c;
+    }
+    __syncthreads();
+  }
+  if (bad) *flag = 1;
+}
+
+/* C = R + beta C, the model's epilogue (cuda/qgemm.cu), unless flagged. */
+__global__ void k_accum_beta(const int *flag, const float *__restrict__ r, size_t m, size_t n,
+                             float beta, float *__restrict__ c, size_t ldc) {
+  if (*flag) return;
+  for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m * n;
+       e += (size_t)gridDim.x * blockDim.x) {
+    float *cij = c + (e / n) * ldc + e % n;
+    *cij = __fadd_rn(r[e], __fmul_rn(beta, *cij));
+  }
+}
+
+/* Where flagged: exmy_cuda_qgemm_accum's k_accum_gemm on the operands as
+ * they lie (op(A) row i and op(B) column j by strides), its epilogue. */
+__global__ void k_accum_gemm_if(const int *flag, exmy_accum_model model, bool ta, bool tb,
+                                size_t m, size_t n, int k, float alpha,
+                                const float *__restrict__ a, long lda,
+                                const float *__restrict__ b, long ldb, float beta,
+                                float *__restrict__ c, size_t ldc) {
+  if (!*flag) return;
+  for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m * n;
+       e += (size_t)gridDim.x * blockDim.x) {
+    const size_t i = e / n, j = e % n;
+    const float *ai = ta ? a + i : a + i * lda;
+    const float *bj = tb ? b + j * ldb : b + j;
+    const float dot = exmy_accum_dot(&model, ai, ta ? lda : 1, bj, tb ? 1 : ldb, k);
+    const float r = __fmul_rn(alpha, dot);
+    float *cij = c + i * ldc + j;
+    *cij = beta != 0.0f ? __fadd_rn(r, __fmul_rn(beta, *cij)) : r;
+  }
+}
+
+__global__ void k_accum_count(const int *flag, unsigned long long *counts) {
+  counts[*flag ? 1 : 0]++;
+}
+
+/* The plan for one shape, made on first use: cuBLASLt's heuristic, the
+ * first algorithm that does not split K (a split-K GEMM adds its slices'
+ * float32 results: the model with k_slice, not the preset's). */
+const LtPlan &lt_plan(AccumFast &f, int m, int n, int k, bool e4m3_a, bool e4m3_b, bool fast,
+                      long ldd, int align) {
+  const LtKey key(m, n, k, e4m3_a, e4m3_b, fast, ldd, align);
+  auto it = f.plans.find(key);
+  if (it != f.plans.end()) return it->second;
+  LtPlan &p = f.plans[key];
+  const cudaDataType ta = e4m3_a ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+  const cudaDataType tb = e4m3_b ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+  const cublasOperation_t T = CUBLAS_OP_T, N = CUBLAS_OP_N;
+  const int8_t fast_accum = fast;
+  const float *scale_a = f.inv + 1, *scale_b = f.inv; /* cuBLASLt's A is our B */
+  const uint32_t al = (uint32_t)align;
+  cublasLtMatmulPreference_t pref = nullptr;
+  /* column-major: D (n x m, ld ldd) = (op(B)^T as k x n)^T . (op(A)^T as k x m) */
+  if (cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
+      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &T, sizeof T) ||
+      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &N, sizeof N) ||
+      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_a,
+                                     sizeof scale_a) ||
+      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_b,
+                                     sizeof scale_b) ||
+      cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum,
+                                     sizeof fast_accum) ||
+      cublasLtMatrixLayoutCreate(&p.la, tb, k, n, k) ||
+      cublasLtMatrixLayoutCreate(&p.lb, ta, k, m, k) ||
+      cublasLtMatrixLayoutCreate(&p.ld, CUDA_R_32F, n, m, ldd) ||
+      cublasLtMatmulPreferenceCreate(&pref) ||
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           &f.workspace_bytes, sizeof f.workspace_bytes) ||
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al,
+                                           sizeof al) ||
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al,
+                                           sizeof al)) {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    return p; /* not ok: the emulation */
+  }
+  cublasLtMatmulHeuristicResult_t heur[16] = {};
+  int found = 0;
+  if (cublasLtMatmulAlgoGetHeuristic(f.lt, p.op, p.la, p.lb, p.ld, p.ld, pref, 16, heur,
+                                     &found) != CUBLAS_STATUS_SUCCESS)
+    found = 0;
+  cublasLtMatmulPreferenceDestroy(pref);
+  /* EXMY_FP8_PLAN_LOG set: which algorithm each shape got (for the GPU tests' logs) */
+  const bool log = getenv("EXMY_FP8_PLAN_LOG") != nullptr;
+  for (int i = 0; i < found && !p.ok; i++) {
+    int32_t splits = 0, id = -1;
+    uint32_t tile = 0, stages = 0;
+    size_t written = 0, w2 = 0;
+    if (heur[i].state != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                             &splits, sizeof splits, &written) ||
+        written != sizeof splits)
+      continue;
+    if (log) {
+      cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_ID, &id,
+                                           sizeof id, &w2);
+      cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
+                                           sizeof tile, &w2);
+      cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID,
+                                           &stages, sizeof stages, &w2);
+      printf("fp8 plan %d x %d x %d (%s x %s, fast %d): candidate %d of %d: algo %d tile %u "
+             "stages %u split-K %d workspace %zu\n", m, n, k, e4m3_a ? "E4M3" : "E5M2",
+             e4m3_b ? "E4M3" : "E5M2", (int)fast, i, found, id, tile, stages, (int)splits,
+             heur[i].workspaceSize);
+    }
+    if (splits > 1 || heur[i].workspaceSize > f.workspace_bytes) continue;
+    p.algo = heur[i].algo;
+    p.ok = true;
+  }
+  if (log && !p.ok)
+    printf("fp8 plan %d x %d x %d: no unsplit algorithm among %d: emulation\n", m, n, k, found);
+  return p;
+}
+
+/* The operand of an FP8 GEMM: where its values lie, its format (1 E4M3,
+ * 2 E5M2), its device s (NULL: unscaled) and the emin the model clamps its
+ * exponents at. */
+struct Fp8Operand {
+  const float *ptr;
+  long ld;
+  int kind;
+  const float *scale;
+  int model_emin;
+};
+
+/* Whether operand o of site `site` can feed the FP8 GEMM; fills *out. */
+bool fp8_operand(const gtq_ctx *g, const gtq_operand &o, int model_emin, Fp8Operand *out) {
+  if (o.mx || o.bf16 || o.site < 0 || o.site >= g->n_sites) return false;
+  const exmy_operand_quant &q = g->host[o.site].op[o.use];
+  if (!q.enabled) return false;
+  const int kind = fp8_kind(q.format);
+  if (!kind) return false;
+  switch (q.scaling.kind) {
+    case EXMY_SCALING_NONE:
+      if (o.qscale) return false;
+      break;
+    case EXMY_SCALING_TENSOR:
+    case EXMY_SCALING_DELAYED:
+      if (!q.scaling.pow2 || !o.qscale) return false;
+      break;
+    default:
+      return false;
+  }
+  *out = {(const float *)o.ptr, o.ld, kind, o.qscale, model_emin};
+  return true;
+}
+
+void launch_fp8_codes(const Fp8Operand &o, bool transpose, size_t rows, size_t k, int fmt_emin,
+                      __nv_fp8_storage_t *out, float *inv, int *flag, cudaStream_t st) {
+  const dim3 block(32, 8);
+  const size_t tr = (rows + 31) / 32;
+  const dim3 grid((unsigned)((k + 31) / 32), (unsigned)(tr < 65535 ? tr : 65535));
+  const bool e4m3 = o.kind == 1;
+#define EXMY_FP8_CODES(E, T)                                                                \
+  k_fp8_codes<E, T><<<grid, block, 0, st>>>(o.ptr, o.ld, rows, k, o.scale, fmt_emin,        \
+                                            o.model_emin, out, inv, flag)
+  if (e4m3 && transpose) EXMY_FP8_CODES(true, true);
+  else if (e4m3) EXMY_FP8_CODES(true, false);
+  else if (transpose) EXMY_FP8_CODES(false, true);
+  else EXMY_FP8_CODES(false, false);
+#undef EXMY_FP8_CODES
+  gtq_check(cudaGetLastError(), "FP8 codes");
+}
+
+}  // namespace
+
+/* C = alpha op(A) op(B) + beta C through cuBLASLt's FP8 GEMM, bit for bit the
+ * model's (see above); false, having done nothing, where this GEMM cannot
+ * take that path.  Where the device finds a value that is not an exact
+ * code, the emulation overwrites the result, in stream order. */
+static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
+                           const gtq_operand &a, const gtq_operand &b, float beta, float *c,
+                           long ldc, const exmy_accum_model &model) {
+  AccumFast &f = g->accum;
+  if (f.emulate || m <= 0 || n <= 0 || k <= 0 || k % 16 || ldc < n) return false;
+  const bool fast = same_accum(model, f.hopper);
+  if (!fast && !same_accum(model, f.split)) return false;
+  /* alpha between 2^-16 and 2^16: alpha 2^-(ka+kb) and the result stay normal */
+  if (!(fabsf(alpha) >= 1.0f / 65536.0f && fabsf(alpha) <= 65536.0f)) return false;
+  Fp8Operand oa, ob;
+  if (!fp8_operand(g, a, model.emin_a, &oa) || !fp8_operand(g, b, model.emin_b, &ob))
+    return false;
+  if (oa.kind == 2 && ob.kind == 2) return false; /* cuBLASLt has no E5M2 x E5M2 */
+  cudaStream_t st = g->stream;
+  if (!f.lt) {
+    if (cublasLtCreate(&f.lt) != CUBLAS_STATUS_SUCCESS) {
+      f.lt = nullptr;
+      return false;
+    }
+    gtq_check(cudaMalloc(&f.workspace, f.workspace_bytes), "cudaMalloc (cuBLASLt workspace)");
+    gtq_check(cudaMalloc((void **)&f.inv, 2 * sizeof(float)), "cudaMalloc");
+    gtq_check(cudaMalloc((void **)&f.flag, sizeof(int)), "cudaMalloc");
+    gtq_check(cudaMalloc((void **)&f.counts, 2 * sizeof(unsigned long long)), "cudaMalloc");
+    gtq_check(cudaMemsetAsync(f.counts, 0, 2 * sizeof(unsigned long long), st), "counts");
+  }
+  /* beta == 0: straight into C; else into the result buffer, beta C after */
+  const size_t M = (size_t)m, N = (size_t)n, K = (size_t)k;
+  const long ldd = beta != 0.0f ? n : ldc;
+  int align = 256; /* the result buffer's: cudaMalloc's */
+  while (beta == 0.0f && align > 4 && (uintptr_t)c % align) align /= 2;
+  const LtPlan &p = lt_plan(f, m, n, k, oa.kind == 1, ob.kind == 1, fast, ldd, align);
+  if (!p.ok) return false;
+  if (beta != 0.0f) reserve((void **)&f.result, &f.result_cap, M * N * sizeof(float));
+  float *d = beta != 0.0f ? f.result : c;
+  reserve(&f.codes[0], &f.codes_cap[0], M * K);
+  reserve(&f.codes[1], &f.codes_cap[1], N * K);
+  gtq_check(cudaMemsetAsync(f.flag, 0, sizeof(int), st), "FP8 flag");
+  const exmy_format &fa = g->host[a.site].op[a.use].format, &fb = g->host[b.site].op[b.use].format;
+  /* op(A) as m x k and op(B)^T as n x k, K contiguous */
+  launch_fp8_codes(oa, ta, M, K, fa.emin, (__nv_fp8_storage_t *)f.codes[0], f.inv, f.flag, st);
+  launch_fp8_codes(ob, !tb, N, K, fb.emin, (__nv_fp8_storage_t *)f.codes[1], f.inv + 1, f.flag,
+                   st);
+  const float zero = 0.0f;
+  const cublasStatus_t s = cublasLtMatmul(f.lt, p.op, &alpha, f.codes[1], p.la, f.codes[0], p.lb,
+                                          &zero, d, p.ld, d, p.ld, &p.algo, f.workspace,
+                                          f.workspace_bytes, st);
+  if (s != CUBLAS_STATUS_SUCCESS) {
+    fprintf(stderr, "train: cublasLtMatmul (FP8, %d x %d x %d): %s\n", m, n, k,
+            cublasGetStatusString(s));
+    exit(1);
+  }
+  if (beta != 0.0f)
+    k_accum_beta<<<grid_for(M * N), 256, 0, st>>>(f.flag, f.result, M, N, beta, c, (size_t)ldc);
+  k_accum_gemm_if<<<grid_for(M * N), 256, 0, st>>>(f.flag, model, ta, tb, M, N, k, alpha,
+                                                   (const float *)a.ptr, a.ld,
+                                                   (const float *)b.ptr, b.ld, beta, c,
+                                                   (size_t)ldc);
+  k_accum_count<<<1, 1, 0, st>>>(f.flag, f.counts);
+  gtq_check(cudaGetLastError(), "FP8 GEMM epilogue");
+  return true;
+}
+
+extern "C" void gtq_set_accum_emulation(gtq_ctx *g, bool on) { g->accum.emulate = on; }
+
+extern "C" void gtq_accum_paths(gtq_ctx *g, unsigned long long *fast,
+                                unsigned long long *emulated) {
+  unsigned long long d[2] = {0, 0};
+  if (g->accum.counts) {
+    gtq_check(cudaMemcpyAsync(d, g->accum.counts, sizeof d, cudaMemcpyDeviceToHost, g->stream),
+              "accumulation paths");
+    gtq_check(cudaStreamSynchronize(g->stream), "accumulation paths");
+  }
+  if (fast) *fast = d[0];
+  if (emulated) *emulated = d[1] + g->accum.emulated;
+}
+
 extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
                          gtq_operand a, gtq_operand b, float beta, float *c, long ldc) {
   exmy_accum_model accum;
@@ -539,13 +915,15 @@ extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, floa
     exmy_cuda_operand_quant qb = mx_operand(g, b.mx, (size_t)k * n);
     if (g->collect && a.mx) along_k_stats(g, a, qa, ta, m, k);  /* op(A) as m x k */
     if (g->collect && b.mx) along_k_stats(g, b, qb, !tb, n, k); /* op(B)^T as n x k */
-    if (model)
+    if (model) {
+      if (accum_fp8_gemm(g, ta, tb, m, n, k, alpha, a, b, beta, c, ldc, *model)) return;
+      g->accum.emulated++;
       gtq_check(exmy_cuda_qgemm_accum(g->mx, ta, tb, m, n, k, alpha, (const float *)a.ptr, a.ld,
                                       a.mx ? &qa : nullptr, (const float *)b.ptr, b.ld,
                                       b.mx ? &qb : nullptr, beta, c, ldc, nullptr, model,
                                       g->stream),
                 "exmy_cuda_qgemm_accum");
-    else if (mx_bf16_candidate(g, a, qa, b, qb, m, n, k))
+    } else if (mx_bf16_candidate(g, a, qa, b, qb, m, n, k))
       mx_gemm_bf16(g, ta, tb, m, n, k, alpha, a, qa, b, qb, beta, c, ldc);
     else /* the reference: gathered, quantized and checked by exmy_cuda_qgemm */
       gtq_check(exmy_cuda_qgemm(g->mx, ta, tb, m, n, k, alpha, (const float *)a.ptr, a.ld,
@@ -579,10 +957,18 @@ extern "C" void gtq_gemm_batched(gtq_ctx *g, bool ta, bool tb, int m, int n, int
   if (a.mx || b.mx) gtq_check(cudaErrorNotSupported, "MX-quantized attention products on the GPU");
   exmy_accum_model accum;
   if (const exmy_accum_model *model = accum_of(g, a, b, &accum)) {
-    /* one exmy_cuda_qgemm_accum per matrix, in the CPU's (batch, head) order */
+    /* one GEMM per matrix, in the CPU's (batch, head) order: cuBLASLt's FP8
+     * GEMM where it computes the model, else exmy_cuda_qgemm_accum */
     const size_t e = sizeof(float);
     for (int bi = 0; bi < nb; bi++)
-      for (int h = 0; h < nh; h++)
+      for (int h = 0; h < nh; h++) {
+        gtq_operand am = a, bm = b;
+        am.ptr = (const char *)a.ptr + (bi * sa.sb + (h / sa.div) * sa.sh) * e;
+        bm.ptr = (const char *)b.ptr + (bi * sb.sb + (h / sb.div) * sb.sh) * e;
+        if (accum_fp8_gemm(g, ta, tb, m, n, k, alpha, am, bm, beta, c + bi * sc.sb + h * sc.sh,
+                           ldc, *model))
+          continue;
+        g->accum.emulated++;
         gtq_check(exmy_cuda_qgemm_accum(
                       g->mx, ta, tb, m, n, k, alpha,
                       (const float *)((const char *)a.ptr + (bi * sa.sb + (h / sa.div) * sa.sh) * e),
@@ -591,6 +977,7 @@ extern "C" void gtq_gemm_batched(gtq_ctx *g, bool ta, bool tb, int m, int n, int
                       b.ld, nullptr, beta, c + bi * sc.sb + h * sc.sh, ldc, nullptr, model,
                       g->stream),
                   "exmy_cuda_qgemm_accum (batched)");
+      }
     return;
   }
   if (a.bf16 != b.bf16) gtq_check(cudaErrorInvalidValue, "batched gemm (mixed operand types)");

@@ -23,7 +23,16 @@
  *     (no synchronisation).  Other MX shapes: exmy_cuda_qgemm, the reference.
  *   Sites with an accumulation model (the recipe's `accumulate`): float32
  *     slots, and exmy_cuda_qgemm_accum, bit-identical to the CPU's
- *     exmy_qgemm_accum (no cuBLAS: one thread per element of C).
+ *     exmy_qgemm_accum (no cuBLAS: one thread per element of C).  Except
+ *     the H100's own models, `hopper` and `hopper-split` (k_slice 0) on
+ *     E4M3 / E5M2 operands (not E5M2 x E5M2), unscaled or per-tensor scaled
+ *     by powers of two: cuBLASLt's FP8 GEMM itself (fast accumulation for
+ *     hopper), the operands re-encoded as FP8 codes times 1/s, an algorithm
+ *     that does not split K, beta applied in a separate pass as the model
+ *     does.  Where a value is not exactly such a code (or, for a scaled
+ *     operand, is an FP8 subnormal: the model aligns scaled operands with
+ *     float32's emin, the tensor core with the format's), a device flag
+ *     makes that GEMM run the emulation instead, with no synchronisation.
  * Statistics (stats steps) are reduced on the device into per-use
  * exmy_tensor_stats and copied to the host sites once per step.
  */
@@ -78,6 +87,7 @@ typedef struct {
   const float *scale;                 /* device s of a scaled bf16 operand, or NULL */
   const exmy_operand_quant *mx;       /* MX: quantize at this use (ptr is the float tensor) */
   int site, use;                      /* MX: whose statistics this use fills */
+  const float *qscale;                /* device s of a float32 slot of Q(x s) / s, or NULL */
 } gtq_operand;
 
 /* The operand `use` of site `site` for a GEMM: fill = quantize x (rows x
@@ -106,6 +116,14 @@ void gtq_gemm_batched(gtq_ctx *g, bool trans_a, bool trans_b, int m, int n, int 
 void gtq_set_mx_reference(gtq_ctx *g, bool on);
 /* How many MX GEMMs took the FP32 fallback of the bf16 images (syncs). */
 unsigned long long gtq_mx_fallbacks(gtq_ctx *g);
+
+/* For tests: on = every GEMM under an accumulation model through
+ * exmy_cuda_qgemm_accum (the emulation), never cuBLASLt's FP8 GEMM. */
+void gtq_set_accum_emulation(gtq_ctx *g, bool on);
+/* How many GEMMs under an accumulation model (each matrix of a batched one
+ * counts) ran cuBLASLt's FP8 GEMM (*fast) and how many the emulation
+ * (*emulated: not eligible, forced, or flagged on the device); syncs. */
+void gtq_accum_paths(gtq_ctx *g, unsigned long long *fast, unsigned long long *emulated);
 
 /* For tests: the dequantized values of slot `slot` of site `site` (n
  * elements) as the GEMMs of this step read them, on the host: bf16 copies

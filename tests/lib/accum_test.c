@@ -310,9 +310,68 @@ START_TEST(test_model_names) {
 }
 END_TEST
 
+/* What the GPU trainer's FP8 fast path (experiments/gpu/gemm.cu) relies on:
+ * the hopper presets on codes c (the formats' emin, as the tensor core
+ * aligns) scaled by 2^-(ka+kb) are the presets on y = c 2^-k with emin
+ * shifted by -k, for |k| <= 32; with float32's emin (what a scaled operand
+ * gets from exmy_accum_operand_emin) only where no code is subnormal: a
+ * subnormal input that sets its group's alignment exponent is clamped up by
+ * the tensor core and not by that model. */
+static float fp8_code(int e4m3, int subnormals) {
+  const int M = e4m3 ? 3 : 2, emin = e4m3 ? -6 : -14, emax = e4m3 ? 8 : 15;
+  for (;;) {
+    const int lo = emin - (subnormals ? 1 : 0);
+    const int e = lo + (int)(next() % (uint32_t)(emax - lo + 1));
+    const int m = (int)(next() % (1u << M));
+    const double v = e < emin ? ldexp(m, emin - M) : ldexp((1 << M) + m, e - M);
+    if (v == 0 || (e4m3 && v > 448)) continue;
+    return (float)(next() & 1 ? -v : v);
+  }
+}
+
+START_TEST(test_hopper_scale_invariance) {
+  static float a[KMAX], b[KMAX], ya[KMAX], yb[KMAX];
+  exmy_accum_model presets[2];
+  ck_assert_int_eq(exmy_accum_model_parse("hopper", &presets[0]), 0);
+  ck_assert_int_eq(exmy_accum_model_parse("hopper-split", &presets[1]), 0);
+  int cases = 0;
+  for (int pi = 0; pi < 2; pi++)
+    for (int sub = 0; sub < 2; sub++)
+      for (int t = 0; t < 150; t++) {
+        const int ka = (int)(next() % 65) - 32, kb = (int)(next() % 65) - 32;
+        const int e4m3_b = t % 2, k = 32 * (1 + (int)(next() % (KMAX / 32)));
+        for (int p = 0; p < k; p++) {
+          a[p] = fp8_code(1, sub), b[p] = fp8_code(e4m3_b, sub);
+          if (p % 2 && next() % 2) a[p] = -a[p - 1], b[p] = b[p - 1]; /* cancelling pairs */
+          if (next() % 50 == 0) a[p] = 0.0f;
+          ya[p] = ldexpf(a[p], -ka), yb[p] = ldexpf(b[p], -kb);
+        }
+        exmy_accum_model hw = presets[pi], shifted, f32;
+        hw.emin_a = -6, hw.emin_b = e4m3_b ? -6 : -14;
+        shifted = hw, shifted.emin_a -= ka, shifted.emin_b -= kb;
+        f32 = hw, f32.emin_a = f32.emin_b = -126;
+        const float want = ldexpf(exmy_accum_dot(&hw, a, 1, b, 1, k), -(ka + kb));
+        ck_assert_msg(same(exmy_accum_dot(&shifted, ya, 1, yb, 1, k), want),
+                      "preset %d, ka %d kb %d, k %d", pi, ka, kb, k);
+        if (!sub) ck_assert(same(exmy_accum_dot(&f32, ya, 1, yb, 1, k), want));
+        cases++;
+      }
+  /* 2^-9 (an E4M3 subnormal) x 2^15 sets the group's exponent: 2^-6 + 15 = 9
+   * for the tensor core, 6 for float32's emin; 1.5 2^-6 then falls below
+   * the 14 bits kept in one and not in the other */
+  const float sa[2] = {0x1p-9f, 0x1.8p-3f}, sb[2] = {0x1p15f, 0x1p-3f};
+  exmy_accum_model hw = presets[0], f32 = presets[0];
+  hw.emin_a = -6, hw.emin_b = -14, f32.emin_a = f32.emin_b = -126;
+  ck_assert_float_eq(exmy_accum_dot(&hw, sa, 1, sb, 1, 2), 64.0f);
+  ck_assert_float_eq(exmy_accum_dot(&f32, sa, 1, sb, 1, 2), 64.0234375f);
+  printf("hopper presets: %d dot products scale by 2^-(ka+kb) with emin shifted by -k\n", cases);
+}
+END_TEST
+
 int main(void) {
   const TTest *tests[] = {test_model_names, test_model_check, test_core_matches_oracle,
                           test_fp32_and_nonfinite, test_wide_model_is_exact,
-                          test_truncation_never_exceeds_exact, NULL};
+                          test_truncation_never_exceeds_exact, test_hopper_scale_invariance,
+                          NULL};
   return run_suite(suite_of("accum", 300, tests), true);
 }

@@ -1,0 +1,47 @@
+/*
+ * The FP8 codes of the GPU trainer's float32 slots, for cuBLASLt's FP8 GEMM
+ * under the hopper accumulation models (gemm.cu): host and device, so that
+ * tests/experiments/gpu/fp8_codes_test checks them on the host, without a GPU.
+ */
+#ifndef EXPERIMENTS_GPU_FP8_CODES_CUH
+#define EXPERIMENTS_GPU_FP8_CODES_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <math.h>
+
+namespace exmy_gpu {
+
+/* Whether s = 2^k with |k| <= 32: then c = y s and y = c / s are exact, and
+ * the model's float32 roundings on y are those on the codes, shifted. */
+__host__ __device__ inline bool fp8_scale_ok(float s) {
+  const int k = ilogbf(s);
+  return k >= -32 && k <= 32 && s == ldexpf(1.0f, k);
+}
+
+/* *code = the FP8 code of y s (E4M3 or E5M2), for a slot value y = Q(x s) / s
+ * (s = 1, inv = 1: unscaled); true if the model on y is the model on the
+ * codes shifted: y s is exactly a finite code, y = code / s exactly, and the
+ * model's clamp of y's exponent at model_emin (exmy_accum_operand_emin) is
+ * the tensor core's clamp of the code's at the format's emin: the same for an
+ * unscaled operand, and for a scaled one (float32's emin) only where the
+ * code is not an FP8 subnormal. */
+template <bool E4M3>
+__host__ __device__ inline bool fp8_code_of(float y, float s, float inv, int fmt_emin,
+                                            int model_emin, __nv_fp8_storage_t *code) {
+  const __nv_fp8_interpretation_t kind = E4M3 ? __NV_E4M3 : __NV_E5M2;
+  const float v = y * s;
+  *code = __nv_cvt_float_to_fp8(v, __NV_NOSAT, kind);
+  const float back = __half2float(__half(__nv_cvt_fp8_to_halfraw(*code, kind)));
+  /* v / s back to y: y s was exact (one of the two scalings is up) */
+  if (!isfinite(v) || back != v || v * inv != y) return false;
+  if (y == 0.0f) return true;
+  const int ey = ilogbf(y), ev = ilogbf(v);
+  const int clamp_model = (ey > model_emin ? ey : model_emin) - ey;
+  const int clamp_hw = (ev > fmt_emin ? ev : fmt_emin) - ev;
+  return clamp_model == clamp_hw;
+}
+
+}  // namespace exmy_gpu
+
+#endif

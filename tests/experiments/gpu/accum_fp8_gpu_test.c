@@ -1,0 +1,318 @@
+/* cuBLASLt's own FP8 GEMM for the `hopper` / `hopper-split` accumulation
+ * models (experiments/gpu/gemm.cu) against the emulation it replaces
+ * (exmy_cuda_qgemm_accum, forced with gtq_set_accum_emulation), bit for bit:
+ *  - a linear site's three GEMMs (Y = X W^T: E4M3 x E4M3, beta 0;
+ *    dX = dY W and dW += dY^T X: E5M2 x E4M3, beta 0.5 and 1, transposed
+ *    operands), fast and split accumulation, unscaled and per-tensor scaled
+ *    by powers of two, on normal data, on data spread over the formats'
+ *    whole range (subnormals, cancelling pairs) and on data bounded away
+ *    from zero, at 256 x 256 x 4096, 2048 x 768 x 768 (the trainer's
+ *    32768 x 768 x 768 scaled down) and 64 x 64 x 16384 (small M x N, large
+ *    K: where cuBLASLt's heuristic splits K, which the fast path refuses);
+ *    the path counters say where cuBLASLt ran, where it must have;
+ *  - what must not take it: scales that are not powers of two, K not a
+ *    multiple of 16, other models;
+ *  - the trainer: steps of fp8-te (delayed scaling, power-of-two scales)
+ *    and of unscaled E4M3 / E5M2 with accumulate = hopper or hopper-split,
+ *    losses and gradients bit-identical with the emulation forced. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "experiments/gpu/gemm.h"
+#include "experiments/gpu/model_gpu.h"
+#include "experiments/trainer/config.h"
+#include "experiments/trainer/model.h"
+#include "experiments/trainer/recipe.h"
+#include "tests/check_suite.h"
+#include "tests/cuda/gpu_check.h"
+
+static uint64_t rng_state = 2024;
+static double urand(void) {
+  rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+  return (double)(rng_state >> 11) / 9007199254740992.0;
+}
+static double gauss(void) {
+  const double u = urand() + 1e-300, v = urand();
+  return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+static void make_recipe(recipe *rc, const char *const *sets) {
+  config cfg;
+  char err[256] = "";
+  config_defaults(&cfg);
+  for (int i = 0; sets[i]; i++)
+    ck_assert_msg(!config_set_assignment(&cfg, sets[i], err, sizeof err), "%s", err);
+  ck_assert_msg(!recipe_from_config(rc, &cfg, 77, err, sizeof err), "%s", err);
+}
+
+static size_t count_bit_diffs(const float *a, const float *b, size_t n) {
+  size_t d = 0;
+  for (size_t i = 0; i < n; i++)
+    if (memcmp(&a[i], &b[i], sizeof(float))) d++;
+  return d;
+}
+
+enum { DATA_NORMAL, DATA_WIDE, DATA_CLEAN, N_DATA };
+static const char *const data_names[N_DATA] = {"normal", "wide", "clean"};
+
+/* rows x cols values of one kind.  NORMAL: scale N(0, 1).  WIDE: sign
+ * 2^U(lo..hi) [1, 2) (the format's subnormals and largest binades), odd
+ * columns the negated (pair < 0) or repeated (pair > 0) even neighbour half
+ * of the time, so that products cancel along K.  CLEAN: as WIDE over
+ * scale [2^-5, 2), away from any subnormal once scaled to the format's
+ * maximum.  2% exact zeros throughout. */
+static void gen(float *x, int rows, int cols, int kind, double scale, int lo, int hi, int pair) {
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++) {
+      double v;
+      if (kind == DATA_NORMAL) {
+        v = scale * gauss();
+      } else {
+        const double sign = urand() < 0.5 ? -1.0 : 1.0;
+        v = kind == DATA_WIDE ? sign * ldexp(1.0 + urand(), lo + (int)(urand() * (hi - lo + 1)))
+                              : sign * scale * ldexp(1.0 + urand(), -(int)(urand() * 6));
+        if (c % 2 && urand() < 0.5) v = pair * x[(size_t)r * cols + c - 1];
+      }
+      if (urand() < 0.02) v = 0.0;
+      x[(size_t)r * cols + c] = (float)v;
+    }
+}
+
+/* ---------------------------------------------- the three GEMMs of a site */
+
+static const struct {
+  int N, C, OC;
+  int must_be_fast; /* cuBLASLt has an unsplit algorithm here (a shape of cuda/NOTES.md's) */
+} shapes[] = {
+    {256, 4096, 256, 1},  /* Y 256 x 256 x 4096 */
+    {2048, 768, 768, 1},  /* Y and dX 2048 x 768 x 768, dW 768 x 768 x 2048 */
+    {64, 16384, 64, 0},   /* Y 64 x 64 x 16384: split K, if at all, only */
+};
+enum { N_SHAPES = sizeof shapes / sizeof shapes[0] };
+static const char *const models[] = {"hopper", "hopper-split"};
+static const char *const scalings[][3] = {{"scaling=none", NULL},
+                                          {"scaling=tensor", "pow2_scale=1", NULL}};
+enum { N_CASES = 2 * 2 * N_DATA * N_SHAPES };
+
+/* Runs Y = X W^T, dX = 0.5 dX + dY W, dW = dW + dY^T X on site W1 of a
+ * fresh context, once on the fast path and once with the emulation forced,
+ * and returns how many outputs differ; *fast / *emulated: what the first
+ * run's counters say. */
+static size_t run_site(const char *const *sets, int N, int C, int OC, int kind,
+                       unsigned long long *fast, unsigned long long *emulated) {
+  recipe rc;
+  make_recipe(&rc, sets);
+  model_config mc;
+  ck_assert(!model_named_size("test", &mc));
+  tq_site *sites = recipe_make_sites(&rc, &mc);
+  const int n_sites = model_num_sites(&mc), site = SITE_W1;
+  gtq_ctx *g = gtq_new(sites, n_sites, 0);
+  const size_t nx = (size_t)N * C, nw = (size_t)OC * C, ndy = (size_t)N * OC;
+  float *x = malloc(sizeof(float) * nx), *w = malloc(sizeof(float) * nw),
+        *dy = malloc(sizeof(float) * ndy), *dx0 = malloc(sizeof(float) * nx),
+        *dw0 = malloc(sizeof(float) * nw);
+  gen(x, N, C, kind, 1.0, -10, 8, -1);   /* E4M3 */
+  gen(w, OC, C, kind, 0.5, -10, 8, 1);   /* E4M3, pairs repeated: x_c w_c - x_c w_c */
+  gen(dy, N, OC, kind, 1.0, -17, 15, -1); /* E5M2 */
+  for (size_t i = 0; i < nx; i++) dx0[i] = (float)gauss();
+  for (size_t i = 0; i < nw; i++) dw0[i] = (float)gauss();
+  float *d_x = dev_from(x, sizeof(float) * nx), *d_w = dev_from(w, sizeof(float) * nw),
+        *d_dy = dev_from(dy, sizeof(float) * ndy);
+  gtq_begin_step(g, 0, false);
+  const gtq_operand gx = gtq_operand_for_gemm(g, site, USE_FWD_X, SLOT_X, true, d_x, C, N, C);
+  const gtq_operand gw = gtq_operand_for_gemm(g, site, USE_FWD_W, SLOT_W, true, d_w, C, OC, C);
+  const gtq_operand gdy = gtq_operand_for_gemm(g, site, USE_DX_DY, SLOT_DY, true, d_dy, OC, N, OC);
+  const gtq_operand gw2 = gtq_operand_for_gemm(g, site, USE_DX_W, SLOT_W, false, d_w, C, OC, C);
+  const gtq_operand gdy2 = gtq_operand_for_gemm(g, site, USE_DW_DY, SLOT_DY, false, d_dy, OC, N, OC);
+  const gtq_operand gx2 = gtq_operand_for_gemm(g, site, USE_DW_X, SLOT_X, false, d_x, C, N, C);
+  float *out[2][3];
+  const size_t n_out[3] = {ndy, nx, nw};
+  for (int pass = 0; pass < 2; pass++) {
+    gtq_set_accum_emulation(g, pass == 1);
+    unsigned long long f0, e0, f1, e1;
+    gtq_accum_paths(g, &f0, &e0);
+    float *d_y = dev_alloc(sizeof(float) * ndy), *d_dx = dev_from(dx0, sizeof(float) * nx),
+          *d_dw = dev_from(dw0, sizeof(float) * nw);
+    gtq_gemm(g, false, true, N, OC, C, 1.0f, gx, gw, 0.0f, d_y, OC);
+    gtq_gemm(g, false, false, N, C, OC, 1.0f, gdy, gw2, 0.5f, d_dx, C);
+    gtq_gemm(g, true, false, OC, C, N, 1.0f, gdy2, gx2, 1.0f, d_dw, C);
+    gtq_accum_paths(g, &f1, &e1);
+    float *dev[3] = {d_y, d_dx, d_dw};
+    for (int o = 0; o < 3; o++) {
+      out[pass][o] = malloc(sizeof(float) * n_out[o]);
+      to_host_free(out[pass][o], dev[o], sizeof(float) * n_out[o]);
+    }
+    if (pass == 0) {
+      *fast = f1 - f0, *emulated = e1 - e0;
+      ck_assert_uint_eq(*fast + *emulated, 3);
+    } else { /* forced: never cuBLASLt */
+      ck_assert_uint_eq(f1 - f0, 0);
+      ck_assert_uint_eq(e1 - e0, 3);
+    }
+  }
+  size_t bad = 0;
+  static const char *const what[3] = {"Y", "dX", "dW"};
+  for (int o = 0; o < 3; o++) {
+    const size_t d = count_bit_diffs(out[0][o], out[1][o], n_out[o]);
+    if (d) {
+      size_t i = 0;
+      while (!memcmp(&out[0][o][i], &out[1][o][i], sizeof(float))) i++;
+      printf("  %s: %zu of %zu differ (first at %zu: fast %.9g, emulated %.9g)\n", what[o], d,
+             n_out[o], i, out[0][o][i], out[1][o][i]);
+    }
+    bad += d;
+    free(out[0][o]), free(out[1][o]);
+  }
+  CU(cudaFree(d_x)); CU(cudaFree(d_w)); CU(cudaFree(d_dy));
+  free(x), free(w), free(dy), free(dx0), free(dw0);
+  gtq_free(g);
+  recipe_free_sites(sites, n_sites);
+  return bad;
+}
+
+START_TEST(site_gemms_match_emulation) {
+  int c = _i;
+  const int shape = c % N_SHAPES; c /= N_SHAPES;
+  const int kind = c % N_DATA; c /= N_DATA;
+  const int scaled = c % 2; c /= 2;
+  const int mi = c;
+  char acc[64];
+  snprintf(acc, sizeof acc, "accumulate=%s", models[mi]);
+  const char *sets[12] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", "saturate=1", acc};
+  int ns = 5;
+  for (int i = 0; scalings[scaled][i]; i++) sets[ns++] = scalings[scaled][i];
+  sets[ns] = NULL;
+  const int N = shapes[shape].N, C = shapes[shape].C, OC = shapes[shape].OC;
+  unsigned long long fast, emulated;
+  const size_t bad = run_site(sets, N, C, OC, kind, &fast, &emulated);
+  printf("%s, %s, %s data, N %d C %d OC %d: %llu GEMMs on cuBLASLt, %llu emulated, %zu outputs "
+         "differ\n", models[mi], scaled ? "pow2 tensor scaling" : "unscaled", data_names[kind], N,
+         C, OC, fast, emulated, bad);
+  ck_assert_msg(bad == 0, "%zu outputs differ from the emulation", bad);
+  /* where the fast path must have run: every value an exact code (unscaled,
+   * or scaled without FP8 subnormals), at a shape cuBLASLt does not split */
+  if (shapes[shape].must_be_fast && (!scaled || kind == DATA_CLEAN))
+    ck_assert_msg(fast == 3, "only %llu of 3 GEMMs took cuBLASLt's FP8 GEMM", fast);
+  /* scaled wide data has FP8 subnormals: the device flag must send it back */
+  if (scaled && kind == DATA_WIDE) ck_assert_uint_eq(fast, 0);
+}
+END_TEST
+
+START_TEST(ineligible_gemms_emulated) {
+  static const char *const non_pow2[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                                         "saturate=1", "scaling=tensor", "accumulate=hopper",
+                                         NULL};
+  static const char *const other_model[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                                            "saturate=1", "accumulate=group:32,bits:14,sum:14,promote:64",
+                                            NULL};
+  static const char *const unscaled[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                                         "saturate=1", "accumulate=hopper", NULL};
+  unsigned long long fast, emulated;
+  size_t bad = run_site(non_pow2, 64, 256, 128, DATA_CLEAN, &fast, &emulated);
+  ck_assert_uint_eq(bad, 0);
+  ck_assert_uint_eq(fast, 0);
+  bad = run_site(other_model, 64, 256, 128, DATA_CLEAN, &fast, &emulated);
+  ck_assert_uint_eq(bad, 0);
+  ck_assert_uint_eq(fast, 0);
+  /* K = 72 (dX) and 40 (dW) are not multiples of 16; Y's K = 256 is (a
+   * 40 x 72 output: whether cuBLASLt takes it is its heuristic's call) */
+  bad = run_site(unscaled, 40, 256, 72, DATA_NORMAL, &fast, &emulated);
+  ck_assert_uint_eq(bad, 0);
+  ck_assert_uint_le(fast, 1);
+  ck_assert_uint_ge(emulated, 2);
+  printf("non-power-of-two scales, another model, K %% 16 != 0: emulated, as expected\n");
+}
+END_TEST
+
+/* ------------------------------------------------------------ the trainer */
+
+/* `steps` steps of the model of size `size` with the recipe sets, twice:
+ * cuBLASLt's FP8 GEMM where it can run, and the emulation forced; losses
+ * and gradients bit-identical.  Returns the GEMMs the first run gave to
+ * cuBLASLt. */
+static unsigned long long trainer_twice(const char *const *sets, const char *size, int steps) {
+  recipe rc;
+  make_recipe(&rc, sets);
+  model_config mc;
+  ck_assert(!model_named_size(size, &mc));
+  const int B = 2, T = mc.seq_len, N = B * T, n_sites = model_num_sites(&mc);
+  int *tok = malloc(sizeof(int) * N), *tgt = malloc(sizeof(int) * N);
+  float losses[2][8];
+  float *grads[2] = {NULL, NULL};
+  unsigned long long fast = 0, emulated = 0;
+  size_t n_params = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    rng_state = 99;
+    model m;
+    model_init(&m, &mc, 5);
+    m.swiglu_row_scale = rc.swiglu_row_scale;
+    tq_site *sites = recipe_make_sites(&rc, &mc);
+    char err[256];
+    gpu_model *g = gpu_model_new(&m, &rc, sites, n_sites, B, T, GPU_ATTENTION_MATERIALIZED, err,
+                                 sizeof err);
+    ck_assert_msg(g != NULL, "%s", err);
+    gtq_set_accum_emulation(gpu_model_gemm(g), pass == 1);
+    const adamw_hparams h = {6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    for (int s = 0; s < steps; s++) {
+      for (int i = 0; i < N; i++)
+        tok[i] = (int)(urand() * mc.vocab), tgt[i] = (int)(urand() * mc.vocab);
+      gpu_model_begin_step(g, (uint64_t)s << 36, false);
+      gpu_model_zero_grad(g);
+      losses[pass][s] = gpu_model_forward(g, tok, tgt);
+      gpu_model_backward(g, 1.0f);
+      if (s + 1 < steps) gpu_model_update(g, &h, s + 1, 1.0);
+    }
+    n_params = m.num_params;
+    grads[pass] = malloc(sizeof(float) * n_params);
+    to_host(grads[pass], gpu_model_grads(g), sizeof(float) * n_params);
+    unsigned long long f, e;
+    gtq_accum_paths(gpu_model_gemm(g), &f, &e);
+    if (pass == 0) fast = f, emulated = e;
+    else ck_assert_uint_eq(f, 0);
+    gpu_model_free(g);
+    recipe_free_sites(sites, n_sites);
+    model_free(&m);
+  }
+  for (int s = 0; s < steps; s++)
+    ck_assert_msg(!memcmp(&losses[0][s], &losses[1][s], sizeof(float)),
+                  "step %d: loss %.9g on the fast path, %.9g emulated", s, losses[0][s],
+                  losses[1][s]);
+  const size_t bad = count_bit_diffs(grads[0], grads[1], n_params);
+  printf("trainer %s %s: %d steps, losses bit-identical (last %.7f), %zu of %zu gradients "
+         "differ; %llu GEMMs on cuBLASLt, %llu emulated\n", size, sets[4], steps,
+         losses[0][steps - 1], bad, n_params, fast, emulated);
+  ck_assert_msg(bad == 0, "%zu gradients differ", bad);
+  free(grads[0]), free(grads[1]), free(tok), free(tgt);
+  return fast;
+}
+
+START_TEST(trainer_losses_match_emulation) {
+  /* fp8-te (experiments/configs/fp8-te.cfg) with power-of-two scales: the
+   * scaled operands often hold FP8 subnormals, which send GEMMs back to
+   * the emulation; the results must agree either way */
+  static const char *const te[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                                   "scaling=delayed", "accumulate=hopper", "amax_history=16",
+                                   "margin=0", "saturate=1", "pow2_scale=1", NULL};
+  static const char *const te_split[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                                         "scaling=delayed", "accumulate=hopper-split",
+                                         "amax_history=16", "margin=0", "saturate=1",
+                                         "pow2_scale=1", NULL};
+  /* unscaled: every operand value is a code; the linear layers' GEMMs
+   * (K = 128, 384, 256) must take cuBLASLt */
+  static const char *const plain[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                                      "saturate=1", "accumulate=hopper", NULL};
+  trainer_twice(te, "tiny", 4);
+  trainer_twice(te_split, "tiny", 3);
+  ck_assert(trainer_twice(plain, "tiny", 3) > 0);
+}
+END_TEST
+
+int main(void) {
+  setenv("EXMY_FP8_PLAN_LOG", "1", 1); /* cuBLASLt's choice per shape, in the log */
+  const TTest *const tests[] = {ineligible_gemms_emulated, trainer_losses_match_emulation, NULL};
+  Suite *s = suite_of_loop("accum_fp8_gpu", 1800, site_gemms_match_emulation, N_CASES, tests);
+  return run_suite(s, false);
+}

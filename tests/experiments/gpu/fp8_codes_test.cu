@@ -1,0 +1,85 @@
+/* experiments/gpu/fp8_codes.cuh on the host (no GPU needed): every E4M3 and
+ * E5M2 code c, scaled slot values y = c 2^-k for k in [-40, 40]: unscaled,
+ * every finite code comes back (±0 included) and NaN / Inf do not; scaled
+ * (the model's float32 emin), exactly the codes that are not subnormal, for
+ * |k| <= 32; never a value off the grid, out of range, or not exactly code
+ * times 2^-k; the scale check takes powers of two 2^-32 .. 2^32 only. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "experiments/gpu/fp8_codes.cuh"
+
+static int failures = 0;
+#define EXPECT(cond, ...)                  \
+  do {                                     \
+    if (!(cond)) {                         \
+      if (failures++ < 20) {               \
+        printf("FAIL %s: ", #cond);        \
+        printf(__VA_ARGS__);               \
+        printf("\n");                      \
+      }                                    \
+    }                                      \
+  } while (0)
+
+template <bool E4M3>
+static void check_format() {
+  const __nv_fp8_interpretation_t kind = E4M3 ? __NV_E4M3 : __NV_E5M2;
+  const int fmt_emin = E4M3 ? -6 : -14, man = E4M3 ? 3 : 2;
+  long accepted = 0;
+  for (int k = -40; k <= 40; k++) {
+    const float s = ldexpf(1.0f, k), inv = ldexpf(1.0f, -k);
+    EXPECT(exmy_gpu::fp8_scale_ok(s) == (k >= -32 && k <= 32), "k %d", k);
+    for (int code = 0; code < 256; code++) {
+      const float c = __half2float(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)code, kind)));
+      const float y = ldexpf(c, -k); /* exact: |k| <= 40 keeps c 2^-k a float32 normal */
+      const bool finite = isfinite(c);
+      const bool sub = c != 0.0f && fabsf(c) < ldexpf(1.0f, fmt_emin);
+      __nv_fp8_storage_t got;
+      /* unscaled: the model clamps at the format's emin too */
+      if (k == 0) {
+        const bool ok = exmy_gpu::fp8_code_of<E4M3>(y, 1.0f, 1.0f, fmt_emin, fmt_emin, &got);
+        EXPECT(ok == finite, "unscaled code 0x%02x (%g)", code, c);
+        if (ok) EXPECT(got == code, "unscaled code 0x%02x gave 0x%02x", code, got);
+      }
+      /* scaled: float32's emin */
+      const bool ok = exmy_gpu::fp8_code_of<E4M3>(y, s, inv, fmt_emin, -126, &got);
+      EXPECT(ok == (finite && !sub), "k %d code 0x%02x (%g)", k, code, c);
+      if (ok) {
+        EXPECT(got == code, "k %d code 0x%02x gave 0x%02x", k, code, got);
+        accepted++;
+      }
+      /* a float32 neighbour of y, and y halfway to the next code: off the grid */
+      if (finite && c != 0.0f) {
+        const float near = nextafterf(y, INFINITY);
+        EXPECT(!exmy_gpu::fp8_code_of<E4M3>(near, s, inv, fmt_emin, fmt_emin, &got),
+               "k %d: %g next to code 0x%02x", k, near, code);
+        const int e = ilogbf(c) > fmt_emin ? ilogbf(c) : fmt_emin;
+        const float half = ldexpf(c + copysignf(ldexpf(1.0f, e - man - 1), c), -k);
+        EXPECT(!exmy_gpu::fp8_code_of<E4M3>(half, s, inv, fmt_emin, fmt_emin, &got),
+               "k %d: %g between codes", k, half);
+      }
+    }
+    /* beyond the largest finite value */
+    const float big = ldexpf(E4M3 ? 480.0f : 65536.0f, -k);
+    __nv_fp8_storage_t got;
+    EXPECT(!exmy_gpu::fp8_code_of<E4M3>(big, s, inv, fmt_emin, fmt_emin, &got), "k %d: %g", k,
+           big);
+  }
+  /* y s inexact: y a float32 subnormal with bits that s = 2^-1 drops */
+  __nv_fp8_storage_t got;
+  EXPECT(!exmy_gpu::fp8_code_of<E4M3>(ldexpf(1.0f, -149), 0.5f, 2.0f, fmt_emin, -126, &got),
+         "2^-149 at s = 1/2");
+  EXPECT(!exmy_gpu::fp8_scale_ok(0.0f) && !exmy_gpu::fp8_scale_ok(INFINITY) &&
+             !exmy_gpu::fp8_scale_ok(NAN) && !exmy_gpu::fp8_scale_ok(-2.0f) &&
+             !exmy_gpu::fp8_scale_ok(3.0f),
+         "scale check");
+  printf("%s: %ld scaled codes accepted\n", E4M3 ? "E4M3" : "E5M2", accepted);
+}
+
+int main() {
+  check_format<true>();
+  check_format<false>();
+  printf("%s (%d failures)\n", failures ? "FAIL" : "ok", failures);
+  return failures != 0;
+}

@@ -66,6 +66,14 @@ int exmy_quantize_scaled_f32(const exmy_format *f, const exmy_rounding_opts *o,
                              const exmy_scaling *sc, exmy_delayed_state *state,
                              const float *x, float *y, size_t rows, size_t cols,
                              exmy_tensor_stats *stats);
+/* The same, with *scale (if scale is non-NULL) set to the per-tensor scale
+ * s it used: TENSOR's, or DELAYED's before the update; 1 for NONE; NAN for
+ * the recipes with a scale per block (the accumulation model's emin of a
+ * power-of-two-scaled operand follows s: exmy_accum_operand_emin_scaled). */
+int exmy_quantize_scaled_f32_used(const exmy_format *f, const exmy_rounding_opts *o,
+                                  const exmy_scaling *sc, exmy_delayed_state *state,
+                                  const float *x, float *y, size_t rows, size_t cols,
+                                  exmy_tensor_stats *stats, float *scale);
 
 /* MX encoding proper: codes (one byte per element, format f of <= 8 bits) and
  * one E8M0 code per block (scales[r * nblocks + b], nblocks = ceil(cols /
@@ -132,7 +140,10 @@ struct exmy_accum_model; /* lib/accum_core.h */
  * its emin_a / emin_b should be those of the formats of A's and B's values
  * (exmy_accum_operand_emin(qa / qb); -126 for float32 values), which
  * exmy_accum_model_parse leaves 0 (every input below 1 would then count as
- * 2^0).  Returns 0, or -1 on an invalid model (or NULL), a leading
+ * 2^0).  Except for an operand that qa / qb scale per tensor with pow2
+ * (exmy_accum_pow2_scaled): its emin is set here from the scale s this call
+ * uses, exmy_accum_operand_emin_scaled (the format's emin - log2 s, where the
+ * tensor core clamps the codes).  Returns 0, or -1 on an invalid model (or NULL), a leading
  * dimension too small, k > INT_MAX or no memory. */
 int exmy_qgemm_accum(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                      float alpha, const float *a, size_t lda,

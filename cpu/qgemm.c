@@ -3,6 +3,7 @@
  * an FP8 tensor-core GEMM with FP32 accumulation, emulated; and the same with
  * every dot product under an accumulation model (lib/accum_core.h). */
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,37 +28,39 @@ static void gather(const float *src, size_t ld, bool transpose, size_t rows,
 }
 
 static int quantize_operand(const exmy_operand_quant *q, float *t, size_t rows,
-                            size_t cols) {
-  return exmy_quantize_scaled_f32(&q->format, &q->round, &q->scaling,
-                                  q->delayed, t, t, rows, cols, q->stats);
+                            size_t cols, float *scale) {
+  return exmy_quantize_scaled_f32_used(&q->format, &q->round, &q->scaling, q->delayed, t, t,
+                                       rows, cols, q->stats, scale);
 }
 
 /* op(A) and op(B) as the GEMM reads them: the caller's, or a quantized copy
- * with K contiguous (then *at / *bt, to be freed). */
+ * with K contiguous (then *at / *bt, to be freed), and the per-tensor scale
+ * each copy was quantized with (NAN: none). */
 typedef struct {
   const float *a, *b;
   size_t lda, ldb;
   bool ta, tb;
   float *at, *bt;
+  float sa, sb;
 } operands;
 
 static int prepare_operands(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                             const float *a, size_t lda, const exmy_operand_quant *qa,
                             const float *b, size_t ldb, const exmy_operand_quant *qb,
                             operands *o) {
-  *o = (operands){a, b, lda, ldb, trans_a, trans_b, NULL, NULL};
+  *o = (operands){a, b, lda, ldb, trans_a, trans_b, NULL, NULL, NAN, NAN};
   if (active(qa)) {
     /* op(A) as m x k, K contiguous */
     if (!(o->at = malloc(m * k * sizeof *o->at + 1))) return -1;
     gather(a, lda, trans_a, m, k, o->at);
-    if (quantize_operand(qa, o->at, m, k)) return -1;
+    if (quantize_operand(qa, o->at, m, k, &o->sa)) return -1;
     o->a = o->at, o->lda = k, o->ta = false;
   }
   if (active(qb)) {
     /* op(B)^T as n x k, K contiguous; the GEMM then reads it transposed */
     if (!(o->bt = malloc(n * k * sizeof *o->bt + 1))) return -1;
     gather(b, ldb, !trans_b, n, k, o->bt);
-    if (quantize_operand(qb, o->bt, n, k)) return -1;
+    if (quantize_operand(qb, o->bt, n, k, &o->sb)) return -1;
     o->b = o->bt, o->ldb = k, o->tb = true;
   }
   return 0;
@@ -67,11 +70,11 @@ static int prepare_operands(bool trans_a, bool trans_b, size_t m, size_t n, size
 static int quantize_result(const exmy_operand_quant *qc, float *c, size_t m, size_t n,
                            size_t ldc) {
   if (!active(qc) || !m || !n) return 0;
-  if (ldc == n) return quantize_operand(qc, c, m, n);
+  if (ldc == n) return quantize_operand(qc, c, m, n, NULL);
   float *ct = malloc(m * n * sizeof *ct);
   if (!ct) return -1;
   gather(c, ldc, false, m, n, ct);
-  int r = quantize_operand(qc, ct, m, n);
+  int r = quantize_operand(qc, ct, m, n, NULL);
   for (size_t i = 0; i < m; i++) memcpy(c + i * ldc, ct + i * n, n * sizeof *ct);
   free(ct);
   return r;
@@ -116,12 +119,24 @@ int exmy_qgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                     qb, beta, c, ldc, qc);
 }
 
+/* The model of exmy_qgemm_accum and its operands' recipes. */
+typedef struct {
+  const exmy_accum_model *model;
+  const exmy_operand_quant *qa, *qb;
+} accum_ctx;
+
 /* The AVX-512 kernel where it covers the model (cpu/accum_avx512.c), else
  * one scalar exmy_accum_dot per element of C, rows of C shared out between
- * threads.  The epilogue is exmy_sgemm's (cpu/gemm.c). */
+ * threads.  The epilogue is exmy_sgemm's (cpu/gemm.c).  An operand quantized
+ * here with a power-of-two per-tensor scale s is clamped at its format's
+ * emin - log2 s, where the tensor core clamps its codes. */
 static int accum_products(const operands *o, size_t m, size_t n, size_t k, float alpha,
                           float beta, float *c, size_t ldc, const void *ctx) {
-  const exmy_accum_model *model = ctx;
+  const accum_ctx *x = ctx;
+  exmy_accum_model local = *x->model;
+  if (exmy_accum_pow2_scaled(x->qa)) local.emin_a = exmy_accum_operand_emin_scaled(x->qa, o->sa);
+  if (exmy_accum_pow2_scaled(x->qb)) local.emin_b = exmy_accum_operand_emin_scaled(x->qb, o->sb);
+  const exmy_accum_model *model = &local;
   if (exmy_accum_avx512_gemm(model, o->ta, o->tb, m, n, k, alpha, o->a, o->lda, o->b, o->ldb,
                              beta, c, ldc) == 0)
     return 0;
@@ -146,6 +161,7 @@ int exmy_qgemm_accum(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                      const exmy_operand_quant *qc, const struct exmy_accum_model *model) {
   if (!model || exmy_accum_model_check(model) || ldc < n || k > INT_MAX) return -1;
   if (lda < (trans_a ? m : k) || ldb < (trans_b ? k : n)) return -1;
-  return qgemm_with(accum_products, model, trans_a, trans_b, m, n, k, alpha, a, lda, qa, b, ldb,
+  const accum_ctx ctx = {model, qa, qb};
+  return qgemm_with(accum_products, &ctx, trans_a, trans_b, m, n, k, alpha, a, lda, qa, b, ldb,
                     qb, beta, c, ldc, qc);
 }

@@ -178,6 +178,13 @@ int exmy_quantize_scaled_f32(const exmy_format *f, const exmy_rounding_opts *o,
                              const exmy_scaling *sc, exmy_delayed_state *state,
                              const float *x, float *y, size_t rows, size_t cols,
                              exmy_tensor_stats *stats) {
+  return exmy_quantize_scaled_f32_used(f, o, sc, state, x, y, rows, cols, stats, NULL);
+}
+
+int exmy_quantize_scaled_f32_used(const exmy_format *f, const exmy_rounding_opts *o,
+                                  const exmy_scaling *sc, exmy_delayed_state *state,
+                                  const float *x, float *y, size_t rows, size_t cols,
+                                  exmy_tensor_stats *stats, float *scale) {
   static const exmy_scaling none = {0};
   if (!sc) sc = &none;
   if (sc->group < 0) return -1;
@@ -221,6 +228,7 @@ int exmy_quantize_scaled_f32(const exmy_format *f, const exmy_rounding_opts *o,
       if (cols) quantize_grouped(f, o, sc, x, y, rows, cols, stats ? &total : NULL);
       break;
   }
+  if (scale) *scale = (float)scale_used;
   if (stats) {
     exmy_stats_sums_finish(&total.sums, stats);
     stats->scale = scale_used;

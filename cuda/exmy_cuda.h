@@ -309,7 +309,7 @@ struct exmy_accum_model; /* lib/accum_core.h */
  * them and writes alpha·dot (+ beta·C when beta != 0) rounded as the CPU
  * does (no fused multiply-add); then C is quantized per qc.  `model` is a
  * host pointer, copied into the launch, emin_a / emin_b included (as for
- * exmy_qgemm_accum, the caller's).  cudaErrorInvalidValue for an
+ * exmy_qgemm_accum, the caller's, except for pow2-scaled qa / qb: below).  cudaErrorInvalidValue for an
  * invalid model (exmy_accum_model_check), ldc < n, a leading dimension too
  * small, or a size over INT32_MAX; no cuBLAS is used. */
 cudaError_t exmy_cuda_qgemm_accum(exmy_cuda_gemm *g, bool trans_a, bool trans_b, size_t m,
@@ -318,6 +318,21 @@ cudaError_t exmy_cuda_qgemm_accum(exmy_cuda_gemm *g, bool trans_a, bool trans_b,
                                   size_t ldb, const exmy_cuda_operand_quant *qb, float beta,
                                   float *c, size_t ldc, const exmy_cuda_operand_quant *qc,
                                   const struct exmy_accum_model *model, cudaStream_t stream);
+
+/* exmy_cuda_qgemm_accum for operands already quantized with a power-of-two
+ * per-tensor scale s = 2^k (y = c / s, c FP8 codes): scale_a non-NULL, a
+ * device pointer to A's s, makes model->emin_a the format's emin of the
+ * codes, and the model clamps at exmy_accum_scaled_emin(emin_a, *scale_a)
+ * (format emin - k, computed on the device: where the tensor core clamps the
+ * codes); likewise scale_b.  NULL: emin used as given.  An operand that qa /
+ * qb quantize here with pow2 TENSOR or DELAYED scaling gets its emin from
+ * the scale used, in both functions, as exmy_qgemm_accum on the CPU. */
+cudaError_t exmy_cuda_qgemm_accum_scaled(
+    exmy_cuda_gemm *g, bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+    const float *a, size_t lda, const exmy_cuda_operand_quant *qa, const float *scale_a,
+    const float *b, size_t ldb, const exmy_cuda_operand_quant *qb, const float *scale_b,
+    float beta, float *c, size_t ldc, const exmy_cuda_operand_quant *qc,
+    const struct exmy_accum_model *model, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

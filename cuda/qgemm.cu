@@ -28,6 +28,10 @@ struct exmy_cuda_gemm {
   void *ws[3], *bf[2], *codes, *scales;
   size_t cap_ws[3], cap_bf[2], cap_codes, cap_scales;
   int *flag;
+  /* exmy_cuda_qgemm_accum: the per-tensor scales of op(A) and op(B), for
+   * the emin of a power-of-two-scaled operand */
+  void *qscales;
+  size_t cap_qscales;
 };
 
 namespace {
@@ -147,6 +151,7 @@ extern "C" void exmy_cuda_gemm_free(exmy_cuda_gemm *g) {
   for (int i = 0; i < 3; i++) cudaFree(g->ws[i]);
   for (int i = 0; i < 2; i++) cudaFree(g->bf[i]);
   cudaFree(g->codes);
+  cudaFree(g->qscales);
   cudaFree(g->scales);
   cudaFree(g->flag);
   free(g);
@@ -243,9 +248,10 @@ bool bf16_candidate(const exmy_cuda_operand_quant *q) {
   return false;
 }
 
-/* t (rows x cols, dense, device) = dequant(Q(t)) per q, in place. */
+/* t (rows x cols, dense, device) = dequant(Q(t)) per q, in place; scale
+ * (device, or NULL): TENSOR / DELAYED's scale used stored there. */
 cudaError_t quantize_operand(exmy_cuda_gemm *g, const exmy_cuda_operand_quant *q, float *t,
-                             size_t rows, size_t cols, cudaStream_t s) {
+                             size_t rows, size_t cols, cudaStream_t s, float *scale = NULL) {
   const size_t n = rows * cols;
   if (!n) return cudaSuccess;
   const exmy_scaling &sc = q->scaling;
@@ -254,9 +260,12 @@ cudaError_t quantize_operand(exmy_cuda_gemm *g, const exmy_cuda_operand_quant *q
       return exmy_cuda_quantize_f32(&q->format, &q->round, t, t, n, s);
     case EXMY_SCALING_TENSOR:
       return exmy_cuda_quantize_tensor_scaled_f32(&q->format, &q->round, sc.margin, sc.pow2, t,
-                                                  t, n, NULL, s);
+                                                  t, n, scale, s);
     case EXMY_SCALING_DELAYED:
       if (!q->delayed) return cudaErrorInvalidValue;
+      if (scale) /* the scale this call uses: the state moves on after */
+        EXMY_CUDA_TRY(cudaMemcpyAsync(scale, exmy_cuda_delayed_scale(q->delayed), sizeof(float),
+                                      cudaMemcpyDeviceToDevice, s));
       return exmy_cuda_quantize_delayed_scaled_f32(&q->format, &q->round, sc.margin, sc.pow2,
                                                    sc.history_most_recent, q->delayed, t, t, n,
                                                    s);
@@ -294,7 +303,7 @@ cudaError_t prepare_operands(exmy_cuda_gemm *g, bool trans_a, bool trans_b, size
                              size_t k, const float *a, size_t lda,
                              const exmy_cuda_operand_quant *qa, const float *b, size_t ldb,
                              const exmy_cuda_operand_quant *qb, float **ta, float **tb,
-                             cudaStream_t s) {
+                             cudaStream_t s, float *scale_a = NULL, float *scale_b = NULL) {
   EXMY_CUDA_TRY(reserve(&g->ws[0], &g->cap_ws[0], m * k * 4));
   EXMY_CUDA_TRY(reserve(&g->ws[1], &g->cap_ws[1], n * k * 4));
   *ta = (float *)g->ws[0];
@@ -302,8 +311,8 @@ cudaError_t prepare_operands(exmy_cuda_gemm *g, bool trans_a, bool trans_b, size
   k_gather<<<grid_for(m * k), 256, 0, s>>>(a, lda, trans_a, m, k, *ta);
   k_gather<<<grid_for(n * k), 256, 0, s>>>(b, ldb, !trans_b, n, k, *tb);
   EXMY_CUDA_TRY(cudaGetLastError());
-  if (enabled(qa)) EXMY_CUDA_TRY(quantize_operand(g, qa, *ta, m, k, s));
-  if (enabled(qb)) EXMY_CUDA_TRY(quantize_operand(g, qb, *tb, n, k, s));
+  if (enabled(qa)) EXMY_CUDA_TRY(quantize_operand(g, qa, *ta, m, k, s, scale_a));
+  if (enabled(qb)) EXMY_CUDA_TRY(quantize_operand(g, qb, *tb, n, k, s, scale_b));
   return cudaSuccess;
 }
 
@@ -387,10 +396,14 @@ namespace {
 /* One thread per element (i, j) of C (grid-stride, j fastest): the model's
  * dot product of row i of op(A) (ta, m x k) and row j of op(B)^T (tb, n x k),
  * then cpu/qgemm.c's epilogue with its roundings spelled out (the CPU is
- * built -ffp-contract=off: no fused multiply-add). */
+ * built -ffp-contract=off: no fused multiply-add).  scale_a / scale_b
+ * (device, or NULL): the operand's emin follows that power-of-two scale. */
 __global__ void k_accum_gemm(exmy_accum_model model, size_t m, size_t n, int k, float alpha,
                              const float *__restrict__ ta, const float *__restrict__ tb,
-                             float beta, float *__restrict__ c, size_t ldc) {
+                             float beta, float *__restrict__ c, size_t ldc,
+                             const float *scale_a, const float *scale_b) {
+  if (scale_a) model.emin_a = exmy_accum_scaled_emin(model.emin_a, *scale_a);
+  if (scale_b) model.emin_b = exmy_accum_scaled_emin(model.emin_b, *scale_b);
   for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m * n;
        e += (size_t)gridDim.x * blockDim.x) {
     const size_t i = e / n, j = e % n;
@@ -401,6 +414,12 @@ __global__ void k_accum_gemm(exmy_accum_model model, size_t m, size_t n, int k, 
   }
 }
 
+/* As exmy_accum_pow2_scaled (lib/accum.c) for a device operand recipe. */
+bool pow2_scaled(const exmy_cuda_operand_quant *q) {
+  return enabled(q) && q->scaling.pow2 &&
+         (q->scaling.kind == EXMY_SCALING_TENSOR || q->scaling.kind == EXMY_SCALING_DELAYED);
+}
+
 }  // namespace
 
 extern "C" cudaError_t exmy_cuda_qgemm_accum(
@@ -408,16 +427,38 @@ extern "C" cudaError_t exmy_cuda_qgemm_accum(
     const float *a, size_t lda, const exmy_cuda_operand_quant *qa, const float *b, size_t ldb,
     const exmy_cuda_operand_quant *qb, float beta, float *c, size_t ldc,
     const exmy_cuda_operand_quant *qc, const exmy_accum_model *model, cudaStream_t s) {
+  return exmy_cuda_qgemm_accum_scaled(g, trans_a, trans_b, m, n, k, alpha, a, lda, qa, nullptr,
+                                      b, ldb, qb, nullptr, beta, c, ldc, qc, model, s);
+}
+
+extern "C" cudaError_t exmy_cuda_qgemm_accum_scaled(
+    exmy_cuda_gemm *g, bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+    const float *a, size_t lda, const exmy_cuda_operand_quant *qa, const float *scale_a,
+    const float *b, size_t ldb, const exmy_cuda_operand_quant *qb, const float *scale_b,
+    float beta, float *c, size_t ldc, const exmy_cuda_operand_quant *qc,
+    const exmy_accum_model *model, cudaStream_t s) {
   if (!g || !model || exmy_accum_model_check(model) || ldc < n) return cudaErrorInvalidValue;
   if (lda < (trans_a ? m : k) || ldb < (trans_b ? k : n)) return cudaErrorInvalidValue;
   if ((qa && qa->stats) || (qb && qb->stats) || (qc && qc->stats)) return cudaErrorNotSupported;
   if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || ldc > INT32_MAX)
     return cudaErrorInvalidValue;
   if (!m || !n) return cudaSuccess;
+  exmy_accum_model local = *model;
+  /* an operand quantized here with a pow2 per-tensor scale: its emin
+   * follows the scale this call uses (as exmy_qgemm_accum on the CPU) */
+  float *qs = NULL;
+  if (k && (pow2_scaled(qa) || pow2_scaled(qb))) {
+    EXMY_CUDA_TRY(reserve(&g->qscales, &g->cap_qscales, 2 * sizeof(float)));
+    qs = (float *)g->qscales;
+    if (pow2_scaled(qa)) scale_a = qs, local.emin_a = qa->format.emin;
+    if (pow2_scaled(qb)) scale_b = qs + 1, local.emin_b = qb->format.emin;
+  }
   float *ta = NULL, *tb = NULL;
   if (k) EXMY_CUDA_TRY(prepare_operands(g, trans_a, trans_b, m, n, k, a, lda, qa, b, ldb, qb,
-                                        &ta, &tb, s));
-  k_accum_gemm<<<grid_for(m * n), 256, 0, s>>>(*model, m, n, (int)k, alpha, ta, tb, beta, c, ldc);
+                                        &ta, &tb, s, pow2_scaled(qa) ? qs : NULL,
+                                        pow2_scaled(qb) ? qs + 1 : NULL));
+  k_accum_gemm<<<grid_for(m * n), 256, 0, s>>>(local, m, n, (int)k, alpha, ta, tb, beta, c, ldc,
+                                               scale_a, scale_b);
   EXMY_CUDA_TRY(cudaGetLastError());
   return quantize_result(g, qc, c, m, n, ldc, s);
 }

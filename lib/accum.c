@@ -97,5 +97,17 @@ int exmy_accum_model_format(const exmy_accum_model *m, char *buf, size_t len) {
 }
 
 int exmy_accum_operand_emin(const exmy_operand_quant *q) {
-  return q && q->enabled && q->scaling.kind == EXMY_SCALING_NONE ? q->format.emin : -126;
+  return exmy_accum_operand_emin_scaled(q, NAN);
+}
+
+int exmy_accum_operand_emin_scaled(const exmy_operand_quant *q, float s) {
+  if (!q || !q->enabled) return -126;
+  if (q->scaling.kind == EXMY_SCALING_NONE) return q->format.emin;
+  if (exmy_accum_pow2_scaled(q)) return exmy_accum_scaled_emin(q->format.emin, s);
+  return -126;
+}
+
+bool exmy_accum_pow2_scaled(const exmy_operand_quant *q) {
+  return q && q->enabled && q->scaling.pow2 &&
+         (q->scaling.kind == EXMY_SCALING_TENSOR || q->scaling.kind == EXMY_SCALING_DELAYED);
 }

@@ -355,6 +355,18 @@ int exmy_accum_model_format(const struct exmy_accum_model *m, char *buf, size_t 
  * operand's values are Q(x s) / s, whose subnormals the model cannot place
  * without s). */
 int exmy_accum_operand_emin(const exmy_operand_quant *q);
+/* The same for an operand quantized per q whose per-tensor scale was s, the
+ * one the hardware's codes c = Q(x s) carry: with TENSOR or DELAYED scaling
+ * and pow2 (exmy_accum_pow2_scaled), the format's emin - log2 s
+ * (exmy_accum_scaled_emin in lib/accum_core.h: then the model on y = c / s
+ * is the tensor core's on c, clamped at the format's emin, times 1/s); -126
+ * where that falls outside -149 .. 127.  Other scaled recipes: -126, not
+ * the hardware's (it would accumulate the codes and apply 1/s after);
+ * unscaled: as exmy_accum_operand_emin. */
+int exmy_accum_operand_emin_scaled(const exmy_operand_quant *q, float s);
+/* Whether q is enabled with per-tensor TENSOR or DELAYED scaling and pow2:
+ * the operands whose emin follows their scale. */
+bool exmy_accum_pow2_scaled(const exmy_operand_quant *q);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,8 @@
 #include <cuda_fp8.h>
 #include <math.h>
 
+#include "lib/accum_core.h"
+
 namespace exmy_gpu {
 
 /* Whether s = 2^k with |k| <= 32: then c = y s and y = c / s are exact, and
@@ -19,13 +21,21 @@ __host__ __device__ inline bool fp8_scale_ok(float s) {
   return k >= -32 && k <= 32 && s == ldexpf(1.0f, k);
 }
 
+/* The emin the model clamps a slot's values at: model_emin, or for a
+ * pow2-scaled operand (scaled_emin) the format's emin model_emin shifted by
+ * its scale s, exmy_accum_scaled_emin (as the emulation computes it). */
+__host__ __device__ inline int fp8_model_emin(int model_emin, bool scaled_emin, float s) {
+  return scaled_emin ? exmy_accum_scaled_emin(model_emin, s) : model_emin;
+}
+
 /* *code = the FP8 code of y s (E4M3 or E5M2), for a slot value y = Q(x s) / s
  * (s = 1, inv = 1: unscaled); true if the model on y is the model on the
  * codes shifted: y s is exactly a finite code, y = code / s exactly, and the
- * model's clamp of y's exponent at model_emin (exmy_accum_operand_emin) is
- * the tensor core's clamp of the code's at the format's emin: the same for an
- * unscaled operand, and for a scaled one (float32's emin) only where the
- * code is not an FP8 subnormal. */
+ * model's clamp of y's exponent at model_emin (fp8_model_emin) is the tensor
+ * core's clamp of the code's at the format's emin: always for an unscaled
+ * operand and for a pow2-scaled one (the format's emin - log2 s, |log2 s| <=
+ * 32), subnormal codes included; with float32's emin (a scale the model does
+ * not follow) only where the code is not an FP8 subnormal. */
 template <bool E4M3>
 __host__ __device__ inline bool fp8_code_of(float y, float s, float inv, int fmt_emin,
                                             int model_emin, __nv_fp8_storage_t *code) {

@@ -571,15 +571,32 @@ static void along_k_stats(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_oper
   else blocks_stats(g, o, q, transpose, rows, k);
 }
 
+/* The emin of operand o of `site` in its model, as tq_site_accum gives it on
+ * the CPU: for a slot quantized with a power-of-two per-tensor scale, its
+ * format's emin, and *scale = the slot's device scale, from which the
+ * kernels take exmy_accum_scaled_emin (format emin - log2 s); else *scale =
+ * NULL and exmy_accum_operand_emin. */
+static int operand_emin(const gtq_ctx *g, int site, const gtq_operand &o, const float **scale) {
+  const exmy_operand_quant *q = o.site == site ? &g->host[site].op[o.use] : nullptr;
+  *scale = nullptr;
+  if (exmy_accum_pow2_scaled(q) && o.qscale) {
+    *scale = o.qscale;
+    return q->format.emin;
+  }
+  return exmy_accum_operand_emin(q);
+}
+
 /* The site's accumulation model, if the GEMM of a and b has one, into *out:
- * emin_a / emin_b those of the two operands' formats, as model.c sets them. */
+ * emin_a / emin_b those of the two operands' formats, as model.c sets them;
+ * *sa / *sb the device scales they follow (operand_emin). */
 static const exmy_accum_model *accum_of(const gtq_ctx *g, const gtq_operand &a,
-                                        const gtq_operand &b, exmy_accum_model *out) {
+                                        const gtq_operand &b, exmy_accum_model *out,
+                                        const float **sa, const float **sb) {
   const int site = a.site >= 0 ? a.site : b.site;
   if (site < 0 || site >= g->n_sites || !accumulates(g->host[site])) return nullptr;
   *out = g->host[site].accum;
-  out->emin_a = exmy_accum_operand_emin(a.site == site ? &g->host[site].op[a.use] : nullptr);
-  out->emin_b = exmy_accum_operand_emin(b.site == site ? &g->host[site].op[b.use] : nullptr);
+  out->emin_a = operand_emin(g, site, a, sa);
+  out->emin_b = operand_emin(g, site, b, sb);
   return out;
 }
 
@@ -591,12 +608,12 @@ static const exmy_accum_model *accum_of(const gtq_ctx *g, const gtq_operand &a,
  * 2^-(ka+kb) times the model on the codes: every product, alignment
  * exponent and truncation point moves by the same power of two, and the
  * codes' sums (nonzero ones between 2^-33 and 2^56) stay float32 normals
- * after the shift, so no float32 rounding of the model changes.  Except
- * the clamp of an input's exponent at emin: the model takes the format's
- * emin for an unscaled operand (as the tensor core does) but float32's for
- * a scaled one, so an FP8 subnormal code (or a float32 subnormal y) of a
- * scaled operand would be aligned differently; such a GEMM runs the
- * emulation.  Applying 1/s through cuBLASLt's scale pointers and alpha is
+ * after the shift, so no float32 rounding of the model changes.  The clamp
+ * of an input's exponent at emin moves with them: the model clamps an
+ * unscaled operand at its format's emin and a pow2-scaled one at the
+ * format's emin - k (operand_emin, computed from the device s), where the
+ * tensor core clamps the codes at the format's emin, so FP8-subnormal codes
+ * take this path too.  Applying 1/s through cuBLASLt's scale pointers and alpha is
  * one rounding of the same real alpha · dot as the model's __fmul_rn
  * (powers of two between 2^-64 and 2^64 commute with rounding away from
  * subnormals).  beta != 0: cuBLASLt's epilogue may fuse alpha acc + beta C
@@ -625,14 +642,16 @@ bool same_accum(const exmy_accum_model &a, const exmy_accum_model &b) {
  * x (leading dimension ld) as is or transposed (TRANS: x is k x rows), by
  * 32 x 32 tiles; *inv = 1 / s.  *flag = 1 where s is not 2^k with |k| <=
  * 32, or a value y is not exactly c / s for a code c, or the model's clamp
- * of y's exponent at model_emin differs from the tensor core's of c's at
- * the format's emin. */
+ * of y's exponent at its emin differs from the tensor core's of c's at the
+ * format's emin.  The model's emin: model_emin, or with scaled_emin
+ * exmy_accum_scaled_emin(model_emin, s), as the emulation takes it. */
 template <bool E4M3, bool TRANS>
 __global__ void k_fp8_codes(const float *__restrict__ x, long ld, size_t rows, size_t k,
-                            const float *scale, int fmt_emin, int model_emin,
+                            const float *scale, int fmt_emin, int model_emin, bool scaled_emin,
                             __nv_fp8_storage_t *__restrict__ out, float *inv, int *flag) {
   __shared__ float tile[32][33];
   const float s = scale ? *scale : 1.0f, is = __fdiv_rn(1.0f, s);
+  model_emin = exmy_gpu::fp8_model_emin(model_emin, scaled_emin, s);
   bool bad = !exmy_gpu::fp8_scale_ok(s);
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) *inv = is;
   const size_t p0 = (size_t)blockIdx.x * 32;
@@ -672,13 +691,17 @@ __global__ void k_accum_beta(const int *flag, const float *__restrict__ r, size_
 }
 
 /* Where flagged: exmy_cuda_qgemm_accum's k_accum_gemm on the operands as
- * they lie (op(A) row i and op(B) column j by strides), its epilogue. */
+ * they lie (op(A) row i and op(B) column j by strides), its epilogue; the
+ * emin of an operand with a scale pointer follows it (operand_emin). */
 __global__ void k_accum_gemm_if(const int *flag, exmy_accum_model model, bool ta, bool tb,
                                 size_t m, size_t n, int k, float alpha,
                                 const float *__restrict__ a, long lda,
                                 const float *__restrict__ b, long ldb, float beta,
-                                float *__restrict__ c, size_t ldc) {
+                                float *__restrict__ c, size_t ldc, const float *scale_a,
+                                const float *scale_b) {
   if (!*flag) return;
+  if (scale_a) model.emin_a = exmy_accum_scaled_emin(model.emin_a, *scale_a);
+  if (scale_b) model.emin_b = exmy_accum_scaled_emin(model.emin_b, *scale_b);
   for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m * n;
        e += (size_t)gridDim.x * blockDim.x) {
     const size_t i = e / n, j = e % n;
@@ -774,17 +797,20 @@ const LtPlan &lt_plan(AccumFast &f, int m, int n, int k, bool e4m3_a, bool e4m3_
 
 /* The operand of an FP8 GEMM: where its values lie, its format (1 E4M3,
  * 2 E5M2), its device s (NULL: unscaled) and the emin the model clamps its
- * exponents at. */
+ * exponents at (scaled_emin: exmy_accum_scaled_emin(model_emin, s)). */
 struct Fp8Operand {
   const float *ptr;
   long ld;
   int kind;
   const float *scale;
   int model_emin;
+  bool scaled_emin;
 };
 
-/* Whether operand o of site `site` can feed the FP8 GEMM; fills *out. */
-bool fp8_operand(const gtq_ctx *g, const gtq_operand &o, int model_emin, Fp8Operand *out) {
+/* Whether operand o of site `site` can feed the FP8 GEMM; fills *out.
+ * emin_scale: the scale the model's emin follows (operand_emin), or NULL. */
+bool fp8_operand(const gtq_ctx *g, const gtq_operand &o, int model_emin,
+                 const float *emin_scale, Fp8Operand *out) {
   if (o.mx || o.bf16 || o.site < 0 || o.site >= g->n_sites) return false;
   const exmy_operand_quant &q = g->host[o.site].op[o.use];
   if (!q.enabled) return false;
@@ -801,7 +827,9 @@ bool fp8_operand(const gtq_ctx *g, const gtq_operand &o, int model_emin, Fp8Oper
     default:
       return false;
   }
-  *out = {(const float *)o.ptr, o.ld, kind, o.qscale, model_emin};
+  /* the emin follows the very scale the codes are made with */
+  if (emin_scale && emin_scale != o.qscale) return false;
+  *out = {(const float *)o.ptr, o.ld, kind, o.qscale, model_emin, emin_scale != nullptr};
   return true;
 }
 
@@ -813,7 +841,7 @@ void launch_fp8_codes(const Fp8Operand &o, bool transpose, size_t rows, size_t k
   const bool e4m3 = o.kind == 1;
 #define EXMY_FP8_CODES(E, T)                                                                \
   k_fp8_codes<E, T><<<grid, block, 0, st>>>(o.ptr, o.ld, rows, k, o.scale, fmt_emin,        \
-                                            o.model_emin, out, inv, flag)
+                                            o.model_emin, o.scaled_emin, out, inv, flag)
   if (e4m3 && transpose) EXMY_FP8_CODES(true, true);
   else if (e4m3) EXMY_FP8_CODES(true, false);
   else if (transpose) EXMY_FP8_CODES(false, true);
@@ -830,7 +858,8 @@ void launch_fp8_codes(const Fp8Operand &o, bool transpose, size_t rows, size_t k
  * code, the emulation overwrites the result, in stream order. */
 static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
                            const gtq_operand &a, const gtq_operand &b, float beta, float *c,
-                           long ldc, const exmy_accum_model &model) {
+                           long ldc, const exmy_accum_model &model, const float *sa,
+                           const float *sb) {
   AccumFast &f = g->accum;
   if (f.emulate || m <= 0 || n <= 0 || k <= 0 || k % 16 || ldc < n) return false;
   const bool fast = same_accum(model, f.hopper);
@@ -838,7 +867,7 @@ static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
   /* alpha between 2^-16 and 2^16: alpha 2^-(ka+kb) and the result stay normal */
   if (!(fabsf(alpha) >= 1.0f / 65536.0f && fabsf(alpha) <= 65536.0f)) return false;
   Fp8Operand oa, ob;
-  if (!fp8_operand(g, a, model.emin_a, &oa) || !fp8_operand(g, b, model.emin_b, &ob))
+  if (!fp8_operand(g, a, model.emin_a, sa, &oa) || !fp8_operand(g, b, model.emin_b, sb, &ob))
     return false;
   if (oa.kind == 2 && ob.kind == 2) return false; /* cuBLASLt has no E5M2 x E5M2 */
   cudaStream_t st = g->stream;
@@ -884,7 +913,7 @@ static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
   k_accum_gemm_if<<<grid_for(M * N), 256, 0, st>>>(f.flag, model, ta, tb, M, N, k, alpha,
                                                    (const float *)a.ptr, a.ld,
                                                    (const float *)b.ptr, b.ld, beta, c,
-                                                   (size_t)ldc);
+                                                   (size_t)ldc, sa, sb);
   k_accum_count<<<1, 1, 0, st>>>(f.flag, f.counts);
   gtq_check(cudaGetLastError(), "FP8 GEMM epilogue");
   return true;
@@ -907,7 +936,8 @@ extern "C" void gtq_accum_paths(gtq_ctx *g, unsigned long long *fast,
 extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
                          gtq_operand a, gtq_operand b, float beta, float *c, long ldc) {
   exmy_accum_model accum;
-  const exmy_accum_model *model = accum_of(g, a, b, &accum);
+  const float *sa = nullptr, *sb = nullptr;
+  const exmy_accum_model *model = accum_of(g, a, b, &accum, &sa, &sb);
   if (model || a.mx || b.mx) {
     /* operands quantized along K are quantized here, at every use; under an
      * accumulation model the others are float32 (the site is off the BF16 path) */
@@ -916,12 +946,12 @@ extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, floa
     if (g->collect && a.mx) along_k_stats(g, a, qa, ta, m, k);  /* op(A) as m x k */
     if (g->collect && b.mx) along_k_stats(g, b, qb, !tb, n, k); /* op(B)^T as n x k */
     if (model) {
-      if (accum_fp8_gemm(g, ta, tb, m, n, k, alpha, a, b, beta, c, ldc, *model)) return;
+      if (accum_fp8_gemm(g, ta, tb, m, n, k, alpha, a, b, beta, c, ldc, *model, sa, sb)) return;
       g->accum.emulated++;
-      gtq_check(exmy_cuda_qgemm_accum(g->mx, ta, tb, m, n, k, alpha, (const float *)a.ptr, a.ld,
-                                      a.mx ? &qa : nullptr, (const float *)b.ptr, b.ld,
-                                      b.mx ? &qb : nullptr, beta, c, ldc, nullptr, model,
-                                      g->stream),
+      gtq_check(exmy_cuda_qgemm_accum_scaled(g->mx, ta, tb, m, n, k, alpha, (const float *)a.ptr,
+                                             a.ld, a.mx ? &qa : nullptr, sa, (const float *)b.ptr,
+                                             b.ld, b.mx ? &qb : nullptr, sb, beta, c, ldc,
+                                             nullptr, model, g->stream),
                 "exmy_cuda_qgemm_accum");
     } else if (mx_bf16_candidate(g, a, qa, b, qb, m, n, k))
       mx_gemm_bf16(g, ta, tb, m, n, k, alpha, a, qa, b, qb, beta, c, ldc);
@@ -956,7 +986,8 @@ extern "C" void gtq_gemm_batched(gtq_ctx *g, bool ta, bool tb, int m, int n, int
                                  float beta, float *c, long ldc, gtq_stride sc, int nb, int nh) {
   if (a.mx || b.mx) gtq_check(cudaErrorNotSupported, "MX-quantized attention products on the GPU");
   exmy_accum_model accum;
-  if (const exmy_accum_model *model = accum_of(g, a, b, &accum)) {
+  const float *ea = nullptr, *eb = nullptr; /* the scales the emins follow */
+  if (const exmy_accum_model *model = accum_of(g, a, b, &accum, &ea, &eb)) {
     /* one GEMM per matrix, in the CPU's (batch, head) order: cuBLASLt's FP8
      * GEMM where it computes the model, else exmy_cuda_qgemm_accum */
     const size_t e = sizeof(float);
@@ -966,15 +997,15 @@ extern "C" void gtq_gemm_batched(gtq_ctx *g, bool ta, bool tb, int m, int n, int
         am.ptr = (const char *)a.ptr + (bi * sa.sb + (h / sa.div) * sa.sh) * e;
         bm.ptr = (const char *)b.ptr + (bi * sb.sb + (h / sb.div) * sb.sh) * e;
         if (accum_fp8_gemm(g, ta, tb, m, n, k, alpha, am, bm, beta, c + bi * sc.sb + h * sc.sh,
-                           ldc, *model))
+                           ldc, *model, ea, eb))
           continue;
         g->accum.emulated++;
-        gtq_check(exmy_cuda_qgemm_accum(
+        gtq_check(exmy_cuda_qgemm_accum_scaled(
                       g->mx, ta, tb, m, n, k, alpha,
                       (const float *)((const char *)a.ptr + (bi * sa.sb + (h / sa.div) * sa.sh) * e),
-                      a.ld, nullptr,
+                      a.ld, nullptr, ea,
                       (const float *)((const char *)b.ptr + (bi * sb.sb + (h / sb.div) * sb.sh) * e),
-                      b.ld, nullptr, beta, c + bi * sc.sb + h * sc.sh, ldc, nullptr, model,
+                      b.ld, nullptr, eb, beta, c + bi * sc.sb + h * sc.sh, ldc, nullptr, model,
                       g->stream),
                   "exmy_cuda_qgemm_accum (batched)");
       }

@@ -10,6 +10,7 @@
 #include "cpu/exmy_cpu.h"
 
 const char *const tq_use_names[USES_PER_SITE] = {"fwd_x", "fwd_w", "dx_dy", "dx_w", "dw_dy", "dw_x"};
+const int tq_use_slot[USES_PER_SITE] = {SLOT_X, SLOT_W, SLOT_DY, SLOT_W, SLOT_DY, SLOT_X};
 
 bool tq_collect_stats = false;
 uint64_t tq_sr_counter = 0;
@@ -63,8 +64,9 @@ const float *tq_operand_for_gemm(tq_site *site, int use, int slot, bool fill, co
     }
     exmy_operand_quant tmp;
     const exmy_operand_quant *p = prepare(op, &tmp, n);
-    if (exmy_quantize_scaled_f32(&p->format, &p->round, &p->scaling, p->delayed, src, c->data,
-                                 (size_t)rows, (size_t)cols, p->stats)) {
+    if (exmy_quantize_scaled_f32_used(&p->format, &p->round, &p->scaling, p->delayed, src,
+                                      c->data, (size_t)rows, (size_t)cols, p->stats,
+                                      &c->scale)) {
       fprintf(stderr, "exmy_quantize_scaled_f32 failed\n");
       exit(1);
     }
@@ -78,6 +80,7 @@ void tq_site_free_caches(tq_site *site) {
     free(site->cache[i].data);
     site->cache[i].data = NULL;
     site->cache[i].cap = 0;
+    site->cache[i].scale = 0.0f;
   }
 }
 
@@ -101,10 +104,17 @@ int tq_select_gemm(const char *name) {
   return 0;
 }
 
+/* A cached operand's emin follows the scale of its slot. */
+static int operand_emin(const tq_site *site, int use) {
+  const exmy_operand_quant *q = &site->op[use];
+  if (!exmy_accum_pow2_scaled(q)) return exmy_accum_operand_emin(q);
+  return exmy_accum_operand_emin_scaled(q, site->cache[tq_use_slot[use]].scale);
+}
+
 exmy_accum_model tq_site_accum(const tq_site *site, int ua, int ub) {
   exmy_accum_model accum = site->accum;
-  accum.emin_a = exmy_accum_operand_emin(&site->op[ua]);
-  accum.emin_b = exmy_accum_operand_emin(&site->op[ub]);
+  accum.emin_a = operand_emin(site, ua);
+  accum.emin_b = operand_emin(site, ub);
   return accum;
 }
 

@@ -37,8 +37,14 @@ extern const char *const tq_use_names[USES_PER_SITE];
 typedef struct {
   float *data;
   size_t cap;
+  /* the per-tensor scale the copy was quantized with (1 unscaled): the
+   * accumulation model's emin of a power-of-two-scaled operand follows it */
+  float scale;
 } tq_cache;
 enum { SLOT_X, SLOT_W, SLOT_DY, SLOTS_PER_SITE };
+/* The slot each use reads: X for fwd_x and dw_x, W for fwd_w and dx_w, dY
+ * for dx_dy and dw_dy (model.c's linear and attention products). */
+extern const int tq_use_slot[USES_PER_SITE];
 
 /* The operands of one GEMM site (a linear layer, or an attention product:
  * for S = Q K^T, x = Q and w = K; for O = P V, x = P and w = V). */
@@ -86,7 +92,11 @@ void tq_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
 
 /* The accumulation model of the site's GEMM of its uses ua and ub: the
  * site's `accum`, with emin_a / emin_b those of the two operands' formats
- * (exmy_accum_operand_emin), as both trainers pass it to their GEMMs. */
+ * (exmy_accum_operand_emin), as both trainers pass it to their GEMMs; for an
+ * operand cached with a power-of-two per-tensor scale s (TENSOR or DELAYED
+ * with pow2), its format's emin - log2 s (exmy_accum_operand_emin_scaled,
+ * s of the slot's last fill: call it after the operands of this GEMM are
+ * prepared), where the tensor core clamps the codes. */
 exmy_accum_model tq_site_accum(const tq_site *site, int ua, int ub);
 
 /* The float32 GEMM under tq_gemm, for the whole process (the `gemm` key):

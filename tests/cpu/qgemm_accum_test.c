@@ -192,6 +192,77 @@ START_TEST(test_avx512_kernel_scope) {
 }
 END_TEST
 
+/* Operands scaled per tensor by powers of two (A: DELAYED, B: TENSOR, pow2)
+ * with many FP8-subnormal codes: exmy_qgemm_accum sets their emin from the
+ * scales it uses (whatever the model says), so that C is the hopper presets
+ * on the codes c = y s with the formats' emin, as the tensor core computes
+ * them, times 2^-(ka+kb), bit for bit. */
+START_TEST(test_pow2_scaled_operands_are_the_codes) {
+  const size_t m = 7, n = 5, k = 320;
+  float *a = malloc(m * k * sizeof *a), *b = malloc(n * k * sizeof *b), *c = malloc(m * n * 4);
+  float *ya = malloc(m * k * sizeof *a), *yb = malloc(n * k * sizeof *b);
+  uint64_t st = 99;
+  for (size_t i = 0; i < m * k + n * k; i++) {
+    st = st * 6364136223846793005ull + 1442695040888963407ull;
+    const double v = ldexp(1.0 + (double)(st >> 40) / (1 << 24), -(int)(st >> 59) - (int)(st >> 33 & 7));
+    *(i < m * k ? &a[i] : &b[i - m * k]) = (float)((st >> 20 & 1) ? -v : v);
+  }
+  for (size_t p = 0; p < k; p++) a[p] *= 0x1p-12f; /* row 0 of A: subnormal codes only */
+  for (int preset = 0; preset < 2; preset++) {
+    exmy_accum_model model;
+    ck_assert_int_eq(exmy_accum_model_parse(preset ? "hopper-split" : "hopper", &model), 0);
+    model.emin_a = model.emin_b = -126; /* exmy_accum_operand_emin's: replaced */
+    exmy_operand_quant qa = {.enabled = true}, qb = {.enabled = true};
+    ck_assert_int_eq(exmy_format_parse("float8_e4m3fn", &qa.format), 0);
+    ck_assert_int_eq(exmy_format_parse(preset ? "float8_e4m3fn" : "float8_e5m2", &qb.format), 0);
+    qa.scaling.kind = EXMY_SCALING_DELAYED, qb.scaling.kind = EXMY_SCALING_TENSOR;
+    qa.scaling.pow2 = qb.scaling.pow2 = true;
+    exmy_delayed_state *d1 = exmy_delayed_state_new(4), *d2 = exmy_delayed_state_new(4);
+    d1->scale = d2->scale = 32.0f, d1->scale_inv = d2->scale_inv = 1.0f / 32;
+    qa.delayed = d1;
+    /* A m x k as is, B given as n x k (trans_b): both K contiguous */
+    ck_assert_int_eq(exmy_qgemm_accum(false, true, m, n, k, 0.5f, a, k, &qa, b, k, &qb, 0.0f, c,
+                                      n, NULL, &model), 0);
+    float sa = 0, sb = 0;
+    ck_assert_int_eq(exmy_quantize_scaled_f32_used(&qa.format, &qa.round, &qa.scaling, d2, a, ya,
+                                                   m, k, NULL, &sa), 0);
+    ck_assert_int_eq(exmy_quantize_scaled_f32_used(&qb.format, &qb.round, &qb.scaling, NULL, b,
+                                                   yb, n, k, NULL, &sb), 0);
+    ck_assert(sa == 32.0f && sb >= 256.0f && sb == ldexpf(1.0f, ilogbf(sb)));
+    size_t subnormal = 0;
+    for (size_t i = 0; i < m * k; i++) { /* the codes, in place */
+      ya[i] *= sa;
+      subnormal += ya[i] != 0 && fabsf(ya[i]) < 0x1p-6f;
+    }
+    for (size_t i = 0; i < n * k; i++) {
+      yb[i] *= sb;
+      subnormal += yb[i] != 0 && fabsf(yb[i]) < (preset ? 0x1p-6f : 0x1p-14f);
+    }
+    ck_assert_uint_gt(subnormal, 50);
+    exmy_accum_model hw = model;
+    hw.emin_a = qa.format.emin, hw.emin_b = qb.format.emin;
+    const int shift = -ilogbf(sa) - ilogbf(sb);
+    size_t differ = 0; /* from the model with float32's emin */
+    exmy_accum_model f32 = model;
+    for (size_t i = 0; i < m; i++)
+      for (size_t j = 0; j < n; j++) {
+        const float want = 0.5f * ldexpf(exmy_accum_dot(&hw, ya + i * k, 1, yb + j * k, 1, (int)k),
+                                         shift);
+        ck_assert_msg(same(c[i * n + j], want), "preset %d C[%zu][%zu] = %a, want %a", preset, i,
+                      j, c[i * n + j], want);
+        float ra[320], rb[320];
+        for (size_t p = 0; p < k; p++) ra[p] = ya[i * k + p] / sa, rb[p] = yb[j * k + p] / sb;
+        differ += !same(0.5f * exmy_accum_dot(&f32, ra, 1, rb, 1, (int)k), want);
+      }
+    ck_assert_uint_gt(differ, 0);
+    printf("pow2-scaled operands, preset %d: %zu subnormal codes, %zu of %zu elements differ "
+           "under float32's emin\n", preset, subnormal, differ, m * n);
+    exmy_delayed_state_free(d1), exmy_delayed_state_free(d2);
+  }
+  free(a), free(b), free(c), free(ya), free(yb);
+}
+END_TEST
+
 START_TEST(test_bad_arguments) {
   float a[4] = {1, 2, 3, 4}, b[4] = {1, 1, 1, 1}, c[4] = {7, 7, 7, 7};
   const exmy_accum_model bad = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 100, 0};
@@ -205,6 +276,7 @@ END_TEST
 
 int main(void) {
   const TTest *tests[] = {test_against_core, test_avx512_kernel_against_core,
-                         test_avx512_kernel_scope, test_bad_arguments, NULL};
+                         test_avx512_kernel_scope, test_pow2_scaled_operands_are_the_codes,
+                         test_bad_arguments, NULL};
   return run_suite(suite_of("qgemm_accum", 120, tests), true);
 }

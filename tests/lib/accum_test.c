@@ -307,16 +307,49 @@ START_TEST(test_model_names) {
   ck_assert_int_eq(exmy_accum_operand_emin(&q), -14);
   q.scaling.kind = EXMY_SCALING_TENSOR;
   ck_assert_int_eq(exmy_accum_operand_emin(&q), -126);
+  /* with its scale s = 2^k: the format's emin - k for pow2 TENSOR / DELAYED */
+  ck_assert(!exmy_accum_pow2_scaled(&q));
+  ck_assert_int_eq(exmy_accum_operand_emin_scaled(&q, 8.0f), -126); /* not pow2 */
+  q.scaling.pow2 = true;
+  ck_assert(exmy_accum_pow2_scaled(&q));
+  ck_assert_int_eq(exmy_accum_operand_emin(&q), -126); /* s unknown */
+  ck_assert_int_eq(exmy_accum_operand_emin_scaled(&q, 8.0f), -17);
+  ck_assert_int_eq(exmy_accum_operand_emin_scaled(&q, 0x1p-20f), 6);
+  q.scaling.kind = EXMY_SCALING_DELAYED;
+  ck_assert_int_eq(exmy_accum_operand_emin_scaled(&q, 1.0f), -14);
+  q.scaling.kind = EXMY_SCALING_GROUP; /* a scale per group: not placed */
+  ck_assert(!exmy_accum_pow2_scaled(&q));
+  ck_assert_int_eq(exmy_accum_operand_emin_scaled(&q, 8.0f), -126);
+  q.scaling.kind = EXMY_SCALING_NONE;
+  ck_assert_int_eq(exmy_accum_operand_emin_scaled(&q, 8.0f), -14); /* s ignored */
+  q.enabled = false;
+  ck_assert_int_eq(exmy_accum_operand_emin_scaled(&q, 8.0f), -126);
+  ck_assert_int_eq(exmy_accum_operand_emin_scaled(NULL, 8.0f), -126);
+  /* exmy_accum_scaled_emin: a positive finite power of two, the result in range */
+  ck_assert_int_eq(exmy_accum_scaled_emin(-6, 1.0f), -6);
+  ck_assert_int_eq(exmy_accum_scaled_emin(-6, 0x1p127f), -133);
+  ck_assert_int_eq(exmy_accum_scaled_emin(-14, 0x1p127f), -141);
+  ck_assert_int_eq(exmy_accum_scaled_emin(-6, 0x1p-133f), 127);
+  ck_assert_int_eq(exmy_accum_scaled_emin(-6, 0x1p-134f), -126); /* 128: out of range */
+  ck_assert_int_eq(exmy_accum_scaled_emin(-14, 0x1p-149f), -126); /* 135 */
+  ck_assert_int_eq(exmy_accum_scaled_emin(-149, 0x1p-2f), -147);
+  ck_assert_int_eq(exmy_accum_scaled_emin(-149, 2.0f), -126); /* -150 */
+  const float odd[] = {0.0f, -0.0f, -8.0f, 3.0f, 0x1.000002p3f, INFINITY, -INFINITY, NAN,
+                       0x1.8p-140f};
+  for (size_t i = 0; i < sizeof odd / sizeof *odd; i++)
+    ck_assert_int_eq(exmy_accum_scaled_emin(-6, odd[i]), -126);
 }
 END_TEST
 
 /* What the GPU trainer's FP8 fast path (experiments/gpu/gemm.cu) relies on:
  * the hopper presets on codes c (the formats' emin, as the tensor core
- * aligns) scaled by 2^-(ka+kb) are the presets on y = c 2^-k with emin
- * shifted by -k, for |k| <= 32; with float32's emin (what a scaled operand
- * gets from exmy_accum_operand_emin) only where no code is subnormal: a
- * subnormal input that sets its group's alignment exponent is clamped up by
- * the tensor core and not by that model. */
+ * aligns) scaled by 2^-(ka+kb) are, bit for bit, the presets on y = c 2^-k
+ * with the emin that a pow2-scaled operand gets from its scale s = 2^k
+ * (exmy_accum_operand_emin_scaled: the format's emin - k), for |k| <= 32,
+ * subnormal codes included; with float32's emin (a scale not known, or not
+ * a power of two) only where no code is subnormal: a subnormal input that
+ * sets its group's alignment exponent is clamped up by the tensor core and
+ * not by that model. */
 static float fp8_code(int e4m3, int subnormals) {
   const int M = e4m3 ? 3 : 2, emin = e4m3 ? -6 : -14, emax = e4m3 ? 8 : 15;
   for (;;) {
@@ -348,7 +381,18 @@ START_TEST(test_hopper_scale_invariance) {
         }
         exmy_accum_model hw = presets[pi], shifted, f32;
         hw.emin_a = -6, hw.emin_b = e4m3_b ? -6 : -14;
-        shifted = hw, shifted.emin_a -= ka, shifted.emin_b -= kb;
+        exmy_operand_quant qa = {0}, qb = {0};
+        qa.enabled = qb.enabled = true;
+        qa.scaling.kind = EXMY_SCALING_DELAYED, qb.scaling.kind = EXMY_SCALING_TENSOR;
+        qa.scaling.pow2 = qb.scaling.pow2 = true;
+        ck_assert_int_eq(exmy_format_parse("float8_e4m3fn", &qa.format), 0);
+        ck_assert_int_eq(exmy_format_parse(e4m3_b ? "float8_e4m3fn" : "float8_e5m2", &qb.format),
+                         0);
+        shifted = hw;
+        shifted.emin_a = exmy_accum_operand_emin_scaled(&qa, ldexpf(1.0f, ka));
+        shifted.emin_b = exmy_accum_operand_emin_scaled(&qb, ldexpf(1.0f, kb));
+        ck_assert_int_eq(shifted.emin_a, hw.emin_a - ka);
+        ck_assert_int_eq(shifted.emin_b, hw.emin_b - kb);
         f32 = hw, f32.emin_a = f32.emin_b = -126;
         const float want = ldexpf(exmy_accum_dot(&hw, a, 1, b, 1, k), -(ka + kb));
         ck_assert_msg(same(exmy_accum_dot(&shifted, ya, 1, yb, 1, k), want),
@@ -364,6 +408,19 @@ START_TEST(test_hopper_scale_invariance) {
   hw.emin_a = -6, hw.emin_b = -14, f32.emin_a = f32.emin_b = -126;
   ck_assert_float_eq(exmy_accum_dot(&hw, sa, 1, sb, 1, 2), 64.0f);
   ck_assert_float_eq(exmy_accum_dot(&f32, sa, 1, sb, 1, 2), 64.0234375f);
+  /* the same codes as y = c / 2^3 (A) and c / 2^-2 (B): the emin that
+   * follows the scales gives the hardware's 64 · 2^-(3-2) */
+  const float ya2[2] = {sa[0] / 8, sa[1] / 8}, yb2[2] = {sb[0] * 4, sb[1] * 4};
+  exmy_operand_quant qa = {0}, qb = {0};
+  qa.enabled = qb.enabled = true;
+  qa.scaling.kind = qb.scaling.kind = EXMY_SCALING_DELAYED;
+  qa.scaling.pow2 = qb.scaling.pow2 = true;
+  ck_assert_int_eq(exmy_format_parse("float8_e4m3fn", &qa.format), 0);
+  ck_assert_int_eq(exmy_format_parse("float8_e5m2", &qb.format), 0);
+  exmy_accum_model scaled = presets[0];
+  scaled.emin_a = exmy_accum_operand_emin_scaled(&qa, 8.0f);
+  scaled.emin_b = exmy_accum_operand_emin_scaled(&qb, 0.25f);
+  ck_assert_float_eq(exmy_accum_dot(&scaled, ya2, 1, yb2, 1, 2), 32.0f);
   printf("hopper presets: %d dot products scale by 2^-(ka+kb) with emin shifted by -k\n", cases);
 }
 END_TEST

@@ -1,8 +1,10 @@
 /* experiments/gpu/fp8_codes.cuh on the host (no GPU needed): every E4M3 and
  * E5M2 code c, scaled slot values y = c 2^-k for k in [-40, 40]: unscaled,
  * every finite code comes back (±0 included) and NaN / Inf do not; scaled
- * (the model's float32 emin), exactly the codes that are not subnormal, for
- * |k| <= 32; never a value off the grid, out of range, or not exactly code
+ * by 2^k, |k| <= 32, with the model's emin following the scale
+ * (fp8_model_emin: the format's emin - k), every finite code, subnormals
+ * included; with float32's emin (a scale the model does not follow), exactly
+ * the codes that are not subnormal; never a value off the grid, out of range, or not exactly code
  * times 2^-k; the scale check takes powers of two 2^-32 .. 2^32 only. */
 #include <math.h>
 #include <stdio.h>
@@ -26,7 +28,7 @@ template <bool E4M3>
 static void check_format() {
   const __nv_fp8_interpretation_t kind = E4M3 ? __NV_E4M3 : __NV_E5M2;
   const int fmt_emin = E4M3 ? -6 : -14, man = E4M3 ? 3 : 2;
-  long accepted = 0;
+  long accepted = 0, shifted_accepted = 0;
   for (int k = -40; k <= 40; k++) {
     const float s = ldexpf(1.0f, k), inv = ldexpf(1.0f, -k);
     EXPECT(exmy_gpu::fp8_scale_ok(s) == (k >= -32 && k <= 32), "k %d", k);
@@ -42,7 +44,17 @@ static void check_format() {
         EXPECT(ok == finite, "unscaled code 0x%02x (%g)", code, c);
         if (ok) EXPECT(got == code, "unscaled code 0x%02x gave 0x%02x", code, got);
       }
-      /* scaled: float32's emin */
+      /* pow2-scaled, the model's emin following s: every finite code */
+      const int shifted = exmy_gpu::fp8_model_emin(fmt_emin, true, s);
+      if (k >= -32 && k <= 32) {
+        EXPECT(shifted == fmt_emin - k, "k %d: emin %d", k, shifted);
+        const bool ok2 = exmy_gpu::fp8_code_of<E4M3>(y, s, inv, fmt_emin, shifted, &got);
+        EXPECT(ok2 == finite, "k %d code 0x%02x (%g), emin %d", k, code, c, shifted);
+        if (ok2) EXPECT(got == code, "k %d code 0x%02x gave 0x%02x", k, code, got);
+        shifted_accepted += ok2;
+      }
+      EXPECT(exmy_gpu::fp8_model_emin(-126, false, s) == -126, "k %d", k);
+      /* scaled, float32's emin (a scale the model does not follow) */
       const bool ok = exmy_gpu::fp8_code_of<E4M3>(y, s, inv, fmt_emin, -126, &got);
       EXPECT(ok == (finite && !sub), "k %d code 0x%02x (%g)", k, code, c);
       if (ok) {
@@ -74,7 +86,8 @@ static void check_format() {
              !exmy_gpu::fp8_scale_ok(NAN) && !exmy_gpu::fp8_scale_ok(-2.0f) &&
              !exmy_gpu::fp8_scale_ok(3.0f),
          "scale check");
-  printf("%s: %ld scaled codes accepted\n", E4M3 ? "E4M3" : "E5M2", accepted);
+  printf("%s: %ld scaled codes accepted under float32's emin, %ld under the shifted emin\n",
+         E4M3 ? "E4M3" : "E5M2", accepted, shifted_accepted);
 }
 
 int main() {

@@ -665,13 +665,16 @@ END_TEST
 /* ------------------------------------------- the accumulate key's models */
 
 START_TEST(accumulate_gemms_bit_identical) {
-  static const char *const models[] = {"hopper", "hopper-split",
+  /* with pow2 scales the models' emin follows each slot's device scale */
+  static const char *const models[] = {"hopper", "hopper-split", "hopper",
                                         "group:16,bits:20,sum:22,round:nearest,align:0"};
+  static const char *const pow2[] = {"pow2_scale=0", "pow2_scale=0", "pow2_scale=1",
+                                      "pow2_scale=1"};
   for (size_t mi = 0; mi < sizeof models / sizeof *models; mi++) {
     char acc[96];
     snprintf(acc, sizeof acc, "accumulate=%s", models[mi]);
     const char *sets[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", "scaling=delayed",
-                          "saturate=1", acc, NULL};
+                          "saturate=1", acc, pow2[mi], NULL};
     recipe rc;
     make_recipe(&rc, sets);
     tq_site *cpu, *gsites;
@@ -679,10 +682,6 @@ START_TEST(accumulate_gemms_bit_identical) {
     gtq_ctx *g = gtq_new(gsites, n_sites, 0);
     const int site = SITE_W1, N = 96, C = 300, OC = 72;
     ck_assert(!gtq_site_bf16(g, site)); /* accumulation models read float32 */
-    /* the models as model.c passes them: the operands' formats' emin */
-    const exmy_accum_model acc_fwd = tq_site_accum(&cpu[site], USE_FWD_X, USE_FWD_W),
-                           acc_dx = tq_site_accum(&cpu[site], USE_DX_DY, USE_DX_W),
-                           acc_dw = tq_site_accum(&cpu[site], USE_DW_DY, USE_DW_X);
     linear_tensors t = linear_new(N, C, OC, C);
     const float *x = t.x, *w = t.w, *dy = t.dy;
     float *y = malloc(sizeof(float) * N * OC), *dx = malloc(sizeof(float) * N * C),
@@ -704,12 +703,17 @@ START_TEST(accumulate_gemms_bit_identical) {
       const exmy_operand_quant *q1, *q2, *q3, *q4, *q5, *q6;
       const float *cx = tq_operand_for_gemm(&cpu[site], USE_FWD_X, SLOT_X, true, x, &lx, N, C, &q1);
       const float *cw = tq_operand_for_gemm(&cpu[site], USE_FWD_W, SLOT_W, true, w, &lw, OC, C, &q2);
+      /* the models as model.c passes them, once the operands are prepared:
+       * the operands' formats' emin (shifted by a pow2 scale) */
+      const exmy_accum_model acc_fwd = tq_site_accum(&cpu[site], USE_FWD_X, USE_FWD_W);
       tq_gemm(false, true, N, OC, C, 1.0f, cx, lx, q1, cw, lw, q2, 0.0f, y, OC, &acc_fwd);
       const float *cdy = tq_operand_for_gemm(&cpu[site], USE_DX_DY, SLOT_DY, true, dy, &ldy, N, OC, &q3);
       const float *cw2 = tq_operand_for_gemm(&cpu[site], USE_DX_W, SLOT_W, false, w, &lw2, OC, C, &q4);
+      const exmy_accum_model acc_dx = tq_site_accum(&cpu[site], USE_DX_DY, USE_DX_W);
       tq_gemm(false, false, N, C, OC, 1.0f, cdy, ldy, q3, cw2, lw2, q4, 0.5f, dx, C, &acc_dx);
       const float *cdy2 = tq_operand_for_gemm(&cpu[site], USE_DW_DY, SLOT_DY, false, dy, &ldy2, N, OC, &q5);
       const float *cx2 = tq_operand_for_gemm(&cpu[site], USE_DW_X, SLOT_X, false, x, &lx2, N, C, &q6);
+      const exmy_accum_model acc_dw = tq_site_accum(&cpu[site], USE_DW_DY, USE_DW_X);
       tq_gemm(true, false, OC, C, N, 1.0f, cdy2, ldy2, q5, cx2, lx2, q6, 1.0f, dw, C, &acc_dw);
       /* the GPU */
       gtq_operand gx = gtq_operand_for_gemm(g, site, USE_FWD_X, SLOT_X, true, d_x, C, N, C);

@@ -132,6 +132,9 @@ struct LtPlan {
 };
 /* m, n, k, A is E4M3, B is E4M3, fast accumulation, ld of D, D's alignment */
 typedef std::tuple<int, int, int, int, int, int, long, int> LtKey;
+/* The two scales 256 bytes apart: cuBLASLt's FP8 kernels may load a scale
+ * as an aligned vector (PyTorch's scales are separate allocations). */
+constexpr int kInvB = 64;
 
 struct AccumFast {
   cublasLtHandle_t lt = nullptr;
@@ -141,7 +144,7 @@ struct AccumFast {
   size_t codes_cap[2] = {0, 0};
   float *result = nullptr; /* alpha op(A) op(B) before beta C is added */
   size_t result_cap = 0;
-  float *inv = nullptr;    /* device 1/s of A and of B: cuBLASLt's scale pointers */
+  float *inv = nullptr;    /* device 1/s of A at inv, of B at inv + kInvB: cuBLASLt's scale pointers */
   int *flag = nullptr;     /* device: 1 where this GEMM must run the emulation */
   unsigned long long *counts = nullptr; /* device: {cuBLASLt, flagged} */
   unsigned long long emulated = 0;      /* host: GEMMs that never tried */
@@ -721,7 +724,7 @@ __global__ void k_accum_count(const int *flag, unsigned long long *counts) {
 /* The plan for one shape, made on first use: cuBLASLt's heuristic, the
  * first algorithm that does not split K (a split-K GEMM adds its slices'
  * float32 results: the model with k_slice, not the preset's). */
-const LtPlan &lt_plan(AccumFast &f, int m, int n, int k, bool e4m3_a, bool e4m3_b, bool fast,
+LtPlan &lt_plan(AccumFast &f, int m, int n, int k, bool e4m3_a, bool e4m3_b, bool fast,
                       long ldd, int align) {
   const LtKey key(m, n, k, e4m3_a, e4m3_b, fast, ldd, align);
   auto it = f.plans.find(key);
@@ -731,7 +734,7 @@ const LtPlan &lt_plan(AccumFast &f, int m, int n, int k, bool e4m3_a, bool e4m3_
   const cudaDataType tb = e4m3_b ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
   const cublasOperation_t T = CUBLAS_OP_T, N = CUBLAS_OP_N;
   const int8_t fast_accum = fast;
-  const float *scale_a = f.inv + 1, *scale_b = f.inv; /* cuBLASLt's A is our B */
+  const float *scale_a = f.inv + kInvB, *scale_b = f.inv; /* cuBLASLt's A is our B */
   const uint32_t al = (uint32_t)align;
   cublasLtMatmulPreference_t pref = nullptr;
   /* column-major: D (n x m, ld ldd) = (op(B)^T as k x n)^T . (op(A)^T as k x m) */
@@ -877,7 +880,7 @@ static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
       return false;
     }
     gtq_check(cudaMalloc(&f.workspace, f.workspace_bytes), "cudaMalloc (cuBLASLt workspace)");
-    gtq_check(cudaMalloc((void **)&f.inv, 2 * sizeof(float)), "cudaMalloc");
+    gtq_check(cudaMalloc((void **)&f.inv, (kInvB + 1) * sizeof(float)), "cudaMalloc");
     gtq_check(cudaMalloc((void **)&f.flag, sizeof(int)), "cudaMalloc");
     gtq_check(cudaMalloc((void **)&f.counts, 2 * sizeof(unsigned long long)), "cudaMalloc");
     gtq_check(cudaMemsetAsync(f.counts, 0, 2 * sizeof(unsigned long long), st), "counts");
@@ -887,7 +890,7 @@ static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
   const long ldd = beta != 0.0f ? n : ldc;
   int align = 256; /* the result buffer's: cudaMalloc's */
   while (beta == 0.0f && align > 4 && (uintptr_t)c % align) align /= 2;
-  const LtPlan &p = lt_plan(f, m, n, k, oa.kind == 1, ob.kind == 1, fast, ldd, align);
+  LtPlan &p = lt_plan(f, m, n, k, oa.kind == 1, ob.kind == 1, fast, ldd, align);
   if (!p.ok) return false;
   if (beta != 0.0f) reserve((void **)&f.result, &f.result_cap, M * N * sizeof(float));
   float *d = beta != 0.0f ? f.result : c;
@@ -897,16 +900,21 @@ static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
   const exmy_format &fa = g->host[a.site].op[a.use].format, &fb = g->host[b.site].op[b.use].format;
   /* op(A) as m x k and op(B)^T as n x k, K contiguous */
   launch_fp8_codes(oa, ta, M, K, fa.emin, (__nv_fp8_storage_t *)f.codes[0], f.inv, f.flag, st);
-  launch_fp8_codes(ob, !tb, N, K, fb.emin, (__nv_fp8_storage_t *)f.codes[1], f.inv + 1, f.flag,
+  launch_fp8_codes(ob, !tb, N, K, fb.emin, (__nv_fp8_storage_t *)f.codes[1], f.inv + kInvB, f.flag,
                    st);
+  /* out of place, as PyTorch calls it (C is not read with beta 0): the
+   * in-place FP8 call with float32 C = D was refused on the H100 */
   const float zero = 0.0f;
   const cublasStatus_t s = cublasLtMatmul(f.lt, p.op, &alpha, f.codes[1], p.la, f.codes[0], p.lb,
-                                          &zero, d, p.ld, d, p.ld, &p.algo, f.workspace,
+                                          &zero, f.codes[0], p.ld, d, p.ld, &p.algo, f.workspace,
                                           f.workspace_bytes, st);
   if (s != CUBLAS_STATUS_SUCCESS) {
-    fprintf(stderr, "train: cublasLtMatmul (FP8, %d x %d x %d): %s\n", m, n, k,
-            cublasGetStatusString(s));
-    exit(1);
+    /* refused for this shape: the emulation from now on (the codes written
+     * above are scratch; the caller runs exmy_cuda_qgemm_accum) */
+    fprintf(stderr, "train: cublasLtMatmul (FP8, %d x %d x %d) refused (%s): the emulation "
+            "for this shape\n", m, n, k, cublasGetStatusString(s));
+    p.ok = false;
+    return false;
   }
   if (beta != 0.0f)
     k_accum_beta<<<grid_for(M * N), 256, 0, st>>>(f.flag, f.result, M, N, beta, c, (size_t)ldc);

@@ -1,0 +1,30 @@
+/* Helpers of the trainer's GPU tests: a recipe from config assignments, and
+ * the number of floats that differ in any bit. */
+#ifndef EXMY_TESTS_EXPERIMENTS_GPU_TRAINER_CHECK_H
+#define EXMY_TESTS_EXPERIMENTS_GPU_TRAINER_CHECK_H
+
+#include <check.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "experiments/trainer/config.h"
+#include "experiments/trainer/recipe.h"
+
+/* sets: "key=value" strings, NULL-terminated, over the defaults (seed 77). */
+static inline void make_recipe(recipe *rc, const char *const *sets) {
+  config cfg;
+  char err[256] = "";
+  config_defaults(&cfg);
+  for (int i = 0; sets[i]; i++)
+    ck_assert_msg(!config_set_assignment(&cfg, sets[i], err, sizeof err), "%s", err);
+  ck_assert_msg(!recipe_from_config(rc, &cfg, 77, err, sizeof err), "%s", err);
+}
+
+static inline size_t count_bit_diffs(const float *a, const float *b, size_t n) {
+  size_t d = 0;
+  for (size_t i = 0; i < n; i++)
+    if (memcmp(&a[i], &b[i], sizeof(float))) d++;
+  return d;
+}
+
+#endif /* EXMY_TESTS_EXPERIMENTS_GPU_TRAINER_CHECK_H */

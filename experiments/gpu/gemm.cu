@@ -132,8 +132,9 @@ struct LtPlan {
 };
 /* m, n, k, A is E4M3, B is E4M3, fast accumulation, ld of D, D's alignment */
 typedef std::tuple<int, int, int, int, int, int, long, int> LtKey;
-/* The two scales 256 bytes apart: cuBLASLt's FP8 kernels may load a scale
- * as an aligned vector (PyTorch's scales are separate allocations). */
+/* The two scales 256 bytes apart, as PyTorch's separate allocations are:
+ * cuBLASLt refused the FP8 call with them 4 bytes apart and in place (C = D);
+ * it ran once both were changed, which of the two it needs is not known. */
 constexpr int kInvB = 64;
 
 struct AccumFast {
@@ -902,8 +903,8 @@ static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
   launch_fp8_codes(oa, ta, M, K, fa.emin, (__nv_fp8_storage_t *)f.codes[0], f.inv, f.flag, st);
   launch_fp8_codes(ob, !tb, N, K, fb.emin, (__nv_fp8_storage_t *)f.codes[1], f.inv + kInvB, f.flag,
                    st);
-  /* out of place, as PyTorch calls it (C is not read with beta 0): the
-   * in-place FP8 call with float32 C = D was refused on the H100 */
+  /* out of place, as PyTorch calls it (C is not read with beta 0; see
+   * kInvB for the refused call) */
   const float zero = 0.0f;
   const cublasStatus_t s = cublasLtMatmul(f.lt, p.op, &alpha, f.codes[1], p.la, f.codes[0], p.lb,
                                           &zero, f.codes[0], p.ld, d, p.ld, &p.algo, f.workspace,

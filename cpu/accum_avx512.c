@@ -181,8 +181,7 @@ AVX512 int exmy_accum_avx512_gemm(const exmy_accum_model *m, bool ta, bool tb, s
                               ? exmy_accum_dot(m, a + i * a_row, (long)a_step, b + j * b_col,
                                                (long)b_step, (int)k)
                               : dot[l];
-        const float r = alpha * acc;
-        c[i * ldc + j] = beta != 0.0f ? r + beta * c[i * ldc + j] : r;
+        c[i * ldc + j] = exmy_gemm_epilogue(acc, alpha, beta, &c[i * ldc + j]);
       }
     }
   }

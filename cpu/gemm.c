@@ -28,6 +28,7 @@
 
 #include "cpu/gemm_dispatch.h"
 #include "cpu/exmy_cpu.h"
+#include "lib/accum_core.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -44,12 +45,6 @@
 typedef void (*tile_fn)(size_t k, const float *a, size_t lda, const float *bp, float *c,
                         size_t ldc, float alpha, float beta);
 
-/* The epilogue of one element, as every kernel computes it (*c read only
- * when beta != 0). */
-static inline float finish(float acc, float alpha, float beta, const float *c) {
-  const float r = alpha * acc;
-  return beta != 0.0f ? r + beta * *c : r;
-}
 
 /* ------------------------------------------------------------------ scalar */
 
@@ -63,7 +58,7 @@ static void tile_scalar(size_t k, const float *ap, size_t lda, const float *bp, 
       for (int j = 0; j < SCALAR_NR; j++) acc[r][j] = fmaf(ap[r], bp[j], acc[r][j]);
   for (int r = 0; r < SCALAR_MR; r++)
     for (int j = 0; j < SCALAR_NR; j++)
-      c[r * ldc + j] = finish(acc[r][j], alpha, beta, &c[r * ldc + j]);
+      c[r * ldc + j] = exmy_gemm_epilogue(acc[r][j], alpha, beta, &c[r * ldc + j]);
 }
 
 #if EXMY_SGEMM_X86
@@ -306,7 +301,7 @@ int exmy_sgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float a
         tile(k, ap, ld, bp, acc, nr, 1.0f, 0.0f); /* 1·acc = acc exactly */
         for (size_t r = 0; r < h; r++)
           for (size_t q = 0; q < w; q++)
-            ct[r * ldc + q] = finish(acc[r * nr + q], alpha, beta, &ct[r * ldc + q]);
+            ct[r * ldc + q] = exmy_gemm_epilogue(acc[r * nr + q], alpha, beta, &ct[r * ldc + q]);
       }
     }
   }

@@ -148,8 +148,7 @@ static int accum_products(const operands *o, size_t m, size_t n, size_t k, float
       const float *arow = o->ta ? o->a + i : o->a + i * o->lda;
       const float *bcol = o->tb ? o->b + j * o->ldb : o->b + j;
       const float acc = exmy_accum_dot(model, arow, a_step, bcol, b_step, (int)k);
-      const float r = alpha * acc;
-      c[i * ldc + j] = beta != 0.0f ? r + beta * c[i * ldc + j] : r;
+      c[i * ldc + j] = exmy_gemm_epilogue(acc, alpha, beta, &c[i * ldc + j]);
     }
   return 0;
 }

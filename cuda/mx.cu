@@ -15,6 +15,7 @@
 
 #include "cuda/elementwise.cuh"
 #include "cuda/exmy_cuda.h"
+#include "lib/accum_core.h"
 
 namespace {
 using namespace exmy_cuda;
@@ -341,10 +342,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int q = 0; q < 4; q++) {
       const size_t i = i0 + threadIdx.y + 8 * q, j = j0 + lane;
-      /* alpha acc + beta C rounded step by step (no contraction), as BLAS */
-      if (i < m && j < n)
-        r[i * n + j] = beta == 0.0f ? __fmul_rn(alpha, acc[q])
-                                    : __fadd_rn(__fmul_rn(alpha, acc[q]), __fmul_rn(beta, c[i * ldc + j]));
+      if (i < m && j < n) r[i * n + j] = exmy_gemm_epilogue(acc[q], alpha, beta, &c[i * ldc + j]);
     }
   }
 }

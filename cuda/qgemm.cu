@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "cuda/accum_gemm.cuh"
 #include "cuda/elementwise.cuh"
 #include "cuda/gather.cuh"
 #include "cuda/exmy_cuda.h"
@@ -402,22 +403,14 @@ __global__ void k_accum_gemm(exmy_accum_model model, size_t m, size_t n, int k, 
                              const float *__restrict__ ta, const float *__restrict__ tb,
                              float beta, float *__restrict__ c, size_t ldc,
                              const float *scale_a, const float *scale_b) {
-  if (scale_a) model.emin_a = exmy_accum_scaled_emin(model.emin_a, *scale_a);
-  if (scale_b) model.emin_b = exmy_accum_scaled_emin(model.emin_b, *scale_b);
-  for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m * n;
-       e += (size_t)gridDim.x * blockDim.x) {
-    const size_t i = e / n, j = e % n;
-    const float dot = exmy_accum_dot(&model, ta + i * k, 1, tb + j * k, 1, k);
-    const float r = __fmul_rn(alpha, dot);
-    float *cij = c + i * ldc + j;
-    *cij = beta != 0.0f ? __fadd_rn(r, __fmul_rn(beta, *cij)) : r;
-  }
+  /* ta: op(A) as m x k, tb: op(B)^T as n x k, both K-contiguous */
+  accum_gemm_outputs(model, false, true, m, n, k, alpha, ta, k, tb, k, beta, c, ldc, scale_a,
+                     scale_b);
 }
 
 /* As exmy_accum_pow2_scaled (lib/accum.c) for a device operand recipe. */
 bool pow2_scaled(const exmy_cuda_operand_quant *q) {
-  return enabled(q) && q->scaling.pow2 &&
-         (q->scaling.kind == EXMY_SCALING_TENSOR || q->scaling.kind == EXMY_SCALING_DELAYED);
+  return enabled(q) && exmy_accum_pow2_scaling(&q->scaling);
 }
 
 }  // namespace

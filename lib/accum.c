@@ -108,6 +108,9 @@ int exmy_accum_operand_emin_scaled(const exmy_operand_quant *q, float s) {
 }
 
 bool exmy_accum_pow2_scaled(const exmy_operand_quant *q) {
-  return q && q->enabled && q->scaling.pow2 &&
-         (q->scaling.kind == EXMY_SCALING_TENSOR || q->scaling.kind == EXMY_SCALING_DELAYED);
+  return q && q->enabled && exmy_accum_pow2_scaling(&q->scaling);
+}
+
+bool exmy_accum_pow2_scaling(const exmy_scaling *s) {
+  return s->pow2 && (s->kind == EXMY_SCALING_TENSOR || s->kind == EXMY_SCALING_DELAYED);
 }

@@ -81,6 +81,7 @@
 
 #include "lib/hostdevice.h"
 #include "lib/round_core.h"
+#include "lib/scale_core.h"
 
 /* How a dot product is accumulated (see the model above). */
 typedef struct exmy_accum_model {
@@ -394,6 +395,15 @@ EXMY_HD float exmy_accum_dot(const exmy_accum_model *m, const float *a, long str
     acc = exmy_accum_add_slices(acc, part);
   }
   return acc;
+}
+
+/* The epilogue of one GEMM output, as every exmy GEMM rounds it (CPU and
+ * GPU, float32 or modelled accumulation): alpha·dot, then, where beta != 0,
+ * that plus beta·c (c read only then), each product and the sum rounded
+ * apart, never fused. */
+EXMY_HD float exmy_gemm_epilogue(float dot, float alpha, float beta, const float *c) {
+  const float r = exmy_fmul_rn(alpha, dot);
+  return beta != 0.0f ? exmy_fadd_rn(r, exmy_fmul_rn(beta, *c)) : r;
 }
 
 #endif /* EXMY_ACCUM_CORE_H */

@@ -367,6 +367,9 @@ int exmy_accum_operand_emin_scaled(const exmy_operand_quant *q, float s);
 /* Whether q is enabled with per-tensor TENSOR or DELAYED scaling and pow2:
  * the operands whose emin follows their scale. */
 bool exmy_accum_pow2_scaled(const exmy_operand_quant *q);
+/* The scaling part of that rule (per-tensor TENSOR or DELAYED, pow2), for
+ * any operand recipe that carries an exmy_scaling (the GPU's too). */
+bool exmy_accum_pow2_scaling(const exmy_scaling *s);
 
 #ifdef __cplusplus
 }

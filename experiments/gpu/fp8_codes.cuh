@@ -14,11 +14,35 @@
 
 namespace exmy_gpu {
 
-/* Whether s = 2^k with |k| <= 32: then c = y s and y = c / s are exact, and
- * the model's float32 roundings on y are those on the codes, shifted. */
-__host__ __device__ inline bool fp8_scale_ok(float s) {
-  const int k = ilogbf(s);
-  return k >= -32 && k <= 32 && s == ldexpf(1.0f, k);
+/* Why a GEMM leaves cuBLASLt's FP8 GEMM for the emulation, as bits of the
+ * device flag the code kernels set. */
+enum { kFp8ScalesOutOfRange = 1, kFp8NotCodes = 2 };
+
+/* The bounds on sa = 2^ka and sb = 2^kb, the two operands' scales (y = c /
+ * s), under which the model on the slots' y is 2^-(ka+kb) times the model on
+ * the codes c without a float32 rounding changing, whatever order cuBLASLt
+ * multiplies its scale pointers and alpha (2^-16 <= |alpha| <= 2^16, checked
+ * by the caller) into the codes' sum: nonzero sums of FP8 products lie
+ * between 2^-33 and 2^56, so every partial product of the sum, alpha,
+ * 1/sa and 1/sb stays a float32 normal (>= 2^-126, < 2^128) when the scales
+ * above 1 multiply to at most 2^77 and those below 1 to at least 2^-55.
+ * Gradients' scales are the large ones (their values are small). */
+enum { kFp8ScaleUpMax = 77, kFp8ScaleDownMin = -55 };
+
+/* Whether s = 2^k exactly (a float32 normal), into *k. */
+__host__ __device__ inline bool fp8_scale_pow2(float s, int *k) {
+  *k = ilogbf(s);
+  return s > 0.0f && isfinite(s) && s == ldexpf(1.0f, *k);
+}
+
+/* Whether the two operands' scales (1 for an unscaled one) allow the FP8
+ * GEMM: both powers of two, within the bounds above. */
+__host__ __device__ inline bool fp8_scales_ok(float sa, float sb) {
+  int ka, kb;
+  if (!fp8_scale_pow2(sa, &ka) || !fp8_scale_pow2(sb, &kb)) return false;
+  const int up = (ka > 0 ? ka : 0) + (kb > 0 ? kb : 0);
+  const int down = (ka < 0 ? ka : 0) + (kb < 0 ? kb : 0);
+  return up <= kFp8ScaleUpMax && down >= kFp8ScaleDownMin;
 }
 
 /* The emin the model clamps a slot's values at: model_emin, or for a
@@ -33,8 +57,8 @@ __host__ __device__ inline int fp8_model_emin(int model_emin, bool scaled_emin, 
  * codes shifted: y s is exactly a finite code, y = code / s exactly, and the
  * model's clamp of y's exponent at model_emin (fp8_model_emin) is the tensor
  * core's clamp of the code's at the format's emin: always for an unscaled
- * operand and for a pow2-scaled one (the format's emin - log2 s, |log2 s| <=
- * 32), subnormal codes included; with float32's emin (a scale the model does
+ * operand and for a pow2-scaled one (the format's emin - log2 s, s within
+ * fp8_scales_ok's bounds), subnormal codes included; with float32's emin (a scale the model does
  * not follow) only where the code is not an FP8 subnormal. */
 template <bool E4M3>
 __host__ __device__ inline bool fp8_code_of(float y, float s, float inv, int fmt_emin,

@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "cpu/exmy_cpu.h"
+#include "cuda/accum_gemm.cuh"
 #include "cuda/gather.cuh"
 #include "experiments/gpu/fp8_codes.cuh"
 
@@ -147,7 +148,7 @@ struct AccumFast {
   size_t result_cap = 0;
   float *inv = nullptr;    /* device 1/s of A at inv, of B at inv + kInvB: cuBLASLt's scale pointers */
   int *flag = nullptr;     /* device: 1 where this GEMM must run the emulation */
-  unsigned long long *counts = nullptr; /* device: {cuBLASLt, flagged} */
+  unsigned long long *counts = nullptr; /* device: k_accum_count's */
   unsigned long long emulated = 0;      /* host: GEMMs that never tried */
   bool emulate = false;                 /* tests: always the emulation */
   exmy_accum_model hopper = {}, split = {};
@@ -608,19 +609,20 @@ static const exmy_accum_model *accum_of(const gtq_ctx *g, const gtq_operand &a,
  * The model (lib/accum_core.h) with the hopper presets and k_slice 0 is
  * cuBLASLt's FP8 GEMM bit for bit where cuBLASLt does not split K
  * (cuda/NOTES.md).  The slots hold y = Q(x s) / s in float32; for s = 2^k
- * with |k| <= 32 the codes are c = y s exactly, and the model on y is
+ * the codes are c = y s exactly, and the model on y is
  * 2^-(ka+kb) times the model on the codes: every product, alignment
  * exponent and truncation point moves by the same power of two, and the
  * codes' sums (nonzero ones between 2^-33 and 2^56) stay float32 normals
- * after the shift, so no float32 rounding of the model changes.  The clamp
+ * after the shift, so no float32 rounding of the model changes, for scales
+ * within exmy_gpu::fp8_scales_ok's bounds (fp8_codes.cuh).  The clamp
  * of an input's exponent at emin moves with them: the model clamps an
  * unscaled operand at its format's emin and a pow2-scaled one at the
  * format's emin - k (operand_emin, computed from the device s), where the
  * tensor core clamps the codes at the format's emin, so FP8-subnormal codes
  * take this path too.  Applying 1/s through cuBLASLt's scale pointers and alpha is
  * one rounding of the same real alpha · dot as the model's __fmul_rn
- * (powers of two between 2^-64 and 2^64 commute with rounding away from
- * subnormals).  beta != 0: cuBLASLt's epilogue may fuse alpha acc + beta C
+ * (powers of two commute with rounding away from subnormals, and the
+ * bounds keep every partial product normal).  beta != 0: cuBLASLt's epilogue may fuse alpha acc + beta C
  * into one rounding where the model rounds alpha dot, beta C and their sum
  * apart, so cuBLASLt writes alpha acc alone and a separate pass adds
  * beta C as the model does. */
@@ -644,19 +646,22 @@ bool same_accum(const exmy_accum_model &a, const exmy_accum_model &b) {
 
 /* out (rows x k, K contiguous) = the FP8 codes of op(X) s, op(X) read from
  * x (leading dimension ld) as is or transposed (TRANS: x is k x rows), by
- * 32 x 32 tiles; *inv = 1 / s.  *flag = 1 where s is not 2^k with |k| <=
- * 32, or a value y is not exactly c / s for a code c, or the model's clamp
- * of y's exponent at its emin differs from the tensor core's of c's at the
- * format's emin.  The model's emin: model_emin, or with scaled_emin
+ * 32 x 32 tiles; *inv = 1 / s.  *flag gets kFp8ScalesOutOfRange where s and
+ * the other operand's scale (other: NULL for 1) fail fp8_scales_ok, and
+ * kFp8NotCodes where a value y is not exactly c / s for a code c, or the
+ * model's clamp of y's exponent at its emin differs from the tensor core's
+ * of c's at the format's emin.  The model's emin: model_emin, or with scaled_emin
  * exmy_accum_scaled_emin(model_emin, s), as the emulation takes it. */
 template <bool E4M3, bool TRANS>
 __global__ void k_fp8_codes(const float *__restrict__ x, long ld, size_t rows, size_t k,
-                            const float *scale, int fmt_emin, int model_emin, bool scaled_emin,
-                            __nv_fp8_storage_t *__restrict__ out, float *inv, int *flag) {
+                            const float *scale, const float *other, int fmt_emin, int model_emin,
+                            bool scaled_emin, __nv_fp8_storage_t *__restrict__ out, float *inv,
+                            int *flag) {
   __shared__ float tile[32][33];
   const float s = scale ? *scale : 1.0f, is = __fdiv_rn(1.0f, s);
   model_emin = exmy_gpu::fp8_model_emin(model_emin, scaled_emin, s);
-  bool bad = !exmy_gpu::fp8_scale_ok(s);
+  const bool range_bad = !exmy_gpu::fp8_scales_ok(s, other ? *other : 1.0f);
+  bool bad = false;
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) *inv = is;
   const size_t p0 = (size_t)blockIdx.x * 32;
   for (size_t r0 = (size_t)blockIdx.y * 32; r0 < rows; r0 += (size_t)gridDim.y * 32) {
@@ -680,46 +685,41 @@ __global__ void k_fp8_codes(const float *__restrict__ x, long ld, size_t rows, s
     }
     __syncthreads();
   }
-  if (bad) *flag = 1;
+  if (range_bad || bad)
+    atomicOr(flag, (range_bad ? exmy_gpu::kFp8ScalesOutOfRange : 0) |
+                       (bad ? exmy_gpu::kFp8NotCodes : 0));
 }
 
-/* C = R + beta C, the model's epilogue (cuda/qgemm.cu), unless flagged. */
+/* C = R + beta C, the rest of exmy_gemm_epilogue after cuBLASLt's alpha dot, unless flagged. */
 __global__ void k_accum_beta(const int *flag, const float *__restrict__ r, size_t m, size_t n,
                              float beta, float *__restrict__ c, size_t ldc) {
   if (*flag) return;
   for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m * n;
        e += (size_t)gridDim.x * blockDim.x) {
     float *cij = c + (e / n) * ldc + e % n;
-    *cij = __fadd_rn(r[e], __fmul_rn(beta, *cij));
+    *cij = exmy_gemm_epilogue(r[e], 1.0f, beta, cij); /* r = alpha dot, rounded */
   }
 }
 
-/* Where flagged: exmy_cuda_qgemm_accum's k_accum_gemm on the operands as
- * they lie (op(A) row i and op(B) column j by strides), its epilogue; the
- * emin of an operand with a scale pointer follows it (operand_emin). */
+/* Where flagged: the emulation (cuda/accum_gemm.cuh) on the operands as
+ * they lie; the emin of an operand with a scale pointer follows it
+ * (operand_emin). */
 __global__ void k_accum_gemm_if(const int *flag, exmy_accum_model model, bool ta, bool tb,
                                 size_t m, size_t n, int k, float alpha,
                                 const float *__restrict__ a, long lda,
                                 const float *__restrict__ b, long ldb, float beta,
                                 float *__restrict__ c, size_t ldc, const float *scale_a,
                                 const float *scale_b) {
-  if (!*flag) return;
-  if (scale_a) model.emin_a = exmy_accum_scaled_emin(model.emin_a, *scale_a);
-  if (scale_b) model.emin_b = exmy_accum_scaled_emin(model.emin_b, *scale_b);
-  for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m * n;
-       e += (size_t)gridDim.x * blockDim.x) {
-    const size_t i = e / n, j = e % n;
-    const float *ai = ta ? a + i : a + i * lda;
-    const float *bj = tb ? b + j * ldb : b + j;
-    const float dot = exmy_accum_dot(&model, ai, ta ? lda : 1, bj, tb ? 1 : ldb, k);
-    const float r = __fmul_rn(alpha, dot);
-    float *cij = c + i * ldc + j;
-    *cij = beta != 0.0f ? __fadd_rn(r, __fmul_rn(beta, *cij)) : r;
-  }
+  if (*flag)
+    exmy_cuda::accum_gemm_outputs(model, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                                  scale_a, scale_b);
 }
 
+/* counts: {cuBLASLt, emulated, of which: scales out of range, values not codes} */
 __global__ void k_accum_count(const int *flag, unsigned long long *counts) {
   counts[*flag ? 1 : 0]++;
+  if (*flag & exmy_gpu::kFp8ScalesOutOfRange) counts[2]++;
+  else if (*flag & exmy_gpu::kFp8NotCodes) counts[3]++;
 }
 
 /* The plan for one shape, made on first use: cuBLASLt's heuristic, the
@@ -837,15 +837,17 @@ bool fp8_operand(const gtq_ctx *g, const gtq_operand &o, int model_emin,
   return true;
 }
 
-void launch_fp8_codes(const Fp8Operand &o, bool transpose, size_t rows, size_t k, int fmt_emin,
-                      __nv_fp8_storage_t *out, float *inv, int *flag, cudaStream_t st) {
+void launch_fp8_codes(const Fp8Operand &o, const float *other_scale, bool transpose, size_t rows,
+                      size_t k, int fmt_emin, __nv_fp8_storage_t *out, float *inv, int *flag,
+                      cudaStream_t st) {
   const dim3 block(32, 8);
   const size_t tr = (rows + 31) / 32;
   const dim3 grid((unsigned)((k + 31) / 32), (unsigned)(tr < 65535 ? tr : 65535));
   const bool e4m3 = o.kind == 1;
 #define EXMY_FP8_CODES(E, T)                                                                \
-  k_fp8_codes<E, T><<<grid, block, 0, st>>>(o.ptr, o.ld, rows, k, o.scale, fmt_emin,        \
-                                            o.model_emin, o.scaled_emin, out, inv, flag)
+  k_fp8_codes<E, T><<<grid, block, 0, st>>>(o.ptr, o.ld, rows, k, o.scale, other_scale,     \
+                                            fmt_emin, o.model_emin, o.scaled_emin, out, inv, \
+                                            flag)
   if (e4m3 && transpose) EXMY_FP8_CODES(true, true);
   else if (e4m3) EXMY_FP8_CODES(true, false);
   else if (transpose) EXMY_FP8_CODES(false, true);
@@ -883,8 +885,8 @@ static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
     gtq_check(cudaMalloc(&f.workspace, f.workspace_bytes), "cudaMalloc (cuBLASLt workspace)");
     gtq_check(cudaMalloc((void **)&f.inv, (kInvB + 1) * sizeof(float)), "cudaMalloc");
     gtq_check(cudaMalloc((void **)&f.flag, sizeof(int)), "cudaMalloc");
-    gtq_check(cudaMalloc((void **)&f.counts, 2 * sizeof(unsigned long long)), "cudaMalloc");
-    gtq_check(cudaMemsetAsync(f.counts, 0, 2 * sizeof(unsigned long long), st), "counts");
+    gtq_check(cudaMalloc((void **)&f.counts, 4 * sizeof(unsigned long long)), "cudaMalloc");
+    gtq_check(cudaMemsetAsync(f.counts, 0, 4 * sizeof(unsigned long long), st), "counts");
   }
   /* beta == 0: straight into C; else into the result buffer, beta C after */
   const size_t M = (size_t)m, N = (size_t)n, K = (size_t)k;
@@ -900,9 +902,10 @@ static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
   gtq_check(cudaMemsetAsync(f.flag, 0, sizeof(int), st), "FP8 flag");
   const exmy_format &fa = g->host[a.site].op[a.use].format, &fb = g->host[b.site].op[b.use].format;
   /* op(A) as m x k and op(B)^T as n x k, K contiguous */
-  launch_fp8_codes(oa, ta, M, K, fa.emin, (__nv_fp8_storage_t *)f.codes[0], f.inv, f.flag, st);
-  launch_fp8_codes(ob, !tb, N, K, fb.emin, (__nv_fp8_storage_t *)f.codes[1], f.inv + kInvB, f.flag,
+  launch_fp8_codes(oa, ob.scale, ta, M, K, fa.emin, (__nv_fp8_storage_t *)f.codes[0], f.inv, f.flag,
                    st);
+  launch_fp8_codes(ob, oa.scale, !tb, N, K, fb.emin, (__nv_fp8_storage_t *)f.codes[1],
+                   f.inv + kInvB, f.flag, st);
   /* out of place, as PyTorch calls it (C is not read with beta 0; see
    * kInvB for the refused call) */
   const float zero = 0.0f;
@@ -932,14 +935,23 @@ extern "C" void gtq_set_accum_emulation(gtq_ctx *g, bool on) { g->accum.emulate 
 
 extern "C" void gtq_accum_paths(gtq_ctx *g, unsigned long long *fast,
                                 unsigned long long *emulated) {
-  unsigned long long d[2] = {0, 0};
+  gtq_accum_path_counts c;
+  gtq_accum_counts(g, &c);
+  if (fast) *fast = c.fast;
+  if (emulated) *emulated = c.ineligible + c.scales_out_of_range + c.not_codes;
+}
+
+extern "C" void gtq_accum_counts(gtq_ctx *g, gtq_accum_path_counts *c) {
+  unsigned long long d[4] = {0, 0, 0, 0};
   if (g->accum.counts) {
     gtq_check(cudaMemcpyAsync(d, g->accum.counts, sizeof d, cudaMemcpyDeviceToHost, g->stream),
               "accumulation paths");
     gtq_check(cudaStreamSynchronize(g->stream), "accumulation paths");
   }
-  if (fast) *fast = d[0];
-  if (emulated) *emulated = d[1] + g->accum.emulated;
+  c->fast = d[0];
+  c->ineligible = g->accum.emulated;
+  c->scales_out_of_range = d[2];
+  c->not_codes = d[3];
 }
 
 extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,

@@ -124,6 +124,14 @@ void gtq_set_accum_emulation(gtq_ctx *g, bool on);
  * counts) ran cuBLASLt's FP8 GEMM (*fast) and how many the emulation
  * (*emulated: not eligible, forced, or flagged on the device); syncs. */
 void gtq_accum_paths(gtq_ctx *g, unsigned long long *fast, unsigned long long *emulated);
+/* The same, with why the emulation ran: not eligible on the host (format,
+ * scaling, shape, model, or no unsplit cuBLASLt algorithm), the operands'
+ * scales beyond the FP8 path's bounds, or values that are not exact FP8
+ * codes (found on the device); syncs. */
+typedef struct {
+  unsigned long long fast, ineligible, scales_out_of_range, not_codes;
+} gtq_accum_path_counts;
+void gtq_accum_counts(gtq_ctx *g, gtq_accum_path_counts *counts);
 
 /* For tests: the dequantized values of slot `slot` of site `site` (n
  * elements) as the GEMMs of this step read them, on the host: bf16 copies

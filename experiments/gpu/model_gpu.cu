@@ -460,6 +460,16 @@ extern "C" gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *s
   return g;
 }
 
+extern "C" void gpu_model_accum_paths(gpu_model *g, unsigned long long *fast,
+                                      unsigned long long *ineligible,
+                                      unsigned long long *scale_range,
+                                      unsigned long long *not_codes) {
+  gtq_accum_path_counts c;
+  gtq_accum_counts(g->gq, &c);
+  *fast = c.fast, *ineligible = c.ineligible, *scale_range = c.scales_out_of_range,
+  *not_codes = c.not_codes;
+}
+
 extern "C" void gpu_model_set_cuda_graph(gpu_model *g, bool on) {
   graph_drop(g->fwd);
   graph_drop(g->bwd);

@@ -56,6 +56,13 @@ void gpu_model_states_upload(gpu_model *g);
 void gpu_model_set_cuda_graph(gpu_model *g, bool on);
 bool gpu_model_cuda_graph(const gpu_model *g);
 
+/* The GEMMs under an accumulation model so far: *fast on cuBLASLt's FP8
+ * GEMM; emulated because not eligible on the host (*ineligible), because
+ * the operands' scales were beyond the FP8 path's bounds (*scale_range) or
+ * their values not exact FP8 codes (*not_codes); syncs. */
+void gpu_model_accum_paths(gpu_model *g, unsigned long long *fast, unsigned long long *ineligible,
+                           unsigned long long *scale_range, unsigned long long *not_codes);
+
 /* As tq_sr_counter / tq_collect_stats at the start of a step. */
 void gpu_model_begin_step(gpu_model *g, uint64_t sr_counter, bool collect_stats);
 /* Copies this step's statistics into the host sites. */

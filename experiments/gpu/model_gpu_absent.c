@@ -47,6 +47,10 @@ bool gpu_model_cuda_graph(const gpu_model *g) {
   (void)g, unreachable();
   return false;
 }
+void gpu_model_accum_paths(gpu_model *g, unsigned long long *fast, unsigned long long *ineligible,
+                           unsigned long long *scale_range, unsigned long long *not_codes) {
+  (void)g, (void)fast, (void)ineligible, (void)scale_range, (void)not_codes, unreachable();
+}
 void gpu_model_set_logit_sharpness(gpu_model *g, bool on) { (void)g, (void)on, unreachable(); }
 void gpu_model_logit_phi(gpu_model *g, float *phi) { (void)g, (void)phi, unreachable(); }
 float gpu_model_forward(gpu_model *g, const int *tokens, const int *targets) {

@@ -732,6 +732,15 @@ static void finish(run *r) {
   const int done = r->done;
   if (r->gpu) printf("train: GPU memory in use after the first step: %.2f GiB\n", r->gpu_mem_gib);
   if (r->gpu) printf("train: CUDA graphs: %s\n", gpu_model_cuda_graph(r->gpu) ? "on" : "off");
+  if (r->gpu) {
+    unsigned long long fast, ineligible, scale_range, not_codes;
+    gpu_model_accum_paths(r->gpu, &fast, &ineligible, &scale_range, &not_codes);
+    if (fast + ineligible + scale_range + not_codes)
+      printf("train: GEMMs under the accumulation model: %llu on cuBLASLt's FP8 GEMM, %llu "
+             "emulated (%llu not eligible, %llu scales beyond the FP8 path's bounds, %llu values "
+             "not FP8 codes)\n", fast, ineligible + scale_range + not_codes, ineligible,
+             scale_range, not_codes);
+  }
   if (r->diverged_at) printf("train: diverged at step %d (loss %g, running min %g)\n", r->diverged_at, r->loss, r->running_min);
   else if (!strcmp(r->status, "interrupted"))
     printf("train: interrupted after step %d; checkpoint written, continue with --resume %s\n", done, r->run_dir);

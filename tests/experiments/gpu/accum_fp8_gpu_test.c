@@ -103,9 +103,11 @@ enum { N_CASES = 2 * 2 * N_DATA * N_SHAPES };
 /* Runs Y = X W^T, dX = 0.5 dX + dY W, dW = dW + dY^T X on site W1 of a
  * fresh context, once on the fast path and once with the emulation forced,
  * and returns how many outputs differ; *fast / *emulated: what the first
- * run's counters say. */
-static size_t run_site(const char *const *sets, int N, int C, int OC, int kind,
-                       unsigned long long *fast, unsigned long long *emulated) {
+ * run's counters say, *why (if not NULL): all of them.  dY is scaled by
+ * 2^dy_exp (a gradient's small values: large scales). */
+static size_t run_site_scaled(const char *const *sets, int N, int C, int OC, int kind, int dy_exp,
+                              unsigned long long *fast, unsigned long long *emulated,
+                              gtq_accum_path_counts *why) {
   recipe rc;
   make_recipe(&rc, sets);
   model_config mc;
@@ -120,6 +122,7 @@ static size_t run_site(const char *const *sets, int N, int C, int OC, int kind,
   gen(x, N, C, kind, 1.0, -10, 8, -1);   /* E4M3 */
   gen(w, OC, C, kind, 0.5, -10, 8, 1);   /* E4M3, pairs repeated: x_c w_c - x_c w_c */
   gen(dy, N, OC, kind, 1.0, -17, 15, -1); /* E5M2 */
+  for (size_t i = 0; i < ndy; i++) dy[i] = ldexpf(dy[i], dy_exp);
   for (size_t i = 0; i < nx; i++) dx0[i] = (float)gauss();
   for (size_t i = 0; i < nw; i++) dw0[i] = (float)gauss();
   float *d_x = dev_from(x, sizeof(float) * nx), *d_w = dev_from(w, sizeof(float) * nw),
@@ -136,13 +139,16 @@ static size_t run_site(const char *const *sets, int N, int C, int OC, int kind,
   for (int pass = 0; pass < 2; pass++) {
     gtq_set_accum_emulation(g, pass == 1);
     unsigned long long f0, e0, f1, e1;
+    gtq_accum_path_counts c0, c1;
     gtq_accum_paths(g, &f0, &e0);
+    gtq_accum_counts(g, &c0);
     float *d_y = dev_alloc(sizeof(float) * ndy), *d_dx = dev_from(dx0, sizeof(float) * nx),
           *d_dw = dev_from(dw0, sizeof(float) * nw);
     gtq_gemm(g, false, true, N, OC, C, 1.0f, gx, gw, 0.0f, d_y, OC);
     gtq_gemm(g, false, false, N, C, OC, 1.0f, gdy, gw2, 0.5f, d_dx, C);
     gtq_gemm(g, true, false, OC, C, N, 1.0f, gdy2, gx2, 1.0f, d_dw, C);
     gtq_accum_paths(g, &f1, &e1);
+    gtq_accum_counts(g, &c1);
     float *dev[3] = {d_y, d_dx, d_dw};
     for (int o = 0; o < 3; o++) {
       out[pass][o] = malloc(sizeof(float) * n_out[o]);
@@ -151,6 +157,13 @@ static size_t run_site(const char *const *sets, int N, int C, int OC, int kind,
     if (pass == 0) {
       *fast = f1 - f0, *emulated = e1 - e0;
       ck_assert_uint_eq(*fast + *emulated, 3);
+      if (why) {
+        why->fast = c1.fast - c0.fast, why->ineligible = c1.ineligible - c0.ineligible;
+        why->scales_out_of_range = c1.scales_out_of_range - c0.scales_out_of_range;
+        why->not_codes = c1.not_codes - c0.not_codes;
+        ck_assert_uint_eq(why->fast + why->ineligible + why->scales_out_of_range + why->not_codes,
+                          3);
+      }
     } else { /* forced: never cuBLASLt */
       ck_assert_uint_eq(f1 - f0, 0);
       ck_assert_uint_eq(e1 - e0, 3);
@@ -174,6 +187,11 @@ static size_t run_site(const char *const *sets, int N, int C, int OC, int kind,
   gtq_free(g);
   recipe_free_sites(sites, n_sites);
   return bad;
+}
+
+static size_t run_site(const char *const *sets, int N, int C, int OC, int kind,
+                       unsigned long long *fast, unsigned long long *emulated) {
+  return run_site_scaled(sets, N, C, OC, kind, 0, fast, emulated, NULL);
 }
 
 START_TEST(site_gemms_match_emulation) {
@@ -227,6 +245,41 @@ START_TEST(ineligible_gemms_emulated) {
   ck_assert_uint_le(fast, 1);
   ck_assert_uint_ge(emulated, 2);
   printf("non-power-of-two scales, another model, K %% 16 != 0: emulated, as expected\n");
+}
+END_TEST
+
+/* Gradients' small values give large power-of-two scales: dY at 2^-36
+ * (its scale about 2^49, with W's and X's about 2^7: within
+ * fp8_scales_ok's bounds) stays on cuBLASLt and matches the emulation bit
+ * for bit, on normal and wide data, fast and split; at 2^-80 (about 2^79
+ * or more: beyond them) dX's and dW's GEMMs are flagged on the device for their
+ * scales and emulated, Y's stays on cuBLASLt, and still nothing differs. */
+START_TEST(gradient_scales) {
+  for (int mi = 0; mi < 2; mi++)
+    for (int kind = DATA_NORMAL; kind <= DATA_WIDE; kind++) {
+      char acc[64];
+      snprintf(acc, sizeof acc, "accumulate=%s", models[mi]);
+      const char *const sets[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                                  "saturate=1", "scaling=tensor", "pow2_scale=1", acc, NULL};
+      const int dy_exps[2] = {-36, -80};
+      for (int d = 0; d < 2; d++) {
+        unsigned long long fast, emulated;
+        gtq_accum_path_counts why;
+        const size_t bad =
+            run_site_scaled(sets, 2048, 768, 768, kind, dy_exps[d], &fast, &emulated, &why);
+        printf("%s, %s data, dY at 2^%d: %llu GEMMs on cuBLASLt, %llu emulated for their "
+               "scales, %llu for their values, %llu not eligible; %zu outputs differ\n",
+               models[mi], data_names[kind], dy_exps[d], why.fast, why.scales_out_of_range,
+               why.not_codes, why.ineligible, bad);
+        ck_assert_msg(bad == 0, "%zu outputs differ from the emulation", bad);
+        if (d == 0) {
+          ck_assert_uint_eq(why.fast, 3);
+        } else {
+          ck_assert_uint_eq(why.fast, 1);
+          ck_assert_uint_eq(why.scales_out_of_range, 2);
+        }
+      }
+    }
 }
 END_TEST
 
@@ -316,7 +369,8 @@ END_TEST
 
 int main(void) {
   setenv("EXMY_FP8_PLAN_LOG", "1", 1); /* cuBLASLt's choice per shape, in the log */
-  const TTest *const tests[] = {ineligible_gemms_emulated, trainer_losses_match_emulation, NULL};
+  const TTest *const tests[] = {ineligible_gemms_emulated, gradient_scales,
+                                trainer_losses_match_emulation, NULL};
   Suite *s = suite_of_loop("accum_fp8_gpu", 1800, site_gemms_match_emulation, N_CASES, tests);
   return run_suite(s, false);
 }

@@ -5,7 +5,10 @@
  * (fp8_model_emin: the format's emin - k), every finite code, subnormals
  * included; with float32's emin (a scale the model does not follow), exactly
  * the codes that are not subnormal; never a value off the grid, out of range, or not exactly code
- * times 2^-k; the scale check takes powers of two 2^-32 .. 2^32 only. */
+ * times 2^-k.  The scale check (fp8_scales_ok) takes pairs of powers of two
+ * only, exactly those that keep every partial product of a codes' sum
+ * (2^-33 .. 2^56 in magnitude), alpha (2^-16 .. 2^16) and the two inverse
+ * scales a float32 normal. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,7 +34,6 @@ static void check_format() {
   long accepted = 0, shifted_accepted = 0;
   for (int k = -40; k <= 40; k++) {
     const float s = ldexpf(1.0f, k), inv = ldexpf(1.0f, -k);
-    EXPECT(exmy_gpu::fp8_scale_ok(s) == (k >= -32 && k <= 32), "k %d", k);
     for (int code = 0; code < 256; code++) {
       const float c = __half2float(__half(__nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)code, kind)));
       const float y = ldexpf(c, -k); /* exact: |k| <= 40 keeps c 2^-k a float32 normal */
@@ -82,15 +84,47 @@ static void check_format() {
   __nv_fp8_storage_t got;
   EXPECT(!exmy_gpu::fp8_code_of<E4M3>(ldexpf(1.0f, -149), 0.5f, 2.0f, fmt_emin, -126, &got),
          "2^-149 at s = 1/2");
-  EXPECT(!exmy_gpu::fp8_scale_ok(0.0f) && !exmy_gpu::fp8_scale_ok(INFINITY) &&
-             !exmy_gpu::fp8_scale_ok(NAN) && !exmy_gpu::fp8_scale_ok(-2.0f) &&
-             !exmy_gpu::fp8_scale_ok(3.0f),
-         "scale check");
   printf("%s: %ld scaled codes accepted under float32's emin, %ld under the shifted emin\n",
          E4M3 ? "E4M3" : "E5M2", accepted, shifted_accepted);
 }
 
+/* Whether every product of a subset of {a codes' sum, alpha, 1/sa, 1/sb}
+ * is a float32 normal, for sums and alpha at the ends of their ranges. */
+static bool partial_products_normal(int ka, int kb) {
+  const double sums[2] = {ldexp(1.0, -33), ldexp(1.0, 56)};
+  const double alphas[2] = {ldexp(1.0, -16), ldexp(1.0, 16)};
+  for (double sum : sums)
+    for (double alpha : alphas)
+      for (int mask = 0; mask < 8; mask++) {
+        const double p = sum * (mask & 1 ? alpha : 1.0) * (mask & 2 ? ldexp(1.0, -ka) : 1.0) *
+                         (mask & 4 ? ldexp(1.0, -kb) : 1.0);
+        if (p < ldexp(1.0, -126) || p >= ldexp(1.0, 128)) return false;
+      }
+  return true;
+}
+
+static void check_scales() {
+  long accepted = 0;
+  for (int ka = -160; ka <= 140; ka++)
+    for (int kb = -160; kb <= 140; kb++) {
+      const bool normal_a = ka >= -126 && ka <= 127, normal_b = kb >= -126 && kb <= 127;
+      const bool want = normal_a && normal_b && partial_products_normal(ka, kb);
+      const bool got = exmy_gpu::fp8_scales_ok(ldexpf(1.0f, ka), ldexpf(1.0f, kb));
+      EXPECT(got == want, "scales 2^%d, 2^%d: %d", ka, kb, got);
+      accepted += got;
+    }
+  /* a gradient's scale (2^40) with an activation's (2^8) passes; not powers of two do not */
+  EXPECT(exmy_gpu::fp8_scales_ok(ldexpf(1.0f, 40), ldexpf(1.0f, 8)), "2^40, 2^8");
+  const float bad[] = {0.0f, -0.0f, INFINITY, NAN, -2.0f, 3.0f, 1.5f, ldexpf(1.0f, -140) * 3.0f};
+  for (float b : bad) {
+    EXPECT(!exmy_gpu::fp8_scales_ok(b, 1.0f), "scale %g", b);
+    EXPECT(!exmy_gpu::fp8_scales_ok(1.0f, b), "scale %g", b);
+  }
+  printf("scales: %ld of %d pairs of powers of two accepted\n", accepted, 301 * 301);
+}
+
 int main() {
+  check_scales();
   check_format<true>();
   check_format<false>();
   printf("%s (%d failures)\n", failures ? "FAIL" : "ok", failures);

@@ -31,6 +31,7 @@
 #include "experiments/trainer/recipe.h"
 #include "tests/check_suite.h"
 #include "tests/cuda/gpu_check.h"
+#include "tests/experiments/gpu/trainer_check.h"
 
 static uint64_t rng_state = 2024;
 static double urand(void) {
@@ -40,22 +41,6 @@ static double urand(void) {
 static double gauss(void) {
   const double u = urand() + 1e-300, v = urand();
   return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
-}
-
-static void make_recipe(recipe *rc, const char *const *sets) {
-  config cfg;
-  char err[256] = "";
-  config_defaults(&cfg);
-  for (int i = 0; sets[i]; i++)
-    ck_assert_msg(!config_set_assignment(&cfg, sets[i], err, sizeof err), "%s", err);
-  ck_assert_msg(!recipe_from_config(rc, &cfg, 77, err, sizeof err), "%s", err);
-}
-
-static size_t count_bit_diffs(const float *a, const float *b, size_t n) {
-  size_t d = 0;
-  for (size_t i = 0; i < n; i++)
-    if (memcmp(&a[i], &b[i], sizeof(float))) d++;
-  return d;
 }
 
 enum { DATA_NORMAL, DATA_WIDE, DATA_CLEAN, N_DATA };

@@ -24,6 +24,7 @@
 #include "experiments/trainer/recipe.h"
 #include "tests/check_suite.h"
 #include "tests/cuda/gpu_check.h"
+#include "tests/experiments/gpu/trainer_check.h"
 
 static uint64_t rng_state = 12345;
 static double urand(void) {
@@ -37,22 +38,6 @@ static void fill(float *x, size_t n, double scale) {
     double u = urand();
     x[i] = u < 0.02 ? 0.0f : (float)((urand() - 0.5) * scale * pow(2.0, -12.0 * urand()));
   }
-}
-
-static void make_recipe(recipe *rc, const char *const *sets) {
-  config cfg;
-  char err[256] = "";
-  config_defaults(&cfg);
-  for (int i = 0; sets[i]; i++) ck_assert_msg(!config_set_assignment(&cfg, sets[i], err, sizeof err), "%s", err);
-  ck_assert_msg(!recipe_from_config(rc, &cfg, 77, err, sizeof err), "%s", err);
-}
-
-
-static size_t count_bit_diffs(const float *a, const float *b, size_t n) {
-  size_t d = 0;
-  for (size_t i = 0; i < n; i++)
-    if (memcmp(&a[i], &b[i], sizeof(float))) d++;
-  return d;
 }
 
 /* The test model's sites twice from one recipe, for two quantizers of the

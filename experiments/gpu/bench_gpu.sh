@@ -7,8 +7,8 @@
 # Runs from the GPU bundle (cuda/bundle.sh):
 #   ./bench_gpu.sh OUTDIR [STEPS (12)] [BATCH at 120m (32)] [SIZES ("120m 350m 1b")]
 # All three sizes take more than 7 minutes on an H100: one size per call.
-# BENCH_RUNS="bf16 flash;mxfp8 flash;fp8-te flash accumulate=hopper" replaces
-# every size's list of runs by these (";"-separated "recipe kernel [key=value]").
+# BENCH_RUNS="bf16 flash;mxfp8 flash;fp8-te flash accumulate=hopper,pow2_scale=1" replaces
+# every size's list of runs by these (";"-separated "recipe kernel [key=value[,key=value]]").
 # Prints, per size, recipe (with an optional --set override, e.g. rounding=rz)
 # and attention kernel: median ms/step over steps 4..,
 # tokens/s, MFU, GPU memory, and the ratio to PyTorch compiled.
@@ -59,9 +59,12 @@ bench() {
     r=$1; a=$2; extra=${3:-}
     label=${extra#rounding=} # rounding=rz shows as rz, other keys as key=value
     name="exmy $r${label:+ $label} ($a)"
-    tag="$size-$r${label:+-${label//=/-}}-$a"
+    tag="$size-$r${label:+-${label//[=,]/-}}-$a"
     tag=${tag#120m-} # the 120m logs keep their names
-    if "$here/train" --config "$here/configs/$r.cfg" ${extra:+--set "$extra"} \
+    sets=()
+    IFS=, read -r -a kv <<< "$extra"
+    for s in "${kv[@]}"; do sets+=(--set "$s"); done
+    if "$here/train" --config "$here/configs/$r.cfg" "${sets[@]}" \
          --set size=$size --set batch_size=$B \
          --set steps=$steps --set warmup=2 --set lr=3e-4 --set device=gpu --set attention_kernel=$a \
          --set val_every=0 --set val_batches=1 --set ckpt_every=0 --set stats_every=0 \

@@ -108,6 +108,16 @@ static void *symbol(int lib, const char *name) {
      size_t workspaceSizeInBytes, cudaStream_t stream),                                         \
     (lightHandle, computeDesc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo,       \
      workspace, workspaceSizeInBytes, stream))                                                  \
+  X(LIB_CUBLASLT, cublasLtMatmulAlgoCheck,                                                      \
+    (cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc,                          \
+     cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc, cublasLtMatrixLayout_t Cdesc,  \
+     cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo,                            \
+     cublasLtMatmulHeuristicResult_t *result),                                                  \
+    (lightHandle, operationDesc, Adesc, Bdesc, Cdesc, Ddesc, algo, result))                     \
+  X(LIB_CUBLASLT, cublasLtMatmulAlgoConfigSetAttribute,                                        \
+    (cublasLtMatmulAlgo_t * algo, cublasLtMatmulAlgoConfigAttributes_t attr, const void *buf,   \
+     size_t sizeInBytes),                                                                       \
+    (algo, attr, buf, sizeInBytes))                                                             \
   X(LIB_CUBLASLT, cublasLtMatmulAlgoConfigGetAttribute,                                        \
     (const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfigAttributes_t attr, void *buf,    \
      size_t sizeInBytes, size_t *sizeWritten),                                                  \

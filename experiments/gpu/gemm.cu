@@ -724,7 +724,10 @@ __global__ void k_accum_count(const int *flag, unsigned long long *counts) {
 
 /* The plan for one shape, made on first use: cuBLASLt's heuristic, the
  * first algorithm that does not split K (a split-K GEMM adds its slices'
- * float32 results: the model with k_slice, not the preset's). */
+ * float32 results: the model with k_slice, not the preset's); where every
+ * candidate splits K (small M x N, large K: the weight gradients' GEMMs),
+ * the first one with its split undone (one slice, no reduction), if
+ * cublasLtMatmulAlgoCheck accepts it. */
 LtPlan &lt_plan(AccumFast &f, int m, int n, int k, bool e4m3_a, bool e4m3_b, bool fast,
                       long ldd, int align) {
   const LtKey key(m, n, k, e4m3_a, e4m3_b, fast, ldd, align);
@@ -769,33 +772,52 @@ LtPlan &lt_plan(AccumFast &f, int m, int n, int k, bool e4m3_a, bool e4m3_b, boo
   cublasLtMatmulPreferenceDestroy(pref);
   /* EXMY_FP8_PLAN_LOG set: which algorithm each shape got (for the GPU tests' logs) */
   const bool log = getenv("EXMY_FP8_PLAN_LOG") != nullptr;
-  for (int i = 0; i < found && !p.ok; i++) {
-    int32_t splits = 0, id = -1;
-    uint32_t tile = 0, stages = 0;
-    size_t written = 0, w2 = 0;
-    if (heur[i].state != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-                                             &splits, sizeof splits, &written) ||
-        written != sizeof splits)
-      continue;
-    if (log) {
-      cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_ID, &id,
-                                           sizeof id, &w2);
-      cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
-                                           sizeof tile, &w2);
-      cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID,
-                                           &stages, sizeof stages, &w2);
-      printf("fp8 plan %d x %d x %d (%s x %s, fast %d): candidate %d of %d: algo %d tile %u "
-             "stages %u split-K %d workspace %zu\n", m, n, k, e4m3_a ? "E4M3" : "E5M2",
-             e4m3_b ? "E4M3" : "E5M2", (int)fast, i, found, id, tile, stages, (int)splits,
-             heur[i].workspaceSize);
+  for (int pass = 0; pass < 2 && !p.ok; pass++) /* 0: unsplit candidates, 1: split ones undone */
+    for (int i = 0; i < found && !p.ok; i++) {
+      int32_t splits = 0, id = -1;
+      uint32_t tile = 0, stages = 0;
+      size_t written = 0, w2 = 0;
+      if (heur[i].state != CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                               &splits, sizeof splits, &written) ||
+          written != sizeof splits)
+        continue;
+      if (log && pass == 0) {
+        cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_ID, &id,
+                                             sizeof id, &w2);
+        cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
+                                             sizeof tile, &w2);
+        cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID,
+                                             &stages, sizeof stages, &w2);
+        printf("fp8 plan %d x %d x %d (%s x %s, fast %d): candidate %d of %d: algo %d tile %u "
+               "stages %u split-K %d workspace %zu\n", m, n, k, e4m3_a ? "E4M3" : "E5M2",
+               e4m3_b ? "E4M3" : "E5M2", (int)fast, i, found, id, tile, stages, (int)splits,
+               heur[i].workspaceSize);
+      }
+      if ((splits > 1) != (pass == 1)) continue;
+      cublasLtMatmulAlgo_t algo = heur[i].algo;
+      size_t workspace = heur[i].workspaceSize;
+      if (splits > 1) {
+        const int32_t one = 1;
+        const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
+        cublasLtMatmulHeuristicResult_t check = {};
+        if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one,
+                                                 sizeof one) ||
+            cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                 &no_reduction, sizeof no_reduction) ||
+            cublasLtMatmulAlgoCheck(f.lt, p.op, p.la, p.lb, p.ld, p.ld, &algo, &check) !=
+                CUBLAS_STATUS_SUCCESS)
+          continue;
+        workspace = check.workspaceSize;
+        if (log)
+          printf("fp8 plan %d x %d x %d: candidate %d with its split-K undone\n", m, n, k, i);
+      }
+      if (workspace > f.workspace_bytes) continue;
+      p.algo = algo;
+      p.ok = true;
     }
-    if (splits > 1 || heur[i].workspaceSize > f.workspace_bytes) continue;
-    p.algo = heur[i].algo;
-    p.ok = true;
-  }
   if (log && !p.ok)
-    printf("fp8 plan %d x %d x %d: no unsplit algorithm among %d: emulation\n", m, n, k, found);
+    printf("fp8 plan %d x %d x %d: no usable algorithm among %d: emulation\n", m, n, k, found);
   return p;
 }
 

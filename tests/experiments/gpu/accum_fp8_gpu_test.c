@@ -7,8 +7,9 @@
  *    by powers of two, on normal data, on data spread over the formats'
  *    whole range (subnormals, cancelling pairs) and on data bounded away
  *    from zero, at 256 x 256 x 4096, 2048 x 768 x 768 (the trainer's
- *    32768 x 768 x 768 scaled down) and 64 x 64 x 16384 (small M x N, large
- *    K: where cuBLASLt's heuristic splits K, which the fast path refuses);
+ *    32768 x 768 x 768 scaled down), 64 x 64 x 16384 and a dW of 256 x 256 x
+ *    16384 (small M x N, large K: where cuBLASLt's heuristic offers only
+ *    split-K algorithms, which the fast path runs with the split undone);
  *    the path counters say where cuBLASLt ran, where it must have (scaled
  *    operands with FP8 subnormals included: the model's emin follows the
  *    power-of-two scale);
@@ -77,7 +78,8 @@ static const struct {
 } shapes[] = {
     {256, 4096, 256, 1},  /* Y 256 x 256 x 4096 */
     {2048, 768, 768, 1},  /* Y and dX 2048 x 768 x 768, dW 768 x 768 x 2048 */
-    {64, 16384, 64, 0},   /* Y 64 x 64 x 16384: split K, if at all, only */
+    {64, 16384, 64, 0},   /* Y 64 x 64 x 16384: the heuristic splits K; whether cuBLASLt takes it undone is its call */
+    {16384, 256, 256, 1}, /* dW 256 x 256 x 16384 (a weight gradient's shape): split-K candidates, undone */
 };
 enum { N_SHAPES = sizeof shapes / sizeof shapes[0] };
 static const char *const models[] = {"hopper", "hopper-split"};

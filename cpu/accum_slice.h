@@ -22,7 +22,10 @@ __attribute__((target(TARGET))) static void SLICE(const exmy_accum_model *m, con
                                                   const decoded *b, int s0, int s1,
                                                   float out[LANES]) {
   const VI zero = SET1(0), below = SET1(m->product_bits - 1);
+  const int64_t *am = a->mag, *ae = a->exp, *al = a->lead, *an = a->neg;
   for (int h = 0; h < LANES; h += VLANES) {
+    /* this vector's columns */
+    const int64_t *bm = b->mag + h, *be = b->exp + h, *bl = b->lead + h, *bn = b->neg + h;
     exmy_accum_num sum[VLANES];
     float acc[VLANES];
     for (int l = 0; l < VLANES; l++) sum[l] = (exmy_accum_num){0, 0, 0}, acc[l] = 0.0f;
@@ -30,23 +33,30 @@ __attribute__((target(TARGET))) static void SLICE(const exmy_accum_model *m, con
       const int n = s1 - g < m->group ? s1 - g : m->group;
       int64_t start[VLANES] __attribute__((aligned(64)));
       for (int l = 0; l < VLANES; l++) start[l] = exmy_accum_sum_lead(m, sum[l]);
-      VI lead = LOAD(start);
-      for (int p = g; p < g + n; p++)
-        if (a->mag[p])
-          lead = MAX(lead, ADD(SET1(a->lead[p]), LOAD(b->lead + (size_t)p * LANES + h)));
+      /* two chains of maxima, even and odd p, joined at the end: a max
+       * can take several cycles (AVX2: a compare and a blend) */
+      VI lead = LOAD(start), lead_odd = lead;
+      int p = g;
+      for (; p + 1 < g + n; p += 2) {
+        if (am[p]) lead = MAX(lead, ADD(SET1(al[p]), LOAD(bl + (size_t)p * LANES)));
+        if (am[p + 1])
+          lead_odd = MAX(lead_odd, ADD(SET1(al[p + 1]), LOAD(bl + (size_t)(p + 1) * LANES)));
+      }
+      if (p < g + n && am[p]) lead = MAX(lead, ADD(SET1(al[p]), LOAD(bl + (size_t)p * LANES)));
+      lead = MAX(lead, lead_odd);
       const VI q = SUB(lead, below);
       VI group_sum = zero;
-      for (int p = g; p < g + n; p++) {
-        if (!a->mag[p]) continue;
-        const size_t o = (size_t)p * LANES + h;
-        const VI prod = MUL32(SET1(a->mag[p]), LOAD(b->mag + o));
-        const VI shift = SUB(ADD(SET1(a->exp[p]), LOAD(b->exp + o)), q);
+      for (p = g; p < g + n; p++) {
+        if (!am[p]) continue;
+        const size_t o = (size_t)p * LANES;
+        const VI prod = MUL32(SET1(am[p]), LOAD(bm + o));
+        const VI shift = SUB(ADD(SET1(ae[p]), LOAD(be + o)), q);
         /* e >= q: prod << (e - q); else prod >> (q - e), 0 from 64 bits on,
          * as exmy_accum_shr truncates: the other shift's count is negative,
          * so that shift gives 0 (both give prod at e = q) */
         const VI v = OR(SHL(prod, shift), SHR(prod, SUB(zero, shift)));
         /* all ones where the product is negative: -v = (v ^ ~0) - ~0 */
-        const VI neg = XOR(SET1(a->neg[p]), LOAD(b->neg + o));
+        const VI neg = XOR(SET1(an[p]), LOAD(bn + o));
         group_sum = ADD(group_sum, SUB(XOR(v, neg), neg));
       }
       int64_t gs[VLANES] __attribute__((aligned(64))), ld[VLANES] __attribute__((aligned(64)));

@@ -1,17 +1,19 @@
 /*
  * exmy_qgemm_accum under the H100's model (hopper: fast accumulation, and
- * hopper-split) with the AVX-512 kernel, beside the same call on the scalar
- * products and exmy_sgemm (float32 accumulation), same run, on shapes of the
- * trainer's `tiny` model:
+ * hopper-split) with the AVX-512 kernel and with the AVX2 one (cpu/accum_vector.c),
+ * beside the same call on the scalar products and exmy_sgemm (float32
+ * accumulation), same run, on shapes of the trainer's `tiny` model:
  *   bazel run -c opt //cpu:accum_bench -- [THREADS (2)] [REPEATS (3)]
- * Each figure is the best of REPEATS timings; GFLOP/s counts 2·m·n·k.
+ * Each figure is the best of REPEATS timings (the scalar products: of one);
+ * GFLOP/s counts 2·m·n·k; "-": this CPU cannot run the kernel.
  */
 #include <omp.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 #include <time.h>
 
-#include "cpu/accum_avx512.h"
+#include "cpu/accum_vector.h"
 #include "cpu/exmy_cpu.h"
 
 typedef struct {
@@ -65,8 +67,9 @@ int main(int argc, char **argv) {
       {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 1, EXMY_ACCUM_ALIGN_INPUTS, -6, -6, 0}};
   const char *names[2] = {"hopper", "hopper-split"};
   printf("accum_bench: %d threads, best of %d; GFLOP/s (x float32 exmy_sgemm)\n", threads, repeats);
-  printf("%-24s %-13s %10s %16s %16s %9s\n", "shape", "model", "sgemm", "AVX-512 kernel",
-         "scalar products", "speed-up");
+  printf("%-24s %-13s %8s %16s %16s %16s %9s\n", "shape", "model", "sgemm", "AVX-512 kernel",
+         "AVX2 kernel", "scalar products", "speed-up");
+  const char *kernels[] = {"avx512", "avx2"};
   for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
     const shape *s = &shapes[i];
     float *a = malloc(s->m * s->k * sizeof *a), *b = malloc(s->k * s->n * sizeof *b),
@@ -75,14 +78,29 @@ int main(int argc, char **argv) {
     for (size_t p = 0; p < s->k * s->n; p++) b[p] = (float)((p * 40503u) % 997) / 512 - 1;
     const double flop = 2.0 * s->m * s->n * s->k, ref = best(repeats, s, NULL, a, b, c);
     for (int mi = 0; mi < 2; mi++) {
-      exmy_accum_avx512_enable(true);
-      const double fast = best(repeats, s, &models[mi], a, b, c);
+      printf("%-24s %-13s %8.2f", s->what, names[mi], flop / ref / 1e9);
+      double fastest = 0;
+      for (int kn = 0; kn < 2; kn++) { /* only that kernel on, AVX2 with AVX-512 off */
+        exmy_accum_avx512_enable(kn == 0);
+        exmy_accum_avx2_enable(kn == 1);
+        if (strcmp(exmy_accum_kernel_name(&models[mi]), kernels[kn])) {
+          printf(" %16s", "-");
+          continue;
+        }
+        const double t = best(repeats, s, &models[mi], a, b, c);
+        if (fastest == 0 || t < fastest) fastest = t;
+        printf(" %9.3f (%4.1fx)", flop / t / 1e9, t / ref);
+      }
       exmy_accum_avx512_enable(false);
+      exmy_accum_avx2_enable(false);
       const double slow = best(1, s, &models[mi], a, b, c);
       exmy_accum_avx512_enable(true);
-      printf("%-24s %-13s %10.2f %9.3f (%4.1fx) %9.3f (%4.0fx) %8.1fx\n", s->what, names[mi],
-             flop / ref / 1e9, flop / fast / 1e9, fast / ref, flop / slow / 1e9, slow / ref,
-             slow / fast);
+      exmy_accum_avx2_enable(true);
+      printf(" %9.3f (%4.0fx)", flop / slow / 1e9, slow / ref);
+      if (fastest > 0)
+        printf(" %8.1fx\n", slow / fastest);
+      else
+        printf(" %9s\n", "-");
     }
     free(a), free(b), free(c);
   }

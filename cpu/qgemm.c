@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/accum_avx512.h"
+#include "cpu/accum_vector.h"
 #include "cpu/exmy_cpu.h"
 #include "lib/accum_core.h"
 
@@ -125,9 +125,9 @@ typedef struct {
   const exmy_operand_quant *qa, *qb;
 } accum_ctx;
 
-/* The AVX-512 kernel where it covers the model (cpu/accum_avx512.c), else
- * one scalar exmy_accum_dot per element of C, rows of C shared out between
- * threads.  The epilogue is exmy_sgemm's (cpu/gemm.c).  An operand quantized
+/* A vector kernel where one covers the model (cpu/accum_vector.c: AVX-512,
+ * else AVX2), else one scalar exmy_accum_dot per element of C, rows of C
+ * shared out between threads.  The epilogue is exmy_sgemm's (cpu/gemm.c).  An operand quantized
  * here with a power-of-two per-tensor scale s is clamped at its format's
  * emin - log2 s, where the tensor core clamps its codes. */
 static int accum_products(const operands *o, size_t m, size_t n, size_t k, float alpha,
@@ -137,7 +137,7 @@ static int accum_products(const operands *o, size_t m, size_t n, size_t k, float
   if (exmy_accum_pow2_scaled(x->qa)) local.emin_a = exmy_accum_operand_emin_scaled(x->qa, o->sa);
   if (exmy_accum_pow2_scaled(x->qb)) local.emin_b = exmy_accum_operand_emin_scaled(x->qb, o->sb);
   const exmy_accum_model *model = &local;
-  if (exmy_accum_avx512_gemm(model, o->ta, o->tb, m, n, k, alpha, o->a, o->lda, o->b, o->ldb,
+  if (exmy_accum_vector_gemm(model, o->ta, o->tb, m, n, k, alpha, o->a, o->lda, o->b, o->ldb,
                              beta, c, ldc) == 0)
     return 0;
   /* element p of row i of op(A), of column j of op(B) */

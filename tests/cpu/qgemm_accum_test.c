@@ -10,7 +10,7 @@
 
 #include <omp.h>
 
-#include "cpu/accum_avx512.h"
+#include "cpu/accum_vector.h"
 #include "cpu/exmy_cpu.h"
 #include "lib/accum_core.h"
 #include "tests/check_suite.h"
@@ -73,7 +73,7 @@ START_TEST(test_against_core) {
 }
 END_TEST
 
-/* Operand values for the AVX-512 kernel: E4M3/E5M2-like values, float32's
+/* Operand values for the vector kernels: E4M3/E5M2-like values, float32's
  * wide exponents and subnormals, zeros, cancelling pairs; kind 4 also puts
  * an Inf or a NaN into some rows and columns. */
 static float draw(uint64_t *state, int kind) {
@@ -94,12 +94,19 @@ static float draw(uint64_t *state, int kind) {
   }
 }
 
-static size_t avx_outputs, avx_models;
+/* Makes `kernel` ("avx512", "avx2" or "scalar") the one exmy_qgemm_accum
+ * runs for the models it covers, by turning the ones before it off. */
+static void use_kernel(const char *kernel) {
+  exmy_accum_avx512_enable(!strcmp(kernel, "avx512"));
+  exmy_accum_avx2_enable(strcmp(kernel, "scalar") != 0);
+}
 
-/* exmy_qgemm_accum (the AVX-512 kernel where it covers the model) against the
- * scalar exmy_accum_dot, element by element, on unquantized operands. */
-static void check_avx(const exmy_accum_model *model, bool ta, bool tb, size_t m, size_t n,
-                      size_t k, int kind, float beta, int threads) {
+/* exmy_qgemm_accum against the scalar exmy_accum_dot, element by element, on
+ * unquantized operands; the number of outputs that the kernel `expect`
+ * (exmy_accum_kernel_name's answer, checked) computed, 0 for "scalar". */
+static size_t check_avx(const char *expect, const exmy_accum_model *model, bool ta, bool tb,
+                        size_t m, size_t n, size_t k, int kind, float beta, int threads) {
+  ck_assert_str_eq(exmy_accum_kernel_name(model), expect);
   const size_t lda = (ta ? m : k) + 2, ldb = (tb ? k : n) + 1, ldc = n + 3;
   float *a = malloc((ta ? k : m) * lda * sizeof *a), *b = malloc((tb ? n : k) * ldb * sizeof *b);
   float *c = malloc(m * ldc * sizeof *c), *c0 = malloc(m * ldc * sizeof *c0);
@@ -124,8 +131,8 @@ static void check_avx(const exmy_accum_model *model, bool ta, bool tb, size_t m,
       const float dot = exmy_accum_dot(model, ai, ta ? (long)lda : 1, bj, tb ? 1 : (long)ldb, (int)k);
       const float want = beta != 0 ? alpha * dot + beta * c0[i * ldc + j] : alpha * dot;
       if (!same(c[i * ldc + j], want)) {
-        fprintf(stderr, "kind %d ta=%d tb=%d %zux%zux%zu model {%d,%d,%d,%d,%d,%d,%d,%d,%d,%d}: "
-                "C[%zu][%zu] = %.9g, want %.9g\n", kind, ta, tb, m, n, k, model->group,
+        fprintf(stderr, "%s: kind %d ta=%d tb=%d %zux%zux%zu model {%d,%d,%d,%d,%d,%d,%d,%d,%d,%d}: "
+                "C[%zu][%zu] = %.9g, want %.9g\n", expect, kind, ta, tb, m, n, k, model->group,
                 model->product_bits, model->sum_bits, model->round, model->promote_every,
                 model->align_sum, model->align_exp, model->emin_a, model->emin_b, model->k_slice,
                 i, j, c[i * ldc + j], want);
@@ -134,61 +141,90 @@ static void check_avx(const exmy_accum_model *model, bool ta, bool tb, size_t m,
     }
     for (size_t j = n; j < ldc; j++) ck_assert(same(c[i * ldc + j], c0[i * ldc + j]));
   }
-  avx_outputs += m * n;
   free(a), free(b), free(c), free(c0);
+  return strcmp(expect, "scalar") ? m * n : 0;
 }
 
-START_TEST(test_avx512_kernel_against_core) {
-  const exmy_accum_model models[] = {
-      /* hopper and hopper-split: E4M3 x E4M3, E5M2 x E4M3 */
-      {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1, EXMY_ACCUM_ALIGN_INPUTS, -6, -6, 0},
-      {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 1, EXMY_ACCUM_ALIGN_INPUTS, -14, -6, 0},
-      /* split K, float32 emin, no sum alignment, other widths and groups */
-      {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1, EXMY_ACCUM_ALIGN_INPUTS, -126, -126, 96},
-      {32, 14, 14, EXMY_ACCUM_TRUNCATE, 64, 1, EXMY_ACCUM_ALIGN_INPUTS, -6, -14, 128},
-      {16, 10, 24, EXMY_ACCUM_TRUNCATE, 32, 0, EXMY_ACCUM_ALIGN_INPUTS, -149, -149, 0},
-      {64, 30, 40, EXMY_ACCUM_TRUNCATE, 0, 0, EXMY_ACCUM_ALIGN_INPUTS, -6, -6, 0},
-      {1, 53, 62, EXMY_ACCUM_TRUNCATE, 0, 1, EXMY_ACCUM_ALIGN_INPUTS, 127, -149, 0},
-      {256, 5, 3, EXMY_ACCUM_TRUNCATE, 256, 1, EXMY_ACCUM_ALIGN_INPUTS, 0, 0, 0},
-  };
-  const size_t nm = sizeof models / sizeof *models;
-  for (size_t mi = 0; mi < nm; mi++) {
-    if (!exmy_accum_avx512_covers(&models[mi])) {
-      printf("no AVX-512 on this CPU: the kernel is not tested\n");
-      return;
-    }
-    avx_models++;
+/* Every model the vector kernels cover that the sweep below runs. */
+static const exmy_accum_model covered[] = {
+    /* hopper and hopper-split: E4M3 x E4M3, E5M2 x E4M3 */
+    {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1, EXMY_ACCUM_ALIGN_INPUTS, -6, -6, 0},
+    {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 1, EXMY_ACCUM_ALIGN_INPUTS, -14, -6, 0},
+    /* split K, float32 emin, no sum alignment, other widths and groups */
+    {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1, EXMY_ACCUM_ALIGN_INPUTS, -126, -126, 96},
+    {32, 14, 14, EXMY_ACCUM_TRUNCATE, 64, 1, EXMY_ACCUM_ALIGN_INPUTS, -6, -14, 128},
+    {16, 10, 24, EXMY_ACCUM_TRUNCATE, 32, 0, EXMY_ACCUM_ALIGN_INPUTS, -149, -149, 0},
+    {64, 30, 40, EXMY_ACCUM_TRUNCATE, 0, 0, EXMY_ACCUM_ALIGN_INPUTS, -6, -6, 0},
+    {1, 53, 62, EXMY_ACCUM_TRUNCATE, 0, 1, EXMY_ACCUM_ALIGN_INPUTS, 127, -149, 0},
+    {256, 5, 3, EXMY_ACCUM_TRUNCATE, 256, 1, EXMY_ACCUM_ALIGN_INPUTS, 0, 0, 0},
+};
+
+/* One kernel against the scalar products on every model above, every kind
+ * of operand, every transpose, beta 0 and not, one thread and two; the
+ * number of outputs it computed. */
+static size_t sweep_kernel(const char *kernel) {
+  use_kernel(kernel);
+  const size_t nm = sizeof covered / sizeof *covered;
+  size_t outputs = 0;
+  for (size_t mi = 0; mi < nm; mi++)
     for (int kind = 0; kind < 5; kind++)
       for (int t = 0; t < 4; t++) {
         const size_t k = kind == 1 ? 300 : 257 + 64 * (size_t)t;
-        check_avx(&models[mi], t & 1, t & 2, 5 + t, 13 + 2 * (size_t)kind, k, kind,
-                  t == 3 ? 0.0f : 0.5f, 1 + (t & 1));
+        outputs += check_avx(kernel, &covered[mi], t & 1, t & 2, 5 + t, 13 + 2 * (size_t)kind, k,
+                             kind, t == 3 ? 0.0f : 0.5f, 1 + (t & 1));
       }
-  }
   /* large enough to be shared out between threads */
-  check_avx(&models[0], false, true, 64, 70, 512, 0, 0.0f, 2);
-  check_avx(&models[1], true, false, 40, 33, 1024, 2, 1.0f, 2);
-  printf("AVX-512 kernel: %zu outputs of %zu models bit-identical to exmy_accum_dot\n",
-         avx_outputs, avx_models);
+  outputs += check_avx(kernel, &covered[0], false, true, 64, 70, 512, 0, 0.0f, 2);
+  outputs += check_avx(kernel, &covered[1], true, false, 40, 33, 1024, 2, 1.0f, 2);
+  use_kernel("avx512");
+  printf("%s kernel: %zu outputs of %zu models bit-identical to exmy_accum_dot\n", kernel,
+         outputs, nm);
+  return outputs;
+}
+
+START_TEST(test_avx512_kernel_against_core) {
+  if (!__builtin_cpu_supports("avx512f")) {
+    printf("no AVX-512 on this CPU: the AVX-512 kernel is not tested\n");
+    return;
+  }
+  ck_assert_uint_gt(sweep_kernel("avx512"), 0);
 }
 END_TEST
 
-/* A model the kernel does not cover (rounding to nearest, alignment by the
- * product) and a kernel turned off both take the scalar products. */
-START_TEST(test_avx512_kernel_scope) {
-  const exmy_accum_model hopper = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1, EXMY_ACCUM_ALIGN_INPUTS,
-                                   -6, -6, 0};
+/* On a CPU with AVX-512 too (its kernel turned off). */
+START_TEST(test_avx2_kernel_against_core) {
+  if (!__builtin_cpu_supports("avx2")) {
+    printf("no AVX2 on this CPU: the AVX2 kernel is not tested\n");
+    return;
+  }
+  ck_assert_uint_gt(sweep_kernel("avx2"), 0);
+}
+END_TEST
+
+/* A model the kernels do not cover (rounding to nearest, alignment by the
+ * product) and kernels turned off take the scalar products; with AVX-512 off,
+ * a CPU with AVX2 runs that kernel. */
+START_TEST(test_vector_kernel_scope) {
+  const exmy_accum_model hopper = covered[0];
   const exmy_accum_model nearest = {32, 14, 14, EXMY_ACCUM_NEAREST_EVEN, 0, 1,
                                     EXMY_ACCUM_ALIGN_INPUTS, -6, -6, 0};
   const exmy_accum_model product = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 1, EXMY_ACCUM_ALIGN_PRODUCT,
                                     0, 0, 0};
-  ck_assert(!exmy_accum_avx512_covers(&nearest));
-  ck_assert(!exmy_accum_avx512_covers(&product));
-  exmy_accum_avx512_enable(false);
+  const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2");
+  ck_assert(!exmy_accum_avx512_covers(&nearest) && !exmy_accum_avx2_covers(&nearest));
+  ck_assert(!exmy_accum_avx512_covers(&product) && !exmy_accum_avx2_covers(&product));
+  ck_assert(exmy_accum_avx512_covers(&hopper) == avx512);
+  ck_assert(exmy_accum_avx2_covers(&hopper) == avx2);
+  ck_assert_str_eq(exmy_accum_kernel_name(&hopper), avx512 ? "avx512" : avx2 ? "avx2" : "scalar");
+  use_kernel("avx2");
   ck_assert(!exmy_accum_avx512_covers(&hopper));
-  check_avx(&hopper, false, false, 7, 9, 100, 0, 0.5f, 1);
-  exmy_accum_avx512_enable(true);
-  check_avx(&nearest, true, false, 7, 9, 100, 1, 0.5f, 1);
+  ck_assert_str_eq(exmy_accum_kernel_name(&hopper), avx2 ? "avx2" : "scalar");
+  use_kernel("scalar");
+  ck_assert(!exmy_accum_avx512_covers(&hopper) && !exmy_accum_avx2_covers(&hopper));
+  check_avx("scalar", &hopper, false, false, 7, 9, 100, 0, 0.5f, 1);
+  use_kernel("avx512");
+  check_avx("scalar", &nearest, true, false, 7, 9, 100, 1, 0.5f, 1);
+  check_avx("scalar", &product, false, true, 7, 9, 100, 2, 0.5f, 1);
 }
 END_TEST
 
@@ -275,8 +311,12 @@ START_TEST(test_bad_arguments) {
 END_TEST
 
 int main(void) {
-  const TTest *tests[] = {test_against_core, test_avx512_kernel_against_core,
-                         test_avx512_kernel_scope, test_pow2_scaled_operands_are_the_codes,
-                         test_bad_arguments, NULL};
+  const TTest *tests[] = {test_against_core,
+                         test_avx512_kernel_against_core,
+                         test_avx2_kernel_against_core,
+                         test_vector_kernel_scope,
+                         test_pow2_scaled_operands_are_the_codes,
+                         test_bad_arguments,
+                         NULL};
   return run_suite(suite_of("qgemm_accum", 120, tests), true);
 }

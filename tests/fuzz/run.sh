@@ -26,7 +26,7 @@ flags=(-g -O1 -std=c11 -D_GNU_SOURCE -march=x86-64-v2 -fopenmp -ffp-contract=off
        -Wno-unknown-pragmas -Wno-macro-redefined -Wno-comment)
 fuzz=(-fsanitize=fuzzer-no-link)
 # the library and the trainer's parts, compiled once (instrumented for coverage)
-lib=(lib/format.c lib/reference.c lib/accum.c cpu/accum_avx512.c cpu/bulk.c cpu/gemm.c cpu/mx.c
+lib=(lib/format.c lib/reference.c lib/accum.c cpu/accum_vector.c cpu/bulk.c cpu/gemm.c cpu/mx.c
      cpu/qgemm.c cpu/quantize_scaled.c cpu/scaling.c cpu/stats.c)
 trainer=(experiments/trainer/{config,recipe,model,qgemm,checkpoint,crc32c}.c)
 cli=(cpu/cli/*.c)

@@ -1,9 +1,11 @@
 /*
  * exmy_qgemm_accum's vector kernels (cpu/accum_vector.c): the accumulation
  * model for eight columns of C at once with AVX-512 or AVX2, bit-identical
- * to exmy_accum_dot.  exmy_qgemm_accum runs the AVX-512 kernel where it
- * covers the model, else the AVX2 one where it does, else the scalar
- * products.
+ * to exmy_accum_dot.  exmy_qgemm_accum runs the AVX2 kernel where it covers
+ * the model, else the scalar products; the AVX-512 kernel only with
+ * EXMY_ACCUM_KERNEL = avx512, until its build of the loop text it shares
+ * with AVX2 (cpu/accum_slice.h) has passed qgemm_accum_test on an AVX-512
+ * CPU (it has been compiled, not yet run).
  *
  * The environment variable EXMY_ACCUM_KERNEL = avx512 | avx2 | scalar, read
  * at the first call, makes the kernels before the one it names (in that

@@ -135,8 +135,8 @@ struct exmy_accum_model; /* lib/accum_core.h */
  * slower), after the operands are quantized exactly as exmy_qgemm does;
  * then C[i][j] = alpha·dot (+ beta·C[i][j]) as exmy_sgemm, then qc.  The
  * H100's models (truncation, alignment by the inputs' exponents) run an
- * AVX-512 kernel where the CPU has it, else an AVX2 one where it has that
- * (cpu/accum_vector.h), the others a scalar loop per element of C; all
+ * AVX2 kernel where the CPU has it (its AVX-512 build only where named:
+ * cpu/accum_vector.h), the others a scalar loop per element of C; all
  * OpenMP, bit-identical.  The model is used as given: with EXMY_ACCUM_ALIGN_INPUTS
  * its emin_a / emin_b should be those of the formats of A's and B's values
  * (exmy_accum_operand_emin(qa / qb); -126 for float32 values), which

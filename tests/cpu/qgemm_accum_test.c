@@ -311,6 +311,9 @@ START_TEST(test_bad_arguments) {
 END_TEST
 
 int main(void) {
+  /* the AVX-512 kernel runs only where named (cpu/accum_vector.h): every
+   * kernel this CPU has is under test here */
+  setenv("EXMY_ACCUM_KERNEL", "avx512", 0);
   const TTest *tests[] = {test_against_core,
                          test_avx512_kernel_against_core,
                          test_avx2_kernel_against_core,

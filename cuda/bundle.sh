@@ -18,7 +18,7 @@ TARGETS=(//cuda:bench //cuda:verify_hw //:libexmy.so
          //tests/cuda:fast_path_test //tests/cuda:qgemm_accum_test
          //experiments/trainer:train //tests/experiments/gpu:layers_gpu_test
          //tests/experiments/gpu:flash_attention_gpu_test //tests/experiments/gpu:trainer_gpu_test
-         //tests/experiments/gpu:accum_fp8_gpu_test)
+         //tests/experiments/gpu:accum_fp8_gpu_test //tests/cpu:qgemm_accum_test)
 bazel "${OB[@]}" build -c opt "${TARGETS[@]}"
 BIN=$(bazel "${OB[@]}" info -c opt bazel-bin 2>/dev/null)
 rm -rf gpu_bundle
@@ -53,8 +53,10 @@ cp "$BIN/experiments/studies/sweep" gpu_bundle/
 cp "$BIN/experiments/studies/sharpness" experiments/studies/sweep_plot.sh \
    experiments/studies/shadow.sh "$rf/studies/"
 ln -s ../../../../train "$rf/trainer/train"
-# the golden CPU losses (same config, same bits on the GPU machine's host CPU)
+# the golden CPU losses (same config, same bits on the GPU machine's host CPU),
+# and the CPU accumulation kernels' test (the GPU machine's host has AVX-512)
 mkdir -p gpu_bundle/golden && cp tests/experiments/golden/* gpu_bundle/golden/
+cp "$BIN/tests/cpu/qgemm_accum_test" gpu_bundle/cpu_qgemm_accum_test
 cp tests/experiments/golden_loss_test.sh gpu_bundle/
 chmod -R u+w gpu_bundle
 du -sh gpu_bundle

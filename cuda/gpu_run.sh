@@ -6,7 +6,9 @@
 # (capture.py, the script behind tests/lib/h100_fp8/; not part of all), to
 # calibrate the accumulation model offline with tests/lib/h100_fp8/calibrate.py.
 # golden: the CPU trainer on this machine's host CPU against the losses
-# committed in tests/experiments/golden/ (bit for bit, 1 to 3 threads).
+# committed in tests/experiments/golden/ (bit for bit, 1 to 3 threads), after
+# the CPU accumulation kernels (every vector kernel the host has, AVX-512
+# included) against the scalar model (cpu_qgemm_accum_test).
 # Logs go to outdir; the exit status is non-zero if a test or check failed.
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -44,6 +46,8 @@ if [ "$what" = trainer ] || [ "$what" = all ]; then
 fi
 if [ "$what" = golden ] || [ "$what" = all ]; then
   echo "golden: host CPU $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+  ./cpu_qgemm_accum_test > "$out/cpu_qgemm_accum_test.log" 2>&1 || status=1
+  grep -E "^[0-9]+%|kernel: |not tested" "$out/cpu_qgemm_accum_test.log"
   ./golden_loss_test.sh ./train ./configs ./golden > "$out/golden_loss_test.log" 2>&1 || status=1
   grep -E "^(ok|FAIL|note)|passed," "$out/golden_loss_test.log"
 fi

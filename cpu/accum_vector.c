@@ -135,13 +135,16 @@ static bool cpu_runs(int kernel) {
                           : __builtin_cpu_supports("avx2") != 0;
 }
 
+/* The first kernel run without EXMY_ACCUM_KERNEL: AVX2, because the AVX-512
+ * build of the loop text it shares has not yet passed qgemm_accum_test on an
+ * AVX-512 CPU. */
+enum { DEFAULT_FIRST = AVX2 };
+
 /* The kernel EXMY_ACCUM_KERNEL names (KERNELS for "scalar"), read at the
- * first call; the ones before it are not run (without the variable: AVX2,
- * because the AVX-512 build of the loop text shared with AVX2 has not yet
- * passed qgemm_accum_test on an AVX-512 CPU; 0 with a name it does not
- * know: that one said on stderr). */
+ * first call; the ones before it are not run (DEFAULT_FIRST without the
+ * variable; -1 for a name it does not know). */
 static int env_kernel(const char *want) {
-  if (!want || !*want) return AVX2;
+  if (!want || !*want) return DEFAULT_FIRST;
   if (!strcmp(want, "scalar")) return KERNELS;
   for (int k = 0; k < KERNELS; k++)
     if (!strcmp(want, kernels[k].name)) return k;
@@ -153,18 +156,18 @@ static int first_allowed(void) {
   const int f = __atomic_load_n(&first, __ATOMIC_ACQUIRE);
   if (f >= 0) return f;
   const char *want = getenv("EXMY_ACCUM_KERNEL");
-  const int named = env_kernel(want);
+  const int named = env_kernel(want), chosen = named < 0 ? DEFAULT_FIRST : named;
   int expected = -1;
-  if (!__atomic_compare_exchange_n(&first, &expected, named < 0 ? AVX2 : named, false,
-                                   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+  if (!__atomic_compare_exchange_n(&first, &expected, chosen, false, __ATOMIC_ACQ_REL,
+                                   __ATOMIC_ACQUIRE))
     return expected; /* a racing first caller read it (and said so) */
   /* a test's or a benchmark's override: said on stderr, as EXMY_SGEMM_KERNEL is */
-  if (named < 0)
+  if (named < 0) /* the default instead, said on stderr */
     fprintf(stderr, "exmy: EXMY_ACCUM_KERNEL=%s: not avx512, avx2 or scalar; ignored\n", want);
   else if (want && *want)
     fprintf(stderr, "exmy: accumulation kernel %s%s (EXMY_ACCUM_KERNEL)\n", want,
             named < KERNELS && !cpu_runs(named) ? ", which this CPU cannot run: the next one" : "");
-  return named < 0 ? AVX2 : named;
+  return chosen;
 }
 
 static bool covers(int kernel, const exmy_accum_model *m) {

@@ -45,7 +45,6 @@
 typedef void (*tile_fn)(size_t k, const float *a, size_t lda, const float *bp, float *c,
                         size_t ldc, float alpha, float beta);
 
-
 /* ------------------------------------------------------------------ scalar */
 
 enum { SCALAR_MR = 4, SCALAR_NR = 16 };

@@ -125,9 +125,9 @@ typedef struct {
   const exmy_operand_quant *qa, *qb;
 } accum_ctx;
 
-/* A vector kernel where one covers the model (cpu/accum_vector.c: AVX-512,
- * else AVX2), else one scalar exmy_accum_dot per element of C, rows of C
- * shared out between threads.  The epilogue is exmy_sgemm's (cpu/gemm.c).  An operand quantized
+/* A vector kernel where one covers the model (cpu/accum_vector.c), else one
+ * scalar exmy_accum_dot per element of C, rows of C shared out between
+ * threads.  The epilogue is every GEMM's (exmy_gemm_epilogue).  An operand quantized
  * here with a power-of-two per-tensor scale s is clamped at its format's
  * emin - log2 s, where the tensor core clamps its codes. */
 static int accum_products(const operands *o, size_t m, size_t n, size_t k, float alpha,

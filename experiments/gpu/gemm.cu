@@ -138,6 +138,11 @@ typedef std::tuple<int, int, int, int, int, int, long, int> LtKey;
  * it ran once both were changed, which of the two it needs is not known. */
 constexpr int kInvB = 64;
 
+/* The device counters of k_accum_count: GEMMs on cuBLASLt's FP8 GEMM, and
+ * those the emulation redid because the scales were out of range or else
+ * because a value was not an FP8 code (their sum: the GEMMs it redid). */
+enum AccumCount { kCountFast, kCountScalesOutOfRange, kCountNotCodes, kAccumCounts };
+
 struct AccumFast {
   cublasLtHandle_t lt = nullptr;
   void *workspace = nullptr;
@@ -148,7 +153,7 @@ struct AccumFast {
   size_t result_cap = 0;
   float *inv = nullptr;    /* device 1/s of A at inv, of B at inv + kInvB: cuBLASLt's scale pointers */
   int *flag = nullptr;     /* device: 1 where this GEMM must run the emulation */
-  unsigned long long *counts = nullptr; /* device: k_accum_count's */
+  unsigned long long *counts = nullptr; /* device: kAccumCounts of k_accum_count's */
   unsigned long long emulated = 0;      /* host: GEMMs that never tried */
   bool emulate = false;                 /* tests: always the emulation */
   exmy_accum_model hopper = {}, split = {};
@@ -715,11 +720,11 @@ __global__ void k_accum_gemm_if(const int *flag, exmy_accum_model model, bool ta
                                   scale_a, scale_b);
 }
 
-/* counts: {cuBLASLt, emulated, of which: scales out of range, values not codes} */
+/* counts (AccumCount): this GEMM's path, from the flag of k_fp8_codes. */
 __global__ void k_accum_count(const int *flag, unsigned long long *counts) {
-  counts[*flag ? 1 : 0]++;
-  if (*flag & exmy_gpu::kFp8ScalesOutOfRange) counts[2]++;
-  else if (*flag & exmy_gpu::kFp8NotCodes) counts[3]++;
+  if (!*flag) counts[kCountFast]++;
+  else if (*flag & exmy_gpu::kFp8ScalesOutOfRange) counts[kCountScalesOutOfRange]++;
+  else if (*flag & exmy_gpu::kFp8NotCodes) counts[kCountNotCodes]++;
 }
 
 /* The plan for one shape, made on first use: cuBLASLt's heuristic, the
@@ -907,8 +912,10 @@ static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
     gtq_check(cudaMalloc(&f.workspace, f.workspace_bytes), "cudaMalloc (cuBLASLt workspace)");
     gtq_check(cudaMalloc((void **)&f.inv, (kInvB + 1) * sizeof(float)), "cudaMalloc");
     gtq_check(cudaMalloc((void **)&f.flag, sizeof(int)), "cudaMalloc");
-    gtq_check(cudaMalloc((void **)&f.counts, 4 * sizeof(unsigned long long)), "cudaMalloc");
-    gtq_check(cudaMemsetAsync(f.counts, 0, 4 * sizeof(unsigned long long), st), "counts");
+    gtq_check(cudaMalloc((void **)&f.counts, kAccumCounts * sizeof(unsigned long long)),
+              "cudaMalloc");
+    gtq_check(cudaMemsetAsync(f.counts, 0, kAccumCounts * sizeof(unsigned long long), st),
+              "counts");
   }
   /* beta == 0: straight into C; else into the result buffer, beta C after */
   const size_t M = (size_t)m, N = (size_t)n, K = (size_t)k;
@@ -964,16 +971,16 @@ extern "C" void gtq_accum_paths(gtq_ctx *g, unsigned long long *fast,
 }
 
 extern "C" void gtq_accum_counts(gtq_ctx *g, gtq_accum_path_counts *c) {
-  unsigned long long d[4] = {0, 0, 0, 0};
+  unsigned long long d[kAccumCounts] = {};
   if (g->accum.counts) {
     gtq_check(cudaMemcpyAsync(d, g->accum.counts, sizeof d, cudaMemcpyDeviceToHost, g->stream),
               "accumulation paths");
     gtq_check(cudaStreamSynchronize(g->stream), "accumulation paths");
   }
-  c->fast = d[0];
+  c->fast = d[kCountFast];
   c->ineligible = g->accum.emulated;
-  c->scales_out_of_range = d[2];
-  c->not_codes = d[3];
+  c->scales_out_of_range = d[kCountScalesOutOfRange];
+  c->not_codes = d[kCountNotCodes];
 }
 
 extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,

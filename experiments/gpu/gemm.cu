@@ -690,9 +690,11 @@ __global__ void k_fp8_codes(const float *__restrict__ x, long ld, size_t rows, s
     }
     __syncthreads();
   }
-  if (range_bad || bad)
+  /* one atomic per block: range_bad is the same in every thread */
+  const bool block_bad = __syncthreads_or(bad);
+  if (threadIdx.x == 0 && threadIdx.y == 0 && (range_bad || block_bad))
     atomicOr(flag, (range_bad ? exmy_gpu::kFp8ScalesOutOfRange : 0) |
-                       (bad ? exmy_gpu::kFp8NotCodes : 0));
+                       (block_bad ? exmy_gpu::kFp8NotCodes : 0));
 }
 
 /* C = R + beta C, the rest of exmy_gemm_epilogue after cuBLASLt's alpha dot, unless flagged. */

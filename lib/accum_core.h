@@ -270,12 +270,12 @@ EXMY_HD float exmy_accum_dot_fp32(const float *a, long stride_a, const float *b,
  * a format whose smallest normal exponent is fmt_emin and s = 2^k: fmt_emin
  * - k, so that the model on y is the tensor core's on the codes c (clamped
  * at fmt_emin), scaled by 2^-k.  -126 (float32's) where s is not a positive
- * power of two or fmt_emin - k lies outside -149 .. 127.  Integer
- * arithmetic: host and device choose alike. */
+ * power of two (exmy_pow2_exponent) or fmt_emin - k lies outside -149 ..
+ * 127.  Integer arithmetic: host and device choose alike. */
 EXMY_HD int exmy_accum_scaled_emin(int fmt_emin, float s) {
-  const exmy_accum_num x = exmy_accum_from_f32(s);
-  if (x.neg || !x.mag || (x.mag & (x.mag - 1)) || !isfinite(s)) return -126;
-  const int e = fmt_emin - exmy_accum_lead(x);
+  int k;
+  if (!exmy_pow2_exponent(s, &k)) return -126;
+  const int e = fmt_emin - k;
   return e >= -149 && e <= 127 ? e : -126;
 }
 

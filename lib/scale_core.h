@@ -56,6 +56,20 @@ EXMY_HD float exmy_floor_pow2f(float s) {
                           : exmy_bits_f32(1u << (31 - exmy_clz32(b)));
 }
 
+/* Whether s is a power of two, s = 2^*k: positive and finite, float32
+ * subnormals included (*k from -149); *k = 0 where it is not.  From s's bits,
+ * so host and device decide alike. */
+EXMY_HD int exmy_pow2_exponent(float s, int *k) {
+  const uint32_t b = exmy_f32_bits(s);
+  *k = 0;
+  if (b == 0 || b >= 0x7F800000u) return 0; /* +0; +Inf, NaN, or the sign bit set */
+  /* the bits below the leading one: a normal's fraction, or a subnormal's */
+  const uint32_t below_lead = b >= 0x00800000u ? b & 0x007FFFFFu : b & (b - 1);
+  if (below_lead) return 0;
+  *k = exmy_floor_log2f(s);
+  return 1;
+}
+
 /* Current scaling (EXMY_SCALING_TENSOR, per group for GROUP): s = (fmax /
  * amax) · 2^-margin in float32, fmax the format's largest finite value,
  * rounded down to a power of two if pow2; 1 where amax is 0 or not finite,

@@ -29,17 +29,11 @@ enum { kFp8ScalesOutOfRange = 1, kFp8NotCodes = 2 };
  * Gradients' scales are the large ones (their values are small). */
 enum { kFp8ScaleUpMax = 77, kFp8ScaleDownMin = -55 };
 
-/* Whether s = 2^k exactly (a float32 normal), into *k. */
-__host__ __device__ inline bool fp8_scale_pow2(float s, int *k) {
-  *k = ilogbf(s);
-  return s > 0.0f && isfinite(s) && s == ldexpf(1.0f, *k);
-}
-
 /* Whether the two operands' scales (1 for an unscaled one) allow the FP8
- * GEMM: both powers of two, within the bounds above. */
+ * GEMM: both powers of two (exmy_pow2_exponent), within the bounds above. */
 __host__ __device__ inline bool fp8_scales_ok(float sa, float sb) {
   int ka, kb;
-  if (!fp8_scale_pow2(sa, &ka) || !fp8_scale_pow2(sb, &kb)) return false;
+  if (!exmy_pow2_exponent(sa, &ka) || !exmy_pow2_exponent(sb, &kb)) return false;
   const int up = (ka > 0 ? ka : 0) + (kb > 0 ? kb : 0);
   const int down = (ka < 0 ? ka : 0) + (kb < 0 ? kb : 0);
   return up <= kFp8ScaleUpMax && down >= kFp8ScaleDownMin;

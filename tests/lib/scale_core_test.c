@@ -107,6 +107,45 @@ START_TEST(mx_exponent_and_powers_of_two) {
 }
 END_TEST
 
+START_TEST(pow2_exponent_takes_exactly_the_positive_powers_of_two) {
+  tally t = {.what = "exmy_pow2_exponent"};
+  for (int p = -149; p <= 127; p++) {
+    const float s = ldexpf(1.0f, p);
+    int k = 1000, k_neg = 1000, k_next = 1000;
+    t.checked += 2;
+    if (!exmy_pow2_exponent(s, &k) || k != p)
+      if (t.failed++ < 8) fprintf(stderr, "2^%d: k = %d\n", p, k);
+    if (exmy_pow2_exponent(-s, &k_neg) || k_neg != 0)
+      if (t.failed++ < 8) fprintf(stderr, "-2^%d taken\n", p);
+    if (p == -149) continue; /* its successor is 2^-148 */
+    t.checked++;
+    if (exmy_pow2_exponent(nextafterf(s, INFINITY), &k_next) && t.failed++ < 8)
+      fprintf(stderr, "2^%d's successor taken\n", p);
+  }
+  const float never[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 3.0f, 1.5f, 0x1p-140f * 3.0f};
+  for (size_t i = 0; i < sizeof never / sizeof never[0]; i++) {
+    int k;
+    t.checked++;
+    if (exmy_pow2_exponent(never[i], &k) && t.failed++ < 8)
+      fprintf(stderr, "%a taken\n", never[i]);
+  }
+  /* every finite positive value: taken exactly where ldexpf gives it back */
+  size_t n;
+  float *v = sweep(&n);
+  for (size_t i = 0; i < n; i++) {
+    const float a = v[i];
+    if (!(a > 0) || !isfinite(a)) continue;
+    int k, e;
+    frexpf(a, &e);
+    t.checked++;
+    if (exmy_pow2_exponent(a, &k) != (a == ldexpf(1.0f, e - 1)) && t.failed++ < 8)
+      fprintf(stderr, "%a: %d\n", a, exmy_pow2_exponent(a, &k));
+  }
+  free(v);
+  tally_assert(&t);
+}
+END_TEST
+
 START_TEST(delayed_update_keeps_the_scale_where_amax_is_unusable) {
   float history[3] = {0, 0, 0}, scale = 1.0f, inv = 1.0f;
   /* e4m3 (fmax 448): amax 4 -> 112; then 0 (history max still 4) -> 112 */
@@ -130,6 +169,7 @@ END_TEST
 int main(void) {
   const TTest *const tests[] = {scale_from_amax_is_ldexpf_of_the_quotient,
                                 mx_exponent_and_powers_of_two,
+                                pow2_exponent_takes_exactly_the_positive_powers_of_two,
                                 delayed_update_keeps_the_scale_where_amax_is_unusable, NULL};
   return run_suite(suite_of("scale_core", 120, tests), true);
 }

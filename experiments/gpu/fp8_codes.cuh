@@ -18,16 +18,26 @@ namespace exmy_gpu {
  * device flag the code kernels set. */
 enum { kFp8ScalesOutOfRange = 1, kFp8NotCodes = 2 };
 
+/* The bound on the GEMM's alpha: 2^-16 <= |alpha| <= 2^16 (fp8_alpha_ok). */
+enum { kFp8AlphaExpMax = 16 };
+
 /* The bounds on sa = 2^ka and sb = 2^kb, the two operands' scales (y = c /
  * s), under which the model on the slots' y is 2^-(ka+kb) times the model on
  * the codes c without a float32 rounding changing, whatever order cuBLASLt
- * multiplies its scale pointers and alpha (2^-16 <= |alpha| <= 2^16, checked
+ * multiplies its scale pointers and alpha (within kFp8AlphaExpMax, checked
  * by the caller) into the codes' sum: nonzero sums of FP8 products lie
  * between 2^-33 and 2^56, so every partial product of the sum, alpha,
  * 1/sa and 1/sb stays a float32 normal (>= 2^-126, < 2^128) when the scales
  * above 1 multiply to at most 2^77 and those below 1 to at least 2^-55.
  * Gradients' scales are the large ones (their values are small). */
 enum { kFp8ScaleUpMax = 77, kFp8ScaleDownMin = -55 };
+
+/* Whether alpha allows the FP8 GEMM: |alpha| between 2^-kFp8AlphaExpMax and
+ * 2^kFp8AlphaExpMax. */
+__host__ __device__ inline bool fp8_alpha_ok(float alpha) {
+  const float a = fabsf(alpha);
+  return a >= exmy_pow2f(-kFp8AlphaExpMax) && a <= exmy_pow2f(kFp8AlphaExpMax);
+}
 
 /* Whether the two operands' scales (1 for an unscaled one) allow the FP8
  * GEMM: both powers of two (exmy_pow2_exponent), within the bounds above. */

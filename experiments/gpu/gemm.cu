@@ -152,7 +152,7 @@ struct AccumFast {
   float *result = nullptr; /* alpha op(A) op(B) before beta C is added */
   size_t result_cap = 0;
   float *inv = nullptr;    /* device 1/s of A at inv, of B at inv + kInvB: cuBLASLt's scale pointers */
-  int *flag = nullptr;     /* device: 1 where this GEMM must run the emulation */
+  int *flag = nullptr;     /* device: why the emulation must redo this GEMM (kFp8* bits), or 0 */
   unsigned long long *counts = nullptr; /* device: kAccumCounts of k_accum_count's */
   unsigned long long emulated = 0;      /* host: GEMMs that never tried */
   bool emulate = false;                 /* tests: always the emulation */
@@ -899,8 +899,8 @@ static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
   if (f.emulate || m <= 0 || n <= 0 || k <= 0 || k % 16 || ldc < n) return false;
   const bool fast = same_accum(model, f.hopper);
   if (!fast && !same_accum(model, f.split)) return false;
-  /* alpha between 2^-16 and 2^16: alpha 2^-(ka+kb) and the result stay normal */
-  if (!(fabsf(alpha) >= 1.0f / 65536.0f && fabsf(alpha) <= 65536.0f)) return false;
+  /* alpha 2^-(ka+kb) and the result stay normal */
+  if (!exmy_gpu::fp8_alpha_ok(alpha)) return false;
   Fp8Operand oa, ob;
   if (!fp8_operand(g, a, model.emin_a, sa, &oa) || !fp8_operand(g, b, model.emin_b, sb, &ob))
     return false;

@@ -92,7 +92,8 @@ static void check_format() {
  * is a float32 normal, for sums and alpha at the ends of their ranges. */
 static bool partial_products_normal(int ka, int kb) {
   const double sums[2] = {ldexp(1.0, -33), ldexp(1.0, 56)};
-  const double alphas[2] = {ldexp(1.0, -16), ldexp(1.0, 16)};
+  const double alphas[2] = {ldexp(1.0, -exmy_gpu::kFp8AlphaExpMax),
+                            ldexp(1.0, exmy_gpu::kFp8AlphaExpMax)};
   for (double sum : sums)
     for (double alpha : alphas)
       for (int mask = 0; mask < 8; mask++) {
@@ -123,8 +124,16 @@ static void check_scales() {
   printf("scales: %ld of %d pairs of powers of two accepted\n", accepted, 301 * 301);
 }
 
+static void check_alpha() {
+  const float ok[] = {1.0f, -1.0f, 0x1p-16f, -0x1p16f, 0x1p16f, 3.0f};
+  const float bad[] = {0.0f, 0x1p-16f * 0.999f, 0x1p16f * 1.001f, -0x1p17f, INFINITY, NAN};
+  for (float a : ok) EXPECT(exmy_gpu::fp8_alpha_ok(a), "alpha %a", a);
+  for (float a : bad) EXPECT(!exmy_gpu::fp8_alpha_ok(a), "alpha %a", a);
+}
+
 int main() {
   check_scales();
+  check_alpha();
   check_format<true>();
   check_format<false>();
   printf("%s (%d failures)\n", failures ? "FAIL" : "ok", failures);

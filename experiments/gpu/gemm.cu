@@ -633,14 +633,17 @@ static const exmy_accum_model *accum_of(const gtq_ctx *g, const gtq_operand &a,
  * beta C as the model does. */
 namespace {
 
-/* 1 E4M3 (fn), 2 E5M2, 0 neither. */
-int fp8_kind(const exmy_format &f) {
-  if (!f.is_signed) return 0;
+/* The FP8 formats cuBLASLt's FP8 GEMM takes. */
+enum Fp8Kind { kNotFp8, kFp8E4M3, kFp8E5M2 };
+
+/* E4M3 (fn), E5M2, or neither. */
+Fp8Kind fp8_kind(const exmy_format &f) {
+  if (!f.is_signed) return kNotFp8;
   if (f.exp_bits == 4 && f.man_bits == 3 && f.bias == 7 && f.specials == EXMY_SPECIALS_FN)
-    return 1;
+    return kFp8E4M3;
   if (f.exp_bits == 5 && f.man_bits == 2 && f.bias == 15 && f.specials == EXMY_SPECIALS_IEEE)
-    return 2;
-  return 0;
+    return kFp8E5M2;
+  return kNotFp8;
 }
 
 bool same_accum(const exmy_accum_model &a, const exmy_accum_model &b) {
@@ -828,13 +831,13 @@ LtPlan &lt_plan(AccumFast &f, int m, int n, int k, bool e4m3_a, bool e4m3_b, boo
   return p;
 }
 
-/* The operand of an FP8 GEMM: where its values lie, its format (1 E4M3,
- * 2 E5M2), its device s (NULL: unscaled) and the emin the model clamps its
- * exponents at (scaled_emin: exmy_accum_scaled_emin(model_emin, s)). */
+/* The operand of an FP8 GEMM: where its values lie, its format, its device
+ * s (NULL: unscaled) and the emin the model clamps its exponents at
+ * (scaled_emin: exmy_accum_scaled_emin(model_emin, s)). */
 struct Fp8Operand {
   const float *ptr;
   long ld;
-  int kind;
+  Fp8Kind kind;
   const float *scale;
   int model_emin;
   bool scaled_emin;
@@ -847,8 +850,8 @@ bool fp8_operand(const gtq_ctx *g, const gtq_operand &o, int model_emin,
   if (o.mx || o.bf16 || o.site < 0 || o.site >= g->n_sites) return false;
   const exmy_operand_quant &q = g->host[o.site].op[o.use];
   if (!q.enabled) return false;
-  const int kind = fp8_kind(q.format);
-  if (!kind) return false;
+  const Fp8Kind kind = fp8_kind(q.format);
+  if (kind == kNotFp8) return false;
   switch (q.scaling.kind) {
     case EXMY_SCALING_NONE:
       if (o.qscale) return false;
@@ -872,7 +875,7 @@ void launch_fp8_codes(const Fp8Operand &o, const float *other_scale, bool transp
   const dim3 block(32, 8);
   const size_t tr = (rows + 31) / 32;
   const dim3 grid((unsigned)((k + 31) / 32), (unsigned)(tr < 65535 ? tr : 65535));
-  const bool e4m3 = o.kind == 1;
+  const bool e4m3 = o.kind == kFp8E4M3;
 #define EXMY_FP8_CODES(E, T)                                                                \
   k_fp8_codes<E, T><<<grid, block, 0, st>>>(o.ptr, o.ld, rows, k, o.scale, other_scale,     \
                                             fmt_emin, o.model_emin, o.scaled_emin, out, inv, \
@@ -904,7 +907,7 @@ static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
   Fp8Operand oa, ob;
   if (!fp8_operand(g, a, model.emin_a, sa, &oa) || !fp8_operand(g, b, model.emin_b, sb, &ob))
     return false;
-  if (oa.kind == 2 && ob.kind == 2) return false; /* cuBLASLt has no E5M2 x E5M2 */
+  if (oa.kind == kFp8E5M2 && ob.kind == kFp8E5M2) return false; /* cuBLASLt has no E5M2 x E5M2 */
   cudaStream_t st = g->stream;
   if (!f.lt) {
     if (cublasLtCreate(&f.lt) != CUBLAS_STATUS_SUCCESS) {
@@ -924,7 +927,7 @@ static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
   const long ldd = beta != 0.0f ? n : ldc;
   int align = 256; /* the result buffer's: cudaMalloc's */
   while (beta == 0.0f && align > 4 && (uintptr_t)c % align) align /= 2;
-  LtPlan &p = lt_plan(f, m, n, k, oa.kind == 1, ob.kind == 1, fast, ldd, align);
+  LtPlan &p = lt_plan(f, m, n, k, oa.kind == kFp8E4M3, ob.kind == kFp8E4M3, fast, ldd, align);
   if (!p.ok) return false;
   if (beta != 0.0f) reserve((void **)&f.result, &f.result_cap, M * N * sizeof(float));
   float *d = beta != 0.0f ? f.result : c;

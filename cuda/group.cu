@@ -8,12 +8,17 @@
  * exmy_cuda_quantize_blocks_f32: the same for blocks of several rows (GROUP)
  * and NVFP4's two-level scales, with its random Hadamard transform, and
  * optionally the statistics of that quantization, reduced on the device.
+ * exmy_cuda_nvfp4_quantize_bf16: the same NVFP4 quantization of a GEMM
+ * operand, written as the bf16 image of q · s_b (the element times its
+ * block's E4M3 decode scale) for a bf16 GEMM that applies 1 / S_enc once.
  */
+#include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
 
 #include "cuda/elementwise.cuh"
 #include "cuda/exmy_cuda.h"
+#include "cuda/gather.cuh"
 #include "cuda/reduce.cuh"
 #include "lib/scale_core.h"
 
@@ -99,21 +104,34 @@ __global__ void k_rht16(const float *x, float *y, size_t rows, size_t cols, uint
   }
 }
 
+/* Where exmy_cuda_quantize_blocks_f32's kernel writes a block's rounded
+ * elements q: y (or NULL) the dequantized value q · inv, as the CPU; image
+ * (NVFP4 only, or NULL) the bf16 image of q · s_b, s_b the block's E4M3
+ * decode scale, with s_b itself in block_scales[t] (or NULL) and S_enc in
+ * *s_enc (or NULL). */
+struct BlockOutputs {
+  float *y;
+  __nv_bfloat16 *image;
+  float *block_scales;
+  float *s_enc;
+};
+
 /* The scaling blocks of br rows x g columns, block t = blockIdx.x,
  * blockIdx.x + gridDim.x, ... (one each when the grid has one thread block per
  * scaling block): GROUP's scale or NVFP4's (amax_bits: the tensor's finite
- * amax, NVFP4 only).  STATS: each thread adds its elements to its own
- * statistics, as cpu/quantize_scaled.c does (x, x·s, Q(x·s), the dequantized
- * value), reduced per thread block into partial[blockIdx.x]. */
+ * amax, NVFP4 only), written where `out` says.  STATS: each thread adds its
+ * elements to its own statistics, as cpu/quantize_scaled.c does (x, x·s,
+ * Q(x·s), the dequantized value), reduced per thread block into
+ * partial[blockIdx.x]. */
 template <bool STATS>
 __global__ void __launch_bounds__(kGroupThreads)
     k_blocks(const __grid_constant__ exmy_format f, const __grid_constant__ KOpts o,
-             const float *x, float *y, size_t rows, size_t cols, size_t g, size_t br,
+             const float *x, BlockOutputs out, size_t rows, size_t cols, size_t g, size_t br,
              size_t tasks, int nvfp4, const unsigned int *amax_bits, float fmax,
              float fmin_normal, int margin, int pow2, exmy_stats_sums *partial) {
   const size_t per_row = (cols + g - 1) / g;
   __shared__ float s_max[kGroupThreads];
-  __shared__ float s_scale, s_inv;
+  __shared__ float s_scale, s_inv, s_block;
   exmy_stats_sums acc;
   if constexpr (STATS) exmy_stats_sums_init(&acc);
   for (size_t t = blockIdx.x; t < tasks; t += gridDim.x) {
@@ -136,6 +154,9 @@ __global__ void __launch_bounds__(kGroupThreads)
         const float s_b = exmy_core_nvfp4_block_scale(s_max[0], s_enc);
         s_scale = exmy_core_nvfp4_encode_factor(s_b, s_enc);
         s_inv = exmy_core_nvfp4_decode_factor(s_b, s_enc);
+        s_block = s_b;
+        if (out.block_scales) out.block_scales[t] = s_b;
+        if (out.s_enc && t == 0) *out.s_enc = s_enc;
       } else {
         const float s = exmy_core_scale_from_amax(fmax, s_max[0], margin, pow2);
         s_scale = s;
@@ -145,7 +166,7 @@ __global__ void __launch_bounds__(kGroupThreads)
     __syncthreads();
     /* the next block's writes to s_max and s_scale come after its first
      * __syncthreads, which every thread reaches only after this loop */
-    const float s = s_scale, inv = s_inv;
+    const float s = s_scale, inv = s_inv, s_b = s_block;
     for (size_t i = threadIdx.x; i < len * nr; i += kGroupThreads) {
       const size_t at = (r0 + i / len) * cols + c0 + i % len;
       const uint64_t j = o.offset + at;
@@ -153,7 +174,9 @@ __global__ void __launch_bounds__(kGroupThreads)
       const float xi = x[at], xs = mul_keep_nan(xi, s); /* x before y (may alias x) */
       const float q = decode_generic(f, encode_runtime<SPEC_GENERIC>(f, o, xs, rnd));
       const float w = mul_keep_nan(q, inv);
-      y[at] = w;
+      if (out.y) out.y[at] = w;
+      /* exact where exmy_cuda_nvfp4_bf16_exact(f) holds */
+      if (out.image) out.image[at] = __float2bfloat16_rn(mul_keep_nan(q, s_b));
       if constexpr (STATS) exmy_stats_sums_add(&acc, fmax, fmin_normal, xi, xs, q, w);
     }
   }
@@ -165,9 +188,15 @@ __global__ void __launch_bounds__(kGroupThreads)
 
 }  // namespace
 
-extern "C" cudaError_t exmy_cuda_quantize_blocks_stats_f32(
-    const exmy_format *f, const exmy_rounding_opts *o, const exmy_scaling *sc, const float *x,
-    float *y, size_t rows, size_t cols, exmy_tensor_stats *stats, cudaStream_t stream) {
+namespace {
+
+/* exmy_cuda_quantize_blocks_stats_f32 with its outputs spelled out: the
+ * Hadamard transform (if any) of x goes to `transformed` (may be x, or
+ * out.y), which is then quantized; see BlockOutputs. */
+cudaError_t quantize_blocks(const exmy_format *f, const exmy_rounding_opts *o,
+                            const exmy_scaling *sc, const float *x, float *transformed,
+                            BlockOutputs out, size_t rows, size_t cols, exmy_tensor_stats *stats,
+                            cudaStream_t stream) {
   const bool nvfp4 = sc->kind == EXMY_SCALING_NVFP4;
   if ((!nvfp4 && sc->kind != EXMY_SCALING_GROUP) || sc->group < 0 || sc->block_rows < 0 ||
       exmy_rounding_opts_check(o) != 0)
@@ -198,9 +227,9 @@ extern "C" cudaError_t exmy_cuda_quantize_blocks_stats_f32(
   if (sc->hadamard) {
     const size_t runs = rows * ((cols + 15) / 16);
     k_rht16<<<(unsigned)((runs + 255) / 256), 256, 0, stream>>>(
-        x, y, rows, cols, exmy_core_rht16_signs(sc->hadamard_seed));
+        x, transformed, rows, cols, exmy_core_rht16_signs(sc->hadamard_seed));
     EXMY_CUDA_TRY(cudaGetLastError());
-    x = y; /* the transformed tensor is the one quantized (and described) */
+    x = transformed; /* the transformed tensor is the one quantized (and described) */
   }
   if (nvfp4) {
     EXMY_CUDA_TRY(cudaMemsetAsync(amax, 0, sizeof *amax, stream));
@@ -213,16 +242,25 @@ extern "C" cudaError_t exmy_cuda_quantize_blocks_stats_f32(
   if (nvfp4) oe.saturate = true; /* the conversion is satfinite, as on the CPU */
   if (!stats) {
     k_blocks<false><<<(unsigned)tasks, kGroupThreads, 0, stream>>>(
-        *f, kopts_of(&oe), x, y, rows, cols, g, br, tasks, nvfp4, amax, info.max,
+        *f, kopts_of(&oe), x, out, rows, cols, g, br, tasks, nvfp4, amax, info.max,
         info.min_normal, sc->margin, sc->pow2, nullptr);
     return cudaGetLastError();
   }
   k_blocks<true><<<(unsigned)nb, kGroupThreads, 0, stream>>>(
-      *f, kopts_of(&oe), x, y, rows, cols, g, br, tasks, nvfp4, amax, info.max,
+      *f, kopts_of(&oe), x, out, rows, cols, g, br, tasks, nvfp4, amax, info.max,
       info.min_normal, sc->margin, sc->pow2, partial);
   k_stats_finish<<<1, kStatThreads, 0, stream>>>(partial, nb, stats);
   k_stats_nan_scale<<<1, 1, 0, stream>>>(stats);
   return cudaGetLastError();
+}
+
+}  // namespace
+
+extern "C" cudaError_t exmy_cuda_quantize_blocks_stats_f32(
+    const exmy_format *f, const exmy_rounding_opts *o, const exmy_scaling *sc, const float *x,
+    float *y, size_t rows, size_t cols, exmy_tensor_stats *stats, cudaStream_t stream) {
+  const BlockOutputs out = {y, nullptr, nullptr, nullptr};
+  return quantize_blocks(f, o, sc, x, y, out, rows, cols, stats, stream);
 }
 
 extern "C" cudaError_t exmy_cuda_quantize_blocks_f32(const exmy_format *f,
@@ -231,6 +269,37 @@ extern "C" cudaError_t exmy_cuda_quantize_blocks_f32(const exmy_format *f,
                                                      float *y, size_t rows, size_t cols,
                                                      cudaStream_t stream) {
   return exmy_cuda_quantize_blocks_stats_f32(f, o, sc, x, y, rows, cols, NULL, stream);
+}
+
+/* q = m · 2^e with m < 2^(M+1) and q's last bit >= 2^(emin - M); s_b, an
+ * E4M3 value, has 4 significant bits, its last bit >= 2^-9 and s_b < 2^9.
+ * Their product has at most M + 5 significant bits, its last bit >=
+ * 2^(emin - M - 9), and it lies below 2^(emax + 10): a bfloat16 value (8
+ * significant bits, exponents up to 127, subnormals on the grid of 2^-133)
+ * when M + 5 <= 8, emin - M - 9 >= -133 and emax + 9 <= 127.  E2M1: 3
+ * significant bits, products from 2^-10 to 6 · 448. */
+extern "C" bool exmy_cuda_nvfp4_bf16_exact(const exmy_format *f) {
+  return f && f->man_bits <= 3 && f->emin - f->man_bits - 9 >= -133 && f->emax + 9 <= 127;
+}
+
+extern "C" cudaError_t exmy_cuda_nvfp4_quantize_bf16(
+    const exmy_format *f, const exmy_rounding_opts *o, const exmy_scaling *sc, const float *x,
+    size_t ldx, bool transpose, size_t rows, size_t cols, float *work, void *image,
+    float *s_enc, float *block_scales, cudaStream_t stream) {
+  if (sc->kind != EXMY_SCALING_NVFP4 || !exmy_cuda_nvfp4_bf16_exact(f) || !image ||
+      ldx < (transpose ? rows : cols))
+    return cudaErrorInvalidValue;
+  if (rows * cols == 0) return cudaSuccess;
+  /* the dense K-contiguous operand the reference quantizes; read in place
+   * where it is one already and no transform is to be written */
+  if (transpose || ldx != cols || sc->hadamard) {
+    if (!work) return cudaErrorInvalidValue;
+    k_gather<<<grid_for(rows * cols), 256, 0, stream>>>(x, ldx, transpose, rows, cols, work);
+    EXMY_CUDA_TRY(cudaGetLastError());
+    x = work;
+  }
+  const BlockOutputs out = {nullptr, (__nv_bfloat16 *)image, block_scales, s_enc};
+  return quantize_blocks(f, o, sc, x, work, out, rows, cols, NULL, stream);
 }
 
 extern "C" cudaError_t exmy_cuda_quantize_group_scaled_f32(

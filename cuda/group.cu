@@ -116,6 +116,55 @@ struct BlockOutputs {
   float *s_enc;
 };
 
+/* The scales of a scaling block whose finite amax is block_amax: GROUP's
+ * (exmy_core_scale_from_amax) or NVFP4's (amax_bits: the tensor's finite
+ * amax), as factors before (scale) and after (inv) the rounding, and NVFP4's
+ * E4M3 decode scale s_b; s_b and S_enc written where `out` asks (block t). */
+struct BlockScale {
+  float scale, inv, s_b;
+};
+__device__ BlockScale block_scale(int nvfp4, float block_amax, const unsigned int *amax_bits,
+                                  float fmax, int margin, int pow2, const BlockOutputs &out,
+                                  size_t t) {
+  BlockScale b;
+  if (nvfp4) {
+    const float s_enc = exmy_core_nvfp4_tensor_scale(__uint_as_float(*amax_bits));
+    b.s_b = exmy_core_nvfp4_block_scale(block_amax, s_enc);
+    b.scale = exmy_core_nvfp4_encode_factor(b.s_b, s_enc);
+    b.inv = exmy_core_nvfp4_decode_factor(b.s_b, s_enc);
+    if (out.block_scales) out.block_scales[t] = b.s_b;
+    if (out.s_enc && t == 0) *out.s_enc = s_enc;
+  } else {
+    b.scale = exmy_core_scale_from_amax(fmax, block_amax, margin, pow2);
+    b.inv = __fdiv_rn(1.0f, b.scale);
+    b.s_b = 1.0f;
+  }
+  return b;
+}
+
+/* One element x[at] of a scaling block rounded with its scales (sr index:
+ * o.offset + at), written where `out` says; its x, x·s, Q(x·s) and
+ * dequantized value returned for the statistics.  x is read before y is
+ * written (y may alias x). */
+struct Rounded {
+  float x, xs, q, w;
+};
+__device__ __forceinline__ Rounded round_in_block(const exmy_format &f, const KOpts &o,
+                                                  const float *x, size_t at,
+                                                  const BlockScale &b, const BlockOutputs &out) {
+  const uint64_t j = o.offset + at;
+  const uint32_t rnd = o.mode == EXMY_SR ? exmy_sr_word(o.seed, j) : 0u;
+  Rounded r;
+  r.x = x[at];
+  r.xs = mul_keep_nan(r.x, b.scale);
+  r.q = decode_generic(f, encode_runtime<SPEC_GENERIC>(f, o, r.xs, rnd));
+  r.w = mul_keep_nan(r.q, b.inv);
+  if (out.y) out.y[at] = r.w;
+  /* exact where exmy_cuda_nvfp4_bf16_exact(f) holds */
+  if (out.image) out.image[at] = __float2bfloat16_rn(mul_keep_nan(r.q, b.s_b));
+  return r;
+}
+
 /* The scaling blocks of br rows x g columns, block t = blockIdx.x,
  * blockIdx.x + gridDim.x, ... (one each when the grid has one thread block per
  * scaling block): GROUP's scale or NVFP4's (amax_bits: the tensor's finite
@@ -131,7 +180,7 @@ __global__ void __launch_bounds__(kGroupThreads)
              float fmin_normal, int margin, int pow2, exmy_stats_sums *partial) {
   const size_t per_row = (cols + g - 1) / g;
   __shared__ float s_max[kGroupThreads];
-  __shared__ float s_scale, s_inv, s_block;
+  __shared__ BlockScale s_scales;
   exmy_stats_sums acc;
   if constexpr (STATS) exmy_stats_sums_init(&acc);
   for (size_t t = blockIdx.x; t < tasks; t += gridDim.x) {
@@ -148,41 +197,63 @@ __global__ void __launch_bounds__(kGroupThreads)
       if ((int)threadIdx.x < d) s_max[threadIdx.x] = fmaxf(s_max[threadIdx.x], s_max[threadIdx.x + d]);
       __syncthreads();
     }
-    if (threadIdx.x == 0) {
-      if (nvfp4) {
-        const float s_enc = exmy_core_nvfp4_tensor_scale(__uint_as_float(*amax_bits));
-        const float s_b = exmy_core_nvfp4_block_scale(s_max[0], s_enc);
-        s_scale = exmy_core_nvfp4_encode_factor(s_b, s_enc);
-        s_inv = exmy_core_nvfp4_decode_factor(s_b, s_enc);
-        s_block = s_b;
-        if (out.block_scales) out.block_scales[t] = s_b;
-        if (out.s_enc && t == 0) *out.s_enc = s_enc;
-      } else {
-        const float s = exmy_core_scale_from_amax(fmax, s_max[0], margin, pow2);
-        s_scale = s;
-        s_inv = __fdiv_rn(1.0f, s);
-      }
-    }
+    if (threadIdx.x == 0)
+      s_scales = block_scale(nvfp4, s_max[0], amax_bits, fmax, margin, pow2, out, t);
     __syncthreads();
-    /* the next block's writes to s_max and s_scale come after its first
+    /* the next block's writes to s_max and s_scales come after its first
      * __syncthreads, which every thread reaches only after this loop */
-    const float s = s_scale, inv = s_inv, s_b = s_block;
+    const BlockScale b = s_scales;
     for (size_t i = threadIdx.x; i < len * nr; i += kGroupThreads) {
-      const size_t at = (r0 + i / len) * cols + c0 + i % len;
-      const uint64_t j = o.offset + at;
-      const uint32_t rnd = o.mode == EXMY_SR ? exmy_sr_word(o.seed, j) : 0u;
-      const float xi = x[at], xs = mul_keep_nan(xi, s); /* x before y (may alias x) */
-      const float q = decode_generic(f, encode_runtime<SPEC_GENERIC>(f, o, xs, rnd));
-      const float w = mul_keep_nan(q, inv);
-      if (out.y) out.y[at] = w;
-      /* exact where exmy_cuda_nvfp4_bf16_exact(f) holds */
-      if (out.image) out.image[at] = __float2bfloat16_rn(mul_keep_nan(q, s_b));
-      if constexpr (STATS) exmy_stats_sums_add(&acc, fmax, fmin_normal, xi, xs, q, w);
+      const Rounded r = round_in_block(f, o, x, (r0 + i / len) * cols + c0 + i % len, b, out);
+      if constexpr (STATS) exmy_stats_sums_add(&acc, fmax, fmin_normal, r.x, r.xs, r.q, r.w);
     }
   }
   if constexpr (STATS) {
     stats_block_reduce<kGroupThreads>(acc);
     if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+  }
+}
+
+/* k_blocks<false> for small scaling blocks (g · br <= kSmallBlock): LANES
+ * lanes of a warp per scaling block (32 / LANES blocks per warp), the amax
+ * reduced by shuffles, every lane computing the block's scales itself; the
+ * same values as k_blocks (the maximum does not depend on its order), with
+ * every lane busy for NVFP4's blocks of 16 where k_blocks leaves 112 of its
+ * 128 threads idle. */
+constexpr size_t kSmallBlock = 1024;
+constexpr int kSmallThreads = 256;
+template <int LANES>
+__global__ void __launch_bounds__(kSmallThreads)
+    k_blocks_small(const __grid_constant__ exmy_format f, const __grid_constant__ KOpts o,
+                   const float *x, BlockOutputs out, size_t rows, size_t cols, size_t g,
+                   size_t br, size_t tasks, int nvfp4, const unsigned int *amax_bits, float fmax,
+                   int margin, int pow2) {
+  constexpr int kPerWarp = 32 / LANES;
+  const size_t per_row = (cols + g - 1) / g;
+  const size_t warp = ((size_t)blockIdx.x * kSmallThreads + threadIdx.x) / 32;
+  const size_t warps = (size_t)gridDim.x * (kSmallThreads / 32);
+  const unsigned lane = threadIdx.x % LANES;
+  /* warp-uniform loop: every lane reaches every shuffle */
+  for (size_t base = warp * kPerWarp; base < tasks; base += warps * kPerWarp) {
+    const size_t t = base + (threadIdx.x % 32) / LANES;
+    const bool active = t < tasks;
+    size_t r0 = 0, c0 = 0, len = 0, nr = 0;
+    if (active) {
+      r0 = (t / per_row) * br, c0 = (t % per_row) * g;
+      len = cols - c0 < g ? cols - c0 : g, nr = rows - r0 < br ? rows - r0 : br;
+    }
+    float amax = 0.0f;
+    for (size_t i = lane; i < len * nr; i += LANES) {
+      const float a = fabsf(x[(r0 + i / len) * cols + c0 + i % len]);
+      if (a <= 3.40282347e38f) amax = fmaxf(amax, a);
+    }
+    for (int d = LANES / 2; d > 0; d >>= 1)
+      amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d, LANES));
+    if (!active) continue; /* the warp's last round: its other blocks are done */
+    const BlockOutputs written = lane == 0 ? out : BlockOutputs{out.y, out.image, nullptr, nullptr};
+    const BlockScale b = block_scale(nvfp4, amax, amax_bits, fmax, margin, pow2, written, t);
+    for (size_t i = lane; i < len * nr; i += LANES)
+      round_in_block(f, o, x, (r0 + i / len) * cols + c0 + i % len, b, out);
   }
 }
 
@@ -240,6 +311,19 @@ cudaError_t quantize_blocks(const exmy_format *f, const exmy_rounding_opts *o,
   exmy_format_get_info(f, &info);
   exmy_rounding_opts oe = *o;
   if (nvfp4) oe.saturate = true; /* the conversion is satfinite, as on the CPU */
+  if (!stats && g * br <= kSmallBlock) {
+    const size_t per_cta = (kSmallThreads / 32) * (g * br <= 16 ? 2 : 1);
+    const unsigned grid = (unsigned)((tasks + per_cta - 1) / per_cta);
+    if (g * br <= 16)
+      k_blocks_small<16><<<grid, kSmallThreads, 0, stream>>>(
+          *f, kopts_of(&oe), x, out, rows, cols, g, br, tasks, nvfp4, amax, info.max,
+          sc->margin, sc->pow2);
+    else
+      k_blocks_small<32><<<grid, kSmallThreads, 0, stream>>>(
+          *f, kopts_of(&oe), x, out, rows, cols, g, br, tasks, nvfp4, amax, info.max,
+          sc->margin, sc->pow2);
+    return cudaGetLastError();
+  }
   if (!stats) {
     k_blocks<false><<<(unsigned)tasks, kGroupThreads, 0, stream>>>(
         *f, kopts_of(&oe), x, out, rows, cols, g, br, tasks, nvfp4, amax, info.max,

@@ -378,7 +378,7 @@ extern "C" cudaError_t exmy_cuda_nvfp4_quantize_bf16(
    * where it is one already and no transform is to be written */
   if (transpose || ldx != cols || sc->hadamard) {
     if (!work) return cudaErrorInvalidValue;
-    k_gather<<<grid_for(rows * cols), 256, 0, stream>>>(x, ldx, transpose, rows, cols, work);
+    launch_gather(x, ldx, transpose, rows, cols, work, stream);
     EXMY_CUDA_TRY(cudaGetLastError());
     x = work;
   }

@@ -208,6 +208,32 @@ cudaError_t exmy_cuda_quantize_blocks_stats_f32(const exmy_format *f,
                                                 float *y, size_t rows, size_t cols,
                                                 exmy_tensor_stats *stats, cudaStream_t stream);
 
+/* Whether every product q · s_b of a value q of f and an E4M3 value s_b is a
+ * bfloat16 value (exponent range included): E2M1 and formats of <= 3
+ * mantissa bits in a range near it. */
+bool exmy_cuda_nvfp4_bf16_exact(const exmy_format *f);
+
+/* An NVFP4 (sc->kind EXMY_SCALING_NVFP4) GEMM operand for a bf16 GEMM: the
+ * dense rows x cols image op(X) (x with leading dimension ldx, transposed
+ * when `transpose`: x is then cols x rows), quantized exactly as
+ * exmy_cuda_quantize_blocks_f32 quantizes that dense image (the same tensor
+ * amax and S_enc, block scales, rounding, sr indices, Hadamard transform,
+ * blocks of sc->block_rows rows), written as image (uint16_t bf16 bits, rows
+ * x cols) = q · s_b, the rounded element times its block's E4M3 decode scale,
+ * exactly (f must pass exmy_cuda_nvfp4_bf16_exact).  The reference's value is
+ * q · exmy_core_nvfp4_decode_factor(s_b, S_enc); a GEMM of the images applies
+ * exmy_core_nvfp4_tensor_decode(S_enc) of each operand once.  s_enc (device,
+ * or NULL) receives S_enc; block_scales (device, or NULL) s_b of each block,
+ * blocks in row-major order over the grid of blocks.  work: rows x cols
+ * floats of device scratch (gathered and transformed operand), which may be
+ * NULL only where x is dense (ldx == cols), not transposed and has no
+ * Hadamard transform.  No host synchronisation. */
+cudaError_t exmy_cuda_nvfp4_quantize_bf16(const exmy_format *f, const exmy_rounding_opts *o,
+                                          const exmy_scaling *sc, const float *x, size_t ldx,
+                                          bool transpose, size_t rows, size_t cols, float *work,
+                                          void *image, float *s_enc, float *block_scales,
+                                          cudaStream_t stream);
+
 /* ---- quantized GEMM through cuBLAS ----
  * C (m x n, row-major) = Q(A) . Q(B)^T with A m x k and Bt n x k, both
  * row-major with K contiguous (exmy_qgemm's op(A) and op(B)^T), FP32

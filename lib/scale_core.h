@@ -149,18 +149,25 @@ EXMY_HD float exmy_core_nvfp4_block_scale(float block_amax, float s_enc) {
   return exmy_core_decode(&e4m3, exmy_core_encode(&e4m3, EXMY_RNE, 1, 0, 32, s, 0u));
 }
 
-/* The factor a block's elements are multiplied by before rounding:
- * 1 / (s_b · (1 / S_enc)), FLT_MAX where that overflows (s_b = 0: every
- * element then rounds to a value that its decode factor 0 sends to 0). */
-EXMY_HD float exmy_core_nvfp4_encode_factor(float s_b, float s_enc) {
-  const float r = exmy_fdiv_rn(1.0f, exmy_fmul_rn(s_b, exmy_fdiv_rn(1.0f, s_enc)));
-  return r > 3.40282347e38f ? 3.40282347e38f : r;
+/* The tensor's decode scale 1 / S_enc, rounded once: the factor that a
+ * block's decode scale s_b is multiplied by, and that a GEMM of the exact
+ * products (q · s_b) applies once per operand. */
+EXMY_HD float exmy_core_nvfp4_tensor_decode(float s_enc) {
+  return exmy_fdiv_rn(1.0f, s_enc);
 }
 
 /* The factor a block's rounded elements are multiplied by: s_b · (1 / S_enc),
  * the two decode scales' product rounded once. */
 EXMY_HD float exmy_core_nvfp4_decode_factor(float s_b, float s_enc) {
-  return exmy_fmul_rn(s_b, exmy_fdiv_rn(1.0f, s_enc));
+  return exmy_fmul_rn(s_b, exmy_core_nvfp4_tensor_decode(s_enc));
+}
+
+/* The factor a block's elements are multiplied by before rounding:
+ * 1 / (s_b · (1 / S_enc)), FLT_MAX where that overflows (s_b = 0: every
+ * element then rounds to a value that its decode factor 0 sends to 0). */
+EXMY_HD float exmy_core_nvfp4_encode_factor(float s_b, float s_enc) {
+  const float r = exmy_fdiv_rn(1.0f, exmy_core_nvfp4_decode_factor(s_b, s_enc));
+  return r > 3.40282347e38f ? 3.40282347e38f : r;
 }
 
 /* The 16-point random Hadamard transform of EXMY_SCALING_NVFP4's `hadamard`:

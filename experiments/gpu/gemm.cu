@@ -17,6 +17,7 @@
 #include "cuda/accum_gemm.cuh"
 #include "cuda/gather.cuh"
 #include "experiments/gpu/fp8_codes.cuh"
+#include "lib/scale_core.h"
 
 namespace {
 using exmy_cuda::grid_for;
@@ -100,9 +101,11 @@ bool site_bf16(const tq_site &s) {
   return true;
 }
 
-/* MX operands on the BF16 path: the two bf16 images of the GEMM in flight,
- * the fallback's result, the device flag the image kernels set to the GEMM's
- * tag when a value is not a bf16 value, and how many GEMMs fell back. */
+/* MX and NVFP4 operands on the BF16 path: the two bf16 images of the GEMM
+ * in flight, the MX fallback's result, the device flag the MX image kernels
+ * set to the GEMM's tag when a value is not a bf16 value, and how many GEMMs
+ * fell back; NVFP4's two tensor scales S_enc (A's, B's) on the device; how
+ * many GEMMs of operands quantized along K took each path (host counts). */
 struct MxImages {
   void *img[2] = {nullptr, nullptr};
   size_t img_cap[2] = {0, 0};
@@ -111,7 +114,9 @@ struct MxImages {
   unsigned *flag = nullptr;
   unsigned long long *fallbacks = nullptr;
   unsigned tag = 0;
-  bool reference = false; /* tests: every MX GEMM through exmy_cuda_qgemm */
+  float *s_enc = nullptr;
+  gtq_along_k_path_counts paths = {};
+  bool reference = false; /* tests: every MX and NVFP4 GEMM through exmy_cuda_qgemm */
 };
 
 /* C (m x n, ldc) = r where the image kernels flagged this GEMM. */
@@ -255,6 +260,7 @@ extern "C" void gtq_free(gtq_ctx *g) {
   cudaFree(g->mx_img.result);
   cudaFree(g->mx_img.flag);
   cudaFree(g->mx_img.fallbacks);
+  cudaFree(g->mx_img.s_enc);
   AccumFast &f = g->accum;
   for (auto &kv : f.plans) {
     LtPlan &p = kv.second;
@@ -544,7 +550,85 @@ static void mx_gemm_bf16(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, floa
   gtq_check(cudaGetLastError(), "MX fallback copy");
 }
 
+/* Whether a GEMM of operands quantized along K can take NVFP4's BF16 path:
+ * both operands NVFP4 in a format whose products with E4M3 block scales are
+ * bf16 values (E2M1). */
+static bool nvfp4_bf16_candidate(const gtq_ctx *g, const gtq_operand &a,
+                                 const exmy_cuda_operand_quant &qa, const gtq_operand &b,
+                                 const exmy_cuda_operand_quant &qb, int m, int n, int k) {
+  if (g->mx_img.reference || !a.mx || !b.mx || m <= 0 || n <= 0 || k <= 0) return false;
+  for (const exmy_cuda_operand_quant *q : {&qa, &qb})
+    if (q->scaling.kind != EXMY_SCALING_NVFP4 || !exmy_cuda_nvfp4_bf16_exact(&q->format))
+      return false;
+  return true;
+}
+
+/* The device alpha and beta of an NVFP4 GEMM of images (q · s_b):
+ * alpha · (1 / S_enc of A) · (1 / S_enc of B), each factor as the reference
+ * dequantizes with it (exmy_core_nvfp4_tensor_decode), rounded in that order. */
+static __global__ void k_nvfp4_alpha(float alpha, float beta, const float *s_enc, float *out) {
+  out[0] = exmy_fmul_rn(exmy_fmul_rn(alpha, exmy_core_nvfp4_tensor_decode(s_enc[0])),
+                        exmy_core_nvfp4_tensor_decode(s_enc[1]));
+  out[1] = beta;
+}
+
+/* C = alpha op(A) op(B) + beta C for two NVFP4 operands without a host round
+ * trip, as NVFP4 tensor cores compute it: each operand rounded once, along
+ * this GEMM's K, by the reference's own block kernel
+ * (exmy_cuda_nvfp4_quantize_bf16: the same amax, S_enc, E4M3 block scales
+ * s_b, rounding, sr indices, Hadamard transform and 16 x 16 weight blocks as
+ * exmy_cuda_qgemm's images), written as bf16 images of q · s_b, which are
+ * exact (exmy_cuda_nvfp4_bf16_exact: E2M1 times E4M3 has at most 6
+ * significant bits, and lies between 2^-10 and 2688); cuBLAS multiplies the
+ * images on the tensor cores with FP32 accumulation (exact products) and
+ * applies alpha / (S_enc_a S_enc_b), computed on the device, once at the end.
+ * The reference multiplies the dequantized values q · (s_b · (1 / S_enc)),
+ * each rounded to float32, and accumulates their products in float32: the
+ * two agree up to float32 rounding (a few ulps of each product, as a change
+ * of the order of additions does), not bit for bit.  No image value can
+ * leave bf16's grid, so there is no fallback.  Not guarded: where
+ * alpha / (S_enc_a S_enc_b) falls below float32's normal range (operand
+ * amaxes whose product is below about 8e-32 / alpha) it is rounded to a
+ * subnormal and the result loses relative precision the reference may keep. */
+static void nvfp4_gemm_bf16(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
+                            const gtq_operand &a, const exmy_cuda_operand_quant &qa,
+                            const gtq_operand &b, const exmy_cuda_operand_quant &qb, float beta,
+                            float *c, long ldc) {
+  MxImages &x = g->mx_img;
+  cudaStream_t st = g->stream;
+  if (!x.s_enc) gtq_check(cudaMalloc((void **)&x.s_enc, 2 * sizeof(float)), "cudaMalloc (S_enc)");
+  const size_t M = (size_t)m, N = (size_t)n, K = (size_t)k;
+  reserve(&x.img[0], &x.img_cap[0], M * K * 2);
+  reserve(&x.img[1], &x.img_cap[1], N * K * 2);
+  /* the gathered (and transformed) operand, one after the other in stream order */
+  reserve(&g->stage, &g->stage_cap, (M > N ? M : N) * K * sizeof(float));
+  float *work = (float *)g->stage;
+  /* op(A) as m x k and op(B)^T as n x k, K contiguous */
+  gtq_check(exmy_cuda_nvfp4_quantize_bf16(&qa.format, &qa.round, &qa.scaling,
+                                          (const float *)a.ptr, a.ld, ta, M, K, work, x.img[0],
+                                          x.s_enc, nullptr, st), "NVFP4 image (A)");
+  gtq_check(exmy_cuda_nvfp4_quantize_bf16(&qb.format, &qb.round, &qb.scaling,
+                                          (const float *)b.ptr, b.ld, !tb, N, K, work, x.img[1],
+                                          x.s_enc + 1, nullptr, st), "NVFP4 image (B)");
+  if (g->alpha_next + 2 > kAlphaRing) g->alpha_next = 0;
+  float *ab = g->alphas + g->alpha_next;
+  g->alpha_next += 2;
+  k_nvfp4_alpha<<<1, 1, 0, st>>>(alpha, beta, x.s_enc, ab);
+  gtq_check(cudaGetLastError(), "NVFP4 alpha");
+  blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_DEVICE), "pointer mode");
+  /* column-major: C^T (n x m) = (op(B)^T as k x n)^T . (op(A)^T as k x m) */
+  blas_check(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, ab, x.img[1], CUDA_R_16BF,
+                          k, x.img[0], CUDA_R_16BF, k, ab + 1, c, CUDA_R_32F, (int)ldc,
+                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+             "cublasGemmEx (NVFP4)");
+  blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_HOST), "pointer mode");
+}
+
 extern "C" void gtq_set_mx_reference(gtq_ctx *g, bool on) { g->mx_img.reference = on; }
+
+extern "C" void gtq_along_k_paths(const gtq_ctx *g, gtq_along_k_path_counts *counts) {
+  *counts = g->mx_img.paths;
+}
 
 extern "C" unsigned long long gtq_mx_fallbacks(gtq_ctx *g) {
   unsigned long long n = 0;
@@ -1008,13 +1092,19 @@ extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, floa
                                              b.ld, b.mx ? &qb : nullptr, sb, beta, c, ldc,
                                              nullptr, model, g->stream),
                 "exmy_cuda_qgemm_accum");
-    } else if (mx_bf16_candidate(g, a, qa, b, qb, m, n, k))
+    } else if (mx_bf16_candidate(g, a, qa, b, qb, m, n, k)) {
       mx_gemm_bf16(g, ta, tb, m, n, k, alpha, a, qa, b, qb, beta, c, ldc);
-    else /* the reference: gathered, quantized and checked by exmy_cuda_qgemm */
+      g->mx_img.paths.mx_images++;
+    } else if (nvfp4_bf16_candidate(g, a, qa, b, qb, m, n, k)) {
+      nvfp4_gemm_bf16(g, ta, tb, m, n, k, alpha, a, qa, b, qb, beta, c, ldc);
+      g->mx_img.paths.nvfp4_images++;
+    } else { /* the reference: gathered, quantized and checked by exmy_cuda_qgemm */
       gtq_check(exmy_cuda_qgemm(g->mx, ta, tb, m, n, k, alpha, (const float *)a.ptr, a.ld,
                                 a.mx ? &qa : nullptr, (const float *)b.ptr, b.ld,
                                 b.mx ? &qb : nullptr, beta, c, ldc, nullptr, nullptr, g->stream),
                 "exmy_cuda_qgemm (MX)");
+      g->mx_img.paths.reference++;
+    }
     return;
   }
   if (a.bf16 != b.bf16) gtq_check(cudaErrorInvalidValue, "gemm (mixed operand types)");

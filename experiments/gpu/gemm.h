@@ -111,9 +111,19 @@ void gtq_gemm_batched(gtq_ctx *g, bool trans_a, bool trans_b, int m, int n, int 
                       gtq_operand a, gtq_stride sa, gtq_operand b, gtq_stride sb, float beta,
                       float *c, long ldc, gtq_stride sc, int nb, int nh);
 
-/* For tests: on = every MX GEMM through exmy_cuda_qgemm (the reference
- * path: gathered, quantized in float32, checked with a host round trip). */
+/* For tests: on = every MX and NVFP4 GEMM through exmy_cuda_qgemm (the
+ * reference path: gathered, quantized in float32, checked with a host round
+ * trip). */
 void gtq_set_mx_reference(gtq_ctx *g, bool on);
+/* How many GEMMs of operands quantized along K (MX, GROUP, NVFP4; not those
+ * under an accumulation model) took each path since gtq_new: MX's bf16
+ * images (mx_gemm_bf16, its FP32 fallbacks included), NVFP4's bf16 images of
+ * q · s_b (nvfp4_gemm_bf16), or exmy_cuda_qgemm (the reference, forced or
+ * not eligible).  Host counts: no synchronisation. */
+typedef struct {
+  unsigned long long mx_images, nvfp4_images, reference;
+} gtq_along_k_path_counts;
+void gtq_along_k_paths(const gtq_ctx *g, gtq_along_k_path_counts *counts);
 /* How many MX GEMMs took the FP32 fallback of the bf16 images (syncs). */
 unsigned long long gtq_mx_fallbacks(gtq_ctx *g);
 

@@ -470,6 +470,14 @@ extern "C" void gpu_model_accum_paths(gpu_model *g, unsigned long long *fast,
   *not_codes = c.not_codes;
 }
 
+extern "C" void gpu_model_along_k_paths(const gpu_model *g, unsigned long long *mx_images,
+                                        unsigned long long *nvfp4_images,
+                                        unsigned long long *reference) {
+  gtq_along_k_path_counts c;
+  gtq_along_k_paths(g->gq, &c);
+  *mx_images = c.mx_images, *nvfp4_images = c.nvfp4_images, *reference = c.reference;
+}
+
 extern "C" void gpu_model_set_cuda_graph(gpu_model *g, bool on) {
   graph_drop(g->fwd);
   graph_drop(g->bwd);

@@ -63,6 +63,12 @@ bool gpu_model_cuda_graph(const gpu_model *g);
 void gpu_model_accum_paths(gpu_model *g, unsigned long long *fast, unsigned long long *ineligible,
                            unsigned long long *scale_range, unsigned long long *not_codes);
 
+/* The GEMMs of operands quantized along K so far (gtq_along_k_paths): on
+ * MX's bf16 images, on NVFP4's bf16 images, on the reference
+ * (exmy_cuda_qgemm); no synchronisation. */
+void gpu_model_along_k_paths(const gpu_model *g, unsigned long long *mx_images,
+                             unsigned long long *nvfp4_images, unsigned long long *reference);
+
 /* As tq_sr_counter / tq_collect_stats at the start of a step. */
 void gpu_model_begin_step(gpu_model *g, uint64_t sr_counter, bool collect_stats);
 /* Copies this step's statistics into the host sites. */

@@ -51,6 +51,10 @@ void gpu_model_accum_paths(gpu_model *g, unsigned long long *fast, unsigned long
                            unsigned long long *scale_range, unsigned long long *not_codes) {
   (void)g, (void)fast, (void)ineligible, (void)scale_range, (void)not_codes, unreachable();
 }
+void gpu_model_along_k_paths(const gpu_model *g, unsigned long long *mx_images,
+                             unsigned long long *nvfp4_images, unsigned long long *reference) {
+  (void)g, (void)mx_images, (void)nvfp4_images, (void)reference, unreachable();
+}
 void gpu_model_set_logit_sharpness(gpu_model *g, bool on) { (void)g, (void)on, unreachable(); }
 void gpu_model_logit_phi(gpu_model *g, float *phi) { (void)g, (void)phi, unreachable(); }
 float gpu_model_forward(gpu_model *g, const int *tokens, const int *targets) {

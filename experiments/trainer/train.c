@@ -740,6 +740,12 @@ static void finish(run *r) {
              "emulated (%llu not eligible, %llu scales beyond the FP8 path's bounds, %llu values "
              "not FP8 codes)\n", fast, ineligible + scale_range + not_codes, ineligible,
              scale_range, not_codes);
+    unsigned long long mx_images, nvfp4_images, reference;
+    gpu_model_along_k_paths(r->gpu, &mx_images, &nvfp4_images, &reference);
+    if (mx_images + nvfp4_images + reference)
+      printf("train: GEMMs of operands quantized along K: %llu on MX bf16 images, %llu on NVFP4 "
+             "bf16 images, %llu on the reference (exmy_cuda_qgemm)\n", mx_images, nvfp4_images,
+             reference);
   }
   if (r->diverged_at) printf("train: diverged at step %d (loss %g, running min %g)\n", r->diverged_at, r->loss, r->running_min);
   else if (!strcmp(r->status, "interrupted"))

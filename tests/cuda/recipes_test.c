@@ -1,5 +1,6 @@
 /* GPU recipes against the CPU's (cpu/): MX codes and scales, MX decode,
- * per-tensor current scaling, and the statistics.  Codes, values, scales and
+ * per-tensor current scaling, block scaling (GROUP, NVFP4) and NVFP4's bf16
+ * images, and the statistics.  Codes, values, scales and
  * counts must be bit-identical; the statistics' double sums may differ only by
  * the order of additions.  Needs a GPU (tag "gpu"). */
 #include <check.h>
@@ -10,6 +11,7 @@
 
 #include "cuda/exmy_cuda.h"
 #include "cpu/exmy_cpu.h"
+#include "lib/scale_core.h"
 #include "tests/check_suite.h"
 #include "tests/cuda/gpu_check.h"
 
@@ -517,10 +519,136 @@ START_TEST(blocks_match_cpu) {
 }
 END_TEST
 
+/* exmy_cuda_nvfp4_quantize_bf16 (NVFP4's bf16 images of q · s_b) against the
+ * reference's dequantized values of the gathered operand, those of
+ * exmy_cuda_quantize_blocks_f32 (exmy_cuda_qgemm's kernel) and of the CPU's
+ * exmy_quantize_scaled_f32: S_enc is exmy_core_nvfp4_tensor_scale of the
+ * (transformed) tensor's finite amax, each block's s_b is
+ * exmy_core_nvfp4_block_scale of its finite amax, and every element's image
+ * v is q · s_b for an E2M1 value q with q · exmy_core_nvfp4_decode_factor(s_b,
+ * S_enc) equal, bit for bit, to both references' value.  1-D and 16 x 16
+ * blocks, rne and sr, with and without the Hadamard transform; dense,
+ * strided and transposed operands with partial blocks. */
+START_TEST(nvfp4_bf16_image_matches_reference) {
+  /* rows, cols, ld, trans */
+  const size_t shapes[][4] = {{64, 256, 256, 0}, {37, 100, 103, 0}, {48, 96, 70, 1},
+                              {33, 40, 33, 1}};
+  const struct { int block_rows, hadamard, mode; } cases[] = {
+      {0, 0, EXMY_RNE}, {16, 0, EXMY_RNE}, {0, 0, EXMY_SR}, {0, 16, EXMY_SR}, {0, 16, EXMY_RNE},
+      {16, 0, EXMY_SR}};
+  exmy_format f;
+  ck_assert_int_eq(exmy_format_parse("e2m1", &f), 0);
+  ck_assert(exmy_cuda_nvfp4_bf16_exact(&f));
+  size_t bad = 0, checked = 0, zero_blocks = 0;
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+    for (int s = 0; s < 4; s++) {
+      const size_t rows = shapes[s][0], cols = shapes[s][1], ld = shapes[s][2];
+      const int trans = (int)shapes[s][3];
+      const size_t stored = (trans ? cols : rows) * ld, n = rows * cols;
+      exmy_rounding_opts o = {0};
+      o.mode = (exmy_rounding)cases[c].mode;
+      o.seed = 41;
+      o.offset = 1000003 + 101 * s;
+      exmy_scaling sc = {0};
+      sc.kind = EXMY_SCALING_NVFP4;
+      sc.group = 16;
+      sc.block_rows = cases[c].block_rows;
+      sc.hadamard = cases[c].hadamard;
+      sc.hadamard_seed = 7;
+      const size_t br = sc.block_rows > 1 ? (size_t)sc.block_rows : 1, per_row = (cols + 15) / 16;
+      const size_t nblocks = ((rows + br - 1) / br) * per_row;
+      float *x = test_tensor(stored, 23 + s + 7 * c), *xl = malloc(n * 4), *xt = malloc(n * 4),
+            *y_cpu = malloc(n * 4), *y_gpu = malloc(n * 4), *scales = malloc(nblocks * 4);
+      logical(x, ld, trans, rows, cols, xl);
+      ck_assert_int_eq(exmy_quantize_scaled_f32(&f, &o, &sc, NULL, xl, y_cpu, rows, cols, NULL),
+                       0);
+      /* the reference path's kernel on the gathered operand */
+      float *dxl = dev_from(xl, n * 4);
+      CU(exmy_cuda_quantize_blocks_f32(&f, &o, &sc, dxl, dxl, rows, cols, 0));
+      to_host_free(y_gpu, dxl, n * 4);
+      /* the images, from the stored operand */
+      float *dx = dev_from(x, stored * 4), *dwork = dev_alloc(n * 4), *dsenc = dev_alloc(4),
+            *dscales = dev_alloc(nblocks * 4), s_enc;
+      uint16_t *dimg = dev_alloc(n * 2), *img = malloc(n * 2);
+      CU(exmy_cuda_nvfp4_quantize_bf16(&f, &o, &sc, dx, ld, trans, rows, cols, dwork, dimg,
+                                       dsenc, dscales, 0));
+      to_host(img, dimg, n * 2);
+      to_host(&s_enc, dsenc, 4);
+      to_host(scales, dscales, nblocks * 4);
+      size_t b = 0;
+      if (!trans && ld == cols && !sc.hadamard) { /* read in place: no scratch needed */
+        uint16_t *img2 = malloc(n * 2);
+        CU(cudaMemset(dimg, 0xFF, n * 2));
+        CU(exmy_cuda_nvfp4_quantize_bf16(&f, &o, &sc, dx, ld, trans, rows, cols, NULL, dimg,
+                                         NULL, NULL, 0));
+        to_host(img2, dimg, n * 2);
+        if (memcmp(img, img2, n * 2) && b++ < 3)
+          printf("  NVFP4 image without scratch differs (%zux%zu)\n", rows, cols);
+        free(img2);
+      }
+      /* the transformed tensor the scales are taken from, on the host */
+      memcpy(xt, xl, n * 4);
+      if (sc.hadamard)
+        for (size_t r = 0; r < rows; r++)
+          for (size_t c0 = 0; c0 + 16 <= cols; c0 += 16)
+            exmy_core_rht16(xl + r * cols + c0, xt + r * cols + c0,
+                            exmy_core_rht16_signs(sc.hadamard_seed));
+      float amax = 0.0f;
+      for (size_t i = 0; i < n; i++)
+        if (fabsf(xt[i]) <= 3.40282347e38f && fabsf(xt[i]) > amax) amax = fabsf(xt[i]);
+      const float s_enc_want = exmy_core_nvfp4_tensor_scale(amax);
+      if (bits(s_enc) != bits(s_enc_want) && b++ < 3)
+        printf("  S_enc %a, want %a (amax %a)\n", s_enc, s_enc_want, amax);
+      for (size_t t = 0; t < nblocks; t++) {
+        const size_t r0 = (t / per_row) * br, c0 = (t % per_row) * 16;
+        float bmax = 0.0f;
+        for (size_t r = r0; r < r0 + br && r < rows; r++)
+          for (size_t cc = c0; cc < c0 + 16 && cc < cols; cc++) {
+            const float a = fabsf(xt[r * cols + cc]);
+            if (a <= 3.40282347e38f && a > bmax) bmax = a;
+          }
+        const float s_b = scales[t], want = exmy_core_nvfp4_block_scale(bmax, s_enc_want);
+        if (bits(s_b) != bits(want) && b++ < 3)
+          printf("  block %zu: s_b %a, want %a\n", t, s_b, want);
+        zero_blocks += s_b == 0.0f;
+        const float df = exmy_core_nvfp4_decode_factor(s_b, s_enc);
+        for (size_t r = r0; r < r0 + br && r < rows; r++)
+          for (size_t cc = c0; cc < c0 + 16 && cc < cols; cc++) {
+            const size_t i = r * cols + cc;
+            const uint32_t vb = (uint32_t)img[i] << 16;
+            float v;
+            memcpy(&v, &vb, 4);
+            /* q = v / s_b exactly (v = q s_b); a zero scale leaves q's sign in v */
+            const float q = s_b != 0.0f ? v / s_b : v;
+            const float aq = fabsf(q), w = q * df;
+            const int e2m1 = aq == 0.0f || aq == 0.5f || aq == 1.0f || aq == 1.5f || aq == 2.0f ||
+                             aq == 3.0f || aq == 4.0f || aq == 6.0f;
+            checked++;
+            if ((!e2m1 || bits(w) != bits(y_cpu[i]) || bits(w) != bits(y_gpu[i])) && b++ < 3)
+              printf("  [%zu,%zu] of %zux%zu%s: image %a = q %a x s_b %a, q x decode %a; "
+                     "reference %a (gpu), %a (cpu)\n", r, cc, rows, cols,
+                     trans ? " (transposed)" : "", v, q, s_b, w, y_gpu[i], y_cpu[i]);
+          }
+      }
+      if (b)
+        printf("  ^ NVFP4 image case %zu (block %d x 16, rht %d, %s), %zu x %zu\n", c,
+               cases[c].block_rows, cases[c].hadamard, exmy_rounding_name(o.mode), rows, cols);
+      bad += b;
+      free(x); free(xl); free(xt); free(y_cpu); free(y_gpu); free(scales); free(img);
+      CU(cudaFree(dx)); CU(cudaFree(dwork)); CU(cudaFree(dsenc)); CU(cudaFree(dscales));
+      CU(cudaFree(dimg));
+    }
+  printf("NVFP4 bf16 images: %zu values, each q s_b with q x decode factor equal to the "
+         "reference's bits; %zu all-zero blocks; %zu differences\n", checked, zero_blocks, bad);
+  ck_assert_msg(bad == 0, "%zu NVFP4 image differences", bad);
+}
+END_TEST
+
 int main(void) {
   const TTest *const tests[] = {mx_matches_cpu, tensor_scaling_matches_cpu,
                                 group_scaling_matches_cpu, delayed_scaling_matches_cpu,
                                 stats_match_cpu, mx_bf16_image_matches_cpu,
-                                mx_gemm_fallback_matches_cpu, blocks_match_cpu, NULL};
+                                mx_gemm_fallback_matches_cpu, blocks_match_cpu,
+                                nvfp4_bf16_image_matches_reference, NULL};
   return run_suite(suite_of("cuda_recipes", 300, tests), false);
 }

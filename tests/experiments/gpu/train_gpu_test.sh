@@ -4,7 +4,8 @@
 #     the final validation's four epsilon-sharpness values to 1e-2;
 #  2. every recipe config trains on the GPU (test size, 12 steps), its losses
 #     within 5e-2 of the CPU's (quantized recipes: a float32 difference may
-#     move a value to its format neighbour), statistics lines present;
+#     move a value to its format neighbour), statistics lines present; nvfp4's
+#     GEMMs all on NVFP4's bf16 images (the train's path counts);
 #  3. checkpoints: a GPU run interrupted and resumed on the GPU reproduces the
 #     uninterrupted run bit for bit; one written on the GPU resumes on the CPU
 #     and one written on the CPU resumes on the GPU (losses within 1e-3);
@@ -93,6 +94,11 @@ for cfgfile in "$configs"/*.cfg; do
     ok "$r on the GPU: 12 steps, max rel diff to the CPU $m, $stats_gpu statistics lines"
   else bad "$r: max rel diff $m over $n steps; statistics lines cpu $stats_cpu gpu $stats_gpu"; fi
 done
+# nvfp4's GEMMs on NVFP4's bf16 images, none on the reference (exmy_cuda_qgemm)
+paths=$(grep -o '[0-9]* on NVFP4 bf16 images, [0-9]* on the reference' "$tmp/gpu-t-nvfp4.out")
+if [[ "$paths" =~ ^[1-9][0-9]*\ on\ NVFP4\ bf16\ images,\ 0\ on ]]; then
+  ok "nvfp4 on the GPU: $paths"
+else bad "nvfp4 on the GPU: not every GEMM on NVFP4's bf16 images (${paths:-no path counts})"; fi
 
 # 3. checkpoints across devices
 common=(--set size=tiny --set steps=20 --set warmup=5 --set lr=1e-3)

@@ -10,7 +10,10 @@
  *  - the `accumulate` models: a linear site's three GEMMs (Y = X W^T,
  *    dX = dY W, dW += dY^T X) bit-identical to the CPU's (exmy_qgemm_accum),
  *    and a model step with them (attention quantized too) within the
- *    quantized recipes' bounds. */
+ *    quantized recipes' bounds;
+ *  - MX and NVFP4 GEMMs on their bf16 images against the reference path
+ *    (exmy_cuda_qgemm) within float32 bounds, and the trainer with nvfp4.cfg
+ *    running every such GEMM on the images. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -527,6 +530,226 @@ START_TEST(mx_gemm_bf16_path_matches_reference) {
 }
 END_TEST
 
+/* ----------------------------------------------------------- NVFP4 GEMMs */
+
+/* op(X) (rows x k) of X stored with leading dimension ld (X is k x rows
+ * when trans), dense, on the host. */
+static void gather_host(const float *x, int ld, int trans, int rows, int k, float *out) {
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < k; c++)
+      out[(size_t)r * k + c] = trans ? x[(size_t)c * ld + r] : x[(size_t)r * ld + c];
+}
+
+/* The reference's dequantized values of one GEMM operand, op(X) (rows x k):
+ * gathered on the host and quantized by exmy_cuda_quantize_blocks_f32, the
+ * kernel exmy_cuda_qgemm runs, with the use's recipe and its sr stream at
+ * `offset`. */
+static float *nvfp4_reference_values(const exmy_operand_quant *q, uint64_t offset,
+                                     const float *x, int ld, int trans, int rows, int k) {
+  const size_t n = (size_t)rows * k;
+  float *h = malloc(sizeof(float) * n);
+  gather_host(x, ld, trans, rows, k, h);
+  float *d = dev_from(h, sizeof(float) * n);
+  exmy_rounding_opts o = q->round;
+  if (o.mode == EXMY_SR) o.offset = offset;
+  CU(exmy_cuda_quantize_blocks_f32(&q->format, &o, &q->scaling, d, d, rows, k, 0));
+  to_host_free(h, d, sizeof(float) * n);
+  return h;
+}
+
+/* A linear site's GEMMs with nvfp4.cfg's operands (E2M1, E4M3 block scales
+ * along K, 16 x 16 weight blocks, sr on dY, the random Hadamard transform on
+ * both inputs of dW), on NVFP4's BF16 path (nvfp4_gemm_bf16: bf16 images of
+ * q s_b, alpha / (S_enc_a S_enc_b) on the device) and on the reference path
+ * (exmy_cuda_qgemm, forced by gtq_set_mx_reference).  The quantized values
+ * are the same (recipes_test's nvfp4_bf16_image_matches_reference holds the
+ * images to the reference's bit for bit); the BF16 path multiplies the exact
+ * q s_b and applies 1/S_enc once, the reference multiplies the float32
+ * values q (s_b (1/S_enc)) (two roundings each): |diff| <= (2k + 16) 2^-24
+ * (|alpha| sum |Q(a)||Q(b)| + |beta C|), Q the reference's values (each sum
+ * within (k - 1) 2^-24 sum of its terms in any order, each reference product
+ * within 5 roundings, alpha's three and the epilogue's two).  Four GEMMs:
+ * Y = X W^T (B transposed), dX = dY W (neither), dW += dY^T X (A
+ * transposed), and that dW again with X handed over transposed (both),
+ * whose BF16-path result must equal the third's bit for bit (the same
+ * images).  Shapes with a tail block along K (C = 40) and a strided X.  The
+ * fast context must count each as an NVFP4-image GEMM, the reference each
+ * as a reference GEMM. */
+START_TEST(nvfp4_gemm_bf16_path_matches_reference) {
+  recipe rc;
+  load_config_recipe(&rc, "nvfp4");
+  tq_site *s1, *s2;
+  const int n_sites = make_twin_sites(&rc, &s1, &s2);
+  const int site = SITE_W1, N = 96, C = 40, OC = 72, ldx = C + 3;
+  const exmy_operand_quant *uq = s1[site].op;
+  ck_assert_msg(uq[USE_DW_DY].scaling.hadamard == 16 && uq[USE_DW_X].scaling.hadamard == 16,
+                "nvfp4.cfg: the dW inputs carry the Hadamard transform");
+  ck_assert_msg(uq[USE_DX_DY].round.mode == EXMY_SR && uq[USE_DW_DY].round.mode == EXMY_SR,
+                "nvfp4.cfg: dY is rounded stochastically");
+  ck_assert_msg(uq[USE_FWD_W].scaling.block_rows == 16, "nvfp4.cfg: 16 x 16 weight blocks");
+  gtq_ctx *fast = gtq_new(s1, n_sites, 0), *ref = gtq_new(s2, n_sites, 0);
+  gtq_set_mx_reference(ref, true);
+  linear_tensors lt = linear_new(N, C, OC, ldx);
+  linear_fill(&lt, 4.0, 0.1, 1e-3);
+  linear_upload(&lt);
+  const float *x = lt.x, *w = lt.w, *dy = lt.dy, *dx = lt.d_x, *dw = lt.d_w, *ddy = lt.d_dy;
+  /* X^T (C x N), for the dW GEMM with B transposed */
+  float *xt = malloc(sizeof(float) * C * N);
+  for (int r = 0; r < N; r++)
+    for (int c = 0; c < C; c++) xt[(size_t)c * N + r] = x[(size_t)r * ldx + c];
+  float *dxt = dev_from(xt, sizeof(float) * C * N);
+  struct { int ta, tb, m, n, k; const float *a, *b; int lda, ldb, ua, ub; const float *ha, *hb;
+           const char *name; } g[4] = {
+      {0, 1, N, OC, C, dx, dw, ldx, C, USE_FWD_X, USE_FWD_W, x, w, "Y = X W^T"},
+      {0, 0, N, C, OC, ddy, dw, OC, C, USE_DX_DY, USE_DX_W, dy, w, "dX = dY W"},
+      {1, 0, OC, C, N, ddy, dx, OC, ldx, USE_DW_DY, USE_DW_X, dy, x, "dW += dY^T X"},
+      {1, 1, OC, C, N, ddy, dxt, OC, N, USE_DW_DY, USE_DW_X, dy, xt, "dW += dY^T (X^T)^T"}};
+  float *dw_fast = NULL; /* the third GEMM's BF16-path result */
+  for (int t = 0; t < 4; t++) {
+    const uint64_t sr0 = (uint64_t)(t < 3 ? t + 1 : 3) << 36; /* the fourth: the third's stream */
+    gtq_begin_step(fast, sr0, false);
+    gtq_begin_step(ref, sr0, false);
+    const int m = g[t].m, n = g[t].n, k = g[t].k;
+    const size_t cn = (size_t)m * n;
+    float *c0 = malloc(sizeof(float) * cn), *c1 = malloc(sizeof(float) * cn),
+          *c2 = malloc(sizeof(float) * cn);
+    fill(c0, cn, 1.0); /* dW accumulates (beta 1) into what is there */
+    const float beta = t >= 2 ? 1.0f : 0.0f;
+    float *d1 = dev_from(c0, sizeof(float) * cn), *d2 = dev_from(c0, sizeof(float) * cn);
+    gtq_ctx *ctx[2] = {fast, ref};
+    float *dc[2] = {d1, d2};
+    gtq_along_k_path_counts before[2], after[2];
+    for (int p = 0; p < 2; p++) {
+      gtq_along_k_paths(ctx[p], &before[p]);
+      const gtq_operand a =
+          gtq_operand_for_gemm(ctx[p], site, g[t].ua, 0, true, g[t].a, g[t].lda, 1, 1);
+      const gtq_operand b =
+          gtq_operand_for_gemm(ctx[p], site, g[t].ub, 0, true, g[t].b, g[t].ldb, 1, 1);
+      ck_assert(a.mx != NULL && b.mx != NULL);
+      gtq_gemm(ctx[p], g[t].ta, g[t].tb, m, n, k, 1.0f, a, b, beta, dc[p], n);
+      gtq_along_k_paths(ctx[p], &after[p]);
+    }
+    ck_assert_uint_eq(gtq_sr_counter(fast), gtq_sr_counter(ref));
+    to_host_free(c1, d1, sizeof(float) * cn);
+    to_host_free(c2, d2, sizeof(float) * cn);
+    /* the reference's values of op(A) and op(B)^T, at the offsets gtq_gemm
+     * gives them: A's from the step's start, B's after A's (if A is sr) */
+    const exmy_operand_quant *qa = &s1[site].op[g[t].ua], *qb = &s1[site].op[g[t].ub];
+    const uint64_t off_b = sr0 + (qa->round.mode == EXMY_SR ? (uint64_t)m * k : 0);
+    float *va = nvfp4_reference_values(qa, sr0, g[t].ha, g[t].lda, g[t].ta, m, k);
+    float *vb = nvfp4_reference_values(qb, off_b, g[t].hb, g[t].ldb, !g[t].tb, n, k);
+    size_t over = 0;
+    double worst = 0, dmax = 0, cmax = 0;
+    for (int i = 0; i < m; i++)
+      for (int j = 0; j < n; j++) {
+        double sum = 0;
+        for (int kk = 0; kk < k; kk++)
+          sum += fabs((double)va[(size_t)i * k + kk] * vb[(size_t)j * k + kk]);
+        const size_t e = (size_t)i * n + j;
+        const double tol = (2.0 * k + 16) * ldexp(1.0, -24) * (sum + beta * fabs(c0[e])) + 1e-37;
+        const double d = fabs((double)c1[e] - c2[e]);
+        if (!(d <= tol) && over++ < 3)
+          printf("  NVFP4 GEMM %s [%d,%d]: bf16 images %.9g, reference %.9g, |diff| %.3g, bound "
+                 "%.3g\n", g[t].name, i, j, c1[e], c2[e], d, tol);
+        if (d / tol > worst || d != d) worst = d / tol;
+        dmax = fmax(dmax, d);
+        cmax = fmax(cmax, fabs((double)c2[e]));
+      }
+    const unsigned long long fast_images = after[0].nvfp4_images - before[0].nvfp4_images,
+                             fast_ref = after[0].reference - before[0].reference,
+                             ref_ref = after[1].reference - before[1].reference;
+    printf("NVFP4 GEMM %d %s (%dx%dx%d%s%s): worst |diff| / bound %.3f, max |diff| %.3g of max "
+           "|C| %.3g; fast context: %llu on NVFP4 images, %llu on the reference\n", t, g[t].name,
+           m, n, k, g[t].ta ? ", A transposed" : "", g[t].tb ? ", B transposed" : "", worst,
+           dmax, cmax, fast_images, fast_ref);
+    ck_assert_msg(over == 0, "NVFP4 GEMM %s: %zu values beyond the float32 bound", g[t].name,
+                  over);
+    ck_assert_msg(fast_images == 1 && fast_ref == 0,
+                  "NVFP4 GEMM %s: the fast context took %llu image and %llu reference GEMMs, "
+                  "want 1 and 0", g[t].name, fast_images, fast_ref);
+    ck_assert_msg(ref_ref == 1, "NVFP4 GEMM %s: the forced reference ran %llu times", g[t].name,
+                  ref_ref);
+    if (t == 2) {
+      dw_fast = c1;
+      c1 = NULL;
+    } else if (t == 3) {
+      size_t differ = 0;
+      for (size_t e = 0; e < cn; e++) differ += memcmp(&dw_fast[e], &c1[e], sizeof(float)) != 0;
+      ck_assert_msg(differ == 0, "dW with X given transposed: %zu of %zu values differ from dW "
+                    "with X as stored (the same images, the same GEMM)", differ, cn);
+      printf("NVFP4 GEMM 3: equal bit for bit to GEMM 2 (X as stored)\n");
+    }
+    free(va), free(vb), free(c0), free(c1), free(c2);
+  }
+  free(dw_fast), free(xt);
+  CU(cudaFree(dxt));
+  gtq_free(fast);
+  gtq_free(ref);
+  recipe_free_sites(s1, n_sites);
+  recipe_free_sites(s2, n_sites);
+  linear_free(&lt);
+}
+END_TEST
+
+/* The trainer with nvfp4.cfg: one step of the `test` model runs every GEMM
+ * of operands quantized along K (the linear sites' three) on NVFP4's bf16
+ * images and none on the reference, while the same step forced onto the
+ * reference (gtq_set_mx_reference) runs as many there.  Loss and gradient
+ * of the two agree within sanity bounds (loss 1e-2 relative, whole gradient
+ * 1e-1 relative l2): float32 differences of a few ulps can move a value to
+ * its E2M1 neighbour or an amax, and with it S_enc, by an ulp; the exact
+ * properties are the path counts here and the GEMM test above. */
+START_TEST(model_nvfp4_takes_bf16_images) {
+  recipe rc;
+  load_config_recipe(&rc, "nvfp4");
+  model_config mc;
+  ck_assert(!model_named_size("test", &mc));
+  const int B = 3, T = mc.seq_len, N = B * T, n_sites = model_num_sites(&mc);
+  model m;
+  model_init(&m, &mc, 5);
+  int *tok = malloc(sizeof(int) * N), *tgt = malloc(sizeof(int) * N);
+  for (int i = 0; i < N; i++) tok[i] = (int)(urand() * mc.vocab), tgt[i] = (int)(urand() * mc.vocab);
+  float loss[2];
+  float *grads[2];
+  gtq_along_k_path_counts paths[2];
+  for (int p = 0; p < 2; p++) { /* 0: as the trainer runs, 1: the reference forced */
+    tq_site *sites = recipe_make_sites(&rc, &mc);
+    char err[256];
+    gpu_model *g = gpu_model_new(&m, &rc, sites, n_sites, B, T, GPU_ATTENTION_MATERIALIZED, err,
+                                 sizeof err);
+    ck_assert_msg(g != NULL, "%s", err);
+    gtq_set_mx_reference(gpu_model_gemm(g), p == 1);
+    gpu_model_begin_step(g, 0, false);
+    gpu_model_zero_grad(g);
+    loss[p] = gpu_model_forward(g, tok, tgt);
+    gpu_model_backward(g, 1.0f);
+    grads[p] = malloc(sizeof(float) * m.num_params);
+    CU(cudaDeviceSynchronize());
+    CU(cudaMemcpy(grads[p], gpu_model_grads(g), sizeof(float) * m.num_params,
+                  cudaMemcpyDeviceToHost));
+    gtq_along_k_paths(gpu_model_gemm(g), &paths[p]);
+    gpu_model_free(g);
+    recipe_free_sites(sites, n_sites);
+  }
+  const double dl = fabs((double)loss[0] - loss[1]) / fabs((double)loss[1]);
+  const double whole = rel_diff(grads[1], grads[0], m.num_params, 1);
+  printf("model test nvfp4: %llu GEMMs on NVFP4 bf16 images, %llu on the reference (forced: "
+         "%llu images, %llu reference); loss %.7f vs reference %.7f (rel %.2e), whole gradient "
+         "rel l2 %.2e\n", paths[0].nvfp4_images, paths[0].reference, paths[1].nvfp4_images,
+         paths[1].reference, loss[0], loss[1], dl, whole);
+  ck_assert_msg(paths[0].nvfp4_images > 0 && paths[0].reference == 0 && paths[0].mx_images == 0,
+                "the trainer's nvfp4 GEMMs: %llu on images, %llu on the reference",
+                paths[0].nvfp4_images, paths[0].reference);
+  ck_assert_msg(paths[1].nvfp4_images == 0 && paths[1].reference == paths[0].nvfp4_images,
+                "forced reference: %llu on images, %llu on the reference (want 0, %llu)",
+                paths[1].nvfp4_images, paths[1].reference, paths[0].nvfp4_images);
+  ck_assert_msg(dl <= 1e-2, "loss rel %.3e > 1e-2", dl);
+  ck_assert_msg(whole <= 1e-1, "whole gradient rel l2 %.3e > 1e-1", whole);
+  free(grads[0]), free(grads[1]), free(tok), free(tgt);
+  model_free(&m);
+}
+END_TEST
+
 /* --------------------------------------------- MS-AMP O1's FP8 gradients */
 
 /* gpu_model_update rounds the weight gradients (grad_format) over the
@@ -753,7 +976,9 @@ END_TEST
 
 int main(void) {
   const TTest *const tests[] = {model_fp32_matches_cpu, model_e8m3_weights_bit_identical,
-                                mx_gemm_bf16_path_matches_reference, msamp_grads_match_cpu,
+                                mx_gemm_bf16_path_matches_reference,
+                                nvfp4_gemm_bf16_path_matches_reference,
+                                model_nvfp4_takes_bf16_images, msamp_grads_match_cpu,
                                 accumulate_gemms_bit_identical, model_accumulate_matches_cpu,
                                 fishman_recipes_match_cpu, NULL};
   Suite *s = suite_of_loop("trainer_gpu", 600, operands_match_cpu, N_RECIPES, tests);

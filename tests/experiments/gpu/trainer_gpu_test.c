@@ -605,6 +605,7 @@ START_TEST(nvfp4_gemm_bf16_path_matches_reference) {
       {1, 0, OC, C, N, ddy, dx, OC, ldx, USE_DW_DY, USE_DW_X, dy, x, "dW += dY^T X"},
       {1, 1, OC, C, N, ddy, dxt, OC, N, USE_DW_DY, USE_DW_X, dy, xt, "dW += dY^T (X^T)^T"}};
   float *dw_fast = NULL; /* the third GEMM's BF16-path result */
+  float *dw_c0 = NULL;   /* and the C it accumulated into, which the fourth starts from */
   for (int t = 0; t < 4; t++) {
     const uint64_t sr0 = (uint64_t)(t < 3 ? t + 1 : 3) << 36; /* the fourth: the third's stream */
     gtq_begin_step(fast, sr0, false);
@@ -614,6 +615,8 @@ START_TEST(nvfp4_gemm_bf16_path_matches_reference) {
     float *c0 = malloc(sizeof(float) * cn), *c1 = malloc(sizeof(float) * cn),
           *c2 = malloc(sizeof(float) * cn);
     fill(c0, cn, 1.0); /* dW accumulates (beta 1) into what is there */
+    if (t == 2) dw_c0 = malloc(sizeof(float) * cn), memcpy(dw_c0, c0, sizeof(float) * cn);
+    if (t == 3) memcpy(c0, dw_c0, sizeof(float) * cn); /* the same C as the third */
     const float beta = t >= 2 ? 1.0f : 0.0f;
     float *d1 = dev_from(c0, sizeof(float) * cn), *d2 = dev_from(c0, sizeof(float) * cn);
     gtq_ctx *ctx[2] = {fast, ref};
@@ -681,7 +684,7 @@ START_TEST(nvfp4_gemm_bf16_path_matches_reference) {
     }
     free(va), free(vb), free(c0), free(c1), free(c2);
   }
-  free(dw_fast), free(xt);
+  free(dw_fast), free(dw_c0), free(xt);
   CU(cudaFree(dxt));
   gtq_free(fast);
   gtq_free(ref);

@@ -1,4 +1,5 @@
-/* Exact binomial intervals and a sample's summary (campaign_stats.h). */
+/* Exact binomial intervals, a sample's summary, Fisher's exact test and the
+ * paired t-test (campaign_stats.h). */
 #include "experiments/studies/campaign_stats.h"
 
 #include <math.h>
@@ -80,4 +81,42 @@ sample_summary summarise(const double *x, int n) {
     s.std = sqrt(ss / (n - 1));
   }
   return s;
+}
+
+/* log P(X = x) of the hypergeometric law: x of the k marked among N drawn
+ * into a row of n */
+static double log_hypergeometric(int x, int n, int k, int N) {
+  return lgamma(n + 1.0) - lgamma(x + 1.0) - lgamma(n - x + 1.0) + lgamma(N - n + 1.0) -
+         lgamma(k - x + 1.0) - lgamma(N - n - k + x + 1.0) - lgamma(N + 1.0) +
+         lgamma(k + 1.0) + lgamma(N - k + 1.0);
+}
+
+int fisher_exact(int a, int b, int c, int d, double *one_sided, double *two_sided) {
+  if (a < 0 || b < 0 || c < 0 || d < 0) return -1;
+  const int n = a + b, k = a + c, N = a + b + c + d;
+  const int lo = k - (N - n) > 0 ? k - (N - n) : 0, hi = n < k ? n : k;
+  const double observed = exp(log_hypergeometric(a, n, k, N));
+  double upper = 0, extreme = 0;
+  for (int x = lo; x <= hi; x++) {
+    const double p = exp(log_hypergeometric(x, n, k, N));
+    if (x >= a) upper += p;
+    if (p <= observed * (1 + 1e-7)) extreme += p;
+  }
+  *one_sided = fmin(upper, 1);
+  *two_sided = fmin(extreme, 1);
+  return 0;
+}
+
+double student_t_two_sided(double t, double nu) {
+  if (!(nu > 0) || isnan(t)) return NAN;
+  return beta_cdf(nu / (nu + t * t), nu / 2, 0.5);
+}
+
+paired_t paired_t_test(const double *differences, int n) {
+  paired_t r = {summarise(differences, n), NAN, NAN};
+  if (n >= 2 && r.diff.std > 0) {
+    r.t = r.diff.mean / (r.diff.std / sqrt(n));
+    r.p = student_t_two_sided(r.t, n - 1);
+  }
+  return r;
 }

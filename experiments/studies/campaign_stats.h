@@ -1,6 +1,7 @@
 /*
  * The statistics of a campaign's table (campaign.c): exact binomial
- * confidence intervals and the seeds' summary of a sample.
+ * confidence intervals, the seeds' summary of a sample, and the tests that
+ * compare a group with a reference (Fisher's exact test, the paired t-test).
  *
  *   beta_cdf(x; a, b)       the regularised incomplete beta function I_x(a, b)
  *                           (a, b > 0), by the continued fraction of Numerical
@@ -17,6 +18,26 @@
  *                           least 1 - alpha for every proportion.
  *   sample_summary          n, mean, sample standard deviation (denominator
  *                           n - 1; NaN when n < 2), min, max.
+ *   fisher_exact            Fisher's exact test of the 2x2 table
+ *                                      diverged      not
+ *                             group    a             b
+ *                             others   c             d
+ *                           under the hypergeometric null, the margins fixed:
+ *                           P(x) = C(a+b, x) C(c+d, a+c-x) / C(N, a+c), from
+ *                           log-factorials (lgamma).  one_sided = P(X >= a),
+ *                           the group diverging more often than the others
+ *                           (R's alternative = "greater"); two_sided = the sum
+ *                           of P(x) over every x with P(x) <= P(a) (1 + 1e-7),
+ *                           the relative tolerance of R's fisher.test and
+ *                           scipy's fisher_exact, so that tables exactly as
+ *                           probable as the observed one count despite rounding.
+ *   student_t_two_sided     P(|T| >= |t|) for Student's t with nu degrees of
+ *                           freedom: I_{nu/(nu+t^2)}(nu/2, 1/2) (beta_cdf).
+ *   paired_t_test           the differences of paired values (group - reference):
+ *                           their summary, t = mean / (std / sqrt(n)) and its
+ *                           two-sided p with n - 1 degrees of freedom.  t and p
+ *                           are NaN when n < 2 or std = 0 (all differences
+ *                           equal: the t statistic is undefined, not infinite).
  */
 #ifndef EXPERIMENTS_STUDIES_CAMPAIGN_STATS_H
 #define EXPERIMENTS_STUDIES_CAMPAIGN_STATS_H
@@ -34,5 +55,18 @@ typedef struct {
 } sample_summary;
 
 sample_summary summarise(const double *x, int n);
+
+/* a, b, c, d >= 0; -1 for a negative count (p values unchanged), else 0. */
+int fisher_exact(int a, int b, int c, int d, double *one_sided, double *two_sided);
+
+/* NaN for nu <= 0 or t NaN. */
+double student_t_two_sided(double t, double nu);
+
+typedef struct {
+  sample_summary diff; /* of the differences */
+  double t, p;         /* NaN when diff.n < 2 or diff.std = 0 */
+} paired_t;
+
+paired_t paired_t_test(const double *differences, int n);
 
 #endif /* EXPERIMENTS_STUDIES_CAMPAIGN_STATS_H */

@@ -6,6 +6,10 @@
  *  - beta_cdf for integer a, b against the binomial tail it equals, and for
  *    a = b = 1/2 against the arcsine law (2/pi) asin(sqrt x);
  *  - the summary's sample standard deviation (n - 1) on hand values;
+ *  - Fisher's exact test on textbook tables and on tables summed by hand from
+ *    the hypergeometric formula in exact fractions;
+ *  - Student's t two-sided p at the tabulated 5% critical values, and at
+ *    t = 2, nu = 2, where it is 1 - sqrt(2/3) in closed form;
  *  - arguments outside the domain refused. */
 #include <check.h>
 #include <math.h>
@@ -106,6 +110,78 @@ START_TEST(test_summary) {
 }
 END_TEST
 
+START_TEST(test_fisher_exact) {
+  const struct {
+    int a, b, c, d;
+    double one_sided, two_sided;
+  } tables[] = {
+      /* Fisher's lady tasting tea: 3 of 4 cups right. P(x) = C(4,x) C(4,4-x) / 70
+       * = 1, 16, 36, 16, 1 (/70): one-sided 17/70, two-sided 34/70 (P(1) = P(3)) */
+      {3, 1, 1, 3, 0.2428571, 0.4857143},
+      /* 3 of 3 diverged against 0 of 6: C(3,3) C(6,0) / C(9,3) = 1/84 either way */
+      {3, 0, 0, 6, 1.0 / 84, 1.0 / 84},
+      /* P(x) = C(3,x) C(4,4-x) / 35 = 1, 12, 18, 4 (/35), observed x = 1:
+       * one-sided 34/35, two-sided (1 + 12 + 4)/35 = 17/35 */
+      {1, 2, 3, 1, 34.0 / 35, 17.0 / 35},
+      /* P(x) = C(10,x) C(10,9-x) / C(20,9) = 1, 45, 540, 2520, 5292, 5292, 2520,
+       * 540, 45, 1 (/16796), observed x = 7: one-sided (540 + 45 + 1)/16796 =
+       * 293/8398, two-sided twice that (the law is symmetric), 293/4199 */
+      {7, 3, 2, 8, 293.0 / 8398, 293.0 / 4199},
+      /* no divergence anywhere: one table, p = 1 */
+      {0, 3, 0, 3, 1, 1},
+  };
+  for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) {
+    double one, two;
+    ck_assert_int_eq(fisher_exact(tables[i].a, tables[i].b, tables[i].c, tables[i].d, &one, &two),
+                     0);
+    ck_assert_msg(fabs(one - tables[i].one_sided) < 1e-7 && fabs(two - tables[i].two_sided) < 1e-7,
+                  "[[%d, %d], [%d, %d]]: one-sided %.10f, two-sided %.10f; want %.10f, %.10f",
+                  tables[i].a, tables[i].b, tables[i].c, tables[i].d, one, two,
+                  tables[i].one_sided, tables[i].two_sided);
+  }
+  double one = 7, two = 7;
+  ck_assert_int_eq(fisher_exact(-1, 2, 3, 4, &one, &two), -1);
+  ck_assert(one == 7 && two == 7);
+}
+END_TEST
+
+START_TEST(test_student_t) {
+  /* the two-sided 5% critical values of the t tables (t_{0.975, nu}) */
+  const struct {
+    double t, nu, p;
+  } points[] = {{4.302653, 2, 0.05},
+                {2.228139, 10, 0.05},
+                {12.7062, 1, 0.05},
+                /* nu = 2: p = 1 - sqrt(t^2 / (2 + t^2)) = 1 - sqrt(2/3) */
+                {2.0, 2, 0.1835034},
+                {-2.0, 2, 0.1835034},
+                {0, 5, 1}};
+  for (size_t i = 0; i < sizeof points / sizeof *points; i++) {
+    const double p = student_t_two_sided(points[i].t, points[i].nu);
+    ck_assert_msg(fabs(p - points[i].p) < 2e-6, "t %g nu %g: p %.8f, want %.7f", points[i].t,
+                  points[i].nu, p, points[i].p);
+  }
+  ck_assert(fabs(student_t_two_sided(2.0, 2) - (1 - sqrt(2.0 / 3))) < 1e-12);
+  ck_assert(isnan(student_t_two_sided(1, 0)) && isnan(student_t_two_sided(NAN, 3)));
+}
+END_TEST
+
+START_TEST(test_paired_t) {
+  /* differences 0.125, 0.25, 0.375: mean 0.25, std 0.125, t = 2 sqrt(3),
+   * nu = 2: p = 1 - sqrt(12/14) */
+  const double d[] = {0.125, 0.25, 0.375};
+  paired_t r = paired_t_test(d, 3);
+  ck_assert(r.diff.n == 3 && fabs(r.diff.mean - 0.25) < 1e-15 && fabs(r.diff.std - 0.125) < 1e-15);
+  ck_assert_msg(fabs(r.t - 2 * sqrt(3)) < 1e-12 && fabs(r.p - (1 - sqrt(6.0 / 7))) < 1e-12,
+                "t %.12f p %.12f", r.t, r.p);
+  r = paired_t_test(d, 1); /* one pair: no standard deviation, no test */
+  ck_assert(r.diff.n == 1 && r.diff.mean == 0.125 && isnan(r.t) && isnan(r.p));
+  const double equal[] = {0.5, 0.5};
+  r = paired_t_test(equal, 2); /* std 0: t undefined */
+  ck_assert(r.diff.std == 0 && isnan(r.t) && isnan(r.p));
+}
+END_TEST
+
 START_TEST(test_bad_arguments) {
   double lo = 7, hi = 7;
   ck_assert_int_eq(clopper_pearson(4, 3, 0.05, &lo, &hi), -1);
@@ -119,6 +195,7 @@ END_TEST
 
 int main(void) {
   const TTest *const tests[] = {test_scipy_n3, test_against_binomial_cdf, test_beta_cdf,
-                                test_summary, test_bad_arguments, NULL};
+                                test_summary, test_fisher_exact, test_student_t, test_paired_t,
+                                test_bad_arguments, NULL};
   return run_suite(suite_of("campaign_stats", 60, tests), true);
 }

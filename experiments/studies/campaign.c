@@ -2,7 +2,7 @@
  * A campaign's table, from a folder of run directories (a sweep's folder, or
  * runs brought back from the GPU machine side by side):
  *
- *   bazel run //experiments/studies:campaign -- DIR [--out PREFIX]
+ *   bazel run //experiments/studies:campaign -- DIR [--out PREFIX] [--reference SUBSTRING]
  *
  * writes PREFIX.csv and PREFIX.md (default DIR/campaign): one row per group,
  * a group being the runs whose config.cfg agree on every key but the seed and
@@ -30,7 +30,39 @@
  * Empty cells where a statistic is undefined (no run, one run for a standard
  * deviation).  PREFIX_curves.csv holds every run's trajectory as the sweep's
  * curves.csv does (collect.h: training and validation loss, the validations'
- * epsilon-sharpness), with the run's folder as `point` and its group in front.  Each file is written to a temporary name and renamed.  An
+ * epsilon-sharpness), with the run's folder as `point` and its group in front.
+ *
+ * --reference SUBSTRING names the reference group, the one group whose name
+ * contains SUBSTRING (e.g. recipe=bf16; none or several is one line on stderr
+ * and exit 2), and adds a second table to PREFIX.md and PREFIX_compare.csv:
+ * each group against it (campaign_stats.h for the tests).  Per group:
+ *
+ *   reference              the reference group's name
+ *   finished, diverged     as above, of the group
+ *   reference_finished, reference_diverged    the same of the reference
+ *   fisher_reference_one_sided, _two_sided
+ *                          Fisher's exact test of diverged / finished against
+ *                          the reference's: one-sided, the probability of at
+ *                          least as many divergences in the group with the
+ *                          margins fixed; two-sided, of every table no more
+ *                          probable than the observed (empty in the
+ *                          reference's own row)
+ *   others_finished, others_diverged, fisher_others_one_sided, _two_sided
+ *                          the same against every finished run not in the
+ *                          group, all other groups pooled
+ *   val_pairs              seeds (config.cfg's `seed`) that completed in both
+ *                          the group and the reference (this and the next
+ *                          four empty in the reference's own row)
+ *   val_diff_mean, val_diff_std
+ *                          their final validation loss, group - reference:
+ *                          mean and sample standard deviation of the differences
+ *   val_diff_t, val_diff_p the paired t = mean / (std / sqrt(pairs)) and its
+ *                          two-sided p, Student's t with pairs - 1 degrees of
+ *                          freedom; empty with fewer than 2 pairs, and when the
+ *                          differences are all equal (std 0, t undefined)
+ *
+ * Without --reference neither is written and PREFIX.md holds the first table
+ * alone.  Each file is written to a temporary name and renamed.  An
  * unreadable DIR, or one without any run, is one line on stderr and exit 2.
  */
 #include <dirent.h>
@@ -185,12 +217,24 @@ static char *group_name(const run_info *r, const char **keys, int nk) {
   return s;
 }
 
+/* A group against the reference group (--reference); p values NaN where a
+ * side has no finished run. */
+typedef struct {
+  double reference_one_sided, reference_two_sided; /* Fisher, against the reference */
+  int others_finished, others_diverged;            /* every finished run not in the group */
+  double others_one_sided, others_two_sided;       /* Fisher, against them pooled */
+  paired_t val_by_seed; /* final validation loss, group - reference, by seed */
+} comparison;
+
 typedef struct {
   char *name;
   int runs, finished, diverged;
   double ci_low, ci_high;
   sample_summary val, div_step;
+  comparison vs;
 } group_row;
+
+static int reference_group = -1; /* the index of --reference's group; -1 without it */
 
 /* A number for the CSV: %.9g, empty when not finite. */
 static void csv_num(FILE *f, double v) {
@@ -234,6 +278,81 @@ static void write_csv(FILE *f, const group_row *g, int ng) {
   }
 }
 
+/* A group's name in a markdown cell: | escaped, line breaks as spaces. */
+static void md_name(FILE *f, const char *name) {
+  for (const char *s = name; *s; s++) {
+    if (*s == '|') fputc('\\', f);
+    fputc(*s == '\n' ? ' ' : *s, f);
+  }
+}
+
+/* A p value in a markdown cell: 3 significant digits, "-" when undefined. */
+static void md_p(FILE *f, double p) {
+  if (isfinite(p)) fprintf(f, "%.3g", p);
+  else fputs("-", f);
+}
+
+static void write_compare_csv(FILE *f, const group_row *g, int ng) {
+  fputs("group,reference,finished,diverged,reference_finished,reference_diverged,"
+        "fisher_reference_one_sided,fisher_reference_two_sided,others_finished,others_diverged,"
+        "fisher_others_one_sided,fisher_others_two_sided,val_pairs,val_diff_mean,val_diff_std,"
+        "val_diff_t,val_diff_p\n", f);
+  const group_row *ref = &g[reference_group];
+  for (int i = 0; i < ng; i++) {
+    const comparison *c = &g[i].vs;
+    csv_text(f, g[i].name);
+    fputc(',', f);
+    csv_text(f, ref->name);
+    fprintf(f, ",%d,%d,%d,%d", g[i].finished, g[i].diverged, ref->finished, ref->diverged);
+    csv_num(f, c->reference_one_sided);
+    csv_num(f, c->reference_two_sided);
+    fprintf(f, ",%d,%d", c->others_finished, c->others_diverged);
+    csv_num(f, c->others_one_sided);
+    csv_num(f, c->others_two_sided);
+    if (i == reference_group) fputs(",", f);
+    else fprintf(f, ",%d", c->val_by_seed.diff.n);
+    csv_num(f, c->val_by_seed.diff.mean);
+    csv_num(f, c->val_by_seed.diff.std);
+    csv_num(f, c->val_by_seed.t);
+    csv_num(f, c->val_by_seed.p);
+    fputc('\n', f);
+  }
+}
+
+/* The second markdown table, after a blank line: each group against the reference. */
+static void write_md_comparison(FILE *f, const group_row *g, int ng) {
+  fputs("\nAgainst the reference group ", f);
+  md_name(f, g[reference_group].name);
+  fputs(": Fisher's exact test of the divergences (one-sided: the group diverges more "
+        "often), against the reference and against all other finished runs pooled; the final "
+        "validation loss paired by seed (group − reference) with its two-sided paired t-test.\n\n"
+        "| group | diverged / finished | vs reference: p one-sided, two-sided | all other runs: "
+        "diverged / finished; p one-sided, two-sided | val loss − reference by seed: mean ± "
+        "std, pairs; t, p |\n"
+        "|---|---|---|---|---|\n", f);
+  for (int i = 0; i < ng; i++) {
+    const comparison *c = &g[i].vs;
+    fputs("| ", f);
+    md_name(f, g[i].name);
+    fprintf(f, " | %d / %d | ", g[i].diverged, g[i].finished);
+    if (i == reference_group) fputs("(reference)", f);
+    else md_p(f, c->reference_one_sided), fputs(", ", f), md_p(f, c->reference_two_sided);
+    fprintf(f, " | %d / %d; ", c->others_diverged, c->others_finished);
+    md_p(f, c->others_one_sided), fputs(", ", f), md_p(f, c->others_two_sided);
+    fputs(" | ", f);
+    const paired_t *v = &c->val_by_seed;
+    if (i == reference_group) fputs("(reference)", f);
+    else if (v->diff.n == 0) fputs("-", f);
+    else {
+      if (v->diff.n >= 2) fprintf(f, "%+.4f ± %.4f, %d; ", v->diff.mean, v->diff.std, v->diff.n);
+      else fprintf(f, "%+.4f, 1; ", v->diff.mean);
+      if (isfinite(v->t)) fprintf(f, "t %.3f, p %.3g", v->t, v->p);
+      else fputs("-", f);
+    }
+    fputs(" |\n", f);
+  }
+}
+
 /* The markdown table: "-" where the CSV is empty; | in a name escaped. */
 static void write_md(FILE *f, const group_row *g, int ng) {
   fputs("| group | runs (finished) | diverged | frequency [95% CI] | final val loss: mean "
@@ -241,10 +360,7 @@ static void write_md(FILE *f, const group_row *g, int ng) {
         "|---|---|---|---|---|---|\n", f);
   for (int i = 0; i < ng; i++) {
     fputs("| ", f);
-    for (const char *s = g[i].name; *s; s++) {
-      if (*s == '|') fputc('\\', f);
-      fputc(*s == '\n' ? ' ' : *s, f);
-    }
+    md_name(f, g[i].name);
     fprintf(f, " | %d (%d) | %d | ", g[i].runs, g[i].finished, g[i].diverged);
     if (g[i].finished)
       fprintf(f, "%.2f [%.4f, %.4f]", (double)g[i].diverged / g[i].finished, g[i].ci_low,
@@ -262,6 +378,7 @@ static void write_md(FILE *f, const group_row *g, int ng) {
     else fputs("-", f);
     fputs(" |\n", f);
   }
+  if (reference_group >= 0) write_md_comparison(f, g, ng);
 }
 
 /* The runs' trajectories: "group," then curves.csv's columns. */
@@ -307,18 +424,67 @@ static void write_atomic(const char *path, void (*body)(FILE *, const group_row 
   }
 }
 
+/* Each group against the reference group: Fisher's exact test of its
+ * divergences against the reference's and against every other finished run,
+ * and its completed runs' final validation loss minus the reference's of the
+ * same seed (a seed run twice on a side pairs its first run by folder name). */
+static void compare(group_row *groups, int ng, const run_info *runs, int n) {
+  int total_finished = 0, total_diverged = 0;
+  for (int g = 0; g < ng; g++)
+    total_finished += groups[g].finished, total_diverged += groups[g].diverged;
+  const group_row *ref = &groups[reference_group];
+  double *differences = xrealloc(NULL, sizeof(double) * n);
+  for (int g = 0; g < ng; g++) {
+    comparison *c = &groups[g].vs;
+    const int finished = groups[g].finished, diverged = groups[g].diverged;
+    c->reference_one_sided = c->reference_two_sided = NAN;
+    c->others_one_sided = c->others_two_sided = NAN;
+    if (g != reference_group && finished && ref->finished)
+      fisher_exact(diverged, finished - diverged, ref->diverged, ref->finished - ref->diverged,
+                   &c->reference_one_sided, &c->reference_two_sided);
+    c->others_finished = total_finished - finished;
+    c->others_diverged = total_diverged - diverged;
+    if (finished && c->others_finished)
+      fisher_exact(diverged, finished - diverged, c->others_diverged,
+                   c->others_finished - c->others_diverged, &c->others_one_sided,
+                   &c->others_two_sided);
+    int pairs = 0;
+    for (int i = 0; i < n && g != reference_group; i++) {
+      const run_info *r = &runs[i];
+      const char *seed = config_value(r, "seed");
+      if (r->group != g || strcmp(r->status, "completed") || !isfinite(r->val_loss) || !*seed)
+        continue;
+      bool seed_paired = false;
+      for (int j = 0; j < i && !seed_paired; j++)
+        seed_paired = runs[j].group == g && !strcmp(runs[j].status, "completed") &&
+                      isfinite(runs[j].val_loss) && !strcmp(config_value(&runs[j], "seed"), seed);
+      for (int j = 0; j < n && !seed_paired; j++)
+        if (runs[j].group == reference_group && !strcmp(runs[j].status, "completed") &&
+            isfinite(runs[j].val_loss) && !strcmp(config_value(&runs[j], "seed"), seed)) {
+          differences[pairs++] = r->val_loss - runs[j].val_loss;
+          seed_paired = true;
+        }
+    }
+    c->val_by_seed = paired_t_test(differences, pairs);
+  }
+  free(differences);
+}
+
+#define USAGE "campaign DIR [--out PREFIX] [--reference SUBSTRING]"
+
 int main(int argc, char **argv) {
-  const char *dir = NULL, *out = NULL;
+  const char *dir = NULL, *out = NULL, *reference = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+    else if (!strcmp(argv[i], "--reference") && i + 1 < argc) reference = argv[++i];
     else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: campaign DIR [--out PREFIX]   (writes PREFIX.csv, PREFIX.md; default "
-             "DIR/campaign)\n");
+      printf("usage: " USAGE "   (writes PREFIX.csv, PREFIX.md, PREFIX_curves.csv, with "
+             "--reference PREFIX_compare.csv; default PREFIX DIR/campaign)\n");
       return 0;
     } else if (!dir && argv[i][0] != '-') dir = argv[i];
-    else fail(2, "unexpected argument (usage: campaign DIR [--out PREFIX])", argv[i]);
+    else fail(2, "unexpected argument (usage: " USAGE ")", argv[i]);
   }
-  if (!dir) fail(2, "usage: campaign DIR [--out PREFIX]", NULL);
+  if (!dir) fail(2, "usage: " USAGE, NULL);
   int n;
   run_info *runs = read_runs(dir, &n);
   if (n == 0) fail(2, "no run directories (subfolders with a config.cfg)", dir);
@@ -361,6 +527,17 @@ int main(int argc, char **argv) {
     groups[g].val = summarise(val, nv);
     groups[g].div_step = summarise(steps, nd);
   }
+  if (reference) {
+    int matches = 0;
+    for (int g = 0; g < ng; g++)
+      if (strstr(groups[g].name, reference)) matches++, reference_group = g;
+    if (matches != 1) {
+      fprintf(stderr, "campaign: --reference %s matches %d groups, not exactly one\n", reference,
+              matches);
+      exit(2);
+    }
+    compare(groups, ng, runs, n);
+  }
 
   char path[8192];
   snprintf(path, sizeof path, "%s.csv", out ? out : "");
@@ -376,6 +553,12 @@ int main(int argc, char **argv) {
   curves_dir = dir, curves_runs = runs, curves_n = n;
   write_atomic(path, write_curves, groups, ng);
   printf("campaign: %s\n", path);
+  if (reference_group >= 0) {
+    path[strlen(path) - strlen("_curves.csv")] = 0;
+    strcat(path, "_compare.csv");
+    write_atomic(path, write_compare_csv, groups, ng);
+    printf("campaign: %s\n", path);
+  }
 
   for (int i = 0; i < n; i++) {
     for (int k = 0; k < runs[i].n_keys; k++) free(runs[i].keys[k]), free(runs[i].values[k]);

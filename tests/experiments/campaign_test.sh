@@ -6,6 +6,8 @@
 # sample std 0.1 of 3.1, 3.2, 3.3; intervals of 0/3, 2/3, 3/3 as scipy prints
 # them; the unfinished runs counted in `runs` only; the trajectories of the two
 # runs with a log (validation lines with and without the epsilon-sharpness).
+# Then --reference on a synthetic campaign written below, its comparison
+# worked out by hand from the hypergeometric law and the paired differences.
 # usage: campaign_test.sh CAMPAIGN_BINARY FIXTURE_DIR
 set -uo pipefail
 campaign=$(realpath "$1"); fixture=$(realpath "$2")
@@ -45,6 +47,90 @@ expect_2 "no runs" "$tmp/empty"
 expect_2 "unknown option" "$tmp/runs" --bogus
 expect_2 "no folder" --out "$tmp/x"
 [ -z "$(ls "$tmp/empty")" ] && [ ! -e "$tmp/x.csv" ] && ok "bad input wrote nothing" || bad "bad input wrote files"
+
+# --reference: five groups, recipe=bf16 the reference.  Final validation losses
+# are multiples of 1/8, exact in binary, so that equal differences are equal.
+#   a     seeds 1-4 completed: 3.125 3.5 3.875 4.0
+#   b     seeds 1-3 diverged
+#   bf16  seeds 1-3 completed: 3.0 3.25 3.5; seed 4 interrupted (no pair, not finished)
+#   c     seeds 1, 2 diverged; 3, 4 completed: 3.75 4.0
+#   d     seeds 1, 2 completed: 3.5 3.75
+# 16 finished runs, 5 diverged.
+mkrun() { # FOLDER RECIPE SEED STATUS VAL_LOSS
+  mkdir -p "$tmp/synthetic/$1"
+  printf 'lr = 1e-3\nseed = %s\nrun_dir = /runs/%s\nrecipe = %s\n' "$3" "$1" "$2" \
+    > "$tmp/synthetic/$1/config.cfg"
+  if [ "$4" = diverged ]; then
+    printf '{"status":"diverged","steps":%d,"diverged_at":%d,"val_loss":null}' "$3"00 "$3"00
+  else printf '{"status":"%s","steps":1000,"val_loss":%s}' "$4" "$5"; fi > "$tmp/synthetic/$1/summary.json"
+}
+mkrun a_s1 a 1 completed 3.125; mkrun a_s2 a 2 completed 3.5; mkrun a_s3 a 3 completed 3.875
+mkrun a_s4 a 4 completed 4.0
+mkrun b_s1 b 1 diverged; mkrun b_s2 b 2 diverged; mkrun b_s3 b 3 diverged
+mkrun bf16_s1 bf16 1 completed 3.0; mkrun bf16_s2 bf16 2 completed 3.25
+mkrun bf16_s3 bf16 3 completed 3.5; mkrun bf16_s4 bf16 4 interrupted 9.0
+mkrun c_s1 c 1 diverged; mkrun c_s2 c 2 diverged; mkrun c_s3 c 3 completed 3.75
+mkrun c_s4 c 4 completed 4.0
+mkrun d_s1 d 1 completed 3.5; mkrun d_s2 d 2 completed 3.75
+
+# Fisher, P(x) = C(n, x) C(N - n, K - x) / C(N, K) for a group of n finished runs,
+# K divergences among N:
+#   b against bf16, 3/3 vs 0/3: P = 1 9 9 1 (/20); one-sided 1/20, two-sided 2/20
+#   c against bf16, 2/4 vs 0/3: P = 3 12 6 (/21); one-sided 6/21, two-sided 9/21
+#   a, d against bf16: no divergence on either side, p = 1
+# against all other finished runs (N = 16, K = 5, C(16, 5) = 4368):
+#   a 0/4 vs 5/12: P = 792 1980 1320 264 12: one-sided 1, two-sided 1068/4368 = 89/364
+#   b 3/3 vs 2/13: P = 1287 2145 858 78: x = 3, one- and two-sided 78/4368 = 1/56
+#   bf16 0/3 vs 5/13: the same P, x = 0: one-sided 1, two-sided 2223/4368 = 57/112
+#   c 2/4 vs 3/12: a's P, x = 2: one-sided 1596/4368 = 19/52, two-sided 2388/4368 = 199/364
+#   d 0/2 vs 5/14: P = 2002 2002 364, a tie: both sides 1
+# Validation loss minus bf16's of the same seed (bf16 seed 4 did not complete):
+#   a  .125 .25 .375: mean .25, std .125, t = 2 sqrt(3) = 3.46410162,
+#      p = I_{2/14}(1, 1/2) = 1 - sqrt(6/7) = 0.0741799002
+#   b  no pair; c  one pair, .25; d  .5 .5: std 0, no t
+cat > "$tmp/want_compare.csv" <<'CSV'
+group,reference,finished,diverged,reference_finished,reference_diverged,fisher_reference_one_sided,fisher_reference_two_sided,others_finished,others_diverged,fisher_others_one_sided,fisher_others_two_sided,val_pairs,val_diff_mean,val_diff_std,val_diff_t,val_diff_p
+recipe=a,recipe=bf16,4,0,3,0,1,1,12,5,1,0.244505495,3,0.25,0.125,3.46410162,0.0741799002
+recipe=b,recipe=bf16,3,3,3,0,0.05,0.1,13,2,0.0178571429,0.0178571429,0,,,,
+recipe=bf16,recipe=bf16,3,0,3,0,,,13,5,1,0.508928571,,,,,
+recipe=c,recipe=bf16,4,2,3,0,0.285714286,0.428571429,12,3,0.365384615,0.546703297,1,0.25,,,
+recipe=d,recipe=bf16,2,0,3,0,1,1,14,5,1,1,2,0.5,0,,
+CSV
+# same text, or numbers within 1e-8 relative; an empty cell only where one is wanted
+same_csv() { # GOT WANT
+  awk -F, 'NR == FNR { want[FNR] = $0; rows = FNR; next }
+    { n = split(want[FNR], w, ","); m = split($0, g, ",")
+      if (n != m) { print "row " FNR ": " m " fields, want " n; bad = 1; next }
+      for (i = 1; i <= n; i++) {
+        numeric = w[i] ~ /^-?[0-9.]+(e-?[0-9]+)?$/ && g[i] ~ /^-?[0-9.]+(e-?[0-9]+)?$/
+        d = g[i] - w[i]; if (d < 0) d = -d; s = w[i] < 0 ? -w[i] : w[i]
+        if (numeric ? d > 1e-8 * (s > 1 ? s : 1) : g[i] != w[i]) {
+          print "row " FNR " field " i ": " g[i] ", want " w[i]; bad = 1 } } }
+    END { if (FNR != rows) { print FNR " rows, want " rows; bad = 1 }; exit bad }' "$2" "$1"
+}
+if "$campaign" "$tmp/synthetic" --out "$tmp/ref" --reference recipe=bf16 > "$tmp/out" 2>&1 &&
+   same_csv "$tmp/ref_compare.csv" "$tmp/want_compare.csv" > "$tmp/d"; then
+  ok "--reference recipe=bf16: Fisher's p values and the paired t-test as worked out by hand"
+else bad "--reference comparison: $(cat "$tmp/out" "$tmp/d")"; fi
+# the markdown table's rows, as they read
+md_rows=("| recipe=a | 0 / 4 | 1, 1 | 5 / 12; 1, 0.245 | +0.2500 ± 0.1250, 3; t 3.464, p 0.0742 |"
+         "| recipe=b | 3 / 3 | 0.05, 0.1 | 2 / 13; 0.0179, 0.0179 | - |"
+         "| recipe=bf16 | 0 / 3 | (reference) | 5 / 13; 1, 0.509 | (reference) |"
+         "| recipe=c | 2 / 4 | 0.286, 0.429 | 3 / 12; 0.365, 0.547 | +0.2500, 1; - |"
+         "| recipe=d | 0 / 2 | 1, 1 | 5 / 14; 1, 1 | +0.5000 ± 0.0000, 2; - |")
+missing=0
+for row in "${md_rows[@]}"; do grep -qxF -- "$row" "$tmp/ref.md" || { echo "  missing: $row"; missing=1; }; done
+[ $missing = 0 ] && ok "--reference: the markdown comparison table" || bad "--reference: markdown rows missing"
+# without --reference: the same first table, nothing else
+if "$campaign" "$tmp/synthetic" --out "$tmp/plain" > /dev/null 2>&1 && [ ! -e "$tmp/plain_compare.csv" ] &&
+   cmp -s "$tmp/plain.csv" "$tmp/ref.csv" && cmp -s "$tmp/plain_curves.csv" "$tmp/ref_curves.csv" &&
+   cmp -s "$tmp/plain.md" <(head -n "$(wc -l < "$tmp/plain.md")" "$tmp/ref.md") &&
+   ! grep -q reference "$tmp/plain.md"; then
+  ok "without --reference: the table unchanged, no comparison"
+else bad "without --reference: the outputs differ from the first table of --reference"; fi
+expect_2 "--reference matching no group" "$tmp/synthetic" --out "$tmp/y" --reference fp4
+expect_2 "--reference matching two groups (recipe=b, recipe=bf16)" "$tmp/synthetic" --out "$tmp/y" --reference recipe=b
+[ ! -e "$tmp/y.csv" ] && [ ! -e "$tmp/y_compare.csv" ] && ok "bad --reference wrote nothing" || bad "bad --reference wrote files"
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -978,12 +978,17 @@ void launch_fp8_codes(const Fp8Operand &o, const float *other_scale, bool transp
  * model's (see above); false, having done nothing, where this GEMM cannot
  * take that path.  Where the device finds a value that is not an exact
  * code, the emulation overwrites the result, in stream order. */
+/* cuBLASLt's FP8 GEMM wants each row of A and B 16-byte aligned: with the
+ * codes stored K-contiguous (one byte each, the TN layout FP8 requires),
+ * K a multiple of 16. */
+constexpr int kFp8KMultiple = 16;
+
 static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
                            const gtq_operand &a, const gtq_operand &b, float beta, float *c,
                            long ldc, const exmy_accum_model &model, const float *sa,
                            const float *sb) {
   AccumFast &f = g->accum;
-  if (f.emulate || m <= 0 || n <= 0 || k <= 0 || k % 16 || ldc < n) return false;
+  if (f.emulate || m <= 0 || n <= 0 || k <= 0 || k % kFp8KMultiple || ldc < n) return false;
   const bool fast = same_accum(model, f.hopper);
   if (!fast && !same_accum(model, f.split)) return false;
   /* alpha 2^-(ka+kb) and the result stay normal */

@@ -2,6 +2,7 @@
 #include "experiments/gpu/model_gpu.h"
 
 #include <cuda_bf16.h>
+#include <cuda_profiler_api.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -484,6 +485,11 @@ extern "C" void gpu_model_set_cuda_graph(gpu_model *g, bool on) {
   g->graphs = on && recipe_replayable(g->sites, g->n_sites);
 }
 extern "C" bool gpu_model_cuda_graph(const gpu_model *g) { return g->graphs; }
+
+extern "C" void gpu_model_profile(gpu_model *g, bool on) {
+  gtq_check(cudaStreamSynchronize(g->s), "profile");
+  gtq_check(on ? cudaProfilerStart() : cudaProfilerStop(), "profile");
+}
 
 extern "C" void gpu_model_set_logit_sharpness(gpu_model *g, bool on) { g->logit_sharpness = on; }
 extern "C" void gpu_model_logit_phi(gpu_model *g, float *phi) {

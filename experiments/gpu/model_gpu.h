@@ -56,6 +56,12 @@ void gpu_model_states_upload(gpu_model *g);
 void gpu_model_set_cuda_graph(gpu_model *g, bool on);
 bool gpu_model_cuda_graph(const gpu_model *g);
 
+/* Waits for the model's stream, then starts (on) or stops the CUDA
+ * profiler's collection (cudaProfilerStart / cudaProfilerStop): a profiler
+ * launched with collection off (ncu --profile-from-start off) sees the
+ * kernels in between and nothing else.  Without a profiler, no effect. */
+void gpu_model_profile(gpu_model *g, bool on);
+
 /* The GEMMs under an accumulation model so far: *fast on cuBLASLt's FP8
  * GEMM; emulated because not eligible on the host (*ineligible), because
  * the operands' scales were beyond the FP8 path's bounds (*scale_range) or

@@ -47,6 +47,7 @@ bool gpu_model_cuda_graph(const gpu_model *g) {
   (void)g, unreachable();
   return false;
 }
+void gpu_model_profile(gpu_model *g, bool on) { (void)g, (void)on, unreachable(); }
 void gpu_model_accum_paths(gpu_model *g, unsigned long long *fast, unsigned long long *ineligible,
                            unsigned long long *scale_range, unsigned long long *not_codes) {
   (void)g, (void)fast, (void)ineligible, (void)scale_range, (void)not_codes, unreachable();

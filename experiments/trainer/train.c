@@ -422,6 +422,7 @@ typedef struct {
   float *mom1, *mom2; /* AdamW moments (host copies; the GPU keeps its own) */
   int *in, *tg;       /* one micro-batch of inputs and targets */
   gpu_model *gpu;     /* NULL on the CPU */
+  int profile_step;   /* the GPU step the profiler collects (EXMY_GPU_PROFILE_STEP), or 0 */
   char run_dir[4096], ckpt_path[4200], log_path[4200], cfg_path[4200];
   char *config_text; /* config.cfg as written, and as the checkpoints carry it */
   FILE *log;
@@ -478,6 +479,9 @@ static void build_model(run *r) {
                            err, sizeof err);
     if (!r->gpu) die(2, "%s", err);
     gpu_model_set_cuda_graph(r->gpu, s->cuda_graph);
+    /* for a profiler started with collection off (experiments/gpu/profile_gpu.sh) */
+    const char *profile = getenv("EXMY_GPU_PROFILE_STEP");
+    r->profile_step = profile ? atoi(profile) : 0;
   } else if (model_reserve(&r->m, s->B, s->T)) {
     die(1, "%s", "out of memory for the activations of a micro-batch");
   }
@@ -619,6 +623,8 @@ static bool train_step(run *r, int step) {
   const double t0 = now_s();
   tq_sr_counter = (uint64_t)step << 36;
   tq_collect_stats = s->stats_every > 0 && (step + 1) % s->stats_every == 0;
+  const bool profiled = r->gpu && step + 1 == r->profile_step;
+  if (profiled) gpu_model_profile(r->gpu, true);
   if (r->gpu) gpu_model_begin_step(r->gpu, tq_sr_counter, tq_collect_stats);
 
   /* forward and backward over the micro-batches */
@@ -657,6 +663,7 @@ static bool train_step(run *r, int step) {
   double norm;
   if (r->gpu) {
     norm = gpu_model_update(r->gpu, &hp, step + 1, s->clip);
+    if (profiled) gpu_model_profile(r->gpu, false);
   } else {
     recipe_round_grads(&r->rc, &r->m); /* MS-AMP O1: gradients stored in FP8 */
     norm = grad_global_norm(r->m.grads_mem, r->m.num_params);

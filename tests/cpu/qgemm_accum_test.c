@@ -1,6 +1,7 @@
 /* exmy_qgemm_accum against lib/accum_core.h's scalar exmy_accum_dot on the
  * operands quantized separately (exmy_quantize_scaled_f32), bit for bit, every
  * transpose, padded leading dimensions; and group = 0 against exmy_qgemm. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <check.h>
 #include <stdint.h>
 #include <math.h>

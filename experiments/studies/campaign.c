@@ -61,7 +61,29 @@
  *                          freedom; empty with fewer than 2 pairs, and when the
  *                          differences are all equal (std 0, t undefined)
  *
- * Without --reference neither is written and PREFIX.md holds the first table
+ * With --reference also the early-warning rule, PREFIX_warn.csv and a third
+ * table in PREFIX.md: a run's smoothed gradient norm is the running median of
+ * the grad_norm of its last 9 training lines in log.jsonl (fewer before the
+ * ninth; the mean of the middle two of an even count), and the rule fires at
+ * the first step >= 100 where the smoothed norm is at least --warn-ratio R
+ * (default 1.5) times the smoothed norm of the reference run of the same seed
+ * at the same step (steps the reference did not log are skipped).  One row per
+ * finished run of every other group, by folder name:
+ *
+ *   run, group, seed       the run's folder, group and config.cfg's seed
+ *   outcome, diverged_at   completed, or diverged and its step of divergence
+ *   warn_step              the step the rule fired; empty when it did not
+ *   steps_ahead            diverged_at - warn_step, for warned diverged runs
+ *   max_ratio              the largest ratio at the steps the rule watches
+ *
+ * The reference run is the first completed run of the reference group with the
+ * seed (by folder name); runs without one are listed with warn_step,
+ * steps_ahead and max_ratio empty and count in no summary.  PREFIX.md sums the
+ * rule up per group: diverged runs warned / diverged runs with a reference,
+ * completed runs with a false alarm (the rule fired) / completed runs with a
+ * reference.  A bad R (not a number > 0) is one line on stderr and exit 2.
+ *
+ * Without --reference none of these is written and PREFIX.md holds the first table
  * alone.  Each file is written to a temporary name and renamed.  An
  * unreadable DIR, or one without any run, is one line on stderr and exit 2.
  */
@@ -353,6 +375,163 @@ static void write_md_comparison(FILE *f, const group_row *g, int ng) {
   }
 }
 
+/* The early-warning rule (--reference): one row per finished run of the
+ * groups other than the reference. */
+enum { warn_window = 9, warn_first_step = 100 };
+
+typedef struct {
+  const run_info *run;
+  bool diverged, has_reference;
+  long warn_step;   /* 0 when the rule did not fire */
+  double max_ratio; /* NaN without a reference or a common step */
+} warn_row;
+
+static warn_row *warnings;
+static int n_warnings;
+static double warn_threshold; /* --warn-ratio */
+
+/* The run's training lines in log.jsonl (those with a step and a numeric
+ * grad_norm), as steps and smoothed gradient norms: the running median of the
+ * last warn_window grad_norms.  Returns how many; *steps and *smoothed are
+ * allocated (NULL, 0 without a log). */
+static int smoothed_grad_norms(const char *dir, const run_info *r, long **steps,
+                               double **smoothed) {
+  char path[8192];
+  snprintf(path, sizeof path, "%s/%s/log.jsonl", dir, r->name);
+  char *log = read_text(path);
+  int n = 0;
+  double *raw = NULL;
+  *steps = NULL, *smoothed = NULL;
+  for (char *line = log, *next; line && *line; line = next) {
+    next = line + strcspn(line, "\n");
+    if (*next) *next++ = 0;
+    json_object *o = json_tokener_parse(line), *step, *norm;
+    if (o && json_object_is_type(o, json_type_object) &&
+        json_object_object_get_ex(o, "step", &step) && json_object_is_type(step, json_type_int) &&
+        json_object_object_get_ex(o, "grad_norm", &norm) &&
+        (json_object_is_type(norm, json_type_double) || json_object_is_type(norm, json_type_int))) {
+      *steps = xrealloc(*steps, sizeof(long) * (n + 1));
+      raw = xrealloc(raw, sizeof(double) * (n + 1));
+      (*steps)[n] = (long)json_object_get_int64(step);
+      raw[n++] = json_object_get_double(norm);
+    }
+    json_object_put(o);
+  }
+  free(log);
+  *smoothed = xrealloc(NULL, sizeof(double) * (n ? n : 1));
+  for (int i = 0; i < n; i++) {
+    double window[warn_window];
+    int w = 0;
+    for (int j = i >= warn_window - 1 ? i - (warn_window - 1) : 0; j <= i; j++) {
+      int k = w++; /* insertion into the sorted window */
+      for (; k > 0 && window[k - 1] > raw[j]; k--) window[k] = window[k - 1];
+      window[k] = raw[j];
+    }
+    (*smoothed)[i] = w % 2 ? window[w / 2] : (window[w / 2 - 1] + window[w / 2]) / 2;
+  }
+  free(raw);
+  return n;
+}
+
+/* The first completed run of the reference group with r's seed, or NULL. */
+static const run_info *same_seed_reference(const run_info *r, const run_info *runs, int n) {
+  const char *seed = config_value(r, "seed");
+  for (int j = 0; j < n && *seed; j++)
+    if (runs[j].group == reference_group && !strcmp(runs[j].status, "completed") &&
+        !strcmp(config_value(&runs[j], "seed"), seed))
+      return &runs[j];
+  return NULL;
+}
+
+static void early_warnings(const char *dir, const run_info *runs, int n, double warn_ratio) {
+  warnings = xrealloc(NULL, sizeof(warn_row) * n);
+  warn_threshold = warn_ratio;
+  for (int i = 0; i < n; i++) {
+    const run_info *r = &runs[i];
+    const bool diverged = !strcmp(r->status, "diverged");
+    if (r->group == reference_group || (!diverged && strcmp(r->status, "completed"))) continue;
+    warn_row *w = &warnings[n_warnings++];
+    *w = (warn_row){.run = r, .diverged = diverged, .max_ratio = NAN};
+    const run_info *ref = same_seed_reference(r, runs, n);
+    if (!ref) continue;
+    w->has_reference = true;
+    long *steps, *ref_steps;
+    double *smoothed, *ref_smoothed;
+    const int m = smoothed_grad_norms(dir, r, &steps, &smoothed);
+    const int m_ref = smoothed_grad_norms(dir, ref, &ref_steps, &ref_smoothed);
+    for (int a = 0, b = 0; a < m; a++) { /* both logs in step order */
+      while (b < m_ref && ref_steps[b] < steps[a]) b++;
+      if (b == m_ref || ref_steps[b] != steps[a] || steps[a] < warn_first_step) continue;
+      const double ratio = smoothed[a] / ref_smoothed[b];
+      if (!(ratio <= w->max_ratio)) w->max_ratio = ratio; /* NaN at first */
+      if (!w->warn_step && ratio >= warn_ratio) w->warn_step = steps[a];
+    }
+    free(steps), free(smoothed), free(ref_steps), free(ref_smoothed);
+  }
+}
+
+static void write_warn_csv(FILE *f, const group_row *g, int ng) {
+  (void)ng;
+  fputs("run,group,seed,outcome,diverged_at,warn_step,steps_ahead,max_ratio\n", f);
+  for (int i = 0; i < n_warnings; i++) {
+    const warn_row *w = &warnings[i];
+    csv_text(f, w->run->name);
+    fputc(',', f);
+    csv_text(f, g[w->run->group].name);
+    fputc(',', f);
+    csv_text(f, config_value(w->run, "seed"));
+    fprintf(f, ",%s,", w->diverged ? "diverged" : "completed");
+    if (w->diverged && w->run->diverged_at > 0) fprintf(f, "%ld", w->run->diverged_at);
+    fputc(',', f);
+    if (w->warn_step) fprintf(f, "%ld", w->warn_step);
+    fputc(',', f);
+    if (w->warn_step && w->diverged && w->run->diverged_at > 0)
+      fprintf(f, "%ld", w->run->diverged_at - w->warn_step);
+    csv_num(f, w->max_ratio);
+    fputc('\n', f);
+  }
+}
+
+/* The third markdown table: the rule per group, then per run. */
+static void write_md_warnings(FILE *f, const group_row *g, int ng) {
+  fprintf(f, "\nEarly warning: the smoothed gradient norm (running median of 9 training steps) "
+          "against the reference run of the same seed; the rule fires at the first step >= 100 "
+          "where the ratio reaches %g.  Runs without a completed reference run of their seed "
+          "show \"-\" and count in no summary.\n\n"
+          "| group | diverged runs warned / with a reference | completed runs with a false "
+          "alarm / with a reference |\n|---|---|---|\n", warn_threshold);
+  for (int k = 0; k < ng; k++) {
+    if (k == reference_group) continue;
+    int warned = 0, diverged = 0, alarms = 0, completed = 0;
+    for (int i = 0; i < n_warnings; i++) {
+      const warn_row *w = &warnings[i];
+      if (w->run->group != k || !w->has_reference) continue;
+      if (w->diverged) diverged++, warned += w->warn_step > 0;
+      else completed++, alarms += w->warn_step > 0;
+    }
+    fputs("| ", f);
+    md_name(f, g[k].name);
+    fprintf(f, " | %d / %d | %d / %d |\n", warned, diverged, alarms, completed);
+  }
+  fputs("\n| run | group | seed | outcome | warned at step | steps ahead | largest ratio |\n"
+        "|---|---|---|---|---|---|---|\n", f);
+  for (int i = 0; i < n_warnings; i++) {
+    const warn_row *w = &warnings[i];
+    fprintf(f, "| %s | ", w->run->name);
+    md_name(f, g[w->run->group].name);
+    fprintf(f, " | %s | ", config_value(w->run, "seed"));
+    if (w->diverged) fprintf(f, "diverged at %ld | ", w->run->diverged_at);
+    else fputs("completed | ", f);
+    if (w->warn_step) fprintf(f, "%ld | ", w->warn_step);
+    else fputs("- | ", f);
+    if (w->warn_step && w->diverged && w->run->diverged_at > 0)
+      fprintf(f, "%ld | ", w->run->diverged_at - w->warn_step);
+    else fputs("- | ", f);
+    if (isfinite(w->max_ratio)) fprintf(f, "%.3f |\n", w->max_ratio);
+    else fputs("- |\n", f);
+  }
+}
+
 /* The markdown table: "-" where the CSV is empty; | in a name escaped. */
 static void write_md(FILE *f, const group_row *g, int ng) {
   fputs("| group | runs (finished) | diverged | frequency [95% CI] | final val loss: mean "
@@ -378,7 +557,7 @@ static void write_md(FILE *f, const group_row *g, int ng) {
     else fputs("-", f);
     fputs(" |\n", f);
   }
-  if (reference_group >= 0) write_md_comparison(f, g, ng);
+  if (reference_group >= 0) write_md_comparison(f, g, ng), write_md_warnings(f, g, ng);
 }
 
 /* The runs' trajectories: "group," then curves.csv's columns. */
@@ -470,16 +649,23 @@ static void compare(group_row *groups, int ng, const run_info *runs, int n) {
   free(differences);
 }
 
-#define USAGE "campaign DIR [--out PREFIX] [--reference SUBSTRING]"
+#define USAGE "campaign DIR [--out PREFIX] [--reference SUBSTRING [--warn-ratio R]]"
 
 int main(int argc, char **argv) {
   const char *dir = NULL, *out = NULL, *reference = NULL;
+  double warn_ratio = 1.5;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
     else if (!strcmp(argv[i], "--reference") && i + 1 < argc) reference = argv[++i];
+    else if (!strcmp(argv[i], "--warn-ratio") && i + 1 < argc) {
+      char *end;
+      warn_ratio = strtod(argv[++i], &end);
+      if (end == argv[i] || *end || !isfinite(warn_ratio) || warn_ratio <= 0)
+        fail(2, "--warn-ratio wants a number > 0", argv[i]);
+    }
     else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       printf("usage: " USAGE "   (writes PREFIX.csv, PREFIX.md, PREFIX_curves.csv, with "
-             "--reference PREFIX_compare.csv; default PREFIX DIR/campaign)\n");
+             "--reference PREFIX_compare.csv and PREFIX_warn.csv; default PREFIX DIR/campaign)\n");
       return 0;
     } else if (!dir && argv[i][0] != '-') dir = argv[i];
     else fail(2, "unexpected argument (usage: " USAGE ")", argv[i]);
@@ -537,6 +723,7 @@ int main(int argc, char **argv) {
       exit(2);
     }
     compare(groups, ng, runs, n);
+    early_warnings(dir, runs, n, warn_ratio);
   }
 
   char path[8192];
@@ -558,6 +745,10 @@ int main(int argc, char **argv) {
     strcat(path, "_compare.csv");
     write_atomic(path, write_compare_csv, groups, ng);
     printf("campaign: %s\n", path);
+    path[strlen(path) - strlen("_compare.csv")] = 0;
+    strcat(path, "_warn.csv");
+    write_atomic(path, write_warn_csv, groups, ng);
+    printf("campaign: %s\n", path);
   }
 
   for (int i = 0; i < n; i++) {
@@ -565,6 +756,6 @@ int main(int argc, char **argv) {
     free(runs[i].keys), free(runs[i].values), free(runs[i].name);
   }
   for (int g = 0; g < ng; g++) free(groups[g].name);
-  free(runs), free(groups), free(keys), free(val), free(steps);
+  free(runs), free(groups), free(keys), free(val), free(steps), free(warnings);
   return 0;
 }

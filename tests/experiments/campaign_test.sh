@@ -7,7 +7,8 @@
 # them; the unfinished runs counted in `runs` only; the trajectories of the two
 # runs with a log (validation lines with and without the epsilon-sharpness).
 # Then --reference on a synthetic campaign written below, its comparison
-# worked out by hand from the hypergeometric law and the paired differences.
+# worked out by hand from the hypergeometric law and the paired differences,
+# and the early-warning rule on synthetic logs, its steps worked out by hand.
 # usage: campaign_test.sh CAMPAIGN_BINARY FIXTURE_DIR
 set -uo pipefail
 campaign=$(realpath "$1"); fixture=$(realpath "$2")
@@ -131,6 +132,67 @@ else bad "without --reference: the outputs differ from the first table of --refe
 expect_2 "--reference matching no group" "$tmp/synthetic" --out "$tmp/y" --reference fp4
 expect_2 "--reference matching two groups (recipe=b, recipe=bf16)" "$tmp/synthetic" --out "$tmp/y" --reference recipe=b
 [ ! -e "$tmp/y.csv" ] && [ ! -e "$tmp/y_compare.csv" ] && ok "bad --reference wrote nothing" || bad "bad --reference wrote files"
+
+# The early-warning rule (--reference): smoothed grad_norm = running median of
+# the last 9 training steps, against the same seed's bf16 run, first step >= 100
+# where the ratio reaches --warn-ratio.  bf16 seeds 1-3 are flat at 1.0 for 300
+# steps, so each ratio is the run's own median:
+#   fp8_s1   1.0, then 2.0 from step 150, diverged at 170 (log to 169): the
+#            window of step 153 (145-153) holds four 2.0s, median 1.0; that of
+#            154 (146-154) five, median 2.0: warned at 154, 170 - 154 = 16 ahead
+#   fp8_s2   flat 1.4, completed: max ratio 1.4, no alarm at 1.5
+#   fp8_s3   1.0 with a single 50.0 at step 200, completed: one high value in
+#            nine never moves the median, max ratio 1.0
+#   fp8_s4   diverged at 120, no bf16 seed 4: listed, cells empty
+#   e5m2_s1  1.0, then 1.6 from step 200, completed: median 1.6 at 204 (five
+#            of 196-204), a false alarm at 204, max ratio 1.6
+# With --warn-ratio 1.3, fp8_s2 alarms at the first watched step, 100.
+mkwarn() { # FOLDER RECIPE SEED STATUS LAST_STEP GRAD_NORM_AWK_EXPRESSION_OF_s
+  local d="$tmp/warn/$1"; mkdir -p "$d"
+  printf 'lr = 1e-3\nseed = %s\nrun_dir = /runs/%s\nrecipe = %s\n' "$3" "$1" "$2" > "$d/config.cfg"
+  if [ "$4" = diverged ]; then
+    printf '{"status":"diverged","steps":%d,"diverged_at":%d,"val_loss":null}' "$5" $(($5 + 1))
+  else printf '{"status":"completed","steps":%d,"val_loss":3.0}' "$5"; fi > "$d/summary.json"
+  awk -v last="$5" -v diverged="$4" "BEGIN { for (s = 1; s <= last; s++) {
+      printf \"{\\\"step\\\":%d,\\\"loss\\\":2.0,\\\"lr\\\":0.001,\\\"grad_norm\\\":%s,\\\"ms\\\":1.0}\\n\", s, $6
+      if (s % 100 == 0) printf \"{\\\"step\\\":%d,\\\"val_loss\\\":3.0}\\n\", s }
+    if (diverged == \"diverged\") printf \"{\\\"step\\\":%d,\\\"event\\\":\\\"diverged\\\",\\\"loss\\\":40.0}\\n\", last + 1 }" \
+    > "$d/log.jsonl"
+}
+for seed in 1 2 3; do mkwarn bf16_s$seed bf16 $seed completed 300 1.0; done
+mkwarn fp8_s1 fp8 1 diverged 169 '(s >= 150 ? 2.0 : 1.0)'
+mkwarn fp8_s2 fp8 2 completed 300 1.4
+mkwarn fp8_s3 fp8 3 completed 300 '(s == 200 ? 50.0 : 1.0)'
+mkwarn fp8_s4 fp8 4 diverged 119 1.0
+mkwarn e5m2_s1 e5m2 1 completed 300 '(s >= 200 ? 1.6 : 1.0)'
+cat > "$tmp/want_warn.csv" <<'CSV'
+run,group,seed,outcome,diverged_at,warn_step,steps_ahead,max_ratio
+e5m2_s1,recipe=e5m2,1,completed,,204,,1.6
+fp8_s1,recipe=fp8,1,diverged,170,154,16,2
+fp8_s2,recipe=fp8,2,completed,,,,1.4
+fp8_s3,recipe=fp8,3,completed,,,,1
+fp8_s4,recipe=fp8,4,diverged,120,,,
+CSV
+if "$campaign" "$tmp/warn" --out "$tmp/w" --reference recipe=bf16 > "$tmp/out" 2>&1 &&
+   same_csv "$tmp/w_warn.csv" "$tmp/want_warn.csv" > "$tmp/d"; then
+  ok "early warning: fp8 seed 1 warned at 154, 16 steps ahead; no alarm at 1.4x or for one spike"
+else bad "early warning: $(cat "$tmp/out" "$tmp/d")"; fi
+md_rows=("| recipe=e5m2 | 0 / 0 | 1 / 1 |" "| recipe=fp8 | 1 / 1 | 0 / 2 |"
+         "| fp8_s1 | recipe=fp8 | 1 | diverged at 170 | 154 | 16 | 2.000 |"
+         "| fp8_s4 | recipe=fp8 | 4 | diverged at 120 | - | - | - |")
+missing=0
+for row in "${md_rows[@]}"; do grep -qxF -- "$row" "$tmp/w.md" || { echo "  missing: $row"; missing=1; }; done
+[ $missing = 0 ] && ok "early warning: the markdown summary and rows" || bad "early warning: markdown rows missing"
+if "$campaign" "$tmp/warn" --out "$tmp/w13" --reference recipe=bf16 --warn-ratio 1.3 > /dev/null 2>&1 &&
+   grep -qxF "fp8_s2,recipe=fp8,2,completed,,100,,1.4" "$tmp/w13_warn.csv" &&
+   grep -qxF "fp8_s1,recipe=fp8,1,diverged,170,154,16,2" "$tmp/w13_warn.csv"; then
+  ok "--warn-ratio 1.3: fp8 seed 2 alarms at step 100"
+else bad "--warn-ratio 1.3: $(cat "$tmp/w13_warn.csv")"; fi
+[ ! -e "$tmp/plain_warn.csv" ] && ok "without --reference: no warn table" || bad "without --reference: a warn table"
+for ratio in 0 -1 abc 1.5x; do
+  expect_2 "--warn-ratio $ratio" "$tmp/warn" --out "$tmp/z" --reference recipe=bf16 --warn-ratio "$ratio"
+done
+[ ! -e "$tmp/z.csv" ] && [ ! -e "$tmp/z_warn.csv" ] && ok "bad --warn-ratio wrote nothing" || bad "bad --warn-ratio wrote files"
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -410,6 +410,9 @@ static int smoothed_grad_norms(const char *dir, const run_info *r, long **steps,
         json_object_object_get_ex(o, "step", &step) && json_object_is_type(step, json_type_int) &&
         json_object_object_get_ex(o, "grad_norm", &norm) &&
         (json_object_is_type(norm, json_type_double) || json_object_is_type(norm, json_type_int))) {
+      /* a resumed run repeats the steps after its checkpoint: the last line
+       * of a step wins, as in curves.csv (collect.h) */
+      while (n > 0 && (*steps)[n - 1] >= (long)json_object_get_int64(step)) n--;
       *steps = xrealloc(*steps, sizeof(long) * (n + 1));
       raw = xrealloc(raw, sizeof(double) * (n + 1));
       (*steps)[n] = (long)json_object_get_int64(step);

@@ -146,6 +146,9 @@ expect_2 "--reference matching two groups (recipe=b, recipe=bf16)" "$tmp/synthet
 #   fp8_s4   diverged at 120, no bf16 seed 4: listed, cells empty
 #   e5m2_s1  1.0, then 1.6 from step 200, completed: median 1.6 at 204 (five
 #            of 196-204), a false alarm at 204, max ratio 1.6
+#   e4m3_s1  resumed: a first attempt's log to step 180 (9.0 from step 150),
+#            then steps 101-300 again at 1.0; the later lines of a step win,
+#            so no alarm and max ratio 1.0
 # With --warn-ratio 1.3, fp8_s2 alarms at the first watched step, 100.
 mkwarn() { # FOLDER RECIPE SEED STATUS LAST_STEP GRAD_NORM_AWK_EXPRESSION_OF_s
   local d="$tmp/warn/$1"; mkdir -p "$d"
@@ -165,8 +168,15 @@ mkwarn fp8_s2 fp8 2 completed 300 1.4
 mkwarn fp8_s3 fp8 3 completed 300 '(s == 200 ? 50.0 : 1.0)'
 mkwarn fp8_s4 fp8 4 diverged 119 1.0
 mkwarn e5m2_s1 e5m2 1 completed 300 '(s >= 200 ? 1.6 : 1.0)'
+mkwarn e4m3_s1 e4m3 1 completed 180 '(s >= 150 ? 9.0 : 1.0)'
+mv "$tmp/warn/e4m3_s1/log.jsonl" "$tmp/warn/e4m3_s1/first.jsonl"
+mkwarn e4m3_s1 e4m3 1 completed 300 1.0
+{ cat "$tmp/warn/e4m3_s1/first.jsonl"; tail -n +"$(grep -n '^{"step":101,' "$tmp/warn/e4m3_s1/log.jsonl" | cut -d: -f1)" "$tmp/warn/e4m3_s1/log.jsonl"; } > "$tmp/warn/e4m3_s1/resumed"
+mv "$tmp/warn/e4m3_s1/resumed" "$tmp/warn/e4m3_s1/log.jsonl"
+rm "$tmp/warn/e4m3_s1/first.jsonl"
 cat > "$tmp/want_warn.csv" <<'CSV'
 run,group,seed,outcome,diverged_at,warn_step,steps_ahead,max_ratio
+e4m3_s1,recipe=e4m3,1,completed,,,,1
 e5m2_s1,recipe=e5m2,1,completed,,204,,1.6
 fp8_s1,recipe=fp8,1,diverged,170,154,16,2
 fp8_s2,recipe=fp8,2,completed,,,,1.4

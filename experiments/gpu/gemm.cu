@@ -17,7 +17,6 @@
 #include "cuda/accum_gemm.cuh"
 #include "cuda/gather.cuh"
 #include "experiments/gpu/fp8_codes.cuh"
-#include "lib/scale_core.h"
 
 namespace {
 using exmy_cuda::grid_for;
@@ -452,16 +451,30 @@ static exmy_cuda_operand_quant mx_operand(gtq_ctx *g, const exmy_operand_quant *
   return c;
 }
 
+/* alpha / (sa sb) (k_alpha; sa, sb device scales or NULL for 1) in the
+ * next slot of the device ring, for cuBLAS's device pointer mode: no
+ * synchronisation. */
+static const float *alpha_on_device(gtq_ctx *g, float alpha, const float *sa, const float *sb) {
+  float *slot = g->alphas + g->alpha_next;
+  g->alpha_next = (g->alpha_next + 1) % kAlphaRing;
+  k_alpha<<<1, 1, 0, g->stream>>>(alpha, sa, sb, slot);
+  gtq_check(cudaGetLastError(), "alpha");
+  return slot;
+}
+
+/* beta beside a device alpha: 0 or 1 (g->consts), the only ones the
+ * trainer's GEMMs use; any other is refused. */
+static const float *beta_on_device(const gtq_ctx *g, float beta) {
+  if (beta != 0.0f && beta != 1.0f) gtq_check(cudaErrorInvalidValue, "gemm beta");
+  return g->consts + (beta == 0.0f ? 0 : 1);
+}
+
 /* alpha (and beta) for cuBLAS: host values, or device values when a scale
  * enters alpha (no synchronisation). */
 static bool device_alpha(gtq_ctx *g, float alpha, const gtq_operand &a, const gtq_operand &b,
                          const float **pa) {
   if (!a.scale && !b.scale) return false;
-  float *slot = g->alphas + g->alpha_next;
-  g->alpha_next = (g->alpha_next + 1) % kAlphaRing;
-  k_alpha<<<1, 1, 0, g->stream>>>(alpha, a.scale, b.scale, slot);
-  gtq_check(cudaGetLastError(), "alpha");
-  *pa = slot;
+  *pa = alpha_on_device(g, alpha, a.scale, b.scale);
   return true;
 }
 
@@ -563,15 +576,6 @@ static bool nvfp4_bf16_candidate(const gtq_ctx *g, const gtq_operand &a,
   return true;
 }
 
-/* The device alpha and beta of an NVFP4 GEMM of images (q · s_b):
- * alpha · (1 / S_enc of A) · (1 / S_enc of B), each factor as the reference
- * dequantizes with it (exmy_core_nvfp4_tensor_decode), rounded in that order. */
-static __global__ void k_nvfp4_alpha(float alpha, float beta, const float *s_enc, float *out) {
-  out[0] = exmy_fmul_rn(exmy_fmul_rn(alpha, exmy_core_nvfp4_tensor_decode(s_enc[0])),
-                        exmy_core_nvfp4_tensor_decode(s_enc[1]));
-  out[1] = beta;
-}
-
 /* C = alpha op(A) op(B) + beta C for two NVFP4 operands without a host round
  * trip, as NVFP4 tensor cores compute it: each operand rounded once, along
  * this GEMM's K, by the reference's own block kernel
@@ -610,15 +614,15 @@ static void nvfp4_gemm_bf16(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, f
   gtq_check(exmy_cuda_nvfp4_quantize_bf16(&qb.format, &qb.round, &qb.scaling,
                                           (const float *)b.ptr, b.ld, !tb, N, K, work, x.img[1],
                                           x.s_enc + 1, nullptr, st), "NVFP4 image (B)");
-  if (g->alpha_next + 2 > kAlphaRing) g->alpha_next = 0;
-  float *ab = g->alphas + g->alpha_next;
-  g->alpha_next += 2;
-  k_nvfp4_alpha<<<1, 1, 0, st>>>(alpha, beta, x.s_enc, ab);
-  gtq_check(cudaGetLastError(), "NVFP4 alpha");
+  /* alpha · (1 / S_enc of A) · (1 / S_enc of B), each factor 1 / S_enc
+   * rounded as the reference dequantizes with it (k_alpha's __fdiv_rn(1, s)
+   * is exmy_core_nvfp4_tensor_decode), the products in that order */
+  const float *pa = alpha_on_device(g, alpha, x.s_enc, x.s_enc + 1);
+  const float *pb = beta_on_device(g, beta);
   blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_DEVICE), "pointer mode");
   /* column-major: C^T (n x m) = (op(B)^T as k x n)^T . (op(A)^T as k x m) */
-  blas_check(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, ab, x.img[1], CUDA_R_16BF,
-                          k, x.img[0], CUDA_R_16BF, k, ab + 1, c, CUDA_R_32F, (int)ldc,
+  blas_check(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, pa, x.img[1], CUDA_R_16BF,
+                          k, x.img[0], CUDA_R_16BF, k, pb, c, CUDA_R_32F, (int)ldc,
                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
              "cublasGemmEx (NVFP4)");
   blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_HOST), "pointer mode");
@@ -1119,8 +1123,7 @@ extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, floa
   const float *pa = &alpha, *pb = &beta;
   const bool dev = device_alpha(g, alpha, a, b, &pa);
   if (dev) {
-    pb = g->consts + (beta == 0.0f ? 0 : 1);
-    if (beta != 0.0f && beta != 1.0f) gtq_check(cudaErrorInvalidValue, "gemm beta");
+    pb = beta_on_device(g, beta);
     blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_DEVICE), "pointer mode");
   }
   /* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T */
@@ -1176,8 +1179,7 @@ extern "C" void gtq_gemm_batched(gtq_ctx *g, bool ta, bool tb, int m, int n, int
   const float *palpha = &alpha, *pbeta = &beta;
   const bool dev = device_alpha(g, alpha, a, b, &palpha);
   if (dev) {
-    pbeta = g->consts + (beta == 0.0f ? 0 : 1);
-    if (beta != 0.0f && beta != 1.0f) gtq_check(cudaErrorInvalidValue, "gemm beta");
+    pbeta = beta_on_device(g, beta);
     blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_DEVICE), "pointer mode");
   }
   blas_check(cublasGemmBatchedEx(g->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,

@@ -80,7 +80,7 @@ def main(argv):
               f"{sum(totals[k] for k in rest):9.3f} {100 * sum(totals[k] for k in rest) / total:5.1f}%")
     line = f"kernels: {sum(launches.values())} launches, {total:.3f} ms of GPU time, one at a time"
     if step_ms:
-        line += f"; the step unprofiled: {step_ms:.3f} ms (the rest: launch gaps, host work, overlap)"
+        line += f"; the step without ncu: {step_ms:.3f} ms (the rest: launch gaps, host work, overlap)"
     print(line)
     return 0
 

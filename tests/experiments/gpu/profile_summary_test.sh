@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # profile_summary.py on a hand-made ncu raw CSV: durations summed by kernel
 # name (argument lists dropped), units converted, the ranking, the total
-# beside the unprofiled step; bad files give exit 2 and one line.
+# beside the step without ncu; bad files give exit 2 and one line.
 set -euo pipefail
 summary=$1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -24,7 +24,7 @@ grep -Eq '^void k_rmsnorm<float> +2 +2\.000 +47\.1%$' "$tmp/out.txt" || fail "k_
 grep -Eq '^sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64 +1 +2\.000 +47\.1%$' "$tmp/out.txt" ||
   fail "GEMM row"
 grep -Eq '^\(1 other kernels\) +1 +0\.250 +5\.9%$' "$tmp/out.txt" || fail "the rest"
-grep -q 'kernels: 4 launches, 4.250 ms of GPU time, one at a time; the step unprofiled: 5.000 ms' \
+grep -q 'kernels: 4 launches, 4.250 ms of GPU time, one at a time; the step without ncu: 5.000 ms' \
   "$tmp/out.txt" || fail "total line"
 # nanoseconds
 sed -e 's/"usecond"/"nsecond"/' "$tmp/raw.csv" > "$tmp/ns.csv"

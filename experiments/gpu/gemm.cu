@@ -441,6 +441,13 @@ extern "C" gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int s
   return r;
 }
 
+extern "C" bool gtq_use_reads_source(const gtq_ctx *g, int site, int use) {
+  /* gtq_operand_for_gemm's cases that return x */
+  if (site < 0 || site >= g->n_sites) return true;
+  const exmy_operand_quant &q = g->host[site].op[use];
+  return !q.enabled || tq_along_k(&q);
+}
+
 static exmy_cuda_operand_quant mx_operand(gtq_ctx *g, const exmy_operand_quant *q, size_t n) {
   exmy_cuda_operand_quant c = {};
   if (!q) return c;

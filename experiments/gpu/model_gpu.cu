@@ -57,7 +57,8 @@ struct gpu_model {
    * values), so q, k, v are never read again; ln1, ln2 and hg are recomputed
    * by the forward's kernels from res, res_mid, h1 and h3 (the same float32
    * values) where a backward GEMM reads them in float32 (recompute_*), and
-   * not at all where it reads the slot the forward filled. */
+   * not at all where it reads the slot the forward filled.  The GEMM
+   * sites' dY slots share one buffer (gtq_share_dy_slots). */
   bool lean;
   bool recompute_ln1, recompute_ln2, recompute_hg;
   activation_tensors acts;
@@ -493,6 +494,9 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
     g->recompute_ln1 = reads(SITE_Q) || reads(SITE_K) || reads(SITE_V);
     g->recompute_ln2 = reads(SITE_W1) || reads(SITE_W3);
     g->recompute_hg = reads(SITE_W2);
+    /* each site's dY is filled and read by its GEMMs before the next site's
+     * is filled (linear_backward, flash_backward): one buffer for all */
+    gtq_share_dy_slots(g->gq);
   }
   gpu_model_upload(g, m->params_mem, NULL, NULL);
   return g;

@@ -41,9 +41,11 @@ gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *sites, int n
  * lean: q, k, v, ln1, ln2 and hg for one layer, not every layer (the flash
  * backward reads Q, K, V from their bf16 copies; ln1, ln2 and hg are
  * recomputed in the backward by the forward's kernels where a GEMM reads
- * them in float32): the same bits, about 8 GiB less at 120m.  !lean: every
- * layer's, as model.c keeps them (for comparisons).  The materialised
- * attention keeps every layer's either way. */
+ * them in float32), and one buffer behind the GEMM sites' dY slots
+ * (gtq_share_dy_slots) rather than one per site: the same bits, about 13
+ * GiB less at 120m (bf16).  !lean: every layer's, as model.c keeps them,
+ * and a dY slot per site (for comparisons, and the tests that read the
+ * slots).  The materialised attention is never lean. */
 gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_site *sites, int n_sites,
                               int B, int T, gpu_attention_kind attention, bool lean_activations,
                               char *err, size_t errlen);

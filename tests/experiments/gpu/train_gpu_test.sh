@@ -18,8 +18,9 @@
 #     recipes whose launches change per step (sr, scaling) run eagerly;
 #  6. the fused attention's lean activations (lean_activations = 1, the
 #     default: q, k, v, ln1, ln2, hg kept for one layer, ln1, ln2, hg
-#     recomputed in the backward where a GEMM reads them in float32) against
-#     every layer's (lean_activations = 0): every logged value but the
+#     recomputed in the backward where a GEMM reads them in float32; one
+#     buffer behind every GEMM site's dY slot) against every layer's and a
+#     slot per site (lean_activations = 0): every logged value but the
 #     timings bit-identical, on recipes that recompute all three (fp32,
 #     Smooth-SwiGLU on fp32, MX), none (bf16, graphs on; e8m3 sr with
 #     quantized attention) and GQA; the lean arena is the smaller.

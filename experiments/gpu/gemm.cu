@@ -177,6 +177,11 @@ struct gtq_ctx {
   uint64_t sr_counter = 0;
   void *stage = nullptr; /* float staging: gathered rows, or the dequantized image */
   size_t stage_cap = 0;
+  /* gtq_share_dy_slots: one buffer behind every site's dY slot (a slot's
+   * data then borrows it, and is not the slot's to free) */
+  bool share_dy = false;
+  void *dy_shared = nullptr;
+  size_t dy_shared_cap = 0;
   float *consts = nullptr; /* {0, 1} */
   float *alphas = nullptr; /* a ring of device alphas for scaled GEMMs */
   int alpha_next = 0;
@@ -242,13 +247,14 @@ extern "C" void gtq_free(gtq_ctx *g) {
   for (int i = 0; i < g->n_sites; i++) {
     Site &s = g->sites[i];
     for (int sl = 0; sl < SLOTS_PER_SITE; sl++) {
-      cudaFree(s.slot[sl].data);
+      if (!(g->share_dy && sl == SLOT_DY)) cudaFree(s.slot[sl].data);
       cudaFree(s.slot[sl].scale);
     }
     for (int u = 0; u < USES_PER_SITE; u++) exmy_cuda_delayed_state_free(s.delayed[u]);
     cudaFree(s.stats);
   }
   delete[] g->sites;
+  cudaFree(g->dy_shared);
   cudaFree(g->stage);
   cudaFree(g->consts);
   cudaFree(g->alphas);
@@ -404,7 +410,12 @@ extern "C" gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int s
                 "gather");
       src = (const float *)g->stage;
     }
-    reserve(&sl.data, &sl.cap, n * (s.bf16 ? 2 : 4));
+    if (slot == SLOT_DY && g->share_dy) {
+      reserve(&g->dy_shared, &g->dy_shared_cap, n * (s.bf16 ? 2 : 4));
+      sl.data = g->dy_shared;
+    } else {
+      reserve(&sl.data, &sl.cap, n * (s.bf16 ? 2 : 4));
+    }
     sl.scaled = q.scaling.kind != EXMY_SCALING_NONE;
     if (s.bf16 && !g->collect) {
       /* the hot path: round and store as bf16 in one pass (scaled: Q(x s),
@@ -439,6 +450,25 @@ extern "C" gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int s
   r.scale = s.bf16 && sl.scaled ? sl.scale : nullptr;
   r.qscale = !s.bf16 && sl.scaled ? sl.scale : nullptr;
   return r;
+}
+
+extern "C" void gtq_share_dy_slots(gtq_ctx *g) {
+  if (g->share_dy) return;
+  for (int i = 0; i < g->n_sites; i++) { /* none filled yet, normally */
+    Slot &sl = g->sites[i].slot[SLOT_DY];
+    cudaFree(sl.data);
+    sl.data = nullptr;
+    sl.cap = 0;
+  }
+  g->share_dy = true;
+  realloc_epoch++;
+}
+
+extern "C" bool gtq_use_reads_source(const gtq_ctx *g, int site, int use) {
+  /* gtq_operand_for_gemm's cases that return x */
+  if (site < 0 || site >= g->n_sites) return true;
+  const exmy_operand_quant &q = g->host[site].op[use];
+  return !q.enabled || tq_along_k(&q);
 }
 
 static exmy_cuda_operand_quant mx_operand(gtq_ctx *g, const exmy_operand_quant *q, size_t n) {

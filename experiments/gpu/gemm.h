@@ -96,6 +96,20 @@ typedef struct {
 gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int slot, bool fill,
                                  const float *x, long ld, long rows, long cols);
 
+/* From now on every site's dY slot is one buffer, as large as the largest:
+ * for a model whose dY slots are each filled and read by one use after the
+ * other (fill, then the GEMMs that reuse it, before the next fill of any
+ * site), as the model's backward does.  The GEMMs read the same values;
+ * only gtq_slot_download of a dY slot no longer sees an earlier site's.
+ * One way; call before the first GEMM. */
+void gtq_share_dy_slots(gtq_ctx *g);
+
+/* Whether a !fill call for `use` of site `site` hands back the float32 tensor
+ * x itself (site < 0, the use not quantized, or quantized along K at every
+ * use: MX, GROUP, NVFP4) rather than a slot an earlier use filled: whether a
+ * GEMM of that use reads x. */
+bool gtq_use_reads_source(const gtq_ctx *g, int site, int use);
+
 /* C = alpha op(A) op(B) + beta C, row-major as cblas_sgemm. */
 void gtq_gemm(gtq_ctx *g, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
               gtq_operand a, gtq_operand b, float beta, float *c, long ldc);

@@ -50,6 +50,17 @@ struct gpu_model {
    * att and datt empty under the fused attention), then the buffers the host
    * model has no use for. */
   void *arena;
+  size_t arena_bytes;
+  /* lean_activations under the fused attention: q, k, v, ln1, ln2 and hg
+   * hold one layer (the layer being computed), not L.  The flash backward
+   * reads Q, K, V from their bf16 copies (and RoPE's backward needs no saved
+   * values), so q, k, v are never read again; ln1, ln2 and hg are recomputed
+   * by the forward's kernels from res, res_mid, h1 and h3 (the same float32
+   * values) where a backward GEMM reads them in float32 (recompute_*), and
+   * not at all where it reads the slot the forward filled.  The GEMM
+   * sites' dY slots share one buffer (gtq_share_dy_slots). */
+  bool lean;
+  bool recompute_ln1, recompute_ln2, recompute_hg;
   activation_tensors acts;
   grad_act_tensors grad_acts;
   float *lse; /* (L, B, NH, T) the fused attention's log-sum-exp per row */
@@ -355,6 +366,13 @@ static const char *flash_recipe_check(const tq_site *sites, const model_config &
 extern "C" gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *sites,
                                     int n_sites, int B, int T, gpu_attention_kind attention,
                                     char *err, size_t errlen) {
+  return gpu_model_new_lean(m, rc, sites, n_sites, B, T, attention, true, err, errlen);
+}
+
+extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_site *sites,
+                                         int n_sites, int B, int T,
+                                         gpu_attention_kind attention, bool lean_activations,
+                                         char *err, size_t errlen) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 1) {
     snprintf(err, errlen, "no CUDA GPU found (device = gpu)");
@@ -403,6 +421,12 @@ extern "C" gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *s
   model_act_sizes(&c, B, T, act, grad_act);
   const bool flash = attention == GPU_ATTENTION_FLASH;
   if (flash) act[ACT_ATT] = grad_act[GRAD_ACT_DATT] = 0; /* the fused kernel keeps no scores */
+  g->lean = flash && lean_activations;
+  if (g->lean) { /* one layer of q, k, v, ln1, ln2, hg (see recompute_*) */
+    act[ACT_Q] = act[ACT_LN1] = act[ACT_LN2] = BT * C;
+    act[ACT_K] = act[ACT_V] = BT * KVC;
+    act[ACT_HG] = BT * c.hidden;
+  }
   /* plain bf16 copies kept per layer for the backward (unquantized attention) */
   const bool plain_bf16 = flash && !(sites && sites[SITE_ATT_QK].op[USE_FWD_X].enabled);
   size_t end = model_point_acts(&g->acts, &g->grad_acts, NULL, act, grad_act);
@@ -429,6 +453,7 @@ extern "C" gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *s
                at_sumsq_scratch = take(sizeof(double) * gpu_sumsq_scratch(g->num_params));
   char *arena = dalloc<char>(end); /* cudaMalloc: 256-byte aligned, zeroed */
   g->arena = arena;
+  g->arena_bytes = end;
   model_point_acts(&g->acts, &g->grad_acts, arena, act, grad_act);
   g->lse = (float *)(arena + at_lse);
   g->fq = (__nv_bfloat16 *)(arena + at_fq);
@@ -457,6 +482,22 @@ extern "C" gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *s
   g->h_bucket_start = (int *)malloc(sizeof(int) * (V + 1));
   g->h_bucket_pos = (int *)malloc(sizeof(int) * BT);
   g->gq = gtq_new(sites, n_sites, g->s);
+  if (g->lean) {
+    /* the float32 tensor is needed where a dW GEMM's X reads it rather than
+     * the slot of the forward (unquantized, or quantized along K at each use) */
+    auto reads = [&](int kind) {
+      bool any = false;
+      for (int l = 0; l < c.n_layers; l++)
+        any = any || gtq_use_reads_source(g->gq, site_index(g, l, kind), USE_DW_X);
+      return any;
+    };
+    g->recompute_ln1 = reads(SITE_Q) || reads(SITE_K) || reads(SITE_V);
+    g->recompute_ln2 = reads(SITE_W1) || reads(SITE_W3);
+    g->recompute_hg = reads(SITE_W2);
+    /* each site's dY is filled and read by its GEMMs before the next site's
+     * is filled (linear_backward, flash_backward): one buffer for all */
+    gtq_share_dy_slots(g->gq);
+  }
   gpu_model_upload(g, m->params_mem, NULL, NULL);
   return g;
 }
@@ -543,6 +584,7 @@ extern "C" float *gpu_model_params(gpu_model *g) { return g->params_mem; }
 extern "C" float *gpu_model_grads(gpu_model *g) { return g->grads_mem; }
 extern "C" const float *gpu_model_probs(gpu_model *g) { return g->acts.probs; }
 extern "C" gtq_ctx *gpu_model_gemm(gpu_model *g) { return g->gq; }
+extern "C" size_t gpu_model_arena_bytes(const gpu_model *g) { return g->arena_bytes; }
 extern "C" double gpu_memory_in_use_gib(void) {
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return NAN;
@@ -570,9 +612,10 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
   gpu_encoder_forward(a.res, g->tokens, p.wte, N, C, s);
   for (int l = 0; l < L; l++) {
     const float *res = a.res + l * BTC;
-    float *ln1 = a.ln1 + l * BTC, *q = a.q + l * BTC, *k = a.k + l * BTK, *v = a.v + l * BTK;
-    float *atty = a.atty + l * BTC, *res_mid = a.res_mid + l * BTC, *ln2 = a.ln2 + l * BTC;
-    float *h1 = a.h1 + l * BTH, *h3 = a.h3 + l * BTH, *hg = a.hg + l * BTH;
+    const size_t kl = g->lean ? 0 : l; /* the layer's place in q, k, v, ln1, ln2, hg */
+    float *ln1 = a.ln1 + kl * BTC, *q = a.q + kl * BTC, *k = a.k + kl * BTK, *v = a.v + kl * BTK;
+    float *atty = a.atty + l * BTC, *res_mid = a.res_mid + l * BTC, *ln2 = a.ln2 + kl * BTC;
+    float *h1 = a.h1 + l * BTH, *h3 = a.h3 + l * BTH, *hg = a.hg + kl * BTH;
     float *res_out = a.res + (l + 1) * BTC;
     gpu_rmsnorm_forward(ln1, a.ln1_rstd + (size_t)l * N, res, p.rms1 + (size_t)l * C, N, C, s);
     linear_forward(g, q, ln1, p.wq + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_Q));
@@ -635,6 +678,27 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
                 *res_mid = a.res_mid + l * BTC, *ln2 = a.ln2 + l * BTC, *h1 = a.h1 + l * BTH,
                 *h3 = a.h3 + l * BTH, *hg = a.hg + l * BTH;
     const bool smooth = g->rc && g->rc->swiglu_row_scale; /* model.c: dY s_t in dln */
+    if (g->lean) {
+      /* the flash backward reads the bf16 copies of q, k, v; ln1, ln2 and hg
+       * again from the forward's kernels on the same inputs where a GEMM
+       * reads them in float32, else NULL (read nowhere) */
+      q = k = v = nullptr;
+      ln1 = g->recompute_ln1 ? a.ln1 : nullptr;
+      ln2 = g->recompute_ln2 ? a.ln2 : nullptr;
+      hg = g->recompute_hg ? a.hg : nullptr;
+      if (g->recompute_hg) {
+        if (smooth)
+          gpu_smooth_swiglu_forward(a.hg, h1, h3, N, H, s);
+        else
+          gpu_swiglu_forward(a.hg, h1, h3, BTH, s);
+      }
+      if (g->recompute_ln2)
+        gpu_rmsnorm_forward(a.ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C,
+                            N, C, s);
+      if (g->recompute_ln1)
+        gpu_rmsnorm_forward(a.ln1, a.ln1_rstd + (size_t)l * N, res, p.rms1 + (size_t)l * C, N,
+                            C, s);
+    }
     if (smooth) gpu_smooth_swiglu_scale_rows(d.dln, d.dres, h3, N, C, H, s);
     linear_backward(g, d.dhg, gr.w2 + (size_t)l * C * H, smooth ? d.dln : d.dres, hg,
                     p.w2 + (size_t)l * C * H, N, H, C, site_index(g, l, SITE_W2), 0);

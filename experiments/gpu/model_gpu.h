@@ -37,6 +37,18 @@ typedef struct gpu_model gpu_model;
  * when the GPU or the configuration cannot serve. */
 gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *sites, int n_sites, int B,
                          int T, gpu_attention_kind attention, char *err, size_t errlen);
+/* The same, choosing what the fused attention keeps (gpu_model_new: lean).
+ * lean: q, k, v, ln1, ln2 and hg for one layer, not every layer (the flash
+ * backward reads Q, K, V from their bf16 copies; ln1, ln2 and hg are
+ * recomputed in the backward by the forward's kernels where a GEMM reads
+ * them in float32), and one buffer behind the GEMM sites' dY slots
+ * (gtq_share_dy_slots) rather than one per site: the same bits, about 13
+ * GiB less at 120m (bf16).  !lean: every layer's, as model.c keeps them,
+ * and a dY slot per site (for comparisons, and the tests that read the
+ * slots).  The materialised attention is never lean. */
+gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_site *sites, int n_sites,
+                              int B, int T, gpu_attention_kind attention, bool lean_activations,
+                              char *err, size_t errlen);
 void gpu_model_free(gpu_model *g);
 
 /* Host <-> device: parameters, AdamW moments and the delayed-scaling states
@@ -103,6 +115,9 @@ double gpu_model_update(gpu_model *g, const adamw_hparams *h, int t, double max_
 float *gpu_model_params(gpu_model *g);
 float *gpu_model_grads(gpu_model *g);
 const float *gpu_model_probs(gpu_model *g);
+/* The bytes of the model's arena: activations, backward scratch, the fused
+ * attention's buffers. */
+size_t gpu_model_arena_bytes(const gpu_model *g);
 /* Device memory in use now (all of this process's allocations), GiB. */
 double gpu_memory_in_use_gib(void);
 /* The recipe's GEMM context (gemm.h), to read its operand slots. */

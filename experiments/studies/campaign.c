@@ -104,7 +104,7 @@
 static const char *const operational_keys[] = {
     "seed",       "run_dir",    "data",        "val_data",    "progress",   "threads",
     "device",     "ckpt_every", "ckpt_keep",   "stop_at",     "interrupt_at", "crash_at",
-    "cuda_graph", "stats_every", NULL};
+    "cuda_graph", "stats_every", "lean_activations", NULL};
 
 typedef struct {
   char *name;

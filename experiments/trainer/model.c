@@ -523,6 +523,14 @@ static size_t carve(char *mem, size_t offset, const size_t *sizes, int n, real *
   return offset;
 }
 
+/* The indices model.h names, checked against the struct's order. */
+#define ACT_INDEX(f) (offsetof(activation_tensors, f) / sizeof(real *))
+_Static_assert(ACT_INDEX(ln1) == ACT_LN1 && ACT_INDEX(q) == ACT_Q && ACT_INDEX(k) == ACT_K &&
+                   ACT_INDEX(v) == ACT_V && ACT_INDEX(att) == ACT_ATT && ACT_INDEX(ln2) == ACT_LN2 &&
+                   ACT_INDEX(hg) == ACT_HG,
+               "model.h's ACT_ indices");
+#undef ACT_INDEX
+
 size_t model_point_acts(activation_tensors *a, grad_act_tensors *d, void *mem,
                         const size_t act[NUM_ACT_TENSORS],
                         const size_t grad_act[NUM_GRAD_ACT_TENSORS]) {

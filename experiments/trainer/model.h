@@ -79,7 +79,10 @@ static inline int param_is_norm(int i) { return i == PARAM_RMS1 || i == PARAM_RM
  * The CPU (model.c) and the GPU (experiments/gpu/model_gpu.cu) both lay them
  * out by model_act_sizes and model_point_acts, in one allocation. */
 #define NUM_ACT_TENSORS 18
-enum { ACT_ATT = 6 }; /* att's index: the GPU's fused attention keeps no scores */
+/* Indices of the tensors the GPU's fused attention sizes differently: att
+ * (no scores kept), and q, k, v, ln1, ln2, hg (one layer kept, not L:
+ * experiments/gpu/model_gpu.cu, lean_activations). */
+enum { ACT_LN1 = 1, ACT_Q = 3, ACT_K = 4, ACT_V = 5, ACT_ATT = 6, ACT_LN2 = 9, ACT_HG = 13 };
 typedef struct {
   real *res;      /* (L+1, B, T, C) residual stream entering each block; res[L] leaves the last */
   real *ln1;      /* (L, B, T, C) */

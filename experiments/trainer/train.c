@@ -341,7 +341,7 @@ static void load_config(const options *o, config *cfg) {
 /* The training settings of the configuration. */
 typedef struct {
   int B, T, accum, steps, warmup, val_every, val_batches, ckpt_every, stats_every, threads,
-      progress, interrupt_at, ckpt_keep, stop_at, crash_at, cuda_graph;
+      progress, interrupt_at, ckpt_keep, stop_at, crash_at, cuda_graph, lean_activations;
   float lr, min_frac;
   adamw_hparams hp; /* hp.lr: the base rate; the schedule sets each step's */
   double clip, diverge_delta;
@@ -390,6 +390,7 @@ static void read_settings(config *cfg, model_config *mc, settings *s) {
   s->stop_at = (int)config_int(cfg, "stop_at", err, sizeof err);
   s->crash_at = (int)config_int(cfg, "crash_at", err, sizeof err);
   s->cuda_graph = (int)config_int(cfg, "cuda_graph", err, sizeof err);
+  s->lean_activations = (int)config_int(cfg, "lean_activations", err, sizeof err);
   if (*err) die(2, "%s", err);
   const char *device = config_str(cfg, "device");
   s->attn = config_str(cfg, "attention_kernel");
@@ -473,10 +474,10 @@ static void build_model(run *r) {
   r->tg = malloc(sizeof(int) * s->B * s->T);
   if (!r->sites || !r->mom1 || !r->mom2 || !r->in || !r->tg) die(1, "%s", "out of memory");
   if (s->on_gpu) {
-    r->gpu = gpu_model_new(&r->m, &r->rc, r->sites, r->n_sites, s->B, s->T,
-                           strcmp(s->attn, "flash") ? GPU_ATTENTION_MATERIALIZED
-                                                    : GPU_ATTENTION_FLASH,
-                           err, sizeof err);
+    r->gpu = gpu_model_new_lean(&r->m, &r->rc, r->sites, r->n_sites, s->B, s->T,
+                                strcmp(s->attn, "flash") ? GPU_ATTENTION_MATERIALIZED
+                                                         : GPU_ATTENTION_FLASH,
+                                s->lean_activations, err, sizeof err);
     if (!r->gpu) die(2, "%s", err);
     gpu_model_set_cuda_graph(r->gpu, s->cuda_graph);
     /* for a profiler started with collection off (experiments/gpu/profile_gpu.sh) */
@@ -738,6 +739,9 @@ static void finish(run *r) {
   fclose(r->log);
   const int done = r->done;
   if (r->gpu) printf("train: GPU memory in use after the first step: %.2f GiB\n", r->gpu_mem_gib);
+  if (r->gpu)
+    printf("train: GPU activation arena: %.1f MiB\n",
+           (double)gpu_model_arena_bytes(r->gpu) / (1024.0 * 1024.0));
   if (r->gpu) printf("train: CUDA graphs: %s\n", gpu_model_cuda_graph(r->gpu) ? "on" : "off");
   if (r->gpu) {
     unsigned long long fast, ineligible, scale_range, not_codes;

@@ -15,7 +15,15 @@
 #  5. CUDA graphs (cuda_graph = 1, the default) against eager launches
 #     (cuda_graph = 0): every logged value but the timings bit-identical, with
 #     statistics steps and validations (eager, between replays) in the run;
-#     recipes whose launches change per step (sr, scaling) run eagerly.
+#     recipes whose launches change per step (sr, scaling) run eagerly;
+#  6. the fused attention's lean activations (lean_activations = 1, the
+#     default: q, k, v, ln1, ln2, hg kept for one layer, ln1, ln2, hg
+#     recomputed in the backward where a GEMM reads them in float32; one
+#     buffer behind every GEMM site's dY slot) against every layer's and a
+#     slot per site (lean_activations = 0): every logged value but the
+#     timings bit-identical, on recipes that recompute all three (fp32,
+#     Smooth-SwiGLU on fp32, MX), none (bf16, graphs on; e8m3 sr with
+#     quantized attention) and GQA; the lean arena is the smaller.
 # usage: train_gpu_test.sh TRAIN_BINARY CONFIG_DIR
 set -uo pipefail
 train=$(realpath "$1"); configs=$(realpath "$2")
@@ -157,6 +165,25 @@ done
 if run graph-bf16-sr bf16-sr "${common[@]}" --set device=gpu --set steps=3 &&
    grep -q 'CUDA graphs: off' "$tmp/graph-bf16-sr.out"; then ok "bf16-sr (per-step sr offsets): CUDA graphs off, eager"
 else bad "bf16-sr: $(grep 'CUDA graphs' "$tmp/graph-bf16-sr.out") $(tail -1 "$tmp/graph-bf16-sr.out")"; fi
+
+# 6. lean activations under the fused attention: the same bits as the full layout
+arena() { grep -o 'activation arena: [0-9.]*' "$tmp/$1.out" | grep -o '[0-9.]*$'; }
+for spec in "fp32" "fp32 swiglu_scale=row" "bf16" "e8m3 rounding=sr" "mxfp8" "fp32 n_kv_heads=2" \
+            "fp8-smooth-swiglu"; do
+  set -- $spec
+  name="lean-$1${2:+-${2//[=_]/}}"
+  g=("$1" "${common[@]}" --set steps=8 --set warmup=2 --set device=gpu --set attention_kernel=flash
+     --set stats_every=3 --set val_every=4)
+  [ -n "${2:-}" ] && g+=(--set "$2")
+  if run "$name-1" "${g[@]}" --set lean_activations=1 && run "$name-0" "${g[@]}" --set lean_activations=0; then
+    a1=$(arena "$name-1"); a0=$(arena "$name-0")
+    if [ "$(grep -c '"loss"' "$tmp/$name-1/log.jsonl")" = 8 ] &&
+       cmp -s <(values "$name-1") <(values "$name-0") &&
+       awk -v a="$a1" -v b="$a0" 'BEGIN { exit !(a > 0 && a < b) }'; then
+      ok "lean_activations = 1 vs 0, flash, $spec tiny: 8 steps (stats, validation), every logged value bit-identical; arena $a1 vs $a0 MiB"
+    else bad "lean_activations $spec: arena $a1 vs $a0 MiB; $(diff <(values "$name-1") <(values "$name-0") | head -3)"; fi
+  else bad "lean_activations $spec run failed: $(tail -1 "$tmp/$name-1.out") $(tail -1 "$tmp/$name-0.out")"; fi
+done
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -471,6 +471,33 @@ extern "C" bool gtq_use_reads_source(const gtq_ctx *g, int site, int use) {
   return !q.enabled || tq_along_k(&q);
 }
 
+extern "C" const exmy_operand_quant *gtq_fusable_bf16(const gtq_ctx *g, int site, int use,
+                                                     int reuse) {
+  if (site < 0 || site >= g->n_sites || g->collect || !g->sites[site].bf16) return nullptr;
+  const exmy_operand_quant &q = g->host[site].op[use], &r = g->host[site].op[reuse];
+  if (!q.enabled || tq_along_k(&q) || q.scaling.kind != EXMY_SCALING_NONE) return nullptr;
+  if (!r.enabled || tq_along_k(&r)) return nullptr; /* it would read the float32 tensor */
+  return &q;
+}
+
+extern "C" void *gtq_fill_bf16_slot(gtq_ctx *g, int site, int use, int slot, size_t n,
+                                    exmy_rounding_opts *o, void *spare) {
+  Slot &sl = g->sites[site].slot[slot];
+  if (slot == SLOT_DY && g->share_dy) { /* as gtq_operand_for_gemm's fill, or borrowed */
+    if (spare) {
+      sl.data = spare;
+    } else {
+      reserve(&g->dy_shared, &g->dy_shared_cap, n * 2);
+      sl.data = g->dy_shared;
+    }
+  } else {
+    reserve(&sl.data, &sl.cap, n * 2);
+  }
+  sl.scaled = false;
+  *o = stream_opts(g, g->host[site].op[use].round, n);
+  return sl.data;
+}
+
 static exmy_cuda_operand_quant mx_operand(gtq_ctx *g, const exmy_operand_quant *q, size_t n) {
   exmy_cuda_operand_quant c = {};
   if (!q) return c;

@@ -110,6 +110,24 @@ void gtq_share_dy_slots(gtq_ctx *g);
  * GEMM of that use reads x. */
 bool gtq_use_reads_source(const gtq_ctx *g, int site, int use);
 
+/* For a kernel that rounds an operand as it computes it, in place of the
+ * float32 tensor and the fill's separate pass.  gtq_fusable_bf16: the
+ * operand quant of use `use` of site `site` when its fill would be a plain
+ * exmy_cuda_quantize_bf16 (the BF16 path, unscaled, not along K, not a
+ * statistics step) and use `reuse`, the later use of the same slot, reads
+ * that slot and not the float32 tensor; else NULL.  gtq_fill_bf16_slot: for
+ * such a use, what the fill would do before its pass: reserves the slot for
+ * n bf16 values, takes the sr stream indices, sets *o to the options of the
+ * pass (sr offset included); returns the slot for the caller to write.  The
+ * later uses take it with fill = false.  spare (device, 2n bytes, or NULL):
+ * for a second image filled before the first one's GEMMs have run, when the
+ * slot is a dY slot under gtq_share_dy_slots (whose one buffer holds the
+ * first): the slot then borrows spare, which must stay as written until the
+ * slot's GEMMs have read it; ignored for a slot with storage of its own. */
+const exmy_operand_quant *gtq_fusable_bf16(const gtq_ctx *g, int site, int use, int reuse);
+void *gtq_fill_bf16_slot(gtq_ctx *g, int site, int use, int slot, size_t n,
+                         exmy_rounding_opts *o, void *spare);
+
 /* C = alpha op(A) op(B) + beta C, row-major as cblas_sgemm. */
 void gtq_gemm(gtq_ctx *g, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
               gtq_operand a, gtq_operand b, float beta, float *c, long ldc);

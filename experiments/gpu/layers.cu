@@ -16,9 +16,11 @@
  * same bits.
  */
 #include "experiments/gpu/layers.h"
+#include "cuda/elementwise.cuh"
 #include "experiments/trainer/logit_sharpness.h"
 #include "lib/scale_core.h"
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -251,15 +253,79 @@ __global__ void swiglu_forward_kernel(float *out, const float *h1, const float *
   }
 }
 
+/* The gradients of one element: model.c's swiglu_backward. */
+__device__ __forceinline__ void swiglu_grads(float d, float a, float b, float *g1, float *g3) {
+  const float sig = sigmoid_as_cpu(a);
+  *g3 = __fmul_rn(__fmul_rn(d, a), sig);
+  *g1 = __fmul_rn(__fmul_rn(__fmul_rn(d, b), sig),
+                  __fadd_rn(1.0f, __fmul_rn(a, __fsub_rn(1.0f, sig))));
+}
+
 __global__ void swiglu_backward_kernel(float *dh1, float *dh3, const float *dout, const float *h1,
                                        const float *h3, size_t n) {
-  for (size_t i = global_index(); i < n; i += global_stride()) {
-    const float a = h1[i], sig = sigmoid_as_cpu(a), d = dout[i], b = h3[i];
-    dh3[i] = __fmul_rn(__fmul_rn(d, a), sig);
-    dh1[i] = __fmul_rn(__fmul_rn(__fmul_rn(d, b), sig),
-                       __fadd_rn(1.0f, __fmul_rn(a, __fsub_rn(1.0f, sig))));
-  }
+  for (size_t i = global_index(); i < n; i += global_stride())
+    swiglu_grads(dout[i], h1[i], h3[i], &dh1[i], &dh3[i]);
 }
+
+/* The same, each gradient rounded straight into its bf16 GEMM operand image:
+ * the 8 elements per thread, 16-byte loads and stores, encode8 and the bf16
+ * store of cuda/scaled.cu's k_quantize_scaled_bf16 (unscaled), applied to the
+ * gradients in registers instead of to float32 tensors read back from memory,
+ * so the images are the same bits.  o1 and o3 differ at most in the sr stream
+ * offset. */
+template <int ID, int MODE>
+__global__ void __launch_bounds__(exmy_cuda::kThreads)
+    swiglu_backward_bf16_kernel(const __grid_constant__ exmy_format rt,
+                                const __grid_constant__ KOpts o1, const __grid_constant__ KOpts o3,
+                                uint16_t *__restrict__ dh1, uint16_t *__restrict__ dh3,
+                                const float *__restrict__ dout, const float *__restrict__ h1,
+                                const float *__restrict__ h3, size_t n, int vec) {
+  using namespace exmy_cuda;
+  const auto &f = kernel_format<ID>(rt);
+  const size_t base = ((size_t)blockIdx.x * exmy_cuda::kThreads + threadIdx.x) * kPer;
+  if (base >= n) return;
+  float d[kPer], a[kPer], b[kPer], g1[kPer], g3[kPer];
+  const bool full = load8(dout, base, n, vec, d);
+  load8(h1, base, n, vec, a);
+  load8(h3, base, n, vec, b);
+#pragma unroll
+  for (int k = 0; k < kPer; k++) swiglu_grads(d[k], a[k], b[k], &g1[k], &g3[k]);
+  uint32_t c[kPer];
+  encode8<ID, MODE>(f, o1, base, g1, c);
+#pragma unroll
+  for (int k = 0; k < kPer; k++)
+    c[k] = __bfloat16_as_ushort(__float2bfloat16_rn(decode_one<ID>(f, c[k])));
+  store8<uint16_t>(dh1, base, n, full, c);
+  encode8<ID, MODE>(f, o3, base, g3, c);
+#pragma unroll
+  for (int k = 0; k < kPer; k++)
+    c[k] = __bfloat16_as_ushort(__float2bfloat16_rn(decode_one<ID>(f, c[k])));
+  store8<uint16_t>(dh3, base, n, full, c);
+}
+
+/* The kernel for the table formats of the bf16 operand path, in the modes
+ * with_operand_mode serves; false for any other format (the caller rounds
+ * separately; the generic format is not worth its compile time here). */
+template <int ID>
+struct SwigluBf16Op {
+  static bool run(const exmy_format &f, const KOpts &o1, const KOpts &o3, uint16_t *dh1,
+                  uint16_t *dh3, const float *dout, const float *h1, const float *h3, size_t n,
+                  cudaStream_t s) {
+    if constexpr (ID == SPEC_GENERIC) {
+      return false;
+    } else {
+      const int vec = (((uintptr_t)dh1 | (uintptr_t)dh3 | (uintptr_t)dout | (uintptr_t)h1 |
+                        (uintptr_t)h3) & 15u) == 0;
+      const unsigned blocks = blocks_for((n + exmy_cuda::kPer - 1) / exmy_cuda::kPer,
+                                         exmy_cuda::kThreads);
+      exmy_cuda::with_operand_mode<ID>(o1.mode, [&](auto mode) {
+        swiglu_backward_bf16_kernel<ID, decltype(mode)::value>
+            <<<blocks, exmy_cuda::kThreads, 0, s>>>(f, o1, o3, dh1, dh3, dout, h1, h3, n, vec);
+      });
+      return true;
+    }
+  }
+};
 
 __global__ void add_inplace_kernel(float *y, const float *x, size_t n) {
   for (size_t i = global_index(); i < n; i += global_stride()) y[i] = __fadd_rn(y[i], x[i]);
@@ -516,6 +582,29 @@ void gpu_swiglu_backward(float *dh1, float *dh3, const float *dout, const float 
                          const float *h3, size_t n, cudaStream_t s) {
   if (!n) return;
   swiglu_backward_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(dh1, dh3, dout, h1, h3, n);
+}
+
+/* The table rows of the bf16 operand path (every one bf16-exact). */
+bool gpu_swiglu_backward_bf16_serves(const exmy_format *f) {
+  const int id = spec_id(f);
+  return id != SPEC_GENERIC && (spec_kernels(id) & EXMY_GPU_BF16);
+}
+
+cudaError_t gpu_swiglu_backward_bf16(void *dh1, void *dh3, const float *dout, const float *h1,
+                                     const float *h3, size_t n, const exmy_format *f,
+                                     const exmy_rounding_opts *o1, const exmy_rounding_opts *o3,
+                                     cudaStream_t s) {
+  if (!gpu_swiglu_backward_bf16_serves(f) || exmy_rounding_opts_check(o1) != 0 ||
+      exmy_rounding_opts_check(o3) != 0)
+    return cudaErrorInvalidValue;
+  if (o1->mode != o3->mode || o1->saturate != o3->saturate ||
+      o1->flush_subnormals != o3->flush_subnormals || o1->seed != o3->seed ||
+      o1->sr_bits != o3->sr_bits)
+    return cudaErrorInvalidValue;
+  if (!n) return cudaSuccess;
+  const bool launched = with_spec_format<EXMY_GPU_BF16, SwigluBf16Op>(
+      f, *f, kopts_of(o1), kopts_of(o3), (uint16_t *)dh1, (uint16_t *)dh3, dout, h1, h3, n, s);
+  return launched ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
 void gpu_add_inplace(float *y, const float *x, size_t n, cudaStream_t s) {

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "experiments/trainer/adamw_core.h"
+#include "lib/exmy.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -51,6 +52,19 @@ void gpu_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B,
 void gpu_swiglu_forward(float *out, const float *h1, const float *h3, size_t n, cudaStream_t s);
 void gpu_swiglu_backward(float *dh1, float *dh3, const float *dout, const float *h1,
                          const float *h3, size_t n, cudaStream_t s);
+
+/* The same, dh1 and dh3 (n bf16 values each, bit patterns) written as the
+ * bf16 GEMM operand images that exmy_cuda_quantize_bf16 makes of the float32
+ * gradients above with format f and options o1 (dh1) and o3 (dh3), bit for
+ * bit, without the float32 tensors: o1 and o3 may differ only in the sr
+ * stream offset.  f must pass gpu_swiglu_backward_bf16_serves (a table format
+ * of the bf16 operand path: bf16, e4m3, e5m2, e8m3..e8m6); any other f or
+ * options: cudaErrorInvalidValue, nothing launched. */
+bool gpu_swiglu_backward_bf16_serves(const exmy_format *f);
+cudaError_t gpu_swiglu_backward_bf16(void *dh1, void *dh3, const float *dout, const float *h1,
+                                     const float *h3, size_t n, const exmy_format *f,
+                                     const exmy_rounding_opts *o1, const exmy_rounding_opts *o3,
+                                     cudaStream_t s);
 
 /* y += x */
 void gpu_add_inplace(float *y, const float *x, size_t n, cudaStream_t s);

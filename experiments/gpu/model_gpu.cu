@@ -166,15 +166,50 @@ static void linear_forward(gpu_model *g, float *out, const float *inp, const flo
 }
 
 /* dX = dinp_beta dX + dY W, dW += dY^T X: model.c's linear_backward. */
+/* dy_filled: dY's slot holds this step's operand already (swiglu_backward_fused). */
 static void linear_backward(gpu_model *g, float *dinp, float *dw, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC, int site,
-                            float dinp_beta) {
-  gtq_operand dy = gtq_operand_for_gemm(g->gq, site, USE_DX_DY, SLOT_DY, FILL, dout, OC, N, OC);
+                            float dinp_beta, bool dy_filled = false) {
+  gtq_operand dy = gtq_operand_for_gemm(g->gq, site, USE_DX_DY, SLOT_DY, dy_filled ? REUSE : FILL,
+                                        dout, OC, N, OC);
   gtq_operand wq = gtq_operand_for_gemm(g->gq, site, USE_DX_W, SLOT_W, REUSE, w, C, OC, C);
   gtq_operand dy2 = gtq_operand_for_gemm(g->gq, site, USE_DW_DY, SLOT_DY, REUSE, dout, OC, N, OC);
   gtq_operand x = gtq_operand_for_gemm(g->gq, site, USE_DW_X, SLOT_X, REUSE, inp, C, N, C);
   gtq_gemm(g->gq, false, false, N, C, OC, 1.0f, dy, wq, dinp_beta, dinp, C);
   gtq_gemm(g->gq, true, false, OC, C, N, 1.0f, dy2, x, 1.0f, dw, C);    /* dW += dY^T X */
+}
+
+/* SwiGLU's backward writing dh1 and dh3 straight into the dY slots of the
+ * W1 and W3 sites as their bf16 operand images (gpu_swiglu_backward_bf16),
+ * when both fills would be a plain element-wise rounding into bf16 in one
+ * format with one set of options, and no use reads the float32 gradients:
+ * the same bits as the float32 tensors and the fills' passes, sr stream
+ * indices taken in the same order (W1's, then W3's).  With the dY slots
+ * shared (lean), W1's image takes the shared buffer and W3's the float32 dh3
+ * buffer (`spare`, unused then, twice the size needed) until W3's GEMMs.
+ * False: nothing done, the caller runs the float32 kernel and the fills. */
+static bool swiglu_backward_fused(gpu_model *g, int l, const float *dout, const float *h1,
+                                  const float *h3, size_t n, void *spare) {
+  const int s1 = site_index(g, l, SITE_W1), s3 = site_index(g, l, SITE_W3);
+  if (s1 < 0) return false;
+  const exmy_operand_quant *q1 = gtq_fusable_bf16(g->gq, s1, USE_DX_DY, USE_DW_DY),
+                           *q3 = gtq_fusable_bf16(g->gq, s3, USE_DX_DY, USE_DW_DY);
+  if (!q1 || !q3 || !gpu_swiglu_backward_bf16_serves(&q1->format)) return false;
+  const exmy_format &f1 = q1->format, &f3 = q3->format;
+  if (f1.exp_bits != f3.exp_bits || f1.man_bits != f3.man_bits || f1.bias != f3.bias ||
+      f1.specials != f3.specials || !gpu_swiglu_backward_bf16_serves(&f3))
+    return false; /* two table rows: equal in these fields, equal in all */
+  const exmy_rounding_opts &r1 = q1->round, &r3 = q3->round;
+  if (r1.mode != r3.mode || r1.saturate != r3.saturate ||
+      r1.flush_subnormals != r3.flush_subnormals || r1.seed != r3.seed ||
+      r1.sr_bits != r3.sr_bits)
+    return false;
+  exmy_rounding_opts o1, o3;
+  void *y1 = gtq_fill_bf16_slot(g->gq, s1, USE_DX_DY, SLOT_DY, n, &o1, nullptr);
+  void *y3 = gtq_fill_bf16_slot(g->gq, s3, USE_DX_DY, SLOT_DY, n, &o3, spare);
+  gtq_check(gpu_swiglu_backward_bf16(y1, y3, dout, h1, h3, n, &f1, &o1, &o3, g->s),
+            "swiglu backward (bf16 operands)");
+  return true;
 }
 
 /* ----------------------------------------------------------- attention */
@@ -702,14 +737,15 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     if (smooth) gpu_smooth_swiglu_scale_rows(d.dln, d.dres, h3, N, C, H, s);
     linear_backward(g, d.dhg, gr.w2 + (size_t)l * C * H, smooth ? d.dln : d.dres, hg,
                     p.w2 + (size_t)l * C * H, N, H, C, site_index(g, l, SITE_W2), 0);
+    bool fused = false;
     if (smooth)
       gpu_smooth_swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, N, H, s);
-    else
+    else if (!(fused = swiglu_backward_fused(g, l, d.dhg, h1, h3, BTH, d.dh3)))
       gpu_swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, BTH, s);
     linear_backward(g, d.dln, gr.w1 + (size_t)l * H * C, d.dh1, ln2, p.w1 + (size_t)l * H * C,
-                    N, C, H, site_index(g, l, SITE_W1), 0);
+                    N, C, H, site_index(g, l, SITE_W1), 0, fused);
     linear_backward(g, d.dln, gr.w3 + (size_t)l * H * C, d.dh3, ln2, p.w3 + (size_t)l * H * C,
-                    N, C, H, site_index(g, l, SITE_W3), 1);
+                    N, C, H, site_index(g, l, SITE_W3), 1, fused);
     gpu_rmsnorm_backward(d.dres, gr.rms2 + (size_t)l * C, d.dln, res_mid,
                          p.rms2 + (size_t)l * C, a.ln2_rstd + (size_t)l * N, N, C, s);
     linear_backward(g, d.datty, gr.wo + (size_t)l * C * C, d.dres, atty,

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cuda/exmy_cuda.h"
 #include "experiments/gpu/layers.h"
 #include "experiments/trainer/logit_sharpness.h"
 #include "experiments/trainer/model.h"
@@ -327,6 +328,91 @@ START_TEST(swiglu_and_add) {
     CU(cudaFree(d_h1)); CU(cudaFree(d_h3)); CU(cudaFree(d_dout)); CU(cudaFree(d_out));
     CU(cudaFree(d_dh1)); CU(cudaFree(d_dh3));
     free(h1); free(h3); free(dout); free(out); free(dh1); free(dh3); free(g);
+  }
+}
+END_TEST
+
+/* The fused SwiGLU backward's bf16 operand images against the unfused path
+ * (the float32 gradients, then exmy_cuda_quantize_bf16 of each, the pass the
+ * trainer's GEMM fill makes): bit for bit, in each rounding mode the trainer
+ * fuses (rne, rz, sr with offsets that are not multiples of 4, a run-time
+ * mode), on vector-aligned and unaligned tensors whose length is not a
+ * multiple of 8, with NaN, infinities, overflow and subnormals in dout. */
+START_TEST(swiglu_backward_bf16) {
+  static const struct {
+    const char *format;
+    exmy_rounding mode;
+    bool saturate, flush;
+  } cases[] = {
+      {"bf16", EXMY_RNE, false, false}, {"e8m3", EXMY_RZ, false, false},
+      {"e4m3", EXMY_RNE, true, false},  {"e5m2", EXMY_SR, false, false},
+      {"e8m5", EXMY_SR, true, true},    {"e4m3", EXMY_RNA, false, false},
+  };
+  for (int si = 0; si < NSHAPES; si++) {
+    const shape *sh = &shapes[si];
+    const size_t n = (size_t)sh->B * sh->T * sh->H + 3; /* + 3: a ragged tail */
+    float *h1 = rand_floats(n, -10, 10, 80 + si), *h3 = rand_floats(n, -2, 2, 90 + si);
+    float *dout = rand_floats(n, -300, 300, 100 + si);
+    dout[0] = NAN, dout[1] = INFINITY, dout[2] = -3e38f, dout[3] = 1e-40f, dout[4] = -1e-42f;
+    dout[5] = 1e-8f, dout[6] = 0.0f, h1[7] = NAN, h3[8] = -INFINITY;
+    float *d_h1 = dev_from(h1, (n + 1) * sizeof(float)), *d_h3 = dev_from(h3, (n + 1) * sizeof(float));
+    float *d_dout = dev_from(dout, (n + 1) * sizeof(float));
+    float *d_dh1 = dev_alloc(n * sizeof(float)), *d_dh3 = dev_alloc(n * sizeof(float));
+    uint16_t *d_r1 = dev_alloc(n * 2), *d_r3 = dev_alloc(n * 2);
+    uint16_t *d_y1 = dev_alloc((n + 8) * 2), *d_y3 = dev_alloc((n + 8) * 2);
+    uint16_t *r1 = malloc(n * 2), *r3 = malloc(n * 2), *y1 = malloc(n * 2), *y3 = malloc(n * 2);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+      exmy_format f;
+      ck_assert_int_eq(exmy_format_parse(cases[c].format, &f), 0);
+      ck_assert(gpu_swiglu_backward_bf16_serves(&f));
+      exmy_rounding_opts o1 = {0}, o3;
+      o1.mode = cases[c].mode;
+      o1.saturate = cases[c].saturate;
+      o1.flush_subnormals = cases[c].flush;
+      o1.seed = 0x5eed + c;
+      o1.offset = 1001 + si;
+      o3 = o1;
+      o3.offset = o1.offset + n;
+      /* aligned, then every tensor one element in (no 16-byte access) */
+      for (int shift = 0; shift < 2; shift++) {
+        const size_t m = n - shift;
+        gpu_swiglu_backward(d_dh1, d_dh3, d_dout + shift, d_h1 + shift, d_h3 + shift, m, 0);
+        CU(exmy_cuda_quantize_bf16(&f, &o1, d_dh1, d_r1, m, 0));
+        CU(exmy_cuda_quantize_bf16(&f, &o3, d_dh3, d_r3, m, 0));
+        CU(gpu_swiglu_backward_bf16(d_y1 + shift, d_y3 + shift, d_dout + shift, d_h1 + shift,
+                                    d_h3 + shift, m, &f, &o1, &o3, 0));
+        LAUNCHED();
+        to_host(r1, d_r1, m * 2);
+        to_host(r3, d_r3, m * 2);
+        to_host(y1, d_y1 + shift, m * 2);
+        to_host(y3, d_y3 + shift, m * 2);
+        size_t d1 = 0, d3 = 0;
+        for (size_t i = 0; i < m; i++) d1 += y1[i] != r1[i], d3 += y3[i] != r3[i];
+        printf("  %-26s %-8s %-28s %s mode %d shift %d: %zu, %zu of %zu differ\n",
+               "swiglu_backward_bf16", "dh1 dh3", sh->name, cases[c].format, (int)cases[c].mode,
+               shift, d1, d3, m);
+        ck_assert_msg(d1 == 0 && d3 == 0, "swiglu_backward_bf16 %s mode %d (%s, shift %d): "
+                      "%zu and %zu images differ from the unfused path",
+                      cases[c].format, (int)cases[c].mode, sh->name, shift, d1, d3);
+      }
+    }
+    /* what it does not serve: refused, nothing launched */
+    {
+      exmy_format g;
+      exmy_rounding_opts o = {0}, o3 = {0};
+      ck_assert_int_eq(exmy_format_parse("e3m2", &g), 0);
+      ck_assert(!gpu_swiglu_backward_bf16_serves(&g));
+      ck_assert_int_eq(gpu_swiglu_backward_bf16(d_y1, d_y3, d_dout, d_h1, d_h3, n, &g, &o, &o, 0),
+                       cudaErrorInvalidValue);
+      ck_assert_int_eq(exmy_format_parse("bf16", &g), 0);
+      o3.mode = EXMY_RZ; /* options that differ beyond the offset */
+      ck_assert_int_eq(gpu_swiglu_backward_bf16(d_y1, d_y3, d_dout, d_h1, d_h3, n, &g, &o, &o3, 0),
+                       cudaErrorInvalidValue);
+    }
+    CU(cudaFree(d_h1)); CU(cudaFree(d_h3)); CU(cudaFree(d_dout)); CU(cudaFree(d_dh1));
+    CU(cudaFree(d_dh3)); CU(cudaFree(d_r1)); CU(cudaFree(d_r3)); CU(cudaFree(d_y1));
+    CU(cudaFree(d_y3));
+    free(h1); free(h3); free(dout); free(r1); free(r3); free(y1); free(y3);
   }
 }
 END_TEST
@@ -655,6 +741,25 @@ START_TEST(scale_120m) {
   timer_start();
   for (int r = 0; r < R; r++) gpu_swiglu_backward(c, d, b, a, b, NH_, 0);
   timer_report("swiglu_backward", R, 20.0 * NH_);
+  {
+    /* the trainer's bf16 operands of dh1 and dh3: float32 then two passes,
+     * against the fused kernel (bytes: 20 + 2 x 6 per element, against 16) */
+    exmy_format bf;
+    ck_assert_int_eq(exmy_format_parse("bf16", &bf), 0);
+    const exmy_rounding_opts rne = {0};
+    uint16_t *q1 = dev_alloc(NH_ * 2), *q3 = dev_alloc(NH_ * 2);
+    timer_start();
+    for (int r = 0; r < R; r++) {
+      gpu_swiglu_backward(c, d, b, a, b, NH_, 0);
+      CU(exmy_cuda_quantize_bf16(&bf, &rne, c, q1, NH_, 0));
+      CU(exmy_cuda_quantize_bf16(&bf, &rne, d, q3, NH_, 0));
+    }
+    timer_report("swiglu_backward + 2 bf16", R, 32.0 * NH_);
+    timer_start();
+    for (int r = 0; r < R; r++) CU(gpu_swiglu_backward_bf16(q1, q3, b, a, b, NH_, &bf, &rne, &rne, 0));
+    timer_report("swiglu_backward_bf16", R, 16.0 * NH_);
+    CU(cudaFree(q1)); CU(cudaFree(q3));
+  }
   timer_start();
   for (int r = 0; r < R; r++) gpu_add_inplace(c, d, NC, 0);
   timer_report("add_inplace (N*C)", R, 12.0 * NC);
@@ -706,8 +811,8 @@ int main(void) {
   }
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  const TTest *const tests[] = {encoder, rmsnorm, rope, swiglu_and_add, causal_softmax,
-                                crossentropy, sumsq, adamw, scale_120m, NULL};
+  const TTest *const tests[] = {encoder,   rmsnorm, rope,  swiglu_and_add, swiglu_backward_bf16,
+                                causal_softmax, crossentropy, sumsq, adamw, scale_120m, NULL};
   const int failed = run_suite(suite_of("gpu_layers", 300, tests), false);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   printf("worst max|gpu - cpu| / max|cpu| per function (criterion < 1e-5):\n");

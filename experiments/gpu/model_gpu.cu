@@ -82,6 +82,8 @@ struct gpu_model {
   int n_sites;
   gtq_ctx *gq;
   cudaStream_t s;
+  bool swiglu_unfused;  /* gpu_model_set_swiglu_unfused */
+  unsigned long long swiglu_fused; /* layers whose backward took swiglu_backward_fused */
   bool graphs;          /* cuda_graph = 1 and the recipe lets the step be replayed */
   step_graph fwd, bwd;
 };
@@ -191,7 +193,7 @@ static void linear_backward(gpu_model *g, float *dinp, float *dw, const float *d
 static bool swiglu_backward_fused(gpu_model *g, int l, const float *dout, const float *h1,
                                   const float *h3, size_t n, void *spare) {
   const int s1 = site_index(g, l, SITE_W1), s3 = site_index(g, l, SITE_W3);
-  if (s1 < 0) return false;
+  if (s1 < 0 || g->swiglu_unfused) return false;
   const exmy_operand_quant *q1 = gtq_fusable_bf16(g->gq, s1, USE_DX_DY, USE_DW_DY),
                            *q3 = gtq_fusable_bf16(g->gq, s3, USE_DX_DY, USE_DW_DY);
   if (!q1 || !q3 || !gpu_swiglu_backward_bf16_serves(&q1->format)) return false;
@@ -209,6 +211,7 @@ static bool swiglu_backward_fused(gpu_model *g, int l, const float *dout, const 
   void *y3 = gtq_fill_bf16_slot(g->gq, s3, USE_DX_DY, SLOT_DY, n, &o3, spare);
   gtq_check(gpu_swiglu_backward_bf16(y1, y3, dout, h1, h3, n, &f1, &o1, &o3, g->s),
             "swiglu backward (bf16 operands)");
+  g->swiglu_fused++;
   return true;
 }
 
@@ -620,6 +623,11 @@ extern "C" float *gpu_model_grads(gpu_model *g) { return g->grads_mem; }
 extern "C" const float *gpu_model_probs(gpu_model *g) { return g->acts.probs; }
 extern "C" gtq_ctx *gpu_model_gemm(gpu_model *g) { return g->gq; }
 extern "C" size_t gpu_model_arena_bytes(const gpu_model *g) { return g->arena_bytes; }
+extern "C" void gpu_model_set_swiglu_unfused(gpu_model *g, bool on) {
+  if (on != g->swiglu_unfused) graph_drop(g->bwd); /* other launches */
+  g->swiglu_unfused = on;
+}
+extern "C" unsigned long long gpu_model_swiglu_fused(const gpu_model *g) { return g->swiglu_fused; }
 extern "C" double gpu_memory_in_use_gib(void) {
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return NAN;

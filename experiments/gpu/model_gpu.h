@@ -122,6 +122,12 @@ size_t gpu_model_arena_bytes(const gpu_model *g);
 double gpu_memory_in_use_gib(void);
 /* The recipe's GEMM context (gemm.h), to read its operand slots. */
 struct gtq_ctx *gpu_model_gemm(gpu_model *g);
+/* For tests: on = SwiGLU's backward always through the float32 gradients and
+ * the GEMM fills' rounding passes, never the fused kernel that writes the W1
+ * and W3 dY operands itself (the default where the recipe allows it); and
+ * how many layers' backward took the fused kernel since gpu_model_new. */
+void gpu_model_set_swiglu_unfused(gpu_model *g, bool on);
+unsigned long long gpu_model_swiglu_fused(const gpu_model *g);
 
 #ifdef __cplusplus
 }

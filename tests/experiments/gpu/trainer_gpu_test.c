@@ -424,6 +424,70 @@ START_TEST(model_e8m3_weights_bit_identical) {
 }
 END_TEST
 
+/* SwiGLU's backward writing the W1 and W3 dY operands itself (where the
+ * recipe's rounding of them is element-wise and unscaled) against the float32
+ * gradients and the GEMM fills' passes: the same step twice on one GPU model,
+ * loss and every gradient bit for bit; the fused kernel must have run in
+ * every layer where it applies, and in none under per-tensor scaling. */
+static void swiglu_fusion_same_bits(const char *const *sets, bool fuses) {
+  recipe rc;
+  make_recipe(&rc, sets);
+  model_config mc;
+  ck_assert(!model_named_size("test", &mc));
+  const int B = 3, T = mc.seq_len, N = B * T, n_sites = model_num_sites(&mc);
+  model m;
+  model_init(&m, &mc, 5);
+  tq_site *gsites = recipe_make_sites(&rc, &mc);
+  m.swiglu_row_scale = rc.swiglu_row_scale;
+  char err[256];
+  gpu_model *g = gpu_model_new(&m, &rc, gsites, n_sites, B, T, GPU_ATTENTION_MATERIALIZED, err,
+                               sizeof err);
+  ck_assert_msg(g != NULL, "%s", err);
+  int *tok = malloc(sizeof(int) * N), *tgt = malloc(sizeof(int) * N);
+  for (int i = 0; i < N; i++) tok[i] = (int)(urand() * mc.vocab), tgt[i] = (int)(urand() * mc.vocab);
+  float *gg[2], loss[2];
+  unsigned long long fused[2];
+  for (int pass = 0; pass < 2; pass++) {
+    gpu_model_set_swiglu_unfused(g, pass == 1);
+    gpu_model_begin_step(g, 0, false);
+    gpu_model_zero_grad(g);
+    loss[pass] = gpu_model_forward(g, tok, tgt);
+    gpu_model_backward(g, 1.0f);
+    fused[pass] = gpu_model_swiglu_fused(g);
+    gg[pass] = malloc(sizeof(float) * m.num_params);
+    CU(cudaDeviceSynchronize());
+    CU(cudaMemcpy(gg[pass], gpu_model_grads(g), sizeof(float) * m.num_params,
+                  cudaMemcpyDeviceToHost));
+  }
+  const size_t differ = count_bit_diffs(gg[0], gg[1], m.num_params);
+  printf("swiglu fusion %s ...: %llu layers fused, loss %.7f / %.7f, %zu of %zu gradients differ\n",
+         sets[0], fused[0], loss[0], loss[1], differ, m.num_params);
+  ck_assert_msg(fused[0] == (fuses ? (unsigned long long)mc.n_layers : 0ull) &&
+                    fused[1] == fused[0],
+                "%s: %llu then %llu layers fused", sets[0], fused[0], fused[1]);
+  ck_assert_msg(!memcmp(&loss[0], &loss[1], sizeof(float)), "%s: losses differ", sets[0]);
+  ck_assert_msg(differ == 0, "%s: %zu gradients differ", sets[0], differ);
+  gpu_model_free(g);
+  recipe_free_sites(gsites, n_sites);
+  model_free(&m);
+  free(tok), free(tgt), free(gg[0]), free(gg[1]);
+}
+
+START_TEST(model_swiglu_fusion_bit_identical) {
+  static const char *const bf16[] = {"format_w=bf16", "format_a=bf16", "format_g=bf16",
+                                     "quant_attention=1", "quant_lm_head=1", NULL};
+  static const char *const e8m3_sr[] = {"format_w=e8m3", "format_a=e8m3", "format_g=e8m3",
+                                        "rounding=sr", NULL};
+  static const char *const fp8[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", NULL};
+  static const char *const fp8_tensor[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                                           "scaling=tensor", NULL};
+  swiglu_fusion_same_bits(bf16, true);
+  swiglu_fusion_same_bits(e8m3_sr, true);
+  swiglu_fusion_same_bits(fp8, true);
+  swiglu_fusion_same_bits(fp8_tensor, false);
+}
+END_TEST
+
 /* ------------------------------------------------------------ MX GEMMs */
 
 /* A linear site's three GEMMs (Y = X W^T, dX = dY W, dW += dY^T X) with MX
@@ -979,6 +1043,7 @@ END_TEST
 
 int main(void) {
   const TTest *const tests[] = {model_fp32_matches_cpu, model_e8m3_weights_bit_identical,
+                                model_swiglu_fusion_bit_identical,
                                 mx_gemm_bf16_path_matches_reference,
                                 nvfp4_gemm_bf16_path_matches_reference,
                                 model_nvfp4_takes_bf16_images, msamp_grads_match_cpu,

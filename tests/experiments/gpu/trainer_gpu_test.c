@@ -426,22 +426,23 @@ END_TEST
 
 /* SwiGLU's backward writing the W1 and W3 dY operands itself (where the
  * recipe's rounding of them is element-wise and unscaled) against the float32
- * gradients and the GEMM fills' passes: the same step twice on one GPU model,
+ * gradients and the GEMM fills' passes: the same step twice on one GPU model
+ * (materialised attention, and the fused one with its lean activations),
  * loss and every gradient bit for bit; the fused kernel must have run in
  * every layer where it applies, and in none under per-tensor scaling. */
-static void swiglu_fusion_same_bits(const char *const *sets, bool fuses) {
+static void swiglu_fusion_same_bits(const char *const *sets, bool fuses, const char *size,
+                                    gpu_attention_kind attention) {
   recipe rc;
   make_recipe(&rc, sets);
   model_config mc;
-  ck_assert(!model_named_size("test", &mc));
+  ck_assert(!model_named_size(size, &mc));
   const int B = 3, T = mc.seq_len, N = B * T, n_sites = model_num_sites(&mc);
   model m;
   model_init(&m, &mc, 5);
   tq_site *gsites = recipe_make_sites(&rc, &mc);
   m.swiglu_row_scale = rc.swiglu_row_scale;
   char err[256];
-  gpu_model *g = gpu_model_new(&m, &rc, gsites, n_sites, B, T, GPU_ATTENTION_MATERIALIZED, err,
-                               sizeof err);
+  gpu_model *g = gpu_model_new(&m, &rc, gsites, n_sites, B, T, attention, err, sizeof err);
   ck_assert_msg(g != NULL, "%s", err);
   int *tok = malloc(sizeof(int) * N), *tgt = malloc(sizeof(int) * N);
   for (int i = 0; i < N; i++) tok[i] = (int)(urand() * mc.vocab), tgt[i] = (int)(urand() * mc.vocab);
@@ -460,8 +461,9 @@ static void swiglu_fusion_same_bits(const char *const *sets, bool fuses) {
                   cudaMemcpyDeviceToHost));
   }
   const size_t differ = count_bit_diffs(gg[0], gg[1], m.num_params);
-  printf("swiglu fusion %s ...: %llu layers fused, loss %.7f / %.7f, %zu of %zu gradients differ\n",
-         sets[0], fused[0], loss[0], loss[1], differ, m.num_params);
+  printf("swiglu fusion %s ... (%s, %s): %llu layers fused, loss %.7f / %.7f, %zu of %zu gradients differ\n",
+         sets[0], size, attention == GPU_ATTENTION_FLASH ? "flash" : "materialised", fused[0],
+         loss[0], loss[1], differ, m.num_params);
   ck_assert_msg(fused[0] == (fuses ? (unsigned long long)mc.n_layers : 0ull) &&
                     fused[1] == fused[0],
                 "%s: %llu then %llu layers fused", sets[0], fused[0], fused[1]);
@@ -481,10 +483,15 @@ START_TEST(model_swiglu_fusion_bit_identical) {
   static const char *const fp8[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", NULL};
   static const char *const fp8_tensor[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
                                            "scaling=tensor", NULL};
-  swiglu_fusion_same_bits(bf16, true);
-  swiglu_fusion_same_bits(e8m3_sr, true);
-  swiglu_fusion_same_bits(fp8, true);
-  swiglu_fusion_same_bits(fp8_tensor, false);
+  const gpu_attention_kind mat = GPU_ATTENTION_MATERIALIZED, flash = GPU_ATTENTION_FLASH;
+  swiglu_fusion_same_bits(bf16, true, "test", mat);
+  swiglu_fusion_same_bits(e8m3_sr, true, "test", mat);
+  swiglu_fusion_same_bits(fp8, true, "test", mat);
+  swiglu_fusion_same_bits(fp8_tensor, false, "test", mat);
+  /* the fused attention's lean activations: one dY buffer for every site,
+   * W3's image in the float32 dh3 buffer (head size 32: `tiny`) */
+  swiglu_fusion_same_bits(bf16, true, "tiny", flash);
+  swiglu_fusion_same_bits(fp8, true, "tiny", flash);
 }
 END_TEST
 

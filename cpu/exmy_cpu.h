@@ -74,6 +74,16 @@ int exmy_quantize_scaled_f32_used(const exmy_format *f, const exmy_rounding_opts
                                   const exmy_scaling *sc, exmy_delayed_state *state,
                                   const float *x, float *y, size_t rows, size_t cols,
                                   exmy_tensor_stats *stats, float *scale);
+/* exmy_quantize_scaled_f32_used under GROUP scaling (no dynamic range
+ * expansion), also writing each element's code q = Q(x·s) to codes (rows x
+ * cols, or NULL; neither x nor y) and each block's dequantization factor
+ * 1/s (y = q · (1/s) rounded to float32) to block_scales (or NULL): block
+ * (R, C), R = row / max(block_rows, 1) and C = column / group, at
+ * R · ceil(cols / group) + C.  -1 for other recipes. */
+int exmy_quantize_group_codes_f32(const exmy_format *f, const exmy_rounding_opts *o,
+                                  const exmy_scaling *sc, const float *x, float *y,
+                                  float *codes, float *block_scales, size_t rows, size_t cols,
+                                  exmy_tensor_stats *stats);
 
 /* MX encoding proper: codes (one byte per element, format f of <= 8 bits) and
  * one E8M0 code per block (scales[r * nblocks + b], nblocks = ceil(cols /

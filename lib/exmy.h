@@ -370,6 +370,16 @@ bool exmy_accum_pow2_scaled(const exmy_operand_quant *q);
 /* The scaling part of that rule (per-tensor TENSOR or DELAYED, pow2), for
  * any operand recipe that carries an exmy_scaling (the GPU's too). */
 bool exmy_accum_pow2_scaling(const exmy_scaling *s);
+/* Whether a GEMM operand quantized per q under accumulation model m is
+ * accumulated as its codes with a float32 scale per block
+ * (exmy_accum_dot_scaled in lib/accum_core.h), as DeepGEMM does: q enabled
+ * with GROUP scaling (no dynamic range expansion) whose blocks along K are
+ * m's promotion interval (group == promote_every > 0: DeepSeek-V3's 1 x 128
+ * and 128 x 128 blocks under hopper-split).  Its model's emin is then its
+ * format's. */
+bool exmy_accum_block_scaled(const exmy_operand_quant *q, const struct exmy_accum_model *m);
+/* The scaling part of that rule, for any operand recipe (the GPU's too). */
+bool exmy_accum_block_scaling(const exmy_scaling *s, const struct exmy_accum_model *m);
 
 #ifdef __cplusplus
 }

@@ -390,7 +390,7 @@ EXMY_HD const float *exmy_accum_block_scales(const exmy_accum_model *m, const fl
 EXMY_HD float exmy_accum_dot_slice(const exmy_accum_model *m, const float *a, long stride_a,
                                    const float *sa, const float *b, long stride_b,
                                    const float *sb, int k) {
-  float scale[2];
+  float scale[2] = {1.0f, 1.0f};
   exmy_accum_num sum = {0, 0, 0};
   float acc = 0.0f;
   for (int g = 0; g < k; g += m->group) {
@@ -469,7 +469,7 @@ EXMY_HD float exmy_accum_dot_scaled(const exmy_accum_model *m, const float *a, l
   if (!finite && !scaled) return exmy_accum_dot_fp32(a, stride_a, b, stride_b, k);
   if (!finite || m->group == EXMY_ACCUM_FP32) {
     /* each block's codes in float32, promoted with its scales */
-    float acc = 0.0f, scale[2];
+    float acc = 0.0f, scale[2] = {1.0f, 1.0f};
     for (int p = 0; p < k; p += m->promote_every) {
       const int n = k - p < m->promote_every ? k - p : m->promote_every;
       exmy_accum_block_scales(m, sa, sb, p + n, scale);

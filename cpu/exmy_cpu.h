@@ -154,7 +154,10 @@ struct exmy_accum_model; /* lib/accum_core.h */
  * 2^0).  Except for an operand that qa / qb scale per tensor with pow2
  * (exmy_accum_pow2_scaled): its emin is set here from the scale s this call
  * uses, exmy_accum_operand_emin_scaled (the format's emin - log2 s, where the
- * tensor core clamps the codes).  Returns 0, or -1 on an invalid model (or NULL), a leading
+ * tensor core clamps the codes); and for a block-scaled operand
+ * (exmy_accum_block_scaled: GROUP blocks of promote_every along K), which
+ * is read as its codes (emin its format's) with its block scales applied at
+ * each promotion (exmy_accum_dot_scaled, DeepGEMM's order).  Returns 0, or -1 on an invalid model (or NULL), a leading
  * dimension too small, k > INT_MAX or no memory. */
 int exmy_qgemm_accum(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                      float alpha, const float *a, size_t lda,

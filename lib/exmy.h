@@ -361,8 +361,10 @@ int exmy_accum_operand_emin(const exmy_operand_quant *q);
  * (exmy_accum_scaled_emin in lib/accum_core.h: then the model on y = c / s
  * is the tensor core's on c, clamped at the format's emin, times 1/s); -126
  * where that falls outside -149 .. 127.  Other scaled recipes: -126, not
- * the hardware's (it would accumulate the codes and apply 1/s after);
- * unscaled: as exmy_accum_operand_emin. */
+ * the hardware's (it would accumulate the codes and apply 1/s after; the
+ * GEMMs do so for block-scaled operands, exmy_accum_block_scaled, whose
+ * emin is then their format's whatever this says); unscaled: as
+ * exmy_accum_operand_emin. */
 int exmy_accum_operand_emin_scaled(const exmy_operand_quant *q, float s);
 /* Whether q is enabled with per-tensor TENSOR or DELAYED scaling and pow2:
  * the operands whose emin follows their scale. */

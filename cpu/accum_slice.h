@@ -2,7 +2,9 @@
  * One instruction set's loop of the accumulation model's vector kernels
  * (cpu/accum_vector.c): one row of op(A) against a block of LANES decoded
  * columns of op(B), the slice [s0, s1) of K, each column's result as
- * exmy_accum_dot_slice gives it.  Written once and included once per
+ * exmy_accum_dot_slice gives it; with block-scaled codes, sa (or NULL) the
+ * row's scales per block of K from K's first, sb (or NULL) the columns'
+ * (LANES per block, block-major).  Written once and included once per
  * instruction set with these defined (and undefined here afterwards):
  *   VI, VLANES        a vector of VLANES int64 lanes (LANES a multiple);
  *   LOAD, STORE       aligned load and store (VLANES · 8 bytes);
@@ -19,7 +21,8 @@
  * (the running sum, the promotion) is lib/accum_core.h's code, per lane.
  */
 __attribute__((target(TARGET))) static void SLICE(const exmy_accum_model *m, const decoded *a,
-                                                  const decoded *b, int s0, int s1,
+                                                  const float *sa, const decoded *b,
+                                                  const float *sb, int s0, int s1,
                                                   float out[LANES]) {
   const VI zero = SET1(0), below = SET1(m->product_bits - 1);
   const int64_t *am = a->mag, *ae = a->exp, *al = a->lead, *an = a->neg;
@@ -63,9 +66,14 @@ __attribute__((target(TARGET))) static void SLICE(const exmy_accum_model *m, con
       STORE(gs, group_sum);
       STORE(ld, lead);
       const int promote = exmy_accum_promotes(m, g + n - s0, s1 - s0);
-      for (int l = 0; l < VLANES; l++)
+      const int kb = (g + n - 1) / (m->promote_every ? m->promote_every : 1);
+      for (int l = 0; l < VLANES; l++) {
+        /* the block's scales (sb: LANES per block), as exmy_accum_block_scales */
+        const float scale[2] = {sa ? sa[kb] : 1.0f, sb ? sb[(size_t)kb * LANES + h + l] : 1.0f};
         exmy_accum_close_group(m, ld[l] > EXMY_ACCUM_NO_LEAD, (int)(ld[l] - m->product_bits + 1),
-                               gs[l], promote, &sum[l], &acc[l]);
+                               gs[l], promote, promote && (sa || sb) ? scale : 0, &sum[l],
+                               &acc[l]);
+      }
     }
     for (int l = 0; l < VLANES; l++)
       out[h + l] = m->promote_every ? acc[l] : exmy_accum_to_f32(sum[l]);

@@ -72,8 +72,8 @@ static void decode(float f, int emin, const decoded *d, size_t o) {
 /* One row of op(A) (decoded, k long) against LANES decoded columns (p-major,
  * LANES per p), the slice [s0, s1) of K: each column's result as
  * exmy_accum_dot_slice gives it. */
-typedef void slice_fn(const exmy_accum_model *m, const decoded *a, const decoded *b, int s0,
-                      int s1, float out[LANES]);
+typedef void slice_fn(const exmy_accum_model *m, const decoded *a, const float *sa,
+                      const decoded *b, const float *sb, int s0, int s1, float out[LANES]);
 
 #define VI __m512i
 #define VLANES 8
@@ -180,8 +180,15 @@ static bool covers(int kernel, const exmy_accum_model *m) {
 /* The loop over blocks of LANES columns and rows of C, with `slice`. */
 static int vector_gemm(slice_fn *slice, const exmy_accum_model *m, bool ta, bool tb,
                        size_t rows, size_t cols, size_t k, float alpha, const float *a,
-                       size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+                       size_t lda, const exmy_accum_scales *sa, const float *b, size_t ldb,
+                       const exmy_accum_scales *sb, float beta, float *c, size_t ldc) {
   if (k == 0) return -1;
+  if (sa && !sa->s) sa = NULL;
+  if (sb && !sb->s) sb = NULL;
+  if ((sa || sb) && m->promote_every <= 0) return -1;
+  /* blocks of K with scales; each thread's scales of its LANES columns */
+  const size_t kblocks = sa || sb ? (k + (size_t)m->promote_every - 1) / (size_t)m->promote_every
+                                  : 0;
   /* element p of row i of op(A), of column j of op(B) */
   const size_t a_row = ta ? 1 : lda, a_step = ta ? lda : 1;
   const size_t b_col = tb ? ldb : 1, b_step = tb ? 1 : ldb;
@@ -198,6 +205,8 @@ static int vector_gemm(slice_fn *slice, const exmy_accum_model *m, bool ta, bool
       row_bad[i] |= !isfinite(x);
       decode(x, m->emin_a, &da, i * k + p);
     }
+    const float *si = exmy_accum_scales_row(sa, i);
+    for (size_t kb = 0; si && kb < kblocks; kb++) row_bad[i] |= !isfinite(si[kb]);
   }
   const int slice_k = m->k_slice && (size_t)m->k_slice < k ? m->k_slice : (int)k;
   const size_t blocks = (cols + LANES - 1) / LANES;
@@ -205,16 +214,18 @@ static int vector_gemm(slice_fn *slice, const exmy_accum_model *m, bool ta, bool
   /* each thread's decoded columns, all allocated before C is touched */
   const int threads = parallel ? omp_get_max_threads() : 1;
   decoded *db = calloc((size_t)threads, sizeof *db);
-  bool ok = db != NULL;
+  float *sbl = sb ? malloc((size_t)threads * kblocks * LANES * sizeof *sbl) : NULL;
+  bool ok = db != NULL && (!sb || sbl);
   for (int t = 0; ok && t < threads; t++) ok = decoded_alloc(&db[t], k * LANES);
   if (!ok) {
     for (int t = 0; db && t < threads; t++) free(db[t].mag);
-    free(db), free(da.mag), free(row_bad);
+    free(db), free(da.mag), free(row_bad), free(sbl);
     return -1;
   }
 #pragma omp parallel for schedule(dynamic) if (parallel) num_threads(threads)
   for (size_t blk = 0; blk < blocks; blk++) {
-    const decoded *cb = &db[parallel ? omp_get_thread_num() : 0];
+    const int thread = parallel ? omp_get_thread_num() : 0;
+    const decoded *cb = &db[thread];
     const size_t j0 = blk * LANES, nj = cols - j0 < LANES ? cols - j0 : LANES;
     bool col_bad[LANES] = {false};
     for (size_t p = 0; p < k; p++)
@@ -223,28 +234,40 @@ static int vector_gemm(slice_fn *slice, const exmy_accum_model *m, bool ta, bool
         col_bad[l] |= !isfinite(x);
         decode(x, m->emin_b, cb, p * LANES + l);
       }
+    /* the columns' block scales, LANES per block (padding: 1) */
+    float *cs = sb ? sbl + (size_t)thread * kblocks * LANES : NULL;
+    for (size_t l = 0; cs && l < LANES; l++) {
+      const float *sj = l < nj ? exmy_accum_scales_row(sb, j0 + l) : NULL;
+      for (size_t kb = 0; kb < kblocks; kb++) {
+        cs[kb * LANES + l] = sj ? sj[kb] : 1.0f;
+        col_bad[l] |= !isfinite(cs[kb * LANES + l]);
+      }
+    }
     for (size_t i = 0; i < rows; i++) {
       const decoded row = {da.mag + i * k, da.exp + i * k, da.lead + i * k, da.neg + i * k};
+      const float *rs = exmy_accum_scales_row(sa, i);
       float dot[LANES];
-      slice(m, &row, cb, 0, slice_k, dot);
+      slice(m, &row, rs, cb, cs, 0, slice_k, dot);
       for (int s = slice_k; (size_t)s < k; s += slice_k) {
         float part[LANES];
-        slice(m, &row, cb, s, (size_t)(s + slice_k) < k ? s + slice_k : (int)k, part);
+        slice(m, &row, rs, cb, cs, s, (size_t)(s + slice_k) < k ? s + slice_k : (int)k, part);
         for (int l = 0; l < LANES; l++) dot[l] = exmy_accum_add_slices(dot[l], part[l]);
       }
       for (size_t l = 0; l < nj; l++) {
         const size_t j = j0 + l;
-        /* an Inf or NaN in the row or the column: the float32 accumulation */
+        /* an Inf or NaN in the row or the column (codes or scales): the
+         * scalar model's float32 accumulation */
         const float acc = row_bad[i] || col_bad[l]
-                              ? exmy_accum_dot(m, a + i * a_row, (long)a_step, b + j * b_col,
-                                               (long)b_step, (int)k)
+                              ? exmy_accum_dot_scaled(m, a + i * a_row, (long)a_step, rs,
+                                                      b + j * b_col, (long)b_step,
+                                                      exmy_accum_scales_row(sb, j), (int)k)
                               : dot[l];
         c[i * ldc + j] = exmy_gemm_epilogue(acc, alpha, beta, &c[i * ldc + j]);
       }
     }
   }
   for (int t = 0; t < threads; t++) free(db[t].mag);
-  free(db);
+  free(db), free(sbl);
   free(da.mag), free(row_bad);
   return 0;
 }
@@ -268,11 +291,12 @@ const char *exmy_accum_kernel_name(const exmy_accum_model *m) {
 
 int exmy_accum_vector_gemm(const exmy_accum_model *m, bool ta, bool tb, size_t rows,
                            size_t cols, size_t k, float alpha, const float *a, size_t lda,
-                           const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+                           const exmy_accum_scales *sa, const float *b, size_t ldb,
+                           const exmy_accum_scales *sb, float beta, float *c, size_t ldc) {
   const int kernel = kernel_for(m);
   if (kernel == KERNELS) return -1;
-  return vector_gemm(kernels[kernel].slice, m, ta, tb, rows, cols, k, alpha, a, lda, b, ldb,
-                     beta, c, ldc);
+  return vector_gemm(kernels[kernel].slice, m, ta, tb, rows, cols, k, alpha, a, lda, sa, b, ldb,
+                     sb, beta, c, ldc);
 }
 
 #else
@@ -297,9 +321,10 @@ const char *exmy_accum_kernel_name(const exmy_accum_model *m) {
 
 int exmy_accum_vector_gemm(const exmy_accum_model *m, bool ta, bool tb, size_t rows,
                            size_t cols, size_t k, float alpha, const float *a, size_t lda,
-                           const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+                           const exmy_accum_scales *sa, const float *b, size_t ldb,
+                           const exmy_accum_scales *sb, float beta, float *c, size_t ldc) {
   (void)m, (void)ta, (void)tb, (void)rows, (void)cols, (void)k, (void)alpha, (void)a;
-  (void)lda, (void)b, (void)ldb, (void)beta, (void)c, (void)ldc;
+  (void)lda, (void)sa, (void)b, (void)ldb, (void)sb, (void)beta, (void)c, (void)ldc;
   return -1;
 }
 

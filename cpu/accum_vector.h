@@ -32,10 +32,13 @@ const char *exmy_accum_kernel_name(const exmy_accum_model *m);
 /* C = alpha op(A) op(B) + beta C (rows x cols, K = k; beta = 0: C is only
  * written) under model m, as exmy_qgemm_accum's scalar products give it, by
  * the kernel exmy_accum_kernel_name names; -1 and C unchanged if that is
- * "scalar" or memory ran out. */
+ * "scalar" or memory ran out.  sa / sb (or NULL): block scales of op(A)'s
+ * rows and op(B)'s columns, op(A) and op(B) then holding codes
+ * (exmy_accum_dot_scaled). */
 int exmy_accum_vector_gemm(const exmy_accum_model *m, bool ta, bool tb, size_t rows,
                            size_t cols, size_t k, float alpha, const float *a, size_t lda,
-                           const float *b, size_t ldb, float beta, float *c, size_t ldc);
+                           const exmy_accum_scales *sa, const float *b, size_t ldb,
+                           const exmy_accum_scales *sb, float beta, float *c, size_t ldc);
 
 /* The scalar products for every model (false) or the kernel where it covers
  * the model (true, the default): for tests and benchmarks.  With the AVX-512

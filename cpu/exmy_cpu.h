@@ -74,6 +74,16 @@ int exmy_quantize_scaled_f32_used(const exmy_format *f, const exmy_rounding_opts
                                   const exmy_scaling *sc, exmy_delayed_state *state,
                                   const float *x, float *y, size_t rows, size_t cols,
                                   exmy_tensor_stats *stats, float *scale);
+/* exmy_quantize_scaled_f32_used under GROUP scaling (no dynamic range
+ * expansion), also writing each element's code q = Q(x·s) to codes (rows x
+ * cols, or NULL; neither x nor y) and each block's dequantization factor
+ * 1/s (y = q · (1/s) rounded to float32) to block_scales (or NULL): block
+ * (R, C), R = row / max(block_rows, 1) and C = column / group, at
+ * R · ceil(cols / group) + C.  -1 for other recipes. */
+int exmy_quantize_group_codes_f32(const exmy_format *f, const exmy_rounding_opts *o,
+                                  const exmy_scaling *sc, const float *x, float *y,
+                                  float *codes, float *block_scales, size_t rows, size_t cols,
+                                  exmy_tensor_stats *stats);
 
 /* MX encoding proper: codes (one byte per element, format f of <= 8 bits) and
  * one E8M0 code per block (scales[r * nblocks + b], nblocks = ceil(cols /
@@ -144,7 +154,10 @@ struct exmy_accum_model; /* lib/accum_core.h */
  * 2^0).  Except for an operand that qa / qb scale per tensor with pow2
  * (exmy_accum_pow2_scaled): its emin is set here from the scale s this call
  * uses, exmy_accum_operand_emin_scaled (the format's emin - log2 s, where the
- * tensor core clamps the codes).  Returns 0, or -1 on an invalid model (or NULL), a leading
+ * tensor core clamps the codes); and for a block-scaled operand
+ * (exmy_accum_block_scaled: GROUP blocks of promote_every along K), which
+ * is read as its codes (emin its format's) with its block scales applied at
+ * each promotion (exmy_accum_dot_scaled, DeepGEMM's order).  Returns 0, or -1 on an invalid model (or NULL), a leading
  * dimension too small, k > INT_MAX or no memory. */
 int exmy_qgemm_accum(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                      float alpha, const float *a, size_t lda,

@@ -35,33 +35,65 @@ static int quantize_operand(const exmy_operand_quant *q, float *t, size_t rows,
 
 /* op(A) and op(B) as the GEMM reads them: the caller's, or a quantized copy
  * with K contiguous (then *at / *bt, to be freed), and the per-tensor scale
- * each copy was quantized with (NAN: none). */
+ * each copy was quantized with (NAN: none).  A block-scaled operand under
+ * the accumulation model (exmy_accum_block_scaled) is read as its codes
+ * (*ca / *cb, to be freed, in place of the dequantized copy) with its block
+ * scales (ba / bb; .s NULL: none, to be freed). */
 typedef struct {
   const float *a, *b;
   size_t lda, ldb;
   bool ta, tb;
   float *at, *bt;
   float sa, sb;
+  float *ca, *cb;
+  exmy_accum_scales ba, bb;
 } operands;
 
+/* t (rows x cols, K contiguous) quantized per q in place, its codes into a
+ * new *codes and its block scales into s (exmy_accum_scales). */
+static int quantize_codes(const exmy_operand_quant *q, float *t, size_t rows, size_t cols,
+                          float **codes, exmy_accum_scales *s) {
+  const size_t g = (size_t)q->scaling.group, br = q->scaling.block_rows > 1 ? (size_t)q->scaling.block_rows : 1;
+  const size_t per_row = (cols + g - 1) / g;
+  float *bs = malloc(((rows + br - 1) / br) * per_row * sizeof *bs + 1);
+  *codes = malloc(rows * cols * sizeof **codes + 1);
+  *s = (exmy_accum_scales){bs, (long)per_row, (int)br};
+  if (!bs || !*codes) return -1;
+  return exmy_quantize_group_codes_f32(&q->format, &q->round, &q->scaling, t, t, *codes, bs, rows,
+                                       cols, q->stats);
+}
+
+/* model (or NULL): the accumulation model, for the block-scaled operands. */
 static int prepare_operands(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                             const float *a, size_t lda, const exmy_operand_quant *qa,
                             const float *b, size_t ldb, const exmy_operand_quant *qb,
-                            operands *o) {
-  *o = (operands){a, b, lda, ldb, trans_a, trans_b, NULL, NULL, NAN, NAN};
+                            const exmy_accum_model *model, operands *o) {
+  *o = (operands){a, b, lda, ldb, trans_a, trans_b, NULL, NULL, NAN, NAN, NULL, NULL, {0}, {0}};
   if (active(qa)) {
     /* op(A) as m x k, K contiguous */
     if (!(o->at = malloc(m * k * sizeof *o->at + 1))) return -1;
     gather(a, lda, trans_a, m, k, o->at);
-    if (quantize_operand(qa, o->at, m, k, &o->sa)) return -1;
-    o->a = o->at, o->lda = k, o->ta = false;
+    if (model && exmy_accum_block_scaled(qa, model)) {
+      if (quantize_codes(qa, o->at, m, k, &o->ca, &o->ba)) return -1;
+      o->a = o->ca;
+    } else {
+      if (quantize_operand(qa, o->at, m, k, &o->sa)) return -1;
+      o->a = o->at;
+    }
+    o->lda = k, o->ta = false;
   }
   if (active(qb)) {
     /* op(B)^T as n x k, K contiguous; the GEMM then reads it transposed */
     if (!(o->bt = malloc(n * k * sizeof *o->bt + 1))) return -1;
     gather(b, ldb, !trans_b, n, k, o->bt);
-    if (quantize_operand(qb, o->bt, n, k, &o->sb)) return -1;
-    o->b = o->bt, o->ldb = k, o->tb = true;
+    if (model && exmy_accum_block_scaled(qb, model)) {
+      if (quantize_codes(qb, o->bt, n, k, &o->cb, &o->bb)) return -1;
+      o->b = o->cb;
+    } else {
+      if (quantize_operand(qb, o->bt, n, k, &o->sb)) return -1;
+      o->b = o->bt;
+    }
+    o->ldb = k, o->tb = true;
   }
   return 0;
 }
@@ -86,20 +118,24 @@ typedef int (*products_fn)(const operands *o, size_t m, size_t n, size_t k, floa
 
 /* exmy_qgemm's steps around a products function: the operands rounded, the
  * products, C rounded. */
-static int qgemm_with(products_fn products, const void *ctx, bool trans_a, bool trans_b,
-                      size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
-                      const exmy_operand_quant *qa, const float *b, size_t ldb,
-                      const exmy_operand_quant *qb, float beta, float *c, size_t ldc,
-                      const exmy_operand_quant *qc) {
+static int qgemm_with(products_fn products, const void *ctx, const exmy_accum_model *model,
+                      bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+                      const float *a, size_t lda, const exmy_operand_quant *qa, const float *b,
+                      size_t ldb, const exmy_operand_quant *qb, float beta, float *c,
+                      size_t ldc, const exmy_operand_quant *qc) {
   operands o;
   int rc = -1;
-  if (prepare_operands(trans_a, trans_b, m, n, k, a, lda, qa, b, ldb, qb, &o)) goto out;
+  if (prepare_operands(trans_a, trans_b, m, n, k, a, lda, qa, b, ldb, qb, model, &o)) goto out;
   if (products(&o, m, n, k, alpha, beta, c, ldc, ctx)) goto out;
   if (quantize_result(qc, c, m, n, ldc)) goto out;
   rc = 0;
 out:
   free(o.at);
   free(o.bt);
+  free(o.ca);
+  free(o.cb);
+  free((float *)o.ba.s);
+  free((float *)o.bb.s);
   return rc;
 }
 
@@ -115,8 +151,8 @@ int exmy_qgemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                const exmy_operand_quant *qb, float beta, float *c, size_t ldc,
                const exmy_operand_quant *qc) {
   if (ldc < n) return -1;
-  return qgemm_with(sgemm_products, NULL, trans_a, trans_b, m, n, k, alpha, a, lda, qa, b, ldb,
-                    qb, beta, c, ldc, qc);
+  return qgemm_with(sgemm_products, NULL, NULL, trans_a, trans_b, m, n, k, alpha, a, lda, qa, b,
+                    ldb, qb, beta, c, ldc, qc);
 }
 
 /* The model of exmy_qgemm_accum and its operands' recipes. */
@@ -126,19 +162,24 @@ typedef struct {
 } accum_ctx;
 
 /* A vector kernel where one covers the model (cpu/accum_vector.c), else one
- * scalar exmy_accum_dot per element of C, rows of C shared out between
+ * scalar exmy_accum_dot_scaled per element of C, rows of C shared out between
  * threads.  The epilogue is every GEMM's (exmy_gemm_epilogue).  An operand quantized
  * here with a power-of-two per-tensor scale s is clamped at its format's
- * emin - log2 s, where the tensor core clamps its codes. */
+ * emin - log2 s, where the tensor core clamps its codes; a block-scaled one
+ * is read as its codes, clamped at its format's emin, with its block scales
+ * applied at each promotion. */
 static int accum_products(const operands *o, size_t m, size_t n, size_t k, float alpha,
                           float beta, float *c, size_t ldc, const void *ctx) {
   const accum_ctx *x = ctx;
   exmy_accum_model local = *x->model;
   if (exmy_accum_pow2_scaled(x->qa)) local.emin_a = exmy_accum_operand_emin_scaled(x->qa, o->sa);
   if (exmy_accum_pow2_scaled(x->qb)) local.emin_b = exmy_accum_operand_emin_scaled(x->qb, o->sb);
+  if (o->ba.s) local.emin_a = x->qa->format.emin;
+  if (o->bb.s) local.emin_b = x->qb->format.emin;
   const exmy_accum_model *model = &local;
-  if (exmy_accum_vector_gemm(model, o->ta, o->tb, m, n, k, alpha, o->a, o->lda, o->b, o->ldb,
-                             beta, c, ldc) == 0)
+  const exmy_accum_scales *ba = o->ba.s ? &o->ba : NULL, *bb = o->bb.s ? &o->bb : NULL;
+  if (exmy_accum_vector_gemm(model, o->ta, o->tb, m, n, k, alpha, o->a, o->lda, ba, o->b,
+                             o->ldb, bb, beta, c, ldc) == 0)
     return 0;
   /* element p of row i of op(A), of column j of op(B) */
   const long a_step = o->ta ? (long)o->lda : 1, b_step = o->tb ? 1 : (long)o->ldb;
@@ -147,7 +188,8 @@ static int accum_products(const operands *o, size_t m, size_t n, size_t k, float
     for (size_t j = 0; j < n; j++) {
       const float *arow = o->ta ? o->a + i : o->a + i * o->lda;
       const float *bcol = o->tb ? o->b + j * o->ldb : o->b + j;
-      const float acc = exmy_accum_dot(model, arow, a_step, bcol, b_step, (int)k);
+      const float acc = exmy_accum_dot_scaled(model, arow, a_step, exmy_accum_scales_row(ba, i),
+                                              bcol, b_step, exmy_accum_scales_row(bb, j), (int)k);
       c[i * ldc + j] = exmy_gemm_epilogue(acc, alpha, beta, &c[i * ldc + j]);
     }
   return 0;
@@ -161,6 +203,6 @@ int exmy_qgemm_accum(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
   if (!model || exmy_accum_model_check(model) || ldc < n || k > INT_MAX) return -1;
   if (lda < (trans_a ? m : k) || ldb < (trans_b ? k : n)) return -1;
   const accum_ctx ctx = {model, qa, qb};
-  return qgemm_with(accum_products, &ctx, trans_a, trans_b, m, n, k, alpha, a, lda, qa, b, ldb,
-                    qb, beta, c, ldc, qc);
+  return qgemm_with(accum_products, &ctx, model, trans_a, trans_b, m, n, k, alpha, a, lda, qa, b,
+                    ldb, qb, beta, c, ldc, qc);
 }

@@ -26,7 +26,7 @@ static float amax_of(const float *x, size_t n) {
 /* One segment with a single scale: x[0..len) is element `index0` of the
  * tensor (for sr's stream).  dre_k != 1: COAT's expansion with exponent k. */
 static void quantize_segment(const exmy_format *f, const exmy_rounding_opts *o,
-                             const float *x, float *y, size_t len,
+                             const float *x, float *y, float *codes, size_t len,
                              size_t index0, float s, float inv, double dre_k,
                              exmy_stats_acc *acc) {
   float xs[CHUNK], q[CHUNK];
@@ -50,6 +50,7 @@ static void quantize_segment(const exmy_format *f, const exmy_rounding_opts *o,
       float w = q[i] * inv;
       if (dre_k != 1.0) w = copysignf((float)pow(fabs((double)w), 1.0 / dre_k), w);
       yc[i] = w;
+      if (codes) codes[c0 + i] = q[i];
       if (acc) exmy_stats_acc_add(acc, xi, xs[i], q[i], w);
     }
   }
@@ -73,7 +74,7 @@ static void quantize_uniform(const exmy_format *f, const exmy_rounding_opts *o,
     size_t start = c * CHUNK, len = n - start < CHUNK ? n - start : CHUNK;
     exmy_stats_acc one, *acc = total ? (part ? &part[c] : &one) : NULL;
     if (acc) exmy_stats_acc_init(acc, f);
-    quantize_segment(f, o, x + start, y + start, len, start, s, inv, 1.0, acc);
+    quantize_segment(f, o, x + start, y + start, NULL, len, start, s, inv, 1.0, acc);
     if (acc == &one) exmy_stats_sums_merge(&total->sums, &one.sums);
   }
   for (size_t c = 0; part && c < nchunks; c++) exmy_stats_sums_merge(&total->sums, &part[c].sums);
@@ -90,10 +91,14 @@ static double dre_exponent(const exmy_format *f, float amax, float amin) {
 }
 
 /* Per-group (GROUP), per-block (MX) or two-level (NVFP4) scales: one task
- * per block of block_rows rows x g columns (block_rows 1: a stretch of a row). */
+ * per block of block_rows rows x g columns (block_rows 1: a stretch of a row).
+ * codes (or NULL): each element's Q(x·s); block_scales (or NULL): each
+ * block's dequantization factor (block t = its row of blocks · blocks per
+ * row + its column of blocks). */
 static void quantize_grouped(const exmy_format *f, const exmy_rounding_opts *o,
-                             const exmy_scaling *sc, const float *x, float *y,
-                             size_t rows, size_t cols, exmy_stats_acc *total) {
+                             const exmy_scaling *sc, const float *x, float *y, float *codes,
+                             float *block_scales, size_t rows, size_t cols,
+                             exmy_stats_acc *total) {
   const int mx = sc->kind == EXMY_SCALING_MX, nvfp4 = sc->kind == EXMY_SCALING_NVFP4;
   size_t g = mx ? (sc->group > 0 ? (size_t)sc->group : 32)
            : nvfp4 ? (sc->group > 0 ? (size_t)sc->group : 16)
@@ -147,9 +152,11 @@ static void quantize_grouped(const exmy_format *f, const exmy_rounding_opts *o,
         s = exmy_scale_from_amax(f, amax, sc->margin, sc->pow2);
         inv = 1.0f / s;
       }
+      if (block_scales) block_scales[t] = inv;
       for (size_t rr = 0; rr < nr; rr++) {
         const size_t start = (r0 + rr) * cols + c0;
-        quantize_segment(f, &oe, x + start, y + start, len, start, s, inv, k, acc);
+        quantize_segment(f, &oe, x + start, y + start, codes ? codes + start : NULL, len, start,
+                         s, inv, k, acc);
       }
     }
     if (acc == &one) exmy_stats_sums_merge(&total->sums, &one.sums);
@@ -225,7 +232,7 @@ int exmy_quantize_scaled_f32_used(const exmy_format *f, const exmy_rounding_opts
       /* fall through */
     case EXMY_SCALING_MX:
     case EXMY_SCALING_GROUP:
-      if (cols) quantize_grouped(f, o, sc, x, y, rows, cols, stats ? &total : NULL);
+      if (cols) quantize_grouped(f, o, sc, x, y, NULL, NULL, rows, cols, stats ? &total : NULL);
       break;
   }
   if (scale) *scale = (float)scale_used;
@@ -233,6 +240,25 @@ int exmy_quantize_scaled_f32_used(const exmy_format *f, const exmy_rounding_opts
     exmy_stats_sums_finish(&total.sums, stats);
     stats->scale = scale_used;
     stats->delayed_over_current = ratio;
+  }
+  return 0;
+}
+
+int exmy_quantize_group_codes_f32(const exmy_format *f, const exmy_rounding_opts *o,
+                                  const exmy_scaling *sc, const float *x, float *y,
+                                  float *codes, float *block_scales, size_t rows, size_t cols,
+                                  exmy_tensor_stats *stats) {
+  if (!sc || sc->kind != EXMY_SCALING_GROUP || sc->group < 0 || sc->block_rows < 0 ||
+      sc->dynamic_range_expansion || sc->hadamard)
+    return -1;
+  exmy_stats_acc total;
+  if (stats) exmy_stats_acc_init(&total, f);
+  if (cols)
+    quantize_grouped(f, o, sc, x, y, codes, block_scales, rows, cols, stats ? &total : NULL);
+  if (stats) {
+    exmy_stats_sums_finish(&total.sums, stats);
+    stats->scale = NAN;
+    stats->delayed_over_current = NAN;
   }
   return 0;
 }

@@ -195,6 +195,18 @@ cudaError_t exmy_cuda_quantize_blocks_f32(const exmy_format *f, const exmy_round
                                           const exmy_scaling *sc, const float *x, float *y,
                                           size_t rows, size_t cols, cudaStream_t stream);
 
+/* GROUP blocks (any block_rows; no dynamic range expansion) as
+ * exmy_cuda_quantize_blocks_f32, also writing each element's code q =
+ * Q(x·s) to codes (rows x cols, or NULL; neither x nor y) and each block's
+ * dequantization factor 1/s to block_inv (or NULL), as the CPU's
+ * exmy_quantize_group_codes_f32 lays them out, bit for bit.  Other kinds:
+ * cudaErrorInvalidValue. */
+cudaError_t exmy_cuda_quantize_group_codes_f32(const exmy_format *f,
+                                               const exmy_rounding_opts *o,
+                                               const exmy_scaling *sc, const float *x, float *y,
+                                               float *codes, float *block_inv, size_t rows,
+                                               size_t cols, cudaStream_t stream);
+
 /* exmy_cuda_quantize_blocks_f32 (GROUP, including 1-row blocks, and NVFP4)
  * with the statistics exmy_quantize_scaled_f32 gives, reduced on the device
  * into *stats (a DEVICE pointer; NULL: none): ratios judged on x·s and
@@ -335,7 +347,9 @@ struct exmy_accum_model; /* lib/accum_core.h */
  * them and writes alpha·dot (+ beta·C when beta != 0) rounded as the CPU
  * does (no fused multiply-add); then C is quantized per qc.  `model` is a
  * host pointer, copied into the launch, emin_a / emin_b included (as for
- * exmy_qgemm_accum, the caller's, except for pow2-scaled qa / qb: below).  cudaErrorInvalidValue for an
+ * exmy_qgemm_accum, the caller's, except for pow2-scaled qa / qb: below;
+ * a block-scaled qa / qb (exmy_accum_block_scaled) is read as its codes
+ * and block scales, as on the CPU).  cudaErrorInvalidValue for an
  * invalid model (exmy_accum_model_check), ldc < n, a leading dimension too
  * small, or a size over INT32_MAX; no cuBLAS is used. */
 cudaError_t exmy_cuda_qgemm_accum(exmy_cuda_gemm *g, bool trans_a, bool trans_b, size_t m,

@@ -108,12 +108,15 @@ __global__ void k_rht16(const float *x, float *y, size_t rows, size_t cols, uint
  * elements q: y (or NULL) the dequantized value q · inv, as the CPU; image
  * (NVFP4 only, or NULL) the bf16 image of q · s_b, s_b the block's E4M3
  * decode scale, with s_b itself in block_scales[t] (or NULL) and S_enc in
- * *s_enc (or NULL). */
+ * *s_enc (or NULL); codes (or NULL) q itself, and block_inv (or NULL) the
+ * block's inv at [t] (exmy_cuda_quantize_group_codes_f32). */
 struct BlockOutputs {
   float *y;
   __nv_bfloat16 *image;
   float *block_scales;
   float *s_enc;
+  float *codes;
+  float *block_inv;
 };
 
 /* The scales of a scaling block whose finite amax is block_amax: GROUP's
@@ -139,6 +142,7 @@ __device__ BlockScale block_scale(int nvfp4, float block_amax, const unsigned in
     b.inv = __fdiv_rn(1.0f, b.scale);
     b.s_b = 1.0f;
   }
+  if (out.block_inv) out.block_inv[t] = b.inv;
   return b;
 }
 
@@ -160,6 +164,7 @@ __device__ __forceinline__ Rounded round_in_block(const exmy_format &f, const KO
   r.q = decode_generic(f, encode_runtime<SPEC_GENERIC>(f, o, r.xs, rnd));
   r.w = mul_keep_nan(r.q, b.inv);
   if (out.y) out.y[at] = r.w;
+  if (out.codes) out.codes[at] = r.q;
   /* exact where exmy_cuda_nvfp4_bf16_exact(f) holds */
   if (out.image) out.image[at] = __float2bfloat16_rn(mul_keep_nan(r.q, b.s_b));
   return r;
@@ -250,7 +255,8 @@ __global__ void __launch_bounds__(kSmallThreads)
     for (int d = LANES / 2; d > 0; d >>= 1)
       amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, d, LANES));
     if (!active) continue; /* the warp's last round: its other blocks are done */
-    const BlockOutputs written = lane == 0 ? out : BlockOutputs{out.y, out.image, nullptr, nullptr};
+    const BlockOutputs written =
+        lane == 0 ? out : BlockOutputs{out.y, out.image, nullptr, nullptr, out.codes, nullptr};
     const BlockScale b = block_scale(nvfp4, amax, amax_bits, fmax, margin, pow2, written, t);
     for (size_t i = lane; i < len * nr; i += LANES)
       round_in_block(f, o, x, (r0 + i / len) * cols + c0 + i % len, b, out);
@@ -343,8 +349,16 @@ cudaError_t quantize_blocks(const exmy_format *f, const exmy_rounding_opts *o,
 extern "C" cudaError_t exmy_cuda_quantize_blocks_stats_f32(
     const exmy_format *f, const exmy_rounding_opts *o, const exmy_scaling *sc, const float *x,
     float *y, size_t rows, size_t cols, exmy_tensor_stats *stats, cudaStream_t stream) {
-  const BlockOutputs out = {y, nullptr, nullptr, nullptr};
+  const BlockOutputs out = {y, nullptr, nullptr, nullptr, nullptr, nullptr};
   return quantize_blocks(f, o, sc, x, y, out, rows, cols, stats, stream);
+}
+
+extern "C" cudaError_t exmy_cuda_quantize_group_codes_f32(
+    const exmy_format *f, const exmy_rounding_opts *o, const exmy_scaling *sc, const float *x,
+    float *y, float *codes, float *block_inv, size_t rows, size_t cols, cudaStream_t stream) {
+  if (sc->kind != EXMY_SCALING_GROUP) return cudaErrorInvalidValue;
+  const BlockOutputs out = {y, nullptr, nullptr, nullptr, codes, block_inv};
+  return quantize_blocks(f, o, sc, x, y, out, rows, cols, NULL, stream);
 }
 
 extern "C" cudaError_t exmy_cuda_quantize_blocks_f32(const exmy_format *f,

@@ -33,6 +33,10 @@ struct exmy_cuda_gemm {
    * the emin of a power-of-two-scaled operand */
   void *qscales;
   size_t cap_qscales;
+  /* exmy_cuda_qgemm_accum: the codes and block scales of block-scaled
+   * operands (exmy_accum_block_scaled), A's [0] and B's [1] */
+  void *bcodes[2], *bscales[2];
+  size_t cap_bcodes[2], cap_bscales[2];
 };
 
 namespace {
@@ -153,6 +157,7 @@ extern "C" void exmy_cuda_gemm_free(exmy_cuda_gemm *g) {
   for (int i = 0; i < 2; i++) cudaFree(g->bf[i]);
   cudaFree(g->codes);
   cudaFree(g->qscales);
+  for (int i = 0; i < 2; i++) cudaFree(g->bcodes[i]), cudaFree(g->bscales[i]);
   cudaFree(g->scales);
   cudaFree(g->flag);
   free(g);
@@ -402,10 +407,29 @@ namespace {
 __global__ void k_accum_gemm(exmy_accum_model model, size_t m, size_t n, int k, float alpha,
                              const float *__restrict__ ta, const float *__restrict__ tb,
                              float beta, float *__restrict__ c, size_t ldc,
-                             const float *scale_a, const float *scale_b) {
+                             const float *scale_a, const float *scale_b,
+                             exmy_accum_scales blocks_a, exmy_accum_scales blocks_b) {
   /* ta: op(A) as m x k, tb: op(B)^T as n x k, both K-contiguous */
   accum_gemm_outputs(model, false, true, m, n, k, alpha, ta, k, tb, k, beta, c, ldc, scale_a,
-                     scale_b);
+                     scale_b, blocks_a, blocks_b);
+}
+
+/* A block-scaled operand (exmy_accum_block_scaled) of exmy_cuda_qgemm_accum:
+ * t (rows x cols, K contiguous) quantized in place, its codes into *codes
+ * (g->bcodes[i]) and its block scales described by *s (g->bscales[i]), as
+ * cpu/qgemm.c lays them out. */
+cudaError_t quantize_codes(exmy_cuda_gemm *g, int i, const exmy_cuda_operand_quant *q, float *t,
+                           size_t rows, size_t cols, cudaStream_t st, float **codes,
+                           exmy_accum_scales *s) {
+  const size_t gk = (size_t)q->scaling.group;
+  const size_t br = q->scaling.block_rows > 1 ? (size_t)q->scaling.block_rows : 1;
+  const size_t per_row = (cols + gk - 1) / gk, blocks = ((rows + br - 1) / br) * per_row;
+  EXMY_CUDA_TRY(reserve(&g->bcodes[i], &g->cap_bcodes[i], rows * cols * 4));
+  EXMY_CUDA_TRY(reserve(&g->bscales[i], &g->cap_bscales[i], blocks * 4));
+  *codes = (float *)g->bcodes[i];
+  *s = exmy_accum_scales{(const float *)g->bscales[i], (long)per_row, (int)br};
+  return exmy_cuda_quantize_group_codes_f32(&q->format, &q->round, &q->scaling, t, t, *codes,
+                                            (float *)g->bscales[i], rows, cols, st);
 }
 
 /* As exmy_accum_pow2_scaled (lib/accum.c) for a device operand recipe. */
@@ -446,12 +470,26 @@ extern "C" cudaError_t exmy_cuda_qgemm_accum_scaled(
     if (pow2_scaled(qa)) scale_a = qs, local.emin_a = qa->format.emin;
     if (pow2_scaled(qb)) scale_b = qs + 1, local.emin_b = qb->format.emin;
   }
+  /* a block-scaled operand: read as its codes, its emin its format's, its
+   * block scales applied at each promotion (as exmy_qgemm_accum on the CPU) */
+  const bool block_a = enabled(qa) && exmy_accum_block_scaling(&qa->scaling, model);
+  const bool block_b = enabled(qb) && exmy_accum_block_scaling(&qb->scaling, model);
+  exmy_accum_scales blocks_a = {}, blocks_b = {};
+  const exmy_cuda_operand_quant *qa_rest = block_a ? nullptr : qa, *qb_rest = block_b ? nullptr : qb;
   float *ta = NULL, *tb = NULL;
-  if (k) EXMY_CUDA_TRY(prepare_operands(g, trans_a, trans_b, m, n, k, a, lda, qa, b, ldb, qb,
-                                        &ta, &tb, s, pow2_scaled(qa) ? qs : NULL,
+  if (k) EXMY_CUDA_TRY(prepare_operands(g, trans_a, trans_b, m, n, k, a, lda, qa_rest, b, ldb,
+                                        qb_rest, &ta, &tb, s, pow2_scaled(qa) ? qs : NULL,
                                         pow2_scaled(qb) ? qs + 1 : NULL));
+  if (k && block_a) {
+    EXMY_CUDA_TRY(quantize_codes(g, 0, qa, ta, m, k, s, &ta, &blocks_a));
+    local.emin_a = qa->format.emin;
+  }
+  if (k && block_b) {
+    EXMY_CUDA_TRY(quantize_codes(g, 1, qb, tb, n, k, s, &tb, &blocks_b));
+    local.emin_b = qb->format.emin;
+  }
   k_accum_gemm<<<grid_for(m * n), 256, 0, s>>>(local, m, n, (int)k, alpha, ta, tb, beta, c, ldc,
-                                               scale_a, scale_b);
+                                               scale_a, scale_b, blocks_a, blocks_b);
   EXMY_CUDA_TRY(cudaGetLastError());
   return quantize_result(g, qc, c, m, n, ldc, s);
 }

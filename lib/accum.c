@@ -114,3 +114,13 @@ bool exmy_accum_pow2_scaled(const exmy_operand_quant *q) {
 bool exmy_accum_pow2_scaling(const exmy_scaling *s) {
   return s->pow2 && (s->kind == EXMY_SCALING_TENSOR || s->kind == EXMY_SCALING_DELAYED);
 }
+
+bool exmy_accum_block_scaled(const exmy_operand_quant *q, const exmy_accum_model *m) {
+  return q && q->enabled && exmy_accum_block_scaling(&q->scaling, m);
+}
+
+bool exmy_accum_block_scaling(const exmy_scaling *s, const exmy_accum_model *m) {
+  return s && m && m->group != EXMY_ACCUM_FP32 && m->promote_every > 0 &&
+         s->kind == EXMY_SCALING_GROUP && !s->dynamic_range_expansion &&
+         s->group == m->promote_every;
+}

@@ -58,6 +58,31 @@
  *   - If any a[p] or b[p] is Inf or NaN, the result is that of the float32
  *     accumulation below (so NaN and ±Inf propagate as float32 says).
  *
+ * Block-scaled operands (exmy_accum_dot_scaled): a[p] = ca[p]·sa[p / N_C],
+ * b[p] = cb[p]·sb[p / N_C], the codes ca, cb (an FP8 format's values) with a
+ * float32 dequantization scale per block of N_C = promote_every elements of
+ * K (DeepSeek-V3's 1 x 128 and 128 x 128 blocks).  The model above runs on
+ * the codes (emin_a / emin_b: the codes' formats'), and the promotion of
+ * block kb is instead
+ *
+ *   acc = fmaf(sa[kb] · sb[kb], partial, acc)
+ *
+ * partial the running sum rounded to float32 (exact for FP8 codes with
+ * sum_bits <= 24: their sums lie far inside float32's range), sa·sb one
+ * float32 product rounded to nearest even, and the multiply-add one
+ * rounding.  This is DeepGEMM's promotion (deepseek-ai/DeepGEMM,
+ * deep_gemm/include/deep_gemm/fp8_gemm.cuh, "Promote with scales":
+ * scale_0_0 = scale_a_0 * scale_b_0, then final_accum += scale_0_0 *
+ * accum, which nvcc contracts into one FFMA), accum being the WGMMAs'
+ * float32 result over one 128-element slice of K.  For power-of-two scales
+ * it equals exmy_accum_dot on the dequantized values a[p], b[p] with emin_a
+ * = emin_b = -126 (how block-scaled values were accumulated before), bit for
+ * bit, wherever no code is subnormal in its format and the dequantized
+ * values stay float32 normals: then both align the same bits, and the
+ * promotion's product by a power of two is exact.  If any code or scale is
+ * Inf or NaN, each block's codes are accumulated in float32 (as group = 0)
+ * and promoted as above.
+ *
  * group = 0 (EXMY_ACCUM_FP32) is the float32 accumulation of exmy_sgemm
  * (cpu/exmy_cpu.h): acc = fmaf(a[p], b[p], acc) for p = 0 .. K-1 from +0,
  * which is what exmy_qgemm computes; the other fields are ignored.
@@ -287,6 +312,14 @@ EXMY_HD int exmy_accum_product_exp(const exmy_accum_model *m, exmy_accum_num x, 
   return (ea > m->emin_a ? ea : m->emin_a) + (eb > m->emin_b ? eb : m->emin_b);
 }
 
+/* The promotion of a block-scaled partial sum (float32) into the float32
+ * accumulator: acc + (sa · sb) · partial, the scales' product rounded to
+ * float32, then one fused multiply-add (see the model above: DeepGEMM's
+ * order).  The one text of it, host and device. */
+EXMY_HD float exmy_accum_promote_scaled(float acc, float partial, float sa, float sb) {
+  return fmaf(exmy_fmul_rn(sa, sb), partial, acc);
+}
+
 /* The alignment exponent a group starts from: the running sum's with
  * align_sum (when it is nonzero), else none (EXMY_ACCUM_NO_LEAD). */
 #define EXMY_ACCUM_NO_LEAD (-(1 << 20))
@@ -297,10 +330,12 @@ EXMY_HD int exmy_accum_sum_lead(const exmy_accum_model *m, exmy_accum_num sum) {
 /* The end of a group: when some product (or the running sum) was nonzero
  * (aligned), the group's aligned products, summed exactly as multiples of 2^q
  * into group_sum, go into the running sum; then, when `promote`, the running
- * sum into the float32 accumulator. */
+ * sum into the float32 accumulator: added to it (scale NULL), or for
+ * block-scaled codes promoted with the block's scales (scale[0], scale[1]:
+ * exmy_accum_promote_scaled). */
 EXMY_HD void exmy_accum_close_group(const exmy_accum_model *m, int aligned, int q,
-                                    int64_t group_sum, int promote, exmy_accum_num *sum,
-                                    float *acc) {
+                                    int64_t group_sum, int promote, const float *scale,
+                                    exmy_accum_num *sum, float *acc) {
   const int qmin = -(1 << 20); /* no floor: far below any product */
   if (aligned) {
     if (m->align_sum) {
@@ -321,7 +356,9 @@ EXMY_HD void exmy_accum_close_group(const exmy_accum_model *m, int aligned, int 
   if (promote) {
     /* one rounding: to 24 bits, and to a multiple of 2^-149; an
      * accumulator that overflowed stays ±Inf (the partial sums are finite) */
-    if (isfinite(*acc))
+    if (scale)
+      *acc = exmy_accum_promote_scaled(*acc, exmy_accum_to_f32(*sum), scale[0], scale[1]);
+    else if (isfinite(*acc))
       *acc = exmy_accum_to_f32(exmy_accum_add_round(exmy_accum_from_f32(*acc), *sum, 24, -149,
                                                     EXMY_ACCUM_NEAREST_EVEN));
     sum->mag = 0;
@@ -334,9 +371,26 @@ EXMY_HD int exmy_accum_promotes(const exmy_accum_model *m, int end, int k) {
   return m->promote_every && (end % m->promote_every == 0 || end == k);
 }
 
-/* One slice of the model (all of K without k_slice): finite operands. */
+/* The scales of the block of K that the group ending at product `end` (of
+ * the slice whose first block is sa[0] / sb[0]) closes, into scale[0] and
+ * scale[1] (1 for an operand without scales); NULL where neither operand
+ * has any. */
+EXMY_HD const float *exmy_accum_block_scales(const exmy_accum_model *m, const float *sa,
+                                             const float *sb, int end, float scale[2]) {
+  if (!sa && !sb) return 0;
+  const int kb = (end - 1) / m->promote_every;
+  scale[0] = sa ? sa[kb] : 1.0f;
+  scale[1] = sb ? sb[kb] : 1.0f;
+  return scale;
+}
+
+/* One slice of the model (all of K without k_slice): finite operands;
+ * sa / sb (or NULL) the block scales of the slice's blocks of promote_every
+ * products, from its first. */
 EXMY_HD float exmy_accum_dot_slice(const exmy_accum_model *m, const float *a, long stride_a,
-                                   const float *b, long stride_b, int k) {
+                                   const float *sa, const float *b, long stride_b,
+                                   const float *sb, int k) {
+  float scale[2] = {1.0f, 1.0f};
   exmy_accum_num sum = {0, 0, 0};
   float acc = 0.0f;
   for (int g = 0; g < k; g += m->group) {
@@ -363,8 +417,10 @@ EXMY_HD float exmy_accum_dot_slice(const exmy_accum_model *m, const float *a, lo
                                  : (int64_t)exmy_accum_shr(mag, q - e, m->round);
         group_sum += x.neg != y.neg ? -v : v;
       }
-    exmy_accum_close_group(m, lead > EXMY_ACCUM_NO_LEAD, q, group_sum,
-                           exmy_accum_promotes(m, g + n, k), &sum, &acc);
+    const int promote = exmy_accum_promotes(m, g + n, k);
+    exmy_accum_close_group(m, lead > EXMY_ACCUM_NO_LEAD, q, group_sum, promote,
+                           promote ? exmy_accum_block_scales(m, sa, sb, g + n, scale) : 0, &sum,
+                           &acc);
   }
   return m->promote_every ? acc : exmy_accum_to_f32(sum);
 }
@@ -379,22 +435,67 @@ EXMY_HD float exmy_accum_add_slices(float acc, float part) {
              : acc + part;
 }
 
+/* The block scales of a GEMM operand held K-contiguous (op(A) as m x k,
+ * op(B)^T as n x k): row r's scales, one per block of promote_every along K,
+ * at s + (r / rows) * ld (rows: the rows sharing a block, DeepSeek-V3's 1
+ * for activations and 128 for weights).  s NULL: no scales. */
+typedef struct exmy_accum_scales {
+  const float *s;
+  long ld;
+  int rows;
+} exmy_accum_scales;
+
+/* Row r's block scales, or NULL where x (or x->s) is NULL. */
+EXMY_HD const float *exmy_accum_scales_row(const exmy_accum_scales *x, size_t r) {
+  return x && x->s ? x->s + (long)(r / (size_t)x->rows) * x->ld : 0;
+}
+
+/* sum_{p<k} (a[p * stride_a] · sa[p / promote_every]) · (b[p * stride_b] ·
+ * sb[p / promote_every]) under model m (valid per exmy_accum_model_check),
+ * as float32: a, b the codes and sa, sb their blocks' float32 scales (see
+ * the model above).  sa or sb NULL: that operand's scales are 1; both NULL:
+ * exmy_accum_dot.  With a scale, m->promote_every must be positive. */
+EXMY_HD float exmy_accum_dot_scaled(const exmy_accum_model *m, const float *a, long stride_a,
+                                    const float *sa, const float *b, long stride_b,
+                                    const float *sb, int k) {
+  const int scaled = sa || sb;
+  if (m->group == EXMY_ACCUM_FP32 && !scaled)
+    return exmy_accum_dot_fp32(a, stride_a, b, stride_b, k);
+  int finite = 1;
+  for (int p = 0; p < k; p++)
+    finite &= isfinite(a[p * stride_a]) && isfinite(b[p * stride_b]);
+  for (int kb = 0; scaled && kb * m->promote_every < k; kb++)
+    finite &= (!sa || isfinite(sa[kb])) && (!sb || isfinite(sb[kb]));
+  if (!finite && !scaled) return exmy_accum_dot_fp32(a, stride_a, b, stride_b, k);
+  if (!finite || m->group == EXMY_ACCUM_FP32) {
+    /* each block's codes in float32, promoted with its scales */
+    float acc = 0.0f, scale[2] = {1.0f, 1.0f};
+    for (int p = 0; p < k; p += m->promote_every) {
+      const int n = k - p < m->promote_every ? k - p : m->promote_every;
+      exmy_accum_block_scales(m, sa, sb, p + n, scale);
+      acc = exmy_accum_promote_scaled(
+          acc, exmy_accum_dot_fp32(a + p * stride_a, stride_a, b + p * stride_b, stride_b, n),
+          scale[0], scale[1]);
+    }
+    return acc;
+  }
+  const int slice = m->k_slice && m->k_slice < k ? m->k_slice : k;
+  float acc = exmy_accum_dot_slice(m, a, stride_a, sa, b, stride_b, sb, slice);
+  for (int s = slice; s < k; s += slice) {
+    const int kb = scaled ? s / m->promote_every : 0; /* slices hold whole blocks */
+    const float part = exmy_accum_dot_slice(m, a + s * stride_a, stride_a, sa ? sa + kb : 0,
+                                            b + s * stride_b, stride_b, sb ? sb + kb : 0,
+                                            k - s < slice ? k - s : slice);
+    acc = exmy_accum_add_slices(acc, part);
+  }
+  return acc;
+}
+
 /* sum_{p<k} a[p * stride_a] · b[p * stride_b] under model m (valid per
  * exmy_accum_model_check), as float32. */
 EXMY_HD float exmy_accum_dot(const exmy_accum_model *m, const float *a, long stride_a,
                              const float *b, long stride_b, int k) {
-  if (m->group == EXMY_ACCUM_FP32) return exmy_accum_dot_fp32(a, stride_a, b, stride_b, k);
-  for (int p = 0; p < k; p++)
-    if (!isfinite(a[p * stride_a]) || !isfinite(b[p * stride_b]))
-      return exmy_accum_dot_fp32(a, stride_a, b, stride_b, k);
-  const int slice = m->k_slice && m->k_slice < k ? m->k_slice : k;
-  float acc = exmy_accum_dot_slice(m, a, stride_a, b, stride_b, slice);
-  for (int s = slice; s < k; s += slice) {
-    const float part = exmy_accum_dot_slice(m, a + s * stride_a, stride_a, b + s * stride_b,
-                                            stride_b, k - s < slice ? k - s : slice);
-    acc = exmy_accum_add_slices(acc, part);
-  }
-  return acc;
+  return exmy_accum_dot_scaled(m, a, stride_a, 0, b, stride_b, 0, k);
 }
 
 /* The epilogue of one GEMM output, as every exmy GEMM rounds it (CPU and

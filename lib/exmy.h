@@ -361,8 +361,10 @@ int exmy_accum_operand_emin(const exmy_operand_quant *q);
  * (exmy_accum_scaled_emin in lib/accum_core.h: then the model on y = c / s
  * is the tensor core's on c, clamped at the format's emin, times 1/s); -126
  * where that falls outside -149 .. 127.  Other scaled recipes: -126, not
- * the hardware's (it would accumulate the codes and apply 1/s after);
- * unscaled: as exmy_accum_operand_emin. */
+ * the hardware's (it would accumulate the codes and apply 1/s after; the
+ * GEMMs do so for block-scaled operands, exmy_accum_block_scaled, whose
+ * emin is then their format's whatever this says); unscaled: as
+ * exmy_accum_operand_emin. */
 int exmy_accum_operand_emin_scaled(const exmy_operand_quant *q, float s);
 /* Whether q is enabled with per-tensor TENSOR or DELAYED scaling and pow2:
  * the operands whose emin follows their scale. */
@@ -370,6 +372,16 @@ bool exmy_accum_pow2_scaled(const exmy_operand_quant *q);
 /* The scaling part of that rule (per-tensor TENSOR or DELAYED, pow2), for
  * any operand recipe that carries an exmy_scaling (the GPU's too). */
 bool exmy_accum_pow2_scaling(const exmy_scaling *s);
+/* Whether a GEMM operand quantized per q under accumulation model m is
+ * accumulated as its codes with a float32 scale per block
+ * (exmy_accum_dot_scaled in lib/accum_core.h), as DeepGEMM does: q enabled
+ * with GROUP scaling (no dynamic range expansion) whose blocks along K are
+ * m's promotion interval (group == promote_every > 0: DeepSeek-V3's 1 x 128
+ * and 128 x 128 blocks under hopper-split).  Its model's emin is then its
+ * format's. */
+bool exmy_accum_block_scaled(const exmy_operand_quant *q, const struct exmy_accum_model *m);
+/* The scaling part of that rule, for any operand recipe (the GPU's too). */
+bool exmy_accum_block_scaling(const exmy_scaling *s, const struct exmy_accum_model *m);
 
 #ifdef __cplusplus
 }

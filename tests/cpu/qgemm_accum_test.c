@@ -1,6 +1,8 @@
 /* exmy_qgemm_accum against lib/accum_core.h's scalar exmy_accum_dot on the
  * operands quantized separately (exmy_quantize_scaled_f32), bit for bit, every
- * transpose, padded leading dimensions; and group = 0 against exmy_qgemm. */
+ * transpose, padded leading dimensions; and group = 0 against exmy_qgemm.
+ * Block-scaled operands (fp8-deepseek) against the oracle's text of the
+ * block-scaled model (tests/lib/accum_oracle.c). */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <check.h>
 #include <stdint.h>
@@ -16,6 +18,7 @@
 #include "lib/accum_core.h"
 #include "tests/check_suite.h"
 #include "tests/cpu/gemm_operands.h"
+#include "tests/lib/accum_oracle.h"
 
 static int same(float x, float y) { return memcmp(&x, &y, sizeof x) == 0 || (isnan(x) && isnan(y)); }
 
@@ -300,6 +303,127 @@ START_TEST(test_pow2_scaled_operands_are_the_codes) {
 }
 END_TEST
 
+/* fp8-deepseek's operands (E4M3, 1 x 128 tiles of op(A), 128 x 128 blocks
+ * of op(B)^T, scales 448 / amax not powers of two or, with pow2, powers of
+ * two) under hopper-split, quantized by exmy_qgemm_accum. */
+static void deepseek_operands(bool pow2, exmy_operand_quant *qa, exmy_operand_quant *qb) {
+  *qa = (exmy_operand_quant){.enabled = true}, *qb = (exmy_operand_quant){.enabled = true};
+  ck_assert_int_eq(exmy_format_parse("float8_e4m3fn", &qa->format), 0);
+  qb->format = qa->format;
+  qa->round.saturate = qb->round.saturate = true;
+  qa->scaling.kind = qb->scaling.kind = EXMY_SCALING_GROUP;
+  qa->scaling.group = qb->scaling.group = 128;
+  qb->scaling.block_rows = 128;
+  qa->scaling.pow2 = qb->scaling.pow2 = pow2;
+}
+
+/* Block-scaled operands: exmy_qgemm_accum (every kernel this CPU has, every
+ * transpose, K a multiple of 128 and not, two of op(B)^T's 128-row blocks)
+ * against the oracle's scalar text of the block-scaled model
+ * (tests/lib/accum_oracle.c) on the codes and block scales of the same
+ * quantization, and against exmy_accum_dot_scaled, bit for bit.  The codes
+ * times their block's scale, rounded, are the dequantized values that
+ * exmy_quantize_scaled_f32 gives. */
+START_TEST(test_block_scaled_against_oracle) {
+  const char *kernels[] = {"avx512", "avx2", "scalar"};
+  size_t outputs = 0, nonpow2 = 0;
+  for (int kn = 0; kn < 3; kn++) {
+    if (kn == 0 && !__builtin_cpu_supports("avx512f")) continue;
+    if (kn == 1 && !__builtin_cpu_supports("avx2")) continue;
+    use_kernel(kernels[kn]);
+    for (int t = 0; t < 4; t++) {
+      const bool ta = t & 1, tb = t & 2;
+      const size_t m = 6 + (size_t)t, n = 140, k = t % 2 ? 384 : 300;
+      gemm_case g = gemm_case_new(ta, tb, m, n, k, 2, 31 + (unsigned)t);
+      exmy_operand_quant qa, qb;
+      deepseek_operands(false, &qa, &qb);
+      exmy_accum_model model;
+      ck_assert_int_eq(exmy_accum_model_parse("hopper-split", &model), 0);
+      model.emin_a = model.emin_b = -126; /* as the trainer passes it: replaced */
+      ck_assert(exmy_accum_block_scaled(&qa, &model) && exmy_accum_block_scaled(&qb, &model));
+      const float alpha = 0.75f, beta = t == 3 ? 0.0f : 0.5f;
+      ck_assert_int_eq(exmy_qgemm_accum(ta, tb, m, n, k, alpha, g.a, g.lda, &qa, g.b, g.ldb, &qb,
+                                        beta, g.c, g.ldc, NULL, &model), 0);
+      /* the same quantization: codes, block scales, and the dequantized values */
+      float *xa = dense_op(g.a, g.lda, ta, m, k), *xb = dense_op(g.b, g.ldb, !tb, n, k);
+      const size_t kb = (k + 127) / 128;
+      float *ca = malloc(m * k * 4), *cb = malloc(n * k * 4), *ya = malloc(m * k * 4),
+            *yb = malloc(n * k * 4), *sa = malloc(m * kb * 4), *sb = malloc(2 * kb * 4);
+      ck_assert_int_eq(exmy_quantize_group_codes_f32(&qa.format, &qa.round, &qa.scaling, xa, ya,
+                                                     ca, sa, m, k, NULL), 0);
+      ck_assert_int_eq(exmy_quantize_group_codes_f32(&qb.format, &qb.round, &qb.scaling, xb, yb,
+                                                     cb, sb, n, k, NULL), 0);
+      float *da = dense_op(g.a, g.lda, ta, m, k), *db = dense_op(g.b, g.ldb, !tb, n, k);
+      exmy_quantize_scaled_f32(&qa.format, &qa.round, &qa.scaling, NULL, da, da, m, k, NULL);
+      exmy_quantize_scaled_f32(&qb.format, &qb.round, &qb.scaling, NULL, db, db, n, k, NULL);
+      for (size_t i = 0; i < m * k; i++)
+        ck_assert(same(ya[i], da[i]) && same(ca[i] * sa[(i / k) * kb + (i % k) / 128], da[i]));
+      for (size_t i = 0; i < n * k; i++)
+        ck_assert(same(yb[i], db[i]) && same(cb[i] * sb[(i / k / 128) * kb + (i % k) / 128], db[i]));
+      for (size_t i = 0; i < m * kb; i++) nonpow2 += sa[i] != ldexpf(1.0f, ilogbf(sa[i]));
+      exmy_accum_model hw = model;
+      hw.emin_a = hw.emin_b = qa.format.emin;
+      for (size_t i = 0; i < m; i++)
+        for (size_t j = 0; j < n; j++) {
+          const float *ra = sa + i * kb, *rb = sb + (j / 128) * kb;
+          const float dot = oracle_scaled_dot(&hw, ca + i * k, 1, ra, cb + j * k, 1, rb, (int)k);
+          ck_assert(same(exmy_accum_dot_scaled(&hw, ca + i * k, 1, ra, cb + j * k, 1, rb, (int)k),
+                         dot));
+          const float r = alpha * dot, want = beta != 0 ? r + beta * g.c0[i * g.ldc + j] : r;
+          ck_assert_msg(same(g.c[i * g.ldc + j], want),
+                        "%s ta=%d tb=%d: C[%zu][%zu] = %a, want %a", kernels[kn], ta, tb, i, j,
+                        g.c[i * g.ldc + j], want);
+          outputs++;
+        }
+      free(xa), free(xb), free(ca), free(cb), free(ya), free(yb), free(sa), free(sb), free(da),
+          free(db);
+      gemm_case_free(&g);
+    }
+  }
+  use_kernel("avx512");
+  ck_assert_uint_gt(nonpow2, 0);
+  printf("block-scaled operands: %zu outputs match the oracle (%zu of A's scales not powers of "
+         "two)\n", outputs, nonpow2);
+}
+END_TEST
+
+/* With power-of-two block scales and no subnormal code, exmy_qgemm_accum's
+ * block-scaled path gives what it gave before it read codes: the model on the
+ * dequantized values with float32's emin, bit for bit. */
+START_TEST(test_block_scaled_pow2_unchanged) {
+  const size_t m = 5, n = 130, k = 300;
+  float *a = malloc(m * k * 4), *b = malloc(n * k * 4), *c = malloc(m * n * 4);
+  uint64_t st = 7;
+  for (size_t i = 0; i < m * k + n * k; i++) { /* |x| in [1/2, 1) or 0: normal codes */
+    st = st * 6364136223846793005ull + 1442695040888963407ull;
+    const float v = (st >> 60) == 0 ? 0.0f : 0.5f + (float)(st >> 40 & 0xFFFFF) / 0x1p21f;
+    *(i < m * k ? &a[i] : &b[i - m * k]) = (st >> 20 & 1) ? -v : v;
+  }
+  for (size_t p = 0; p < 128; p++) a[p] *= 0x1p-20f; /* a block with its own scale */
+  exmy_operand_quant qa, qb;
+  deepseek_operands(true, &qa, &qb);
+  exmy_accum_model model;
+  ck_assert_int_eq(exmy_accum_model_parse("hopper-split", &model), 0);
+  model.emin_a = model.emin_b = -126;
+  for (int kn = 0; kn < 2; kn++) {
+    use_kernel(kn ? "scalar" : "avx512");
+    ck_assert_int_eq(exmy_qgemm_accum(false, true, m, n, k, 1.0f, a, k, &qa, b, k, &qb, 0.0f, c,
+                                      n, NULL, &model), 0);
+    float *ya = malloc(m * k * 4), *yb = malloc(n * k * 4);
+    exmy_quantize_scaled_f32(&qa.format, &qa.round, &qa.scaling, NULL, a, ya, m, k, NULL);
+    exmy_quantize_scaled_f32(&qb.format, &qb.round, &qb.scaling, NULL, b, yb, n, k, NULL);
+    for (size_t i = 0; i < m; i++)
+      for (size_t j = 0; j < n; j++)
+        ck_assert_msg(same(c[i * n + j], exmy_accum_dot(&model, ya + i * k, 1, yb + j * k, 1,
+                                                       (int)k)),
+                      "C[%zu][%zu]", i, j);
+    free(ya), free(yb);
+  }
+  use_kernel("avx512");
+  free(a), free(b), free(c);
+}
+END_TEST
+
 START_TEST(test_bad_arguments) {
   float a[4] = {1, 2, 3, 4}, b[4] = {1, 1, 1, 1}, c[4] = {7, 7, 7, 7};
   const exmy_accum_model bad = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 100, 0};
@@ -320,6 +444,8 @@ int main(void) {
                          test_avx2_kernel_against_core,
                          test_vector_kernel_scope,
                          test_pow2_scaled_operands_are_the_codes,
+                         test_block_scaled_against_oracle,
+                         test_block_scaled_pow2_unchanged,
                          test_bad_arguments,
                          NULL};
   return run_suite(suite_of("qgemm_accum", 120, tests), true);

@@ -5,7 +5,8 @@
  * (alignment by the inputs' exponents with their formats' emin, split-K
  * slices) and extreme ones,
  * and data made to break an accumulator (exponents spread over the whole
- * float32 range, cancellation, zeros of both signs, subnormals, Inf and NaN).
+ * float32 range, cancellation, zeros of both signs, subnormals, Inf and NaN);
+ * and fp8-deepseek's block-scaled operands, accumulated as codes.
  * Needs a GPU (tag "gpu"). */
 #include <check.h>
 #include <math.h>
@@ -118,7 +119,7 @@ typedef struct {
  * elements (padding included) that differ. */
 static size_t one_case(exmy_cuda_gemm *ctx, shape sh, bool ta, bool tb, data_kind kind,
                        const exmy_accum_model *model, bool quant, bool with_qc, float beta,
-                       uint64_t seed) {
+                       uint64_t seed, int block) {
   const size_t pad = 3, m = sh.m, n = sh.n, k = sh.k;
   const size_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
   const size_t asz = (ta ? k : m) * lda, bsz = (tb ? n : k) * ldb, csz = m * ldc;
@@ -141,6 +142,15 @@ static size_t one_case(exmy_cuda_gemm *ctx, shape sh, bool ta, bool tb, data_kin
     /* TENSOR on A: a non-power-of-two scale, so dequantized values are not
      * FP8 values; NONE on B */
     cq[o].scaling.kind = o == 0 ? EXMY_SCALING_TENSOR : EXMY_SCALING_NONE;
+    if (block) { /* fp8-deepseek's: E4M3, 1 x 128 tiles of A, 128 x 128 blocks of B */
+      cq[o].enabled = true;
+      ck_assert_int_eq(exmy_format_parse(fmt[0], &cq[o].format), 0);
+      cq[o].scaling.kind = EXMY_SCALING_GROUP;
+      cq[o].scaling.group = 128;
+      cq[o].scaling.block_rows = o == 1 ? 128 : 1;
+      cq[o].scaling.pow2 = block == 2;
+      ck_assert(exmy_accum_block_scaled(&cq[o], model));
+    }
     gq[o].enabled = cq[o].enabled;
     gq[o].format = cq[o].format;
     gq[o].round = cq[o].round;
@@ -186,7 +196,7 @@ START_TEST(accum_gemm_matches_cpu) {
           const float beta = (mi + d) % 2 ? 0.5f : 0.0f;
           const size_t differ = one_case(ctx, shapes[si], t & 1, t & 2, (data_kind)d,
                                          &models[mi].model, quant, with_qc, beta,
-                                         1000 + 97 * si + 13 * t + d);
+                                         1000 + 97 * si + 13 * t + d, 0);
           cases++;
           if (differ) {
             bad++;
@@ -196,6 +206,46 @@ START_TEST(accum_gemm_matches_cpu) {
           }
         }
   printf("exmy_cuda_qgemm_accum: %d cases against exmy_qgemm_accum, %d differ\n", cases, bad);
+  exmy_cuda_gemm_free(ctx);
+  ck_assert_msg(bad == 0, "%d of %d cases differ from the CPU", bad, cases);
+}
+END_TEST
+
+/* fp8-deepseek's block-scaled operands (exmy_accum_block_scaled: E4M3,
+ * 1 x 128 and 128 x 128 blocks, scales 448 / amax not powers of two, and
+ * with pow2) under hopper-split and split K: read as codes with their block
+ * scales applied at each promotion on both devices, bit for bit. */
+START_TEST(block_scaled_matches_cpu) {
+  const shape shapes[] = {{67, 150, 300}, {5, 130, 1000}, {1, 1, 1}, {4, 6, 0}, {33, 260, 4096}};
+  const int split[] = {2, 3}; /* hopper-split, hopper-kslice */
+  exmy_cuda_gemm *ctx = exmy_cuda_gemm_new();
+  ck_assert_ptr_nonnull(ctx);
+  int cases = 0, bad = 0;
+  for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+    for (int t = 0; t < 4; t++)
+      for (int block = 1; block <= 2; block++)
+        for (int ms = 0; ms < 2; ms++)
+          for (int d = 0; d < NDATA; d++) {
+            if (si == 4 && (t || block == 2 || ms)) continue;
+            exmy_accum_model model = models[split[ms]].model;
+            model.emin_a = model.emin_b = -126; /* as the trainers pass it: replaced */
+            const bool with_qc = (d + t) % 4 == 1;
+            const float beta = (ms + d) % 2 ? 0.5f : 0.0f;
+            const size_t differ = one_case(ctx, shapes[si], t & 1, t & 2, (data_kind)d, &model,
+                                           true, with_qc, beta, 5000 + 97 * si + 13 * t + d,
+                                           block);
+            cases++;
+            if (differ) {
+              bad++;
+              printf("%zux%zux%zu ta=%d tb=%d %-13s %-9s %s scales qc=%d beta=%g: %zu differ  "
+                     "FAIL\n",
+                     shapes[si].m, shapes[si].n, shapes[si].k, t & 1, (t & 2) >> 1,
+                     models[split[ms]].name, data_name[d], block == 2 ? "pow2" : "448/amax",
+                     with_qc, beta, differ);
+            }
+          }
+  printf("exmy_cuda_qgemm_accum, block-scaled operands: %d cases against exmy_qgemm_accum, %d "
+         "differ\n", cases, bad);
   exmy_cuda_gemm_free(ctx);
   ck_assert_msg(bad == 0, "%d of %d cases differ from the CPU", bad, cases);
 }
@@ -230,6 +280,7 @@ START_TEST(bad_arguments_refused) {
 END_TEST
 
 int main(void) {
-  const TTest *const tests[] = {accum_gemm_matches_cpu, bad_arguments_refused, NULL};
+  const TTest *const tests[] = {accum_gemm_matches_cpu, block_scaled_matches_cpu,
+                                bad_arguments_refused, NULL};
   return run_suite(suite_of("cuda_qgemm_accum", 600, tests), false);
 }

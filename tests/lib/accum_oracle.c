@@ -186,3 +186,25 @@ float oracle_exact_dot(int promote_every, const float *a, long stride_a, const f
   }
   return acc;
 }
+
+float oracle_scaled_dot(const exmy_accum_model *m, const float *a, long stride_a,
+                        const float *sa, const float *b, long stride_b, const float *sb, int k) {
+  exmy_accum_model block = *m;
+  block.promote_every = 0, block.k_slice = 0;
+  const int slice = m->k_slice ? m->k_slice : k;
+  float acc = 0.0f;
+  for (int s = 0; s < k; s += slice) {
+    const int end = s + slice < k ? s + slice : k;
+    float part = 0.0f;
+    for (int p = s; p < end; p += m->promote_every) {
+      const int n = end - p < m->promote_every ? end - p : m->promote_every;
+      const float partial = slice_dot(&block, a + p * stride_a, stride_a, b + p * stride_b,
+                                      stride_b, n);
+      const int kb = p / m->promote_every;
+      const float scale = to_float(from_product(sa ? sa[kb] : 1.0f, sb ? sb[kb] : 1.0f));
+      if (!isinf(part)) part = to_float(add(from_float(part), from_product(scale, partial)));
+    }
+    acc = s == 0 ? part : acc + part; /* a float32 addition (SSE: nearest even) */
+  }
+  return acc;
+}

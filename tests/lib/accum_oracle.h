@@ -19,4 +19,13 @@ float oracle_accum_dot(const exmy_accum_model *m, const float *a, long stride_a,
 float oracle_exact_dot(int promote_every, const float *a, long stride_a, const float *b,
                        long stride_b, int k);
 
+/* The block-scaled model (exmy_accum_dot_scaled: codes a, b, a scale per
+ * block of promote_every products, sa or sb NULL for scales of 1), written
+ * apart: each block's partial sum is the model above on that block alone
+ * (promote_every 0, rounded to float32 at its end), and its promotion
+ * rounds the exact product sa·sb to float32, then the exact acc + that ·
+ * partial to float32 once.  K slices as above. */
+float oracle_scaled_dot(const exmy_accum_model *m, const float *a, long stride_a,
+                        const float *sa, const float *b, long stride_b, const float *sb, int k);
+
 #endif

@@ -425,10 +425,111 @@ START_TEST(test_hopper_scale_invariance) {
 }
 END_TEST
 
+/* A GROUP recipe's dequantization factor 1/s, s = 448 / amax in float32,
+ * for a random amax over 2^-24 .. 2^24: almost never a power of two. */
+static float block_scale(void) {
+  const float amax = ldexpf(1.0f + (float)(next() % (1u << 23)) / (float)(1u << 23),
+                            (int)(next() % 49) - 24);
+  return 1.0f / (448.0f / amax);
+}
+
+/* Block-scaled operands (exmy_accum_dot_scaled: FP8 codes, a float32 scale
+ * per block of promote_every) against the oracle's own text of them, bit for
+ * bit: the hopper-split preset on E4M3 (and E5M2) codes with non-power-of-two
+ * scales, subnormal codes, zeros, cancelling pairs and K not a multiple of
+ * 128; one operand unscaled; other models (nearest, unaligned sums, other
+ * groups and intervals, split K). */
+START_TEST(test_block_scaled_matches_oracle) {
+  static float a[KMAX], b[KMAX], sa[KMAX], sb[KMAX];
+  exmy_accum_model split;
+  ck_assert_int_eq(exmy_accum_model_parse("hopper-split", &split), 0);
+  const exmy_accum_model others[] = {
+      {16, 10, 24, EXMY_ACCUM_NEAREST_EVEN, 64, 1, EXMY_ACCUM_ALIGN_INPUTS, -6, -6, 0},
+      {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 0, EXMY_ACCUM_ALIGN_PRODUCT, 0, 0, 0},
+      {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 1, EXMY_ACCUM_ALIGN_INPUTS, -6, -14, 256},
+      {8, 20, 20, EXMY_ACCUM_TRUNCATE, 32, 1, EXMY_ACCUM_ALIGN_INPUTS, -6, -6, 0},
+  };
+  int cases = 0;
+  for (int t = 0; t < 600; t++) {
+    exmy_accum_model m = split;
+    const int e4m3_b = t % 3 != 2;
+    m.emin_a = -6, m.emin_b = e4m3_b ? -6 : -14;
+    if (t % 4 == 3) m = others[(t / 4) % 4];
+    if (m.align_exp == EXMY_ACCUM_ALIGN_INPUTS && m.emin_b == -14 && e4m3_b) m.emin_b = -6;
+    const int k = 1 + (int)(next() % KMAX);
+    for (int p = 0; p < k; p++) {
+      a[p] = fp8_code(1, t % 2), b[p] = fp8_code(e4m3_b, t % 2);
+      if (p % 2 && next() % 2) a[p] = -a[p - 1], b[p] = b[p - 1]; /* cancelling pairs */
+      if (next() % 40 == 0) a[p] = 0.0f;
+    }
+    for (int kb = 0; kb * m.promote_every < k; kb++) sa[kb] = block_scale(), sb[kb] = block_scale();
+    const float *pa = t % 7 == 6 ? NULL : sa, *pb = t % 11 == 10 ? NULL : sb;
+    const float got = exmy_accum_dot_scaled(&m, a, 1, pa, b, 1, pb, k);
+    expect_same(&m, "block-scaled", t % 2, k, got, oracle_scaled_dot(&m, a, 1, pa, b, 1, pb, k));
+    /* strided operands, as a GEMM's transposed ones are read */
+    static float a2[2 * KMAX];
+    for (int p = 0; p < k; p++) a2[2 * p] = a[p], a2[2 * p + 1] = NAN;
+    expect_same(&m, "block-scaled, stride 2", t % 2, k,
+                exmy_accum_dot_scaled(&m, a2, 2, pa, b, 1, pb, k), got);
+    cases++;
+  }
+  /* the promotion's order, worked out exactly: fl(sa · sb) = s, then
+   * acc + s · partial rounded once (-0x1.6409480p-8); rounding s · partial
+   * first would give -0x1.64098p-8, and (partial · sa) · sb -0x1.6409p-8 */
+  ck_assert_float_eq(exmy_accum_promote_scaled(-0x1.1d02c2p-2f, 0x1.2c6p+13f, 0x1.10bc2ap-8f,
+                                               0x1.bf19e6p-8f),
+                     -0x1.640948p-8f);
+  /* the scale applies once per block: two blocks of one product each */
+  const exmy_accum_model m8 = {1, 14, 14, EXMY_ACCUM_TRUNCATE, 1, 1, EXMY_ACCUM_ALIGN_INPUTS,
+                               -6, -6, 0};
+  const float ca[2] = {3.0f, 5.0f}, cb[2] = {1.0f, 2.0f}, s2a[2] = {0.5f, 3.0f},
+              s2b[2] = {0.25f, 1.0f};
+  ck_assert_float_eq(exmy_accum_dot_scaled(&m8, ca, 1, s2a, cb, 1, s2b, 2),
+                     3.0f * 0.125f + 10.0f * 3.0f);
+  /* Inf in a scale or a code: each block's float32 dot promoted alike */
+  const float inf_s[2] = {INFINITY, 1.0f};
+  ck_assert(isinf(exmy_accum_dot_scaled(&m8, ca, 1, inf_s, cb, 1, s2b, 2)));
+  printf("block-scaled: %d dot products match the oracle\n", cases);
+}
+END_TEST
+
+/* For power-of-two block scales, the block-scaled model on the codes is the
+ * model on the dequantized values as block-scaled operands were accumulated
+ * before (emin -126), bit for bit, wherever no code is subnormal. */
+START_TEST(test_block_scaled_pow2_is_dequantized) {
+  static float a[KMAX], b[KMAX], ya[KMAX], yb[KMAX], sa[KMAX], sb[KMAX];
+  exmy_accum_model hw;
+  ck_assert_int_eq(exmy_accum_model_parse("hopper-split", &hw), 0);
+  int cases = 0;
+  for (int t = 0; t < 400; t++) {
+    const int e4m3_b = t % 2;
+    hw.emin_a = -6, hw.emin_b = e4m3_b ? -6 : -14;
+    hw.k_slice = t % 5 == 4 ? 256 : 0;
+    exmy_accum_model f32 = hw;
+    f32.emin_a = f32.emin_b = -126;
+    const int k = 1 + (int)(next() % KMAX);
+    for (int kb = 0; kb * hw.promote_every < k; kb++)
+      sa[kb] = ldexpf(1.0f, (int)(next() % 41) - 20), sb[kb] = ldexpf(1.0f, (int)(next() % 41) - 20);
+    for (int p = 0; p < k; p++) {
+      a[p] = fp8_code(1, 0), b[p] = fp8_code(e4m3_b, 0);
+      if (p % 2 && next() % 2) a[p] = -a[p - 1], b[p] = b[p - 1];
+      if (next() % 40 == 0) b[p] = 0.0f;
+      ya[p] = a[p] * sa[p / hw.promote_every], yb[p] = b[p] * sb[p / hw.promote_every];
+    }
+    const float want = exmy_accum_dot(&f32, ya, 1, yb, 1, k);
+    expect_same(&hw, "pow2 block scales", e4m3_b, k,
+                exmy_accum_dot_scaled(&hw, a, 1, sa, b, 1, sb, k), want);
+    cases++;
+  }
+  printf("block-scaled, pow2 scales: %d dot products equal the dequantized model\n", cases);
+}
+END_TEST
+
 int main(void) {
   const TTest *tests[] = {test_model_names, test_model_check, test_core_matches_oracle,
                           test_fp32_and_nonfinite, test_wide_model_is_exact,
                           test_truncation_never_exceeds_exact, test_hopper_scale_invariance,
+                          test_block_scaled_matches_oracle, test_block_scaled_pow2_is_dequantized,
                           NULL};
   return run_suite(suite_of("accum", 300, tests), true);
 }

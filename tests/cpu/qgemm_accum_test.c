@@ -65,11 +65,12 @@ static void check_case(bool ta, bool tb, const exmy_accum_model *model, bool qua
 }
 
 START_TEST(test_against_core) {
+  enum { P = EXMY_ACCUM_ALIGN_PRODUCT }; /* each product aligned by its own exponent */
   const exmy_accum_model models[] = {
-      {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 0},   /* DeepSeek-V3's description */
-      {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 0}, /* with the split accumulator */
-      {16, 10, 24, EXMY_ACCUM_NEAREST_EVEN, 64, 1},
-      {EXMY_ACCUM_FP32, 0, 0, 0, 0, 0},
+      {32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 0, P, 0, 0, 0},   /* DeepSeek-V3's description */
+      {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 0, P, 0, 0, 0}, /* with the split accumulator */
+      {16, 10, 24, EXMY_ACCUM_NEAREST_EVEN, 64, 1, P, 0, 0, 0},
+      {EXMY_ACCUM_FP32, 0, 0, 0, 0, 0, P, 0, 0, 0},
   };
   for (int t = 0; t < 4; t++)
     for (int mi = 0; mi < 4; mi++)
@@ -426,7 +427,8 @@ END_TEST
 
 START_TEST(test_bad_arguments) {
   float a[4] = {1, 2, 3, 4}, b[4] = {1, 1, 1, 1}, c[4] = {7, 7, 7, 7};
-  const exmy_accum_model bad = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 100, 0};
+  const exmy_accum_model bad = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 100, 0,
+                                EXMY_ACCUM_ALIGN_PRODUCT, 0, 0, 0};
   ck_assert_int_eq(exmy_qgemm_accum(false, false, 2, 2, 2, 1, a, 2, NULL, b, 2, NULL, 0, c, 2,
                                     NULL, &bad), -1);
   ck_assert_int_eq(exmy_qgemm_accum(false, false, 2, 2, 2, 1, a, 2, NULL, b, 2, NULL, 0, c, 2,

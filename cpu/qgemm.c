@@ -53,7 +53,8 @@ typedef struct {
  * new *codes and its block scales into s (exmy_accum_scales). */
 static int quantize_codes(const exmy_operand_quant *q, float *t, size_t rows, size_t cols,
                           float **codes, exmy_accum_scales *s) {
-  const size_t g = (size_t)q->scaling.group, br = q->scaling.block_rows > 1 ? (size_t)q->scaling.block_rows : 1;
+  const size_t g = (size_t)q->scaling.group;
+  const size_t br = q->scaling.block_rows > 1 ? (size_t)q->scaling.block_rows : 1;
   const size_t per_row = (cols + g - 1) / g;
   float *bs = malloc(((rows + br - 1) / br) * per_row * sizeof *bs + 1);
   *codes = malloc(rows * cols * sizeof **codes + 1);
@@ -63,36 +64,41 @@ static int quantize_codes(const exmy_operand_quant *q, float *t, size_t rows, si
                                        cols, q->stats);
 }
 
+/* One quantized operand: x (op(x) = x, or its transpose with trans) gathered
+ * as rows x k with K contiguous into a new *t, then rounded per q: read as
+ * its codes (*codes) with its block scales (*blocks) when it is block-scaled
+ * under the accumulation model, else as *t with its per-tensor scale
+ * (*scale); *out is what the GEMM reads. */
+static int prepare_side(const float *x, size_t ld, bool trans, size_t rows, size_t k,
+                        const exmy_operand_quant *q, const exmy_accum_model *model, float **t,
+                        float **codes, exmy_accum_scales *blocks, float *scale,
+                        const float **out) {
+  if (!(*t = malloc(rows * k * sizeof **t + 1))) return -1;
+  gather(x, ld, trans, rows, k, *t);
+  if (model && exmy_accum_block_scaled(q, model)) {
+    if (quantize_codes(q, *t, rows, k, codes, blocks)) return -1;
+    *out = *codes;
+  } else {
+    if (quantize_operand(q, *t, rows, k, scale)) return -1;
+    *out = *t;
+  }
+  return 0;
+}
+
 /* model (or NULL): the accumulation model, for the block-scaled operands. */
 static int prepare_operands(bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                             const float *a, size_t lda, const exmy_operand_quant *qa,
                             const float *b, size_t ldb, const exmy_operand_quant *qb,
                             const exmy_accum_model *model, operands *o) {
   *o = (operands){a, b, lda, ldb, trans_a, trans_b, NULL, NULL, NAN, NAN, NULL, NULL, {0}, {0}};
-  if (active(qa)) {
-    /* op(A) as m x k, K contiguous */
-    if (!(o->at = malloc(m * k * sizeof *o->at + 1))) return -1;
-    gather(a, lda, trans_a, m, k, o->at);
-    if (model && exmy_accum_block_scaled(qa, model)) {
-      if (quantize_codes(qa, o->at, m, k, &o->ca, &o->ba)) return -1;
-      o->a = o->ca;
-    } else {
-      if (quantize_operand(qa, o->at, m, k, &o->sa)) return -1;
-      o->a = o->at;
-    }
+  if (active(qa)) { /* op(A) as m x k, K contiguous */
+    if (prepare_side(a, lda, trans_a, m, k, qa, model, &o->at, &o->ca, &o->ba, &o->sa, &o->a))
+      return -1;
     o->lda = k, o->ta = false;
   }
-  if (active(qb)) {
-    /* op(B)^T as n x k, K contiguous; the GEMM then reads it transposed */
-    if (!(o->bt = malloc(n * k * sizeof *o->bt + 1))) return -1;
-    gather(b, ldb, !trans_b, n, k, o->bt);
-    if (model && exmy_accum_block_scaled(qb, model)) {
-      if (quantize_codes(qb, o->bt, n, k, &o->cb, &o->bb)) return -1;
-      o->b = o->cb;
-    } else {
-      if (quantize_operand(qb, o->bt, n, k, &o->sb)) return -1;
-      o->b = o->bt;
-    }
+  if (active(qb)) { /* op(B)^T as n x k, K contiguous; the GEMM then reads it transposed */
+    if (prepare_side(b, ldb, !trans_b, n, k, qb, model, &o->bt, &o->cb, &o->bb, &o->sb, &o->b))
+      return -1;
     o->ldb = k, o->tb = true;
   }
   return 0;

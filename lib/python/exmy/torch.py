@@ -14,7 +14,10 @@ with Q_r the recipe's operand of role r (w: weights, a: activations, g:
 output gradients) and float32 products (torch.matmul; keep TF32 off, the
 default, for pedantic float32 accumulation), or, where the recipe names an
 accumulation model (`accumulate`), each dot product accumulated by it
-(exmy.qgemm_accum, as the trainer's exmy_qgemm_accum).  Element-wise recipes (no
+(exmy.qgemm_accum, as the trainer's exmy_qgemm_accum), except blocks along
+K of the model's promotion interval (fp8-deepseek under hopper-split), which
+the trainer accumulates as codes with the blocks' scales at each promotion
+and exmy.torch refuses (NotImplementedError).  Element-wise recipes (no
 scaling, per-tensor current or delayed scaling) round X and W once in the
 forward and dY once in the backward and reuse them, as Transformer Engine
 and the trainer do; MX, GROUP and NVFP4 recipes round every operand at
@@ -101,6 +104,24 @@ default_sr_stream = SRStream()
 
 # ------------------------------------------------------ the quantized GEMM
 
+def _check_accum_supported(ops, accum):
+    """The C GEMMs accumulate an operand quantized in blocks along K whose
+    size is the model's promotion interval (group scaling with mx_block ==
+    promote_every: fp8-deepseek under hopper-split) as its codes, applying
+    the two blocks' scales at each promotion (exmy_accum_block_scaled), as
+    DeepGEMM does.  exmy.torch has only the dequantized values to hand to
+    qgemm_accum, which would give other sums: refused rather than
+    different."""
+    if accum is None or str(accum) == "fp32" or accum.promote_every <= 0:
+        return
+    for op in ops:
+        if op.enabled and op.scaling == "group" and op.mx_block == accum.promote_every:
+            raise NotImplementedError(
+                f"exmy.torch: group scaling in blocks of {op.mx_block} under accumulate = "
+                f"{accum} is accumulated as codes with the blocks' scales at each promotion, "
+                "which only the C trainers do; use accumulate = fp32 or another block size")
+
+
 class _Plan:
     """The operands of one GEMM site: x, w, dy operands (recipe Operands),
     their delayed states, the sr stream, and an optional capture dict.
@@ -114,6 +135,7 @@ class _Plan:
         # site with a quantized operand (recipe_make_sites)
         quantized = any(op.enabled for op in self.ops.values())
         self.accum = accum if quantized and accum is not None and str(accum) != "fp32" else None
+        _check_accum_supported(self.ops.values(), self.accum)
 
     def mm(self, a, b, a_use, b_use):
         """a @ b (..., M, K) x (..., K, N), each dot product accumulated as the
@@ -301,6 +323,7 @@ class QuantLinear(torch.nn.Linear):
         self.seed, self.high_precision = seed, high_precision
         ops = self.recipe.operands(seed, high_precision)
         self.x_op, self.w_op, self.dy_op = ops["a"], ops["w"], ops["g"]
+        _check_accum_supported((self.x_op, self.w_op, self.dy_op), self.recipe.accumulate)
         self.sr_stream = sr_stream or default_sr_stream
         self.states = _states({"x": self.x_op, "w": self.w_op, "dy": self.dy_op},
                               self.recipe.amax_history)
@@ -335,6 +358,7 @@ class QuantMatmul(torch.nn.Module):
         self.recipe = Recipe.load(recipe)
         ops = self.recipe.operands(seed)
         self.a_op, self.b_op, self.dy_op = (ops[r] for r in roles)
+        _check_accum_supported((self.a_op, self.b_op, self.dy_op), self.recipe.accumulate)
         self.sr_stream = sr_stream or default_sr_stream
         self.states = _states({"x": self.a_op, "w": self.b_op, "dy": self.dy_op},
                               self.recipe.amax_history)

@@ -1297,7 +1297,7 @@ static void block_operand(AccumFast &f, int i, const exmy_cuda_operand_quant &q,
   reserve((void **)&f.codes32[i], &f.codes32_cap[i], n * sizeof(float));
   reserve((void **)&f.bscales[i], &f.bscales_cap[i], blocks * sizeof(float));
   reserve(&f.codes[i], &f.codes_cap[i], n);
-  k_gather<<<grid_for(n), 256, 0, st>>>(x, ld, transpose, rows, k, f.work[i]);
+  exmy_cuda::launch_gather(x, ld, transpose, rows, k, f.work[i], st);
   gtq_check(cudaGetLastError(), "gather (block-scaled operand)");
   gtq_check(exmy_cuda_quantize_group_codes_f32(&q.format, &q.round, &q.scaling, f.work[i],
                                                f.work[i], f.codes32[i], f.bscales[i], rows, k,

@@ -1410,8 +1410,11 @@ static bool block_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
   exmy_accum_model local = model; /* as exmy_cuda_qgemm_accum: the codes' formats' emins */
   local.emin_a = qa.format.emin;
   local.emin_b = qb.format.emin;
-  k_block_emulate_if<<<grid_for(M * N), 256, 0, st>>>(f.flag, local, M, N, k, alpha, f.codes32[0],
-                                                      f.codes32[1], beta, c, (size_t)ldc, sa, sb);
+  /* a grid of at most 8192 blocks: when not flagged (the rule), each block
+   * only reads the flag */
+  const unsigned emu_grid = grid_for(M * N) < 8192u ? grid_for(M * N) : 8192u;
+  k_block_emulate_if<<<emu_grid, 256, 0, st>>>(f.flag, local, M, N, k, alpha, f.codes32[0],
+                                               f.codes32[1], beta, c, (size_t)ldc, sa, sb);
   k_accum_count<<<1, 1, 0, st>>>(f.flag, f.counts);
   gtq_check(cudaGetLastError(), "block-scaled FP8 GEMM epilogue");
   f.block_gemms++;

@@ -140,7 +140,8 @@ struct LtPlan {
  * D n x m with leading dimension ldd): batch > 1 is a strided batch whose
  * A and B advance by k codes along their rows and D by stride_d floats (the
  * slices of K of the block-scaled path); unit: the scale pointers point at
- * 1, else at the operands' 1/s. */
+ * 1, else at the operands' 1/s; align_ab: the alignment of A's and B's
+ * pointers in bytes (256: cudaMalloc's, cuBLASLt's default assumption). */
 struct LtShape {
   int m, n, k;
   bool e4m3_a, e4m3_b, fast;
@@ -150,8 +151,9 @@ struct LtShape {
   int batch;
   long stride_d;
   bool unit;
+  int align_ab;
 };
-typedef std::tuple<int, int, int, int, int, int, long, int, long, int, long, int> LtKey;
+typedef std::tuple<int, int, int, int, int, int, long, int, long, int, long, int, int> LtKey;
 /* The two scales 256 bytes apart, as PyTorch's separate allocations are:
  * cuBLASLt refused the FP8 call with them 4 bytes apart and in place (C = D);
  * it ran once both were changed, which of the two it needs is not known. */
@@ -919,7 +921,7 @@ LtPlan &lt_plan(AccumFast &f, const LtShape &sh) {
   const int m = sh.m, n = sh.n, k = sh.k;
   const bool e4m3_a = sh.e4m3_a, e4m3_b = sh.e4m3_b, fast = sh.fast;
   const LtKey key(m, n, k, e4m3_a, e4m3_b, fast, sh.ldd, sh.align, sh.ld_ab, sh.batch,
-                  sh.stride_d, sh.unit);
+                  sh.stride_d, sh.unit, sh.align_ab);
   auto it = f.plans.find(key);
   if (it != f.plans.end()) return it->second;
   LtPlan &p = f.plans[key];
@@ -929,7 +931,7 @@ LtPlan &lt_plan(AccumFast &f, const LtShape &sh) {
   const int8_t fast_accum = fast;
   const float *scales = sh.unit ? f.unit : f.inv;
   const float *scale_a = scales + kInvB, *scale_b = scales; /* cuBLASLt's A is our B */
-  const uint32_t al = (uint32_t)sh.align;
+  const uint32_t al = (uint32_t)sh.align, al_ab = (uint32_t)sh.align_ab;
   const int32_t batch = sh.batch;
   const int64_t stride_ab = k, stride_d = sh.stride_d;
   cublasLtMatmulPreference_t pref = nullptr;
@@ -962,6 +964,10 @@ LtPlan &lt_plan(AccumFast &f, const LtShape &sh) {
       cublasLtMatmulPreferenceCreate(&pref) ||
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                            &f.workspace_bytes, sizeof f.workspace_bytes) ||
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                           &al_ab, sizeof al_ab) ||
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                           &al_ab, sizeof al_ab) ||
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al,
                                            sizeof al) ||
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al,
@@ -1140,7 +1146,7 @@ static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
   int align = 256; /* the result buffer's: cudaMalloc's */
   while (beta == 0.0f && align > 4 && (uintptr_t)c % align) align /= 2;
   LtPlan &p = lt_plan(f, LtShape{m, n, k, oa.kind == kFp8E4M3, ob.kind == kFp8E4M3, fast, ldd,
-                                 align, k, 1, 0, false});
+                                 align, k, 1, 0, false, 256});
   if (!p.ok) return false;
   if (beta != 0.0f) reserve((void **)&f.result, &f.result_cap, M * N * sizeof(float));
   float *d = beta != 0.0f ? f.result : c;
@@ -1387,8 +1393,10 @@ static bool block_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
   int chunk = (int)(kBlockPartialBytes / per_slice);
   if (chunk < 1) chunk = 1;
   if (chunk > slices) chunk = slices;
+  /* A's and B's slices start every `slice` codes: 128 bytes apart */
+  const int align_ab = (slice & -slice) < 256 ? (slice & -slice) : 256;
   const LtShape sh{m, n, slice, ka == kFp8E4M3, kb == kFp8E4M3, true, ldd, 256, k, 1, stride_d,
-                   true};
+                   true, align_ab};
   if (!lt_plan(f, sh).ok) return false; /* the per-slice plan, every chunk's last resort */
   const size_t M = (size_t)m, N = (size_t)n, K = (size_t)k;
   reserve((void **)&f.part, &f.part_cap, per_slice * chunk);

@@ -213,8 +213,13 @@ static size_t run_site_scaled(const char *const *sets, int N, int C, int OC, int
       uint32_t bf, be;
       memcpy(&bf, &out[0][o][i], sizeof bf);
       memcpy(&be, &out[1][o][i], sizeof be);
-      printf("  %s: %zu of %zu differ (first at %zu: fast %.9g (0x%08x), emulated %.9g "
-             "(0x%08x))\n", what[o], d, n_out[o], i, out[0][o][i], bf, out[1][o][i], be);
+      size_t zeros = 0; /* differences only in the sign of a zero */
+      for (size_t e = 0; e < n_out[o]; e++)
+        zeros += out[0][o][e] == 0.0f && out[1][o][e] == 0.0f &&
+                 memcmp(&out[0][o][e], &out[1][o][e], sizeof(float));
+      printf("  %s: %zu of %zu differ, %zu of them zeros of opposite signs (first at %zu: fast %.9g "
+             "(0x%08x), emulated %.9g (0x%08x))\n", what[o], d, n_out[o], zeros, i, out[0][o][i],
+             bf, out[1][o][i], be);
     }
     bad += d;
     free(out[0][o]), free(out[1][o]);

@@ -1219,8 +1219,10 @@ static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
  * result in stream order, as accum_fp8_gemm does. */
 namespace {
 
-/* The bytes of partial sums one chunk of slices may take. */
-constexpr size_t kBlockPartialBytes = size_t(512) << 20;
+/* The bytes of partial sums one chunk of slices may take: at 120m's 32768
+ * tokens, 4 of the 256 MiB slices of an MLP GEMM (fewer chunks, less of the
+ * accumulator's traffic between them). */
+constexpr size_t kBlockPartialBytes = size_t(1) << 30;
 
 /* out (n codes) = the FP8 storage of codes (float32 values); *flag gets
  * kFp8NotCodes where a value is not exactly a finite code of the format

@@ -149,7 +149,11 @@ static void *symbol(int lib, const char *name) {
     (cublasLtMatrixLayout_t * matLayout, cudaDataType type, uint64_t rows, uint64_t cols,       \
      int64_t ld),                                                                               \
     (matLayout, type, rows, cols, ld))                                                          \
-  X(LIB_CUBLASLT, cublasLtMatrixLayoutDestroy, (cublasLtMatrixLayout_t matLayout), (matLayout))
+  X(LIB_CUBLASLT, cublasLtMatrixLayoutDestroy, (cublasLtMatrixLayout_t matLayout), (matLayout)) \
+  X(LIB_CUBLASLT, cublasLtMatrixLayoutSetAttribute,                                             \
+    (cublasLtMatrixLayout_t matLayout, cublasLtMatrixLayoutAttribute_t attr, const void *buf,   \
+     size_t sizeInBytes),                                                                       \
+    (matLayout, attr, buf, sizeInBytes))
 
 #define FORWARD(lib, name, params, args)                               \
   cublasStatus_t CUBLASWINAPI name params {                            \

@@ -361,7 +361,11 @@ EXMY_HD void exmy_accum_close_group(const exmy_accum_model *m, int aligned, int 
     else if (isfinite(*acc))
       *acc = exmy_accum_to_f32(exmy_accum_add_round(exmy_accum_from_f32(*acc), *sum, 24, -149,
                                                     EXMY_ACCUM_NEAREST_EVEN));
-    sum->mag = 0;
+    /* the running sum restarts at +0: a block without a nonzero product
+     * then promotes +0 (an exact zero sum), not a zero carrying the sign of
+     * the block before, which fmaf would keep on an accumulator of -0 */
+    const exmy_accum_num zero = {0, 0, 0};
+    *sum = zero;
   }
 }
 

@@ -135,8 +135,25 @@ struct LtPlan {
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
   cublasLtMatmulAlgo_t algo = {};
 };
-/* m, n, k, A is E4M3, B is E4M3, fast accumulation, ld of D, D's alignment */
-typedef std::tuple<int, int, int, int, int, int, long, int> LtKey;
+/* The shape of one cuBLASLt FP8 call (column-major, cuBLASLt's A our op(B)^T
+ * as k x n, its B our op(A)^T as k x m, both with leading dimension ld_ab;
+ * D n x m with leading dimension ldd): batch > 1 is a strided batch whose
+ * A and B advance by k codes along their rows and D by stride_d floats (the
+ * slices of K of the block-scaled path); unit: the scale pointers point at
+ * 1, else at the operands' 1/s; align_ab: the alignment of A's and B's
+ * pointers in bytes (256: cudaMalloc's, cuBLASLt's default assumption). */
+struct LtShape {
+  int m, n, k;
+  bool e4m3_a, e4m3_b, fast;
+  long ldd;
+  int align; /* D's alignment in bytes */
+  long ld_ab;
+  int batch;
+  long stride_d;
+  bool unit;
+  int align_ab;
+};
+typedef std::tuple<int, int, int, int, int, int, long, int, long, int, long, int, int> LtKey;
 /* The two scales 256 bytes apart, as PyTorch's separate allocations are:
  * cuBLASLt refused the FP8 call with them 4 bytes apart and in place (C = D);
  * it ran once both were changed, which of the two it needs is not known. */
@@ -156,12 +173,25 @@ struct AccumFast {
   float *result = nullptr; /* alpha op(A) op(B) before beta C is added */
   size_t result_cap = 0;
   float *inv = nullptr;    /* device 1/s of A at inv, of B at inv + kInvB: cuBLASLt's scale pointers */
+  float *unit = nullptr;   /* device 1 at unit and at unit + kInvB: the block-scaled path's */
   int *flag = nullptr;     /* device: why the emulation must redo this GEMM (kFp8* bits), or 0 */
   unsigned long long *counts = nullptr; /* device: kAccumCounts of k_accum_count's */
   unsigned long long emulated = 0;      /* host: GEMMs that never tried */
   bool emulate = false;                 /* tests: always the emulation */
   exmy_accum_model hopper = {}, split = {};
   std::map<LtKey, LtPlan> plans;
+  /* Block-scaled operands (block_fp8_gemm): op(A) and op(B)^T gathered
+   * (then their dequantized values, unused), their codes in float32 and
+   * their block scales, as exmy_cuda_qgemm_accum makes them (the
+   * emulation's operands, should it redo the GEMM); the partial sums of a
+   * chunk of K's slices, and the float32 accumulator between chunks.  The
+   * FP8 codes go into codes[] above. */
+  float *work[2] = {nullptr, nullptr}, *codes32[2] = {nullptr, nullptr};
+  float *bscales[2] = {nullptr, nullptr};
+  size_t work_cap[2] = {0, 0}, codes32_cap[2] = {0, 0}, bscales_cap[2] = {0, 0};
+  float *part = nullptr, *acc = nullptr;
+  size_t part_cap = 0, acc_cap = 0;
+  unsigned long long block_gemms = 0; /* host: GEMMs that took block_fp8_gemm */
 };
 
 }  // namespace
@@ -279,6 +309,10 @@ extern "C" void gtq_free(gtq_ctx *g) {
   for (int i = 0; i < 2; i++) cudaFree(f.codes[i]);
   cudaFree(f.result);
   cudaFree(f.inv);
+  cudaFree(f.unit);
+  for (int i = 0; i < 2; i++) cudaFree(f.work[i]), cudaFree(f.codes32[i]), cudaFree(f.bscales[i]);
+  cudaFree(f.part);
+  cudaFree(f.acc);
   cudaFree(f.flag);
   cudaFree(f.counts);
   exmy_cuda_gemm_free(g->mx);
@@ -883,9 +917,11 @@ __global__ void k_accum_count(const int *flag, unsigned long long *counts) {
  * candidate splits K (small M x N, large K: the weight gradients' GEMMs),
  * the first one with its split undone (one slice, no reduction), if
  * cublasLtMatmulAlgoCheck accepts it. */
-LtPlan &lt_plan(AccumFast &f, int m, int n, int k, bool e4m3_a, bool e4m3_b, bool fast,
-                      long ldd, int align) {
-  const LtKey key(m, n, k, e4m3_a, e4m3_b, fast, ldd, align);
+LtPlan &lt_plan(AccumFast &f, const LtShape &sh) {
+  const int m = sh.m, n = sh.n, k = sh.k;
+  const bool e4m3_a = sh.e4m3_a, e4m3_b = sh.e4m3_b, fast = sh.fast;
+  const LtKey key(m, n, k, e4m3_a, e4m3_b, fast, sh.ldd, sh.align, sh.ld_ab, sh.batch,
+                  sh.stride_d, sh.unit, sh.align_ab);
   auto it = f.plans.find(key);
   if (it != f.plans.end()) return it->second;
   LtPlan &p = f.plans[key];
@@ -893,8 +929,11 @@ LtPlan &lt_plan(AccumFast &f, int m, int n, int k, bool e4m3_a, bool e4m3_b, boo
   const cudaDataType tb = e4m3_b ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
   const cublasOperation_t T = CUBLAS_OP_T, N = CUBLAS_OP_N;
   const int8_t fast_accum = fast;
-  const float *scale_a = f.inv + kInvB, *scale_b = f.inv; /* cuBLASLt's A is our B */
-  const uint32_t al = (uint32_t)align;
+  const float *scales = sh.unit ? f.unit : f.inv;
+  const float *scale_a = scales + kInvB, *scale_b = scales; /* cuBLASLt's A is our B */
+  const uint32_t al = (uint32_t)sh.align, al_ab = (uint32_t)sh.align_ab;
+  const int32_t batch = sh.batch;
+  const int64_t stride_ab = k, stride_d = sh.stride_d;
   cublasLtMatmulPreference_t pref = nullptr;
   /* column-major: D (n x m, ld ldd) = (op(B)^T as k x n)^T . (op(A)^T as k x m) */
   if (cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
@@ -906,12 +945,29 @@ LtPlan &lt_plan(AccumFast &f, int m, int n, int k, bool e4m3_a, bool e4m3_b, boo
                                      sizeof scale_b) ||
       cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum,
                                      sizeof fast_accum) ||
-      cublasLtMatrixLayoutCreate(&p.la, tb, k, n, k) ||
-      cublasLtMatrixLayoutCreate(&p.lb, ta, k, m, k) ||
-      cublasLtMatrixLayoutCreate(&p.ld, CUDA_R_32F, n, m, ldd) ||
+      cublasLtMatrixLayoutCreate(&p.la, tb, k, n, sh.ld_ab) ||
+      cublasLtMatrixLayoutCreate(&p.lb, ta, k, m, sh.ld_ab) ||
+      cublasLtMatrixLayoutCreate(&p.ld, CUDA_R_32F, n, m, sh.ldd) ||
+      (batch > 1 &&
+       (cublasLtMatrixLayoutSetAttribute(p.la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                         sizeof batch) ||
+        cublasLtMatrixLayoutSetAttribute(p.la, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                         &stride_ab, sizeof stride_ab) ||
+        cublasLtMatrixLayoutSetAttribute(p.lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                         sizeof batch) ||
+        cublasLtMatrixLayoutSetAttribute(p.lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                         &stride_ab, sizeof stride_ab) ||
+        cublasLtMatrixLayoutSetAttribute(p.ld, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                         sizeof batch) ||
+        cublasLtMatrixLayoutSetAttribute(p.ld, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                         &stride_d, sizeof stride_d))) ||
       cublasLtMatmulPreferenceCreate(&pref) ||
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                            &f.workspace_bytes, sizeof f.workspace_bytes) ||
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                           &al_ab, sizeof al_ab) ||
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                           &al_ab, sizeof al_ab) ||
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al,
                                            sizeof al) ||
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al,
@@ -944,10 +1000,10 @@ LtPlan &lt_plan(AccumFast &f, int m, int n, int k, bool e4m3_a, bool e4m3_b, boo
                                              sizeof tile, &w2);
         cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID,
                                              &stages, sizeof stages, &w2);
-        printf("fp8 plan %d x %d x %d (%s x %s, fast %d): candidate %d of %d: algo %d tile %u "
-               "stages %u split-K %d workspace %zu\n", m, n, k, e4m3_a ? "E4M3" : "E5M2",
-               e4m3_b ? "E4M3" : "E5M2", (int)fast, i, found, id, tile, stages, (int)splits,
-               heur[i].workspaceSize);
+        printf("fp8 plan %d x %d x %d (%s x %s, fast %d, batch %d): candidate %d of %d: algo %d "
+               "tile %u stages %u split-K %d workspace %zu\n", m, n, k,
+               e4m3_a ? "E4M3" : "E5M2", e4m3_b ? "E4M3" : "E5M2", (int)fast, (int)batch, i,
+               found, id, tile, stages, (int)splits, heur[i].workspaceSize);
       }
       if ((splits > 1) != (pass == 1)) continue;
       cublasLtMatmulAlgo_t algo = heur[i].algo;
@@ -1035,6 +1091,30 @@ void launch_fp8_codes(const Fp8Operand &o, const float *other_scale, bool transp
 
 }  // namespace
 
+/* cuBLASLt's handle and what every FP8 GEMM shares (workspace, scale
+ * pointers, flag, counters), made at the first one; false where cuBLASLt
+ * cannot be opened (the emulation then). */
+static bool accum_init(AccumFast &f, cudaStream_t st) {
+  if (f.lt) return true;
+  if (cublasLtCreate(&f.lt) != CUBLAS_STATUS_SUCCESS) {
+    f.lt = nullptr;
+    return false;
+  }
+  gtq_check(cudaMalloc(&f.workspace, f.workspace_bytes), "cudaMalloc (cuBLASLt workspace)");
+  gtq_check(cudaMalloc((void **)&f.inv, (kInvB + 1) * sizeof(float)), "cudaMalloc");
+  gtq_check(cudaMalloc((void **)&f.unit, (kInvB + 1) * sizeof(float)), "cudaMalloc");
+  static const float one = 1.0f;
+  gtq_check(cudaMemcpyAsync(f.unit, &one, sizeof one, cudaMemcpyHostToDevice, st), "unit scale");
+  gtq_check(cudaMemcpyAsync(f.unit + kInvB, &one, sizeof one, cudaMemcpyHostToDevice, st),
+            "unit scale");
+  gtq_check(cudaMalloc((void **)&f.flag, sizeof(int)), "cudaMalloc");
+  gtq_check(cudaMalloc((void **)&f.counts, kAccumCounts * sizeof(unsigned long long)),
+            "cudaMalloc");
+  gtq_check(cudaMemsetAsync(f.counts, 0, kAccumCounts * sizeof(unsigned long long), st),
+            "counts");
+  return true;
+}
+
 /* C = alpha op(A) op(B) + beta C through cuBLASLt's FP8 GEMM, bit for bit the
  * model's (see above); false, having done nothing, where this GEMM cannot
  * take that path.  Where the device finds a value that is not an exact
@@ -1059,25 +1139,14 @@ static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
     return false;
   if (oa.kind == kFp8E5M2 && ob.kind == kFp8E5M2) return false; /* cuBLASLt has no E5M2 x E5M2 */
   cudaStream_t st = g->stream;
-  if (!f.lt) {
-    if (cublasLtCreate(&f.lt) != CUBLAS_STATUS_SUCCESS) {
-      f.lt = nullptr;
-      return false;
-    }
-    gtq_check(cudaMalloc(&f.workspace, f.workspace_bytes), "cudaMalloc (cuBLASLt workspace)");
-    gtq_check(cudaMalloc((void **)&f.inv, (kInvB + 1) * sizeof(float)), "cudaMalloc");
-    gtq_check(cudaMalloc((void **)&f.flag, sizeof(int)), "cudaMalloc");
-    gtq_check(cudaMalloc((void **)&f.counts, kAccumCounts * sizeof(unsigned long long)),
-              "cudaMalloc");
-    gtq_check(cudaMemsetAsync(f.counts, 0, kAccumCounts * sizeof(unsigned long long), st),
-              "counts");
-  }
+  if (!accum_init(f, st)) return false;
   /* beta == 0: straight into C; else into the result buffer, beta C after */
   const size_t M = (size_t)m, N = (size_t)n, K = (size_t)k;
   const long ldd = beta != 0.0f ? n : ldc;
   int align = 256; /* the result buffer's: cudaMalloc's */
   while (beta == 0.0f && align > 4 && (uintptr_t)c % align) align /= 2;
-  LtPlan &p = lt_plan(f, m, n, k, oa.kind == kFp8E4M3, ob.kind == kFp8E4M3, fast, ldd, align);
+  LtPlan &p = lt_plan(f, LtShape{m, n, k, oa.kind == kFp8E4M3, ob.kind == kFp8E4M3, fast, ldd,
+                                 align, k, 1, 0, false, 256});
   if (!p.ok) return false;
   if (beta != 0.0f) reserve((void **)&f.result, &f.result_cap, M * N * sizeof(float));
   float *d = beta != 0.0f ? f.result : c;
@@ -1115,6 +1184,253 @@ static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
   return true;
 }
 
+/* ---- Block-scaled operands under hopper-split: cuBLASLt per slice of K ----
+ * DeepSeek-V3's recipe (fp8-deepseek): E4M3 operands with a float32
+ * dequantization scale per block of 128 along K (1 x 128 tiles of
+ * activations and gradients, 128 x 128 blocks of weights), accumulated by
+ * the hopper-split model on the codes, each block's partial sum promoted with
+ * its two scales (lib/accum_core.h, exmy_accum_dot_scaled).  With the
+ * blocks as long as the promotion interval (exmy_accum_block_scaling) every
+ * promotion closes exactly one block: the running sum restarts at 0 at each
+ * block, so a block's partial is the hopper model (fast accumulation,
+ * never promoted) on that block's 128 codes alone, which is cuBLASLt's FP8
+ * GEMM with fast accumulation at K = 128 bit for bit (cuda/NOTES.md).  So:
+ *   1. the operands gathered K-contiguous and quantized to codes and block
+ *      scales by the very call exmy_cuda_qgemm_accum makes
+ *      (exmy_cuda_quantize_group_codes_f32 with the same recipe and sr
+ *      offsets), the float32 codes then stored as FP8 (k_block_codes);
+ *   2. one strided-batched cuBLASLt call per chunk of slices: batch s reads
+ *      codes s·128 .. s·128 + 127 of every row (leading dimension K) and
+ *      writes partial[s] (m x n), alpha 1, beta 0, scales 1, by an
+ *      algorithm that does not split K (lt_plan);
+ *   3. acc = exmy_accum_promote_scaled(acc, partial[s], sa, sb) over the
+ *      slices in order from +0, the scales indexed as the emulation indexes
+ *      them (exmy_accum_scales_row), carried across chunks, then
+ *      exmy_gemm_epilogue into C (k_block_promote).
+ * A zero partial is taken as +0: the model's partial is the running sum
+ * rounded to float32 (exmy_accum_to_f32), +0 for a zero sum (an exact
+ * cancellation or no nonzero product) and never an underflow (sums of FP8
+ * products lie far inside float32's range), whereas the sign of a zero that
+ * the tensor core returns is not part of the calibration; it matters where
+ * acc is -0 (fmaf(s, -0, -0) is -0, fmaf(s, +0, -0) is +0).  Where a code
+ * is not an exact finite FP8 value or a scale is not finite (the model then
+ * accumulates each block in float32), the device flag makes the emulation
+ * (cuda/accum_gemm.cuh, on the same float32 codes and scales) overwrite the
+ * result in stream order, as accum_fp8_gemm does. */
+namespace {
+
+/* The bytes of partial sums one chunk of slices may take: at 120m's 32768
+ * tokens, 4 of the 256 MiB slices of an MLP GEMM (fewer chunks, less of the
+ * accumulator's traffic between them). */
+constexpr size_t kBlockPartialBytes = size_t(1) << 30;
+
+/* out (n codes) = the FP8 storage of codes (float32 values); *flag gets
+ * kFp8NotCodes where a value is not exactly a finite code of the format
+ * (exmy_gpu::fp8_code_of, unscaled) and kFp8ScalesOutOfRange where one of
+ * the n_scales block scales is not finite. */
+template <bool E4M3>
+__global__ void k_block_codes(const float *__restrict__ codes, size_t n,
+                              const float *__restrict__ scales, size_t n_scales, int fmt_emin,
+                              __nv_fp8_storage_t *__restrict__ out, int *flag) {
+  bool bad_code = false, bad_scale = false;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    __nv_fp8_storage_t c;
+    bad_code |= !exmy_gpu::fp8_code_of<E4M3>(codes[i], 1.0f, 1.0f, fmt_emin, fmt_emin, &c);
+    out[i] = c;
+  }
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_scales; i += stride)
+    bad_scale |= !isfinite(scales[i]);
+  const int bits = (__syncthreads_or(bad_code) ? exmy_gpu::kFp8NotCodes : 0) |
+                   (__syncthreads_or(bad_scale) ? exmy_gpu::kFp8ScalesOutOfRange : 0);
+  if (threadIdx.x == 0 && bits) atomicOr(flag, bits);
+}
+
+/* Unless flagged: the promotions of `count` slices of K, from slice kb0:
+ * partial[s] at part + s stride_d (m x n, leading dimension ldd), into acc
+ * (m x n dense; from +0 when `first`); when `last`, C = exmy_gemm_epilogue
+ * of it instead. */
+__global__ void k_block_promote(const int *flag, const float *__restrict__ part, long stride_d,
+                                long ldd, int count, int kb0, size_t m, size_t n,
+                                exmy_accum_scales sa, exmy_accum_scales sb,
+                                float *__restrict__ acc, bool first, bool last, float alpha,
+                                float beta, float *__restrict__ c, size_t ldc) {
+  if (*flag) return;
+  for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m * n;
+       e += (size_t)gridDim.x * blockDim.x) {
+    const size_t i = e / n, j = e % n;
+    const float *ra = exmy_accum_scales_row(&sa, i) + kb0;
+    const float *rb = exmy_accum_scales_row(&sb, j) + kb0;
+    const float *pij = part + i * ldd + j;
+    float x = first ? 0.0f : acc[e];
+    for (int s = 0; s < count; s++) {
+      const float p = pij[(long)s * stride_d];
+      x = exmy_accum_promote_scaled(x, p == 0.0f ? 0.0f : p, ra[s], rb[s]);
+    }
+    if (last) {
+      float *cij = c + i * ldc + j;
+      *cij = exmy_gemm_epilogue(x, alpha, beta, cij);
+    } else {
+      acc[e] = x;
+    }
+  }
+}
+
+/* Where flagged: the emulation of exmy_cuda_qgemm_accum (its k_accum_gemm)
+ * on the float32 codes (ca: m x k, cb: n x k) and block scales. */
+__global__ void k_block_emulate_if(const int *flag, exmy_accum_model model, size_t m, size_t n,
+                                   int k, float alpha, const float *__restrict__ ca,
+                                   const float *__restrict__ cb, float beta,
+                                   float *__restrict__ c, size_t ldc, exmy_accum_scales sa,
+                                   exmy_accum_scales sb) {
+  if (*flag)
+    exmy_cuda::accum_gemm_outputs(model, false, true, m, n, k, alpha, ca, k, cb, k, beta, c, ldc,
+                                  nullptr, nullptr, sa, sb);
+}
+
+}  // namespace
+
+/* One operand of block_fp8_gemm: op(X) (rows x k, x with leading dimension
+ * ld, transposed when `transpose`) gathered and quantized as
+ * exmy_cuda_qgemm_accum's quantize_codes does, its FP8 codes into
+ * f.codes[i]; *s describes its block scales. */
+static void block_operand(AccumFast &f, int i, const exmy_cuda_operand_quant &q, Fp8Kind kind,
+                          const float *x, long ld, bool transpose, size_t rows, size_t k,
+                          exmy_accum_scales *s, cudaStream_t st) {
+  const size_t gk = (size_t)q.scaling.group;
+  const size_t br = q.scaling.block_rows > 1 ? (size_t)q.scaling.block_rows : 1;
+  const size_t per_row = (k + gk - 1) / gk, blocks = ((rows + br - 1) / br) * per_row;
+  const size_t n = rows * k;
+  reserve((void **)&f.work[i], &f.work_cap[i], n * sizeof(float));
+  reserve((void **)&f.codes32[i], &f.codes32_cap[i], n * sizeof(float));
+  reserve((void **)&f.bscales[i], &f.bscales_cap[i], blocks * sizeof(float));
+  reserve(&f.codes[i], &f.codes_cap[i], n);
+  exmy_cuda::launch_gather(x, ld, transpose, rows, k, f.work[i], st);
+  gtq_check(cudaGetLastError(), "gather (block-scaled operand)");
+  gtq_check(exmy_cuda_quantize_group_codes_f32(&q.format, &q.round, &q.scaling, f.work[i],
+                                               f.work[i], f.codes32[i], f.bscales[i], rows, k,
+                                               st),
+            "block-scaled codes");
+  *s = exmy_accum_scales{f.bscales[i], (long)per_row, (int)br};
+  if (kind == kFp8E4M3)
+    k_block_codes<true><<<grid_for(n), 256, 0, st>>>(f.codes32[i], n, f.bscales[i], blocks,
+                                                     q.format.emin,
+                                                     (__nv_fp8_storage_t *)f.codes[i], f.flag);
+  else
+    k_block_codes<false><<<grid_for(n), 256, 0, st>>>(f.codes32[i], n, f.bscales[i], blocks,
+                                                      q.format.emin,
+                                                      (__nv_fp8_storage_t *)f.codes[i], f.flag);
+  gtq_check(cudaGetLastError(), "FP8 codes (block-scaled operand)");
+}
+
+/* cuBLASLt's partial sums of slices s0 .. s0 + count - 1 of K into
+ * f.part + (s - s0) stride_d: one strided-batched call, or one call per
+ * slice where cuBLASLt has no batched plan or refuses it; false where it
+ * refuses even that (the plan is then marked unusable). */
+static bool block_partials(AccumFast &f, LtShape sh, int s0, int count, cudaStream_t st) {
+  const float one = 1.0f, zero = 0.0f;
+  const __nv_fp8_storage_t *ca = (const __nv_fp8_storage_t *)f.codes[0];
+  const __nv_fp8_storage_t *cb = (const __nv_fp8_storage_t *)f.codes[1];
+  const long off = (long)s0 * sh.k;
+  if (count > 1) {
+    sh.batch = count;
+    LtPlan &p = lt_plan(f, sh);
+    if (p.ok) {
+      /* out of place, C not read (beta 0), as accum_fp8_gemm calls it */
+      const cublasStatus_t r =
+          cublasLtMatmul(f.lt, p.op, &one, cb + off, p.la, ca + off, p.lb, &zero, f.codes[0],
+                         p.ld, f.part, p.ld, &p.algo, f.workspace, f.workspace_bytes, st);
+      if (r == CUBLAS_STATUS_SUCCESS) return true;
+      fprintf(stderr, "train: cublasLtMatmul (FP8, batch %d of %d x %d x %d) refused (%s): one "
+              "call per slice for this shape\n", count, sh.m, sh.n, sh.k,
+              cublasGetStatusString(r));
+      p.ok = false;
+    }
+  }
+  sh.batch = 1;
+  LtPlan &p = lt_plan(f, sh);
+  if (!p.ok) return false;
+  for (int s = 0; s < count; s++) {
+    const long o = off + (long)s * sh.k;
+    const cublasStatus_t r =
+        cublasLtMatmul(f.lt, p.op, &one, cb + o, p.la, ca + o, p.lb, &zero, f.codes[0], p.ld,
+                       f.part + (long)s * sh.stride_d, p.ld, &p.algo, f.workspace,
+                       f.workspace_bytes, st);
+    if (r != CUBLAS_STATUS_SUCCESS) {
+      fprintf(stderr, "train: cublasLtMatmul (FP8, %d x %d x %d) refused (%s): the emulation "
+              "for this shape\n", sh.m, sh.n, sh.k, cublasGetStatusString(r));
+      p.ok = false;
+      return false;
+    }
+  }
+  return true;
+}
+
+/* C = alpha op(A) op(B) + beta C for two block-scaled FP8 operands under
+ * hopper-split (see above), bit for bit the emulation's; false, with C
+ * untouched, where this GEMM cannot take the path (the caller then runs
+ * exmy_cuda_qgemm_accum with the same qa, qb).  qa, qb: the operands'
+ * recipes with their sr offsets (mx_operand). */
+static bool block_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
+                           const gtq_operand &a, const exmy_cuda_operand_quant &qa,
+                           const gtq_operand &b, const exmy_cuda_operand_quant &qb, float beta,
+                           float *c, long ldc, const exmy_accum_model &model) {
+  AccumFast &f = g->accum;
+  if (f.emulate || !a.mx || !b.mx || m <= 0 || n <= 0 || k <= 0 || ldc < n) return false;
+  if (!same_accum(model, f.split)) return false;
+  const int slice = model.promote_every;
+  if (k % slice || slice % kFp8KMultiple) return false;
+  if (!exmy_accum_block_scaling(&qa.scaling, &model) ||
+      !exmy_accum_block_scaling(&qb.scaling, &model))
+    return false;
+  const Fp8Kind ka = fp8_kind(qa.format), kb = fp8_kind(qb.format);
+  if (ka == kNotFp8 || kb == kNotFp8 || (ka == kFp8E5M2 && kb == kFp8E5M2)) return false;
+  cudaStream_t st = g->stream;
+  if (!accum_init(f, st)) return false;
+  const int slices = k / slice;
+  /* partial[s]: rows of ldd floats (16-byte aligned), each slice 256-byte aligned */
+  const long ldd = ((long)n + 3) / 4 * 4;
+  const long stride_d = ((long)m * ldd + 63) / 64 * 64;
+  const size_t per_slice = (size_t)stride_d * sizeof(float);
+  int chunk = (int)(kBlockPartialBytes / per_slice);
+  if (chunk < 1) chunk = 1;
+  if (chunk > slices) chunk = slices;
+  /* A's and B's slices start every `slice` codes: 128 bytes apart */
+  const int align_ab = (slice & -slice) < 256 ? (slice & -slice) : 256;
+  const LtShape sh{m, n, slice, ka == kFp8E4M3, kb == kFp8E4M3, true, ldd, 256, k, 1, stride_d,
+                   true, align_ab};
+  if (!lt_plan(f, sh).ok) return false; /* the per-slice plan, every chunk's last resort */
+  const size_t M = (size_t)m, N = (size_t)n, K = (size_t)k;
+  reserve((void **)&f.part, &f.part_cap, per_slice * chunk);
+  if (chunk < slices) reserve((void **)&f.acc, &f.acc_cap, M * N * sizeof(float));
+  gtq_check(cudaMemsetAsync(f.flag, 0, sizeof(int), st), "FP8 flag");
+  exmy_accum_scales sa, sb;
+  /* op(A) as m x k and op(B)^T as n x k, K contiguous */
+  block_operand(f, 0, qa, ka, (const float *)a.ptr, a.ld, ta, M, K, &sa, st);
+  block_operand(f, 1, qb, kb, (const float *)b.ptr, b.ld, !tb, N, K, &sb, st);
+  for (int s0 = 0; s0 < slices; s0 += chunk) {
+    const int count = slices - s0 < chunk ? slices - s0 : chunk;
+    if (!block_partials(f, sh, s0, count, st)) return false; /* C not written yet */
+    k_block_promote<<<grid_for(M * N), 256, 0, st>>>(f.flag, f.part, stride_d, ldd, count, s0,
+                                                     M, N, sa, sb, f.acc, s0 == 0,
+                                                     s0 + count == slices, alpha, beta, c,
+                                                     (size_t)ldc);
+    gtq_check(cudaGetLastError(), "block promotions");
+  }
+  exmy_accum_model local = model; /* as exmy_cuda_qgemm_accum: the codes' formats' emins */
+  local.emin_a = qa.format.emin;
+  local.emin_b = qb.format.emin;
+  /* a grid of at most 8192 blocks: when not flagged (the rule), each block
+   * only reads the flag */
+  const unsigned emu_grid = grid_for(M * N) < 8192u ? grid_for(M * N) : 8192u;
+  k_block_emulate_if<<<emu_grid, 256, 0, st>>>(f.flag, local, M, N, k, alpha, f.codes32[0],
+                                               f.codes32[1], beta, c, (size_t)ldc, sa, sb);
+  k_accum_count<<<1, 1, 0, st>>>(f.flag, f.counts);
+  gtq_check(cudaGetLastError(), "block-scaled FP8 GEMM epilogue");
+  f.block_gemms++;
+  return true;
+}
+
 extern "C" void gtq_set_accum_emulation(gtq_ctx *g, bool on) { g->accum.emulate = on; }
 
 extern "C" void gtq_accum_paths(gtq_ctx *g, unsigned long long *fast,
@@ -1136,6 +1452,7 @@ extern "C" void gtq_accum_counts(gtq_ctx *g, gtq_accum_path_counts *c) {
   c->ineligible = g->accum.emulated;
   c->scales_out_of_range = d[kCountScalesOutOfRange];
   c->not_codes = d[kCountNotCodes];
+  c->block_scaled = g->accum.block_gemms;
 }
 
 extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
@@ -1152,6 +1469,7 @@ extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, floa
     if (g->collect && b.mx) along_k_stats(g, b, qb, !tb, n, k); /* op(B)^T as n x k */
     if (model) {
       if (accum_fp8_gemm(g, ta, tb, m, n, k, alpha, a, b, beta, c, ldc, *model, sa, sb)) return;
+      if (block_fp8_gemm(g, ta, tb, m, n, k, alpha, a, qa, b, qb, beta, c, ldc, *model)) return;
       g->accum.emulated++;
       gtq_check(exmy_cuda_qgemm_accum_scaled(g->mx, ta, tb, m, n, k, alpha, (const float *)a.ptr,
                                              a.ld, a.mx ? &qa : nullptr, sa, (const float *)b.ptr,

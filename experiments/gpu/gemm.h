@@ -33,6 +33,14 @@
  *     operand, is an FP8 subnormal: the model aligns scaled operands with
  *     float32's emin, the tensor core with the format's), a device flag
  *     makes that GEMM run the emulation instead, with no synchronisation.
+ *     And for operands block-scaled along K with blocks of the promotion
+ *     interval under hopper-split (fp8-deepseek: E4M3 codes, a float32 scale
+ *     per 1 x 128 tile or 128 x 128 block), K a multiple of 128: cuBLASLt's
+ *     FP8 GEMM with fast accumulation on each 128-element slice of K (one
+ *     strided-batched call per chunk of slices), its partial sums promoted
+ *     with the blocks' scales as the model does (exmy_accum_promote_scaled),
+ *     the same device flag sending non-codes and non-finite scales to the
+ *     emulation.
  * Statistics (stats steps) are reduced on the device into per-use
  * exmy_tensor_stats and copied to the host sites once per step.
  */
@@ -172,6 +180,9 @@ void gtq_accum_paths(gtq_ctx *g, unsigned long long *fast, unsigned long long *e
  * codes (found on the device); syncs. */
 typedef struct {
   unsigned long long fast, ineligible, scales_out_of_range, not_codes;
+  /* of all these, the GEMMs of block-scaled operands (fp8-deepseek) that
+   * tried cuBLASLt per slice of K: fast or flagged on the device (host count) */
+  unsigned long long block_scaled;
 } gtq_accum_path_counts;
 void gtq_accum_counts(gtq_ctx *g, gtq_accum_path_counts *counts);
 

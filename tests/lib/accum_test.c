@@ -525,11 +525,81 @@ START_TEST(test_block_scaled_pow2_is_dequantized) {
 }
 END_TEST
 
+/* What the GPU trainer's block-scaled FP8 path (experiments/gpu/gemm.cu,
+ * block_fp8_gemm) relies on: with blocks of the promotion interval, the
+ * hopper-split model on block-scaled codes is, bit for bit, the hopper model
+ * (never promoted: cuBLASLt's fast accumulation) on each 128-element slice
+ * alone, promoted in order from +0 by exmy_accum_promote_scaled, a zero
+ * partial taken as +0 (the model's partial of a zero sum is +0, never -0,
+ * also after a block whose sum was negative: the running sum restarts at +0,
+ * as the oracle's blocks do).  Zero blocks, blocks that cancel exactly, subnormal codes, scales small
+ * enough that a promotion underflows (acc -0 then, where the sign of the
+ * next zero partial would show). */
+START_TEST(test_block_scaled_is_sliced_hopper) {
+  static float a[KMAX], b[KMAX], sa[KMAX], sb[KMAX];
+  exmy_accum_model split, fast;
+  ck_assert_int_eq(exmy_accum_model_parse("hopper-split", &split), 0);
+  ck_assert_int_eq(exmy_accum_model_parse("hopper", &fast), 0);
+  int cases = 0, zero_partials = 0, negative_zero_acc = 0;
+  for (int t = 0; t < 800; t++) {
+    const int e4m3_b = t % 3 != 2;
+    split.emin_a = fast.emin_a = -6;
+    split.emin_b = fast.emin_b = e4m3_b ? -6 : -14;
+    const int slices = 1 + (int)(next() % (KMAX / 128)), k = 128 * slices;
+    for (int kb = 0; kb < slices; kb++) {
+      const int kind = (int)(next() % 4); /* 0 any, 1 zero, 2 cancelling, 3 one product */
+      for (int p = 128 * kb; p < 128 * (kb + 1); p++) {
+        a[p] = fp8_code(1, t % 2), b[p] = fp8_code(e4m3_b, t % 2);
+        if (kind == 1) a[p] = 0.0f;
+        if (kind == 2 && p % 2) a[p] = -a[p - 1], b[p] = b[p - 1];
+        if (kind == 3 && p % 128) b[p] = 0.0f;
+      }
+      sa[kb] = block_scale(), sb[kb] = block_scale();
+      if (next() % 4 == 0) /* products of scales near and below float32's smallest */
+        sa[kb] = ldexpf(sa[kb], -100), sb[kb] = ldexpf(sb[kb], -(int)(next() % 40));
+    }
+    const float want = exmy_accum_dot_scaled(&split, a, 1, sa, b, 1, sb, k);
+    float acc = 0.0f;
+    for (int kb = 0; kb < slices; kb++) {
+      const float partial = exmy_accum_dot(&fast, a + 128 * kb, 1, b + 128 * kb, 1, 128);
+      if (partial == 0.0f) {
+        ck_assert_uint_eq(bits_of(partial), 0); /* +0 */
+        zero_partials++;
+        negative_zero_acc += bits_of(acc) == 0x80000000u;
+      }
+      acc = exmy_accum_promote_scaled(acc, partial == 0.0f ? 0.0f : partial, sa[kb], sb[kb]);
+    }
+    ck_assert_msg(same(acc, want), "case %d, k %d: sliced %a, model %a", t, k, acc, want);
+    cases++;
+  }
+  /* where the sign of a zero partial shows: block 0 one product, -2^-9
+   * (an E4M3 subnormal) times 1, promoted with sa sb = 2^-149, rounds to
+   * -0; block 1 all zeros: +0 (the model's partial) keeps acc at +0, -0
+   * would leave it -0 */
+  memset(a, 0, sizeof(float) * 256), memset(b, 0, sizeof(float) * 256);
+  a[0] = -0x1p-9f, b[0] = 1.0f;
+  const float tiny_a[2] = {0x1p-75f, 1.0f}, tiny_b[2] = {0x1p-74f, 1.0f};
+  split.emin_a = split.emin_b = fast.emin_a = fast.emin_b = -6;
+  const float p0 = exmy_accum_dot(&fast, a, 1, b, 1, 128);
+  ck_assert_float_eq(p0, -0x1p-9f);
+  const float acc0 = exmy_accum_promote_scaled(0.0f, p0, tiny_a[0], tiny_b[0]);
+  ck_assert_uint_eq(bits_of(acc0), 0x80000000u);
+  ck_assert_uint_eq(bits_of(exmy_accum_dot(&fast, a + 128, 1, b + 128, 1, 128)), 0);
+  ck_assert_uint_eq(bits_of(exmy_accum_dot_scaled(&split, a, 1, tiny_a, b, 1, tiny_b, 256)), 0);
+  ck_assert_uint_eq(bits_of(oracle_scaled_dot(&split, a, 1, tiny_a, b, 1, tiny_b, 256)), 0);
+  ck_assert_uint_eq(bits_of(exmy_accum_promote_scaled(acc0, 0.0f, 1.0f, 1.0f)), 0);
+  ck_assert_uint_eq(bits_of(exmy_accum_promote_scaled(acc0, -0.0f, 1.0f, 1.0f)), 0x80000000u);
+  printf("block-scaled: %d dot products are the hopper model per slice promoted with the "
+         "scales (%d zero partials, %d of them onto -0)\n", cases, zero_partials,
+         negative_zero_acc);
+}
+END_TEST
+
 int main(void) {
   const TTest *tests[] = {test_model_names, test_model_check, test_core_matches_oracle,
                           test_fp32_and_nonfinite, test_wide_model_is_exact,
                           test_truncation_never_exceeds_exact, test_hopper_scale_invariance,
                           test_block_scaled_matches_oracle, test_block_scaled_pow2_is_dequantized,
-                          NULL};
+                          test_block_scaled_is_sliced_hopper, NULL};
   return run_suite(suite_of("accum", 300, tests), true);
 }

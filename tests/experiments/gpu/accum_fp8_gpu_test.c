@@ -15,10 +15,19 @@
  *    power-of-two scale);
  *  - what must not take it: scales that are not powers of two, K not a
  *    multiple of 16, other models;
+ *  - block-scaled operands (fp8-deepseek: E4M3, a float32 scale per 1 x
+ *    128 tile and per 128 x 128 weight block, hopper-split): cuBLASLt per
+ *    128-element slice of K, promoted with the blocks' scales, against the
+ *    emulation on the same site's three GEMMs at 256 x 768 x 2048, 4096 x
+ *    2048 x 768 (and its dW, 2048 x 768 x 4096) and 2048 x 768 x 768, on
+ *    normal, wide and block-structured data (zero tiles and blocks, tiles
+ *    that cancel exactly, tiles near float32's smallest scales), every GEMM
+ *    on the fast path; an odd 100 x 72 x 256 output; K not a multiple of
+ *    128 emulated;
  *  - the trainer: steps of fp8-te (delayed scaling, power-of-two scales)
  *    and of unscaled E4M3 / E5M2 with accumulate = hopper or hopper-split,
- *    losses and gradients bit-identical with the emulation forced, some
- *    GEMMs on cuBLASLt in each. */
+ *    and of fp8-deepseek, losses and gradients bit-identical with the
+ *    emulation forced, some GEMMs on cuBLASLt in each. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -45,7 +54,40 @@ static double gauss(void) {
 }
 
 enum { DATA_NORMAL, DATA_WIDE, DATA_CLEAN, N_DATA };
-static const char *const data_names[N_DATA] = {"normal", "wide", "clean"};
+/* block-scaled cases only (gen_blocks) */
+enum { DATA_BLOCKS = N_DATA };
+static const char *const data_names[N_DATA + 1] = {"normal", "wide", "clean", "blocks"};
+
+/* rows x cols values built from 128-column tiles, for block scales: by the
+ * tile's column block cb, class cb % 4 is N(0, 1) times 2^U(-20..20) per
+ * tile (within a 128 x 128 weight block, rows of far apart magnitudes: codes
+ * down to subnormals and zeros), class 1 the same with odd columns pair
+ * times their even neighbour (X's pair -1 and W's +1 make Y's slices of
+ * those blocks cancel exactly: zero partial sums), class 2 sign 2^U(-118..
+ * -100) [1, 2) (scales near float32's largest, dequantization factors near
+ * its smallest normal: promotions that underflow), class 3 sign
+ * 2^U(-30..30) [1, 2) per element.  One tile in ten is all zeros, for W
+ * (pair > 0) whole 128 x 128 blocks. */
+static void gen_blocks(float *x, int rows, int cols, int pair) {
+  const int zero_rows = pair > 0 ? 128 : 1;
+  for (int r = 0; r < rows; r++) {
+    double mag = 1.0;
+    for (int c = 0; c < cols; c++) {
+      const unsigned cb = (unsigned)c / 128, rb = (unsigned)(r / zero_rows);
+      if (c % 128 == 0) mag = ldexp(1.0, -20 + (int)(urand() * 41));
+      const double sign = urand() < 0.5 ? -1.0 : 1.0;
+      double v;
+      switch (cb % 4) {
+        case 0: v = mag * gauss(); break;
+        case 1: v = c % 2 ? pair * x[(size_t)r * cols + c - 1] : mag * gauss(); break;
+        case 2: v = sign * ldexp(1.0 + urand(), -118 + (int)(urand() * 19)); break;
+        default: v = sign * ldexp(1.0 + urand(), -30 + (int)(urand() * 61)); break;
+      }
+      if (((rb * 73856093u) ^ (cb * 19349663u)) % 10 == 3) v = 0.0;
+      x[(size_t)r * cols + c] = (float)v;
+    }
+  }
+}
 
 /* rows x cols values of one kind.  NORMAL: scale N(0, 1).  WIDE: sign
  * 2^U(lo..hi) [1, 2) (the format's subnormals and largest binades), odd
@@ -54,6 +96,10 @@ static const char *const data_names[N_DATA] = {"normal", "wide", "clean"};
  * scale [2^-5, 2), away from any subnormal once scaled to the format's
  * maximum.  2% exact zeros throughout. */
 static void gen(float *x, int rows, int cols, int kind, double scale, int lo, int hi, int pair) {
+  if (kind == DATA_BLOCKS) {
+    gen_blocks(x, rows, cols, pair);
+    return;
+  }
   for (int r = 0; r < rows; r++)
     for (int c = 0; c < cols; c++) {
       double v;
@@ -150,6 +196,7 @@ static size_t run_site_scaled(const char *const *sets, int N, int C, int OC, int
         why->not_codes = c1.not_codes - c0.not_codes;
         ck_assert_uint_eq(why->fast + why->ineligible + why->scales_out_of_range + why->not_codes,
                           3);
+        why->block_scaled = c1.block_scaled - c0.block_scaled;
       }
     } else { /* forced: never cuBLASLt */
       ck_assert_uint_eq(f1 - f0, 0);
@@ -163,8 +210,16 @@ static size_t run_site_scaled(const char *const *sets, int N, int C, int OC, int
     if (d) {
       size_t i = 0;
       while (!memcmp(&out[0][o][i], &out[1][o][i], sizeof(float))) i++;
-      printf("  %s: %zu of %zu differ (first at %zu: fast %.9g, emulated %.9g)\n", what[o], d,
-             n_out[o], i, out[0][o][i], out[1][o][i]);
+      uint32_t bf, be;
+      memcpy(&bf, &out[0][o][i], sizeof bf);
+      memcpy(&be, &out[1][o][i], sizeof be);
+      size_t zeros = 0; /* differences only in the sign of a zero */
+      for (size_t e = 0; e < n_out[o]; e++)
+        zeros += out[0][o][e] == 0.0f && out[1][o][e] == 0.0f &&
+                 memcmp(&out[0][o][e], &out[1][o][e], sizeof(float));
+      printf("  %s: %zu of %zu differ, %zu of them zeros of opposite signs (first at %zu: fast %.9g "
+             "(0x%08x), emulated %.9g (0x%08x))\n", what[o], d, n_out[o], zeros, i, out[0][o][i],
+             bf, out[1][o][i], be);
     }
     bad += d;
     free(out[0][o]), free(out[1][o]);
@@ -270,6 +325,72 @@ START_TEST(gradient_scales) {
 }
 END_TEST
 
+/* ------------------------------------------- block-scaled (fp8-deepseek) */
+
+/* experiments/configs/fp8-deepseek.cfg's quantization and accumulation */
+static const char *const deepseek[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e4m3",
+                                       "scaling=group", "mx_block=128",
+                                       "weight_block_rows=128", "saturate=1",
+                                       "accumulate=hopper-split", NULL};
+
+static const struct {
+  int N, C, OC;
+} block_shapes[] = {
+    {256, 2048, 768},  /* Y 256 x 768 x 2048, dX 256 x 2048 x 768, dW 768 x 2048 x 256 */
+    {4096, 768, 2048}, /* Y 4096 x 2048 x 768, dX 4096 x 768 x 2048, dW 2048 x 768 x 4096 */
+    {2048, 768, 768},  /* Y and dX 2048 x 768 x 768, dW 768 x 768 x 2048 */
+};
+enum { N_BLOCK_SHAPES = sizeof block_shapes / sizeof block_shapes[0] };
+static const int block_kinds[] = {DATA_NORMAL, DATA_WIDE, DATA_BLOCKS};
+enum { N_BLOCK_KINDS = sizeof block_kinds / sizeof block_kinds[0],
+       N_BLOCK_CASES = N_BLOCK_SHAPES * N_BLOCK_KINDS };
+
+/* A linear site's three GEMMs under fp8-deepseek, cuBLASLt per slice of K
+ * against the emulation, bit for bit (both beta 0.5 and 1 among them), all
+ * three on the fast path. */
+START_TEST(block_site_gemms_match_emulation) {
+  const int shape = _i % N_BLOCK_SHAPES, kind = block_kinds[_i / N_BLOCK_SHAPES];
+  const int N = block_shapes[shape].N, C = block_shapes[shape].C, OC = block_shapes[shape].OC;
+  unsigned long long fast, emulated;
+  gtq_accum_path_counts why;
+  const size_t bad = run_site_scaled(deepseek, N, C, OC, kind, 0, &fast, &emulated, &why);
+  printf("fp8-deepseek (block scales, hopper-split), %s data, N %d C %d OC %d: %llu GEMMs on "
+         "cuBLASLt per slice (%llu tried it), %llu emulated (%llu for their scales, %llu for "
+         "their values, %llu not eligible); %zu outputs differ\n", data_names[kind], N, C, OC,
+         why.fast, why.block_scaled, emulated, why.scales_out_of_range, why.not_codes,
+         why.ineligible, bad);
+  ck_assert_msg(bad == 0, "%zu outputs differ from the emulation", bad);
+  ck_assert_msg(why.block_scaled == 3 && why.fast == 3,
+                "only %llu of 3 GEMMs took the block-scaled FP8 path (%llu tried it)", why.fast,
+                why.block_scaled);
+}
+END_TEST
+
+/* What the block-scaled path must refuse or may leave: K not a multiple of
+ * 128 (dX's 72, dW's 100: emulated), an odd 100 x 72 output at K = 256
+ * (Y: cuBLASLt's call), blocks of 64 (not the promotion interval), and the
+ * emulation forced; bit for bit in every case. */
+START_TEST(block_ineligible_gemms_emulated) {
+  unsigned long long fast, emulated;
+  gtq_accum_path_counts why;
+  size_t bad = run_site_scaled(deepseek, 100, 256, 72, DATA_NORMAL, 0, &fast, &emulated, &why);
+  printf("fp8-deepseek, N 100 C 256 OC 72: %llu GEMMs on cuBLASLt per slice, %llu emulated; "
+         "%zu outputs differ\n", why.fast, emulated, bad);
+  ck_assert_uint_eq(bad, 0);
+  ck_assert_uint_le(why.block_scaled, 1); /* Y only: K = 256 */
+  ck_assert_uint_ge(emulated, 2);
+  static const char *const blocks64[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e4m3",
+                                         "scaling=group", "mx_block=64",
+                                         "weight_block_rows=64", "saturate=1",
+                                         "accumulate=hopper-split", NULL};
+  bad = run_site_scaled(blocks64, 256, 256, 256, DATA_NORMAL, 0, &fast, &emulated, &why);
+  ck_assert_uint_eq(bad, 0);
+  ck_assert_uint_eq(why.block_scaled, 0);
+  ck_assert_uint_eq(fast, 0);
+  printf("fp8-deepseek: K %% 128 != 0 and blocks of 64 emulated, as expected\n");
+}
+END_TEST
+
 /* ------------------------------------------------------------ the trainer */
 
 /* `steps` steps of the model of size `size` with the recipe sets, twice:
@@ -354,10 +475,27 @@ START_TEST(trainer_losses_match_emulation) {
 }
 END_TEST
 
+/* fp8-deepseek: tiny's linear layers (K = 128, 384 and the 256 tokens of
+ * dW) are all multiples of 128, so their GEMMs take cuBLASLt per slice;
+ * losses and gradients bit-identical with the emulation forced. */
+START_TEST(trainer_deepseek_matches_emulation) {
+  const unsigned long long fast = trainer_twice(deepseek, "tiny", 3);
+  ck_assert_msg(fast > 0, "no GEMM of fp8-deepseek took the block-scaled FP8 path");
+}
+END_TEST
+
 int main(void) {
   setenv("EXMY_FP8_PLAN_LOG", "1", 1); /* cuBLASLt's choice per shape, in the log */
   const TTest *const tests[] = {ineligible_gemms_emulated, gradient_scales,
                                 trainer_losses_match_emulation, NULL};
   Suite *s = suite_of_loop("accum_fp8_gpu", 1800, site_gemms_match_emulation, N_CASES, tests);
+  /* the block-scaled path (fp8-deepseek): a test case of its own, so that
+   * CK_RUN_CASE=accum_fp8_block runs it alone */
+  TCase *tb = tcase_create("accum_fp8_block");
+  tcase_set_timeout(tb, 1800);
+  tcase_add_loop_test(tb, block_site_gemms_match_emulation, 0, N_BLOCK_CASES);
+  tcase_add_test(tb, block_ineligible_gemms_emulated);
+  tcase_add_test(tb, trainer_deepseek_matches_emulation);
+  suite_add_tcase(s, tb);
   return run_suite(s, false);
 }

@@ -6,6 +6,8 @@
 #ifndef EXMY_CUDA_ELEMENTWISE_CUH
 #define EXMY_CUDA_ELEMENTWISE_CUH
 
+#include <cuda_bf16.h>
+
 #include <type_traits>
 
 #include "cuda/fast_path.cuh"
@@ -132,6 +134,56 @@ __device__ __forceinline__ bool load_encode8(const exmy_format &f, const KOpts &
   const bool full = load8(x, base, n, vec, v);
   encode8<ID, MODE>(f, o, base, v, c);
   return full;
+}
+
+/* Folds the finite max |v| of the thread's 8 values (elements base.. of n;
+ * those at or past n are padding) into m. */
+__device__ __forceinline__ void amax8(const float v[kPer], size_t base, size_t n, float &m) {
+#pragma unroll
+  for (int k = 0; k < kPer; k++) {
+    const float a = fabsf(v[k]);
+    if (a > m && a <= 3.40282347e38f && base + k < n) m = a;
+  }
+}
+
+/* Every thread's m (finite, >= 0) folded into *amax_bits as float bits
+ * (max is order-free: deterministic).  One atomic per block, not per warp:
+ * tens of thousands of atomics on one address would serialise in L2 and cost
+ * more than a pass.  Every thread of the block must call it; on return its
+ * shared array is free again, so a kernel may call it once per tensor. */
+__device__ __forceinline__ void block_amax_fold(float m, unsigned int *amax_bits) {
+  __shared__ float warp_max[kThreads / 32];
+  for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    m = threadIdx.x < kThreads / 32 ? warp_max[threadIdx.x] : 0.0f;
+    for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
+    if (threadIdx.x == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
+  }
+  __syncthreads();
+}
+
+/* A thread's 8 values v of the BF16 GEMM path's operand image (scaled.cu's
+ * k_quantize_scaled_bf16, which loads them from memory): their finite max |v|
+ * folded into m (amax8, before scaling), v multiplied by the scale s =
+ * scale_inv[0] (device {s, 1/s}; NULL: unscaled), rounded (encode8), and the
+ * bf16 bits of the format's values left in c.  A kernel that computes the
+ * tensor in registers calls it in place of the pass: the same bits. */
+template <int ID, int MODE>
+__device__ __forceinline__ void quantize8_bf16(const exmy_format &f, const KOpts &o, size_t base,
+                                               size_t n, float v[kPer], const float *scale_inv,
+                                               float &m, uint32_t c[kPer]) {
+  amax8(v, base, n, m);
+  if (scale_inv) {
+    const float s = scale_inv[0];
+#pragma unroll
+    for (int k = 0; k < kPer; k++) v[k] = mul_keep_nan(v[k], s);
+  }
+  encode8<ID, MODE>(f, o, base, v, c);
+#pragma unroll
+  for (int k = 0; k < kPer; k++)
+    c[k] = __bfloat16_as_ushort(__float2bfloat16_rn(decode_one<ID>(f, c[k])));
 }
 
 /* The 8 float32 results of a thread: two 16-byte stores when `full` (all 8

@@ -174,6 +174,27 @@ cudaError_t exmy_cuda_quantize_tensor_bf16(const exmy_format *f, const exmy_roun
                                            int margin, bool pow2, const float *x, void *y,
                                            size_t n, float *scale_out, cudaStream_t stream);
 
+/* For a kernel that computes a tensor and rounds it in the same pass into the
+ * image above (the BF16 path's quantize8_bf16 of cuda/elementwise.cuh, then
+ * block_amax_fold), in place of the float32 tensor and that pass.  Delayed:
+ * exmy_cuda_delayed_begin zeroes the state's amax and gives its device
+ * {s, 1/s} (*scale_inv) and amax word (*amax_bits) for the kernel to scale by
+ * and fold the unscaled tensor's amax into; exmy_cuda_delayed_end, after the
+ * kernel, records that amax and moves the state on as
+ * exmy_cuda_quantize_delayed_bf16 does after its pass (*scale_used as there).
+ * Current scaling: exmy_cuda_scale_from_amax sets scale_inv (device, two
+ * floats) to {s, 1/s}, s = exmy_scale_from_amax(f, amax, margin, pow2) of the
+ * device amax word (finite max |x| as float bits, as block_amax_fold leaves
+ * it), the s that exmy_cuda_quantize_tensor_bf16 takes from its amax pass. */
+cudaError_t exmy_cuda_delayed_begin(exmy_cuda_delayed_state *state, const float **scale_inv,
+                                    unsigned int **amax_bits, cudaStream_t stream);
+cudaError_t exmy_cuda_delayed_end(const exmy_format *f, int margin, bool pow2,
+                                  bool history_most_recent, exmy_cuda_delayed_state *state,
+                                  float *scale_used, cudaStream_t stream);
+cudaError_t exmy_cuda_scale_from_amax(const exmy_format *f, int margin, bool pow2,
+                                      const unsigned int *amax_bits, float *scale_inv,
+                                      cudaStream_t stream);
+
 /* Per-group scaling (EXMY_SCALING_GROUP) of a row-major rows x cols tensor:
  * each group of `group` consecutive elements of a row (0 = the whole row; the
  * last group of a row may be shorter) gets the TENSOR-formula scale of its

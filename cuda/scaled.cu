@@ -155,9 +155,9 @@ void launch_scaled_any(const exmy_format &f, const KOpts &k, const float *x, flo
 
 /* The BF16 GEMM path's operand in one pass: q = Q(x·s) stored as bfloat16
  * (the scaled value: the GEMM applies 1/s through alpha; scale_inv NULL: no
- * scaling), and, if amax_bits, the finite max |x| folded in (max is
- * order-free: deterministic).  The codes are those of the float32 kernels
- * (same core, same Philox stream for sr), so the values are bit-identical. */
+ * scaling), and, if amax_bits, the finite max |x| folded in.  The codes are
+ * those of the float32 kernels (same core, same Philox stream for sr), so the
+ * values are bit-identical. */
 template <int ID, int MODE>
 __global__ void __launch_bounds__(kThreads)
     k_quantize_scaled_bf16(const __grid_constant__ exmy_format rt, const __grid_constant__ KOpts o,
@@ -170,31 +170,10 @@ __global__ void __launch_bounds__(kThreads)
     float v[kPer];
     uint32_t c[kPer];
     const bool full = load8(x, base, n, vec, v);
-#pragma unroll
-    for (int k = 0; k < kPer; k++) {
-      const float a = fabsf(v[k]);
-      if (a > m && a <= 3.40282347e38f && base + k < n) m = a;
-      if (scale_inv) v[k] = mul_keep_nan(v[k], scale_inv[0]);
-    }
-    encode8<ID, MODE>(f, o, base, v, c);
-#pragma unroll
-    for (int k = 0; k < kPer; k++)
-      c[k] = __bfloat16_as_ushort(__float2bfloat16_rn(decode_one<ID>(f, c[k])));
+    quantize8_bf16<ID, MODE>(f, o, base, n, v, scale_inv, m, c);
     store8<uint16_t>(y, base, n, full, c);
   }
-  if (amax_bits) {
-    /* one atomic per block, not per warp: tens of thousands of atomics on one
-     * address would serialise in L2 and cost more than the pass itself */
-    __shared__ float warp_max[kThreads / 32];
-    for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
-    if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x / 32] = m;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-      m = threadIdx.x < kThreads / 32 ? warp_max[threadIdx.x] : 0.0f;
-      for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
-      if (threadIdx.x == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
-    }
-  }
+  if (amax_bits) block_amax_fold(m, amax_bits);
 }
 
 /* The kernel for the format and mode: with_operand_mode (elementwise.cuh). */
@@ -264,22 +243,42 @@ extern "C" const float *exmy_cuda_delayed_scale(const exmy_cuda_delayed_state *s
   return s->scale_inv;
 }
 
+extern "C" cudaError_t exmy_cuda_delayed_begin(exmy_cuda_delayed_state *state,
+                                               const float **scale_inv,
+                                               unsigned int **amax_bits, cudaStream_t stream) {
+  if (!state) return cudaErrorInvalidValue;
+  EXMY_CUDA_TRY(cudaMemsetAsync(state->amax_bits, 0, sizeof(unsigned int), stream));
+  if (scale_inv) *scale_inv = state->scale_inv;
+  if (amax_bits) *amax_bits = state->amax_bits;
+  return cudaSuccess;
+}
+
+extern "C" cudaError_t exmy_cuda_delayed_end(const exmy_format *f, int margin, bool pow2,
+                                             bool history_most_recent,
+                                             exmy_cuda_delayed_state *state, float *scale_used,
+                                             cudaStream_t stream) {
+  if (!state) return cudaErrorInvalidValue;
+  exmy_format_info info;
+  exmy_format_get_info(f, &info);
+  state->latest = (state->latest + 1) % state->history_len;
+  if (state->count < state->history_len) state->count++;
+  k_delayed_update<<<1, 1, 0, stream>>>(state->history, state->history_len, state->latest,
+                                        state->amax_bits, history_most_recent, info.max,
+                                        margin, pow2, state->scale_inv, scale_used);
+  return cudaGetLastError();
+}
+
 extern "C" cudaError_t exmy_cuda_quantize_delayed_scaled_f32(
     const exmy_format *f, const exmy_rounding_opts *o, int margin, bool pow2,
     bool history_most_recent, exmy_cuda_delayed_state *state, const float *x,
     float *y, size_t n, cudaStream_t stream) {
   if (!state || exmy_rounding_opts_check(o) != 0) return cudaErrorInvalidValue;
-  exmy_format_info info;
-  exmy_format_get_info(f, &info);
-  EXMY_CUDA_TRY(cudaMemsetAsync(state->amax_bits, 0, sizeof(unsigned int), stream));
-  if (n) launch_amax(x, n, state->amax_bits, stream); /* before y (may alias x) */
-  if (n) launch_scaled_any(*f, kopts_of(o), x, y, n, state->scale_inv, stream);
-  state->latest = (state->latest + 1) % state->history_len;
-  if (state->count < state->history_len) state->count++;
-  k_delayed_update<<<1, 1, 0, stream>>>(state->history, state->history_len, state->latest,
-                                        state->amax_bits, history_most_recent, info.max,
-                                        margin, pow2, state->scale_inv);
-  return cudaGetLastError();
+  const float *si;
+  unsigned int *amax;
+  EXMY_CUDA_TRY(exmy_cuda_delayed_begin(state, &si, &amax, stream));
+  if (n) launch_amax(x, n, amax, stream); /* before y (may alias x) */
+  if (n) launch_scaled_any(*f, kopts_of(o), x, y, n, si, stream);
+  return exmy_cuda_delayed_end(f, margin, pow2, history_most_recent, state, nullptr, stream);
 }
 
 extern "C" cudaError_t exmy_cuda_tensor_stats_f32(const exmy_format *f,
@@ -299,19 +298,25 @@ extern "C" cudaError_t exmy_cuda_tensor_stats_f32(const exmy_format *f,
   return cudaGetLastError();
 }
 
+extern "C" cudaError_t exmy_cuda_scale_from_amax(const exmy_format *f, int margin, bool pow2,
+                                                 const unsigned int *amax_bits, float *scale_inv,
+                                                 cudaStream_t stream) {
+  exmy_format_info info;
+  exmy_format_get_info(f, &info);
+  k_scale<<<1, 1, 0, stream>>>(amax_bits, info.max, margin, pow2, scale_inv);
+  return cudaGetLastError();
+}
+
 /* Per-tensor current scaling's first pass: the stream's scratch holds {amax
  * bits, s, 1/s} with s = exmy_scale_from_amax of x's amax; *si -> {s, 1/s}. */
 static cudaError_t current_scale(const exmy_format *f, int margin, bool pow2, const float *x,
                                  size_t n, unsigned int **scratch, float **si,
                                  cudaStream_t stream) {
-  exmy_format_info info;
-  exmy_format_get_info(f, &info);
   EXMY_CUDA_TRY(stream_scratch(stream, 3 * sizeof(unsigned int), (void **)scratch));
   EXMY_CUDA_TRY(cudaMemsetAsync(*scratch, 0, sizeof(unsigned int), stream));
   launch_amax(x, n, *scratch, stream);
   *si = reinterpret_cast<float *>(*scratch + 1);
-  k_scale<<<1, 1, 0, stream>>>(*scratch, info.max, margin, pow2, *si);
-  return cudaGetLastError();
+  return exmy_cuda_scale_from_amax(f, margin, pow2, *scratch, *si, stream);
 }
 
 extern "C" cudaError_t exmy_cuda_quantize_tensor_scaled_f32(
@@ -396,18 +401,11 @@ extern "C" cudaError_t exmy_cuda_quantize_delayed_bf16(
     size_t n, float *scale_used, cudaStream_t stream) {
   if (!state || !exmy_cuda_bf16_exact(f) || exmy_rounding_opts_check(o) != 0)
     return cudaErrorInvalidValue;
-  exmy_format_info info;
-  exmy_format_get_info(f, &info);
-  EXMY_CUDA_TRY(cudaMemsetAsync(state->amax_bits, 0, sizeof(unsigned int), stream));
-  if (n)
-    launch_scaled_bf16_any(*f, kopts_of(o), x, (uint16_t *)y, n, state->scale_inv,
-                           state->amax_bits, stream);
-  state->latest = (state->latest + 1) % state->history_len;
-  if (state->count < state->history_len) state->count++;
-  k_delayed_update<<<1, 1, 0, stream>>>(state->history, state->history_len, state->latest,
-                                        state->amax_bits, history_most_recent, info.max,
-                                        margin, pow2, state->scale_inv, scale_used);
-  return cudaGetLastError();
+  const float *si;
+  unsigned int *amax;
+  EXMY_CUDA_TRY(exmy_cuda_delayed_begin(state, &si, &amax, stream));
+  if (n) launch_scaled_bf16_any(*f, kopts_of(o), x, (uint16_t *)y, n, si, amax, stream);
+  return exmy_cuda_delayed_end(f, margin, pow2, history_most_recent, state, scale_used, stream);
 }
 
 extern "C" cudaError_t exmy_cuda_quantize_tensor_bf16(const exmy_format *f,

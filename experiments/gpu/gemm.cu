@@ -25,7 +25,8 @@ using exmy_cuda::k_gather;
 struct Slot {
   void *data = nullptr; /* bf16 or float, per the site's path */
   size_t cap = 0;       /* bytes */
-  float *scale = nullptr; /* device s of the slot's quantization (scaled recipes) */
+  float *scale = nullptr; /* device {s, 1/s} of the slot's quantization (scaled recipes) */
+  unsigned int *amax = nullptr; /* device: a producer's amax for current scaling */
   bool scaled = false;
 };
 
@@ -258,8 +259,10 @@ extern "C" gtq_ctx *gtq_new(tq_site *sites, int n_sites, cudaStream_t stream) {
         if (!s.delayed[u]) gtq_check(cudaErrorMemoryAllocation, "delayed state");
       }
     }
-    for (int sl = 0; sl < SLOTS_PER_SITE; sl++)
-      gtq_check(cudaMalloc((void **)&s.slot[sl].scale, sizeof(float)), "cudaMalloc (scale)");
+    for (int sl = 0; sl < SLOTS_PER_SITE; sl++) {
+      gtq_check(cudaMalloc((void **)&s.slot[sl].scale, 2 * sizeof(float)), "cudaMalloc (scale)");
+      gtq_check(cudaMalloc((void **)&s.slot[sl].amax, sizeof(unsigned int)), "cudaMalloc (amax)");
+    }
   }
   const float consts[2] = {0.0f, 1.0f};
   gtq_check(cudaMalloc((void **)&g->consts, sizeof consts), "cudaMalloc");
@@ -279,6 +282,7 @@ extern "C" void gtq_free(gtq_ctx *g) {
     for (int sl = 0; sl < SLOTS_PER_SITE; sl++) {
       if (!(g->share_dy && sl == SLOT_DY)) cudaFree(s.slot[sl].data);
       cudaFree(s.slot[sl].scale);
+      cudaFree(s.slot[sl].amax);
     }
     for (int u = 0; u < USES_PER_SITE; u++) exmy_cuda_delayed_state_free(s.delayed[u]);
     cudaFree(s.stats);
@@ -509,14 +513,16 @@ extern "C" const exmy_operand_quant *gtq_fusable_bf16(const gtq_ctx *g, int site
                                                      int reuse) {
   if (site < 0 || site >= g->n_sites || g->collect || !g->sites[site].bf16) return nullptr;
   const exmy_operand_quant &q = g->host[site].op[use], &r = g->host[site].op[reuse];
-  if (!q.enabled || tq_along_k(&q) || q.scaling.kind != EXMY_SCALING_NONE) return nullptr;
+  if (!q.enabled || tq_along_k(&q) || !elementwise(q)) return nullptr;
   if (!r.enabled || tq_along_k(&r)) return nullptr; /* it would read the float32 tensor */
   return &q;
 }
 
-extern "C" void *gtq_fill_bf16_slot(gtq_ctx *g, int site, int use, int slot, size_t n,
-                                    exmy_rounding_opts *o, void *spare) {
-  Slot &sl = g->sites[site].slot[slot];
+extern "C" void gtq_fill_bf16_slot(gtq_ctx *g, int site, int use, int slot, size_t n,
+                                   void *spare, gtq_bf16_fill *fill) {
+  Site &s = g->sites[site];
+  Slot &sl = s.slot[slot];
+  const exmy_operand_quant &q = g->host[site].op[use];
   if (slot == SLOT_DY && g->share_dy) { /* as gtq_operand_for_gemm's fill, or borrowed */
     if (spare) {
       sl.data = spare;
@@ -527,9 +533,42 @@ extern "C" void *gtq_fill_bf16_slot(gtq_ctx *g, int site, int use, int slot, siz
   } else {
     reserve(&sl.data, &sl.cap, n * 2);
   }
-  sl.scaled = false;
-  *o = stream_opts(g, g->host[site].op[use].round, n);
-  return sl.data;
+  sl.scaled = q.scaling.kind != EXMY_SCALING_NONE;
+  *fill = {};
+  fill->y = sl.data;
+  fill->o = stream_opts(g, q.round, n);
+  if (q.scaling.kind == EXMY_SCALING_DELAYED) {
+    gtq_check(exmy_cuda_delayed_begin(s.delayed[use], &fill->scale_inv, &fill->amax_bits,
+                                      g->stream),
+              "delayed scaling (begin)");
+  } else if (q.scaling.kind == EXMY_SCALING_TENSOR) {
+    gtq_check(cudaMemsetAsync(sl.amax, 0, sizeof(unsigned int), g->stream), "memset (amax)");
+    fill->amax_bits = sl.amax;
+    fill->current = true;
+  }
+}
+
+extern "C" void gtq_fill_bf16_scale(gtq_ctx *g, int site, int use, int slot,
+                                    gtq_bf16_fill *fill) {
+  if (!fill->current) return;
+  Slot &sl = g->sites[site].slot[slot];
+  const exmy_operand_quant &q = g->host[site].op[use];
+  gtq_check(exmy_cuda_scale_from_amax(&q.format, q.scaling.margin, q.scaling.pow2, sl.amax,
+                                      sl.scale, g->stream),
+            "tensor scaling (scale)");
+  fill->scale_inv = sl.scale;
+  fill->amax_bits = nullptr;
+  fill->current = false;
+}
+
+extern "C" void gtq_fill_bf16_done(gtq_ctx *g, int site, int use, int slot) {
+  Site &s = g->sites[site];
+  const exmy_operand_quant &q = g->host[site].op[use];
+  if (q.scaling.kind != EXMY_SCALING_DELAYED) return;
+  const exmy_scaling &sc = q.scaling;
+  gtq_check(exmy_cuda_delayed_end(&q.format, sc.margin, sc.pow2, sc.history_most_recent,
+                                  s.delayed[use], s.slot[slot].scale, g->stream),
+            "delayed scaling (end)");
 }
 
 static exmy_cuda_operand_quant mx_operand(gtq_ctx *g, const exmy_operand_quant *q, size_t n) {

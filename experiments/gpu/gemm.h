@@ -121,20 +121,41 @@ bool gtq_use_reads_source(const gtq_ctx *g, int site, int use);
 /* For a kernel that rounds an operand as it computes it, in place of the
  * float32 tensor and the fill's separate pass.  gtq_fusable_bf16: the
  * operand quant of use `use` of site `site` when its fill would be a plain
- * exmy_cuda_quantize_bf16 (the BF16 path, unscaled, not along K, not a
- * statistics step) and use `reuse`, the later use of the same slot, reads
- * that slot and not the float32 tensor; else NULL.  gtq_fill_bf16_slot: for
- * such a use, what the fill would do before its pass: reserves the slot for
- * n bf16 values, takes the sr stream indices, sets *o to the options of the
- * pass (sr offset included); returns the slot for the caller to write.  The
- * later uses take it with fill = false.  spare (device, 2n bytes, or NULL):
- * for a second image filled before the first one's GEMMs have run, when the
- * slot is a dY slot under gtq_share_dy_slots (whose one buffer holds the
- * first): the slot then borrows spare, which must stay as written until the
- * slot's GEMMs have read it; ignored for a slot with storage of its own. */
+ * element-wise rounding into bf16 (the BF16 path: exmy_cuda_quantize_bf16,
+ * or its per-tensor delayed or current scaling, exmy_cuda_quantize_delayed_bf16
+ * or exmy_cuda_quantize_tensor_bf16; not along K, not a statistics step) and
+ * use `reuse`, the later use of the same slot, reads that slot and not the
+ * float32 tensor; else NULL.
+ *
+ * For such a use, the fill in steps.  gtq_fill_bf16_slot does what the fill
+ * would before its pass: reserves the slot for n bf16 values, takes the sr
+ * stream indices, and sets *fill: the slot to write (y), the options of the
+ * pass (o, sr offset included), and the scaling as cuda/elementwise.cuh's
+ * quantize8_bf16 and block_amax_fold take it (scale_inv, amax_bits, with the
+ * amax word zeroed): delayed scaling, the state's current {s, 1/s} and its
+ * amax; current scaling (`current`), the amax word only, scale_inv NULL: the
+ * caller folds the tensor's amax into amax_bits first (a pass of its own),
+ * then gtq_fill_bf16_scale sets scale_inv to the scale of that amax (and
+ * amax_bits to NULL), as exmy_cuda_quantize_tensor_bf16 does; nothing for
+ * other fills.  The caller then writes y, and gtq_fill_bf16_done records the
+ * amax and moves the delayed state on (nothing for the other scalings).  The
+ * later uses take the slot with fill = false.  spare (device, 2n bytes, or
+ * NULL): for a second image filled before the first one's GEMMs have run,
+ * when the slot is a dY slot under gtq_share_dy_slots (whose one buffer holds
+ * the first): the slot then borrows spare, which must stay as written until
+ * the slot's GEMMs have read it; ignored for a slot with storage of its own. */
+typedef struct {
+  void *y;
+  exmy_rounding_opts o;
+  const float *scale_inv;
+  unsigned int *amax_bits;
+  bool current;
+} gtq_bf16_fill;
 const exmy_operand_quant *gtq_fusable_bf16(const gtq_ctx *g, int site, int use, int reuse);
-void *gtq_fill_bf16_slot(gtq_ctx *g, int site, int use, int slot, size_t n,
-                         exmy_rounding_opts *o, void *spare);
+void gtq_fill_bf16_slot(gtq_ctx *g, int site, int use, int slot, size_t n, void *spare,
+                        gtq_bf16_fill *fill);
+void gtq_fill_bf16_scale(gtq_ctx *g, int site, int use, int slot, gtq_bf16_fill *fill);
+void gtq_fill_bf16_done(gtq_ctx *g, int site, int use, int slot);
 
 /* C = alpha op(A) op(B) + beta C, row-major as cblas_sgemm. */
 void gtq_gemm(gtq_ctx *g, bool trans_a, bool trans_b, int m, int n, int k, float alpha,

@@ -268,39 +268,63 @@ __global__ void swiglu_backward_kernel(float *dh1, float *dh3, const float *dout
 }
 
 /* The same, each gradient rounded straight into its bf16 GEMM operand image:
- * the 8 elements per thread, 16-byte loads and stores, encode8 and the bf16
- * store of cuda/scaled.cu's k_quantize_scaled_bf16 (unscaled), applied to the
- * gradients in registers instead of to float32 tensors read back from memory,
- * so the images are the same bits.  o1 and o3 differ at most in the sr stream
- * offset. */
+ * the 8 elements per thread and 16-byte loads and stores of cuda/scaled.cu's
+ * k_quantize_scaled_bf16, and its quantize8_bf16 (amax, scale, encode8, bf16
+ * bits) applied to the gradients in registers instead of to float32 tensors
+ * read back from memory, so the images (and the amaxes) are the same bits.
+ * o1 and o3 differ at most in the sr stream offset; per gradient, si (device
+ * {s, 1/s}) or NULL (unscaled), and amax (device) or NULL (not wanted). */
 template <int ID, int MODE>
 __global__ void __launch_bounds__(exmy_cuda::kThreads)
     swiglu_backward_bf16_kernel(const __grid_constant__ exmy_format rt,
                                 const __grid_constant__ KOpts o1, const __grid_constant__ KOpts o3,
                                 uint16_t *__restrict__ dh1, uint16_t *__restrict__ dh3,
                                 const float *__restrict__ dout, const float *__restrict__ h1,
-                                const float *__restrict__ h3, size_t n, int vec) {
+                                const float *__restrict__ h3, size_t n, int vec,
+                                const float *si1, const float *si3, unsigned int *amax1,
+                                unsigned int *amax3) {
   using namespace exmy_cuda;
   const auto &f = kernel_format<ID>(rt);
   const size_t base = ((size_t)blockIdx.x * exmy_cuda::kThreads + threadIdx.x) * kPer;
-  if (base >= n) return;
-  float d[kPer], a[kPer], b[kPer], g1[kPer], g3[kPer];
-  const bool full = load8(dout, base, n, vec, d);
-  load8(h1, base, n, vec, a);
-  load8(h3, base, n, vec, b);
+  float m1 = 0.0f, m3 = 0.0f;
+  if (base < n) {
+    float d[kPer], a[kPer], b[kPer], g1[kPer], g3[kPer];
+    const bool full = load8(dout, base, n, vec, d);
+    load8(h1, base, n, vec, a);
+    load8(h3, base, n, vec, b);
 #pragma unroll
-  for (int k = 0; k < kPer; k++) swiglu_grads(d[k], a[k], b[k], &g1[k], &g3[k]);
-  uint32_t c[kPer];
-  encode8<ID, MODE>(f, o1, base, g1, c);
+    for (int k = 0; k < kPer; k++) swiglu_grads(d[k], a[k], b[k], &g1[k], &g3[k]);
+    uint32_t c[kPer];
+    quantize8_bf16<ID, MODE>(f, o1, base, n, g1, si1, m1, c);
+    store8<uint16_t>(dh1, base, n, full, c);
+    quantize8_bf16<ID, MODE>(f, o3, base, n, g3, si3, m3, c);
+    store8<uint16_t>(dh3, base, n, full, c);
+  }
+  if (amax1) block_amax_fold(m1, amax1);
+  if (amax3) block_amax_fold(m3, amax3);
+}
+
+/* Only the gradients' amaxes (current scaling's first pass): the same
+ * threads, gradients and folds, nothing written. */
+__global__ void __launch_bounds__(exmy_cuda::kThreads)
+    swiglu_backward_amax_kernel(const float *__restrict__ dout, const float *__restrict__ h1,
+                                const float *__restrict__ h3, size_t n, int vec,
+                                unsigned int *amax1, unsigned int *amax3) {
+  using namespace exmy_cuda;
+  const size_t base = ((size_t)blockIdx.x * exmy_cuda::kThreads + threadIdx.x) * kPer;
+  float m1 = 0.0f, m3 = 0.0f;
+  if (base < n) {
+    float d[kPer], a[kPer], b[kPer], g1[kPer], g3[kPer];
+    load8(dout, base, n, vec, d);
+    load8(h1, base, n, vec, a);
+    load8(h3, base, n, vec, b);
 #pragma unroll
-  for (int k = 0; k < kPer; k++)
-    c[k] = __bfloat16_as_ushort(__float2bfloat16_rn(decode_one<ID>(f, c[k])));
-  store8<uint16_t>(dh1, base, n, full, c);
-  encode8<ID, MODE>(f, o3, base, g3, c);
-#pragma unroll
-  for (int k = 0; k < kPer; k++)
-    c[k] = __bfloat16_as_ushort(__float2bfloat16_rn(decode_one<ID>(f, c[k])));
-  store8<uint16_t>(dh3, base, n, full, c);
+    for (int k = 0; k < kPer; k++) swiglu_grads(d[k], a[k], b[k], &g1[k], &g3[k]);
+    amax8(g1, base, n, m1);
+    amax8(g3, base, n, m3);
+  }
+  if (amax1) block_amax_fold(m1, amax1);
+  if (amax3) block_amax_fold(m3, amax3);
 }
 
 /* The kernel for the table formats of the bf16 operand path, in the modes
@@ -310,7 +334,7 @@ template <int ID>
 struct SwigluBf16Op {
   static bool run(const exmy_format &f, const KOpts &o1, const KOpts &o3, uint16_t *dh1,
                   uint16_t *dh3, const float *dout, const float *h1, const float *h3, size_t n,
-                  cudaStream_t s) {
+                  const gpu_bf16_scaling &sc1, const gpu_bf16_scaling &sc3, cudaStream_t s) {
     if constexpr (ID == SPEC_GENERIC) {
       return false;
     } else {
@@ -320,7 +344,9 @@ struct SwigluBf16Op {
                                          exmy_cuda::kThreads);
       exmy_cuda::with_operand_mode<ID>(o1.mode, [&](auto mode) {
         swiglu_backward_bf16_kernel<ID, decltype(mode)::value>
-            <<<blocks, exmy_cuda::kThreads, 0, s>>>(f, o1, o3, dh1, dh3, dout, h1, h3, n, vec);
+            <<<blocks, exmy_cuda::kThreads, 0, s>>>(f, o1, o3, dh1, dh3, dout, h1, h3, n, vec,
+                                                    sc1.scale_inv, sc3.scale_inv, sc1.amax_bits,
+                                                    sc3.amax_bits);
       });
       return true;
     }
@@ -593,6 +619,7 @@ bool gpu_swiglu_backward_bf16_serves(const exmy_format *f) {
 cudaError_t gpu_swiglu_backward_bf16(void *dh1, void *dh3, const float *dout, const float *h1,
                                      const float *h3, size_t n, const exmy_format *f,
                                      const exmy_rounding_opts *o1, const exmy_rounding_opts *o3,
+                                     const gpu_bf16_scaling *sc1, const gpu_bf16_scaling *sc3,
                                      cudaStream_t s) {
   if (!gpu_swiglu_backward_bf16_serves(f) || exmy_rounding_opts_check(o1) != 0 ||
       exmy_rounding_opts_check(o3) != 0)
@@ -602,9 +629,23 @@ cudaError_t gpu_swiglu_backward_bf16(void *dh1, void *dh3, const float *dout, co
       o1->sr_bits != o3->sr_bits)
     return cudaErrorInvalidValue;
   if (!n) return cudaSuccess;
+  const gpu_bf16_scaling none = {nullptr, nullptr};
   const bool launched = with_spec_format<EXMY_GPU_BF16, SwigluBf16Op>(
-      f, *f, kopts_of(o1), kopts_of(o3), (uint16_t *)dh1, (uint16_t *)dh3, dout, h1, h3, n, s);
+      f, *f, kopts_of(o1), kopts_of(o3), (uint16_t *)dh1, (uint16_t *)dh3, dout, h1, h3, n,
+      sc1 ? *sc1 : none, sc3 ? *sc3 : none, s);
   return launched ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+cudaError_t gpu_swiglu_backward_amax(const float *dout, const float *h1, const float *h3,
+                                     size_t n, unsigned int *amax1, unsigned int *amax3,
+                                     cudaStream_t s) {
+  if (!n || (!amax1 && !amax3)) return cudaSuccess;
+  const int vec = (((uintptr_t)dout | (uintptr_t)h1 | (uintptr_t)h3) & 15u) == 0;
+  const unsigned blocks = blocks_for((n + exmy_cuda::kPer - 1) / exmy_cuda::kPer,
+                                     exmy_cuda::kThreads);
+  swiglu_backward_amax_kernel<<<blocks, exmy_cuda::kThreads, 0, s>>>(dout, h1, h3, n, vec, amax1,
+                                                                     amax3);
+  return cudaGetLastError();
 }
 
 void gpu_add_inplace(float *y, const float *x, size_t n, cudaStream_t s) {

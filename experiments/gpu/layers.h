@@ -54,16 +54,36 @@ void gpu_swiglu_backward(float *dh1, float *dh3, const float *dout, const float 
                          const float *h3, size_t n, cudaStream_t s);
 
 /* The same, dh1 and dh3 (n bf16 values each, bit patterns) written as the
- * bf16 GEMM operand images that exmy_cuda_quantize_bf16 makes of the float32
- * gradients above with format f and options o1 (dh1) and o3 (dh3), bit for
- * bit, without the float32 tensors: o1 and o3 may differ only in the sr
- * stream offset.  f must pass gpu_swiglu_backward_bf16_serves (a table format
- * of the bf16 operand path: bf16, e4m3, e5m2, e8m3..e8m6); any other f or
- * options: cudaErrorInvalidValue, nothing launched. */
+ * bf16 GEMM operand images that cuda/exmy_cuda.h's bf16 quantizers make of
+ * the float32 gradients above with format f and options o1 (dh1) and o3
+ * (dh3), bit for bit, without the float32 tensors: o1 and o3 may differ only
+ * in the sr stream offset.  sc1 and sc3 (NULL: unscaled, no amax) are each
+ * gradient's per-tensor scaling as the quantizer applies it: scale_inv the
+ * device {s, 1/s} of the scaled image Q(g s) (NULL: unscaled), amax_bits a
+ * device word the finite max |g| is folded into as float bits (NULL: none;
+ * the caller zeroes it): exmy_cuda_quantize_bf16 with both NULL,
+ * exmy_cuda_quantize_delayed_bf16 with the pointers of
+ * exmy_cuda_delayed_begin (then exmy_cuda_delayed_end), and
+ * exmy_cuda_quantize_tensor_bf16 with the {s, 1/s} that
+ * exmy_cuda_scale_from_amax makes of gpu_swiglu_backward_amax's amax.  f must
+ * pass gpu_swiglu_backward_bf16_serves (a table format of the bf16 operand
+ * path: bf16, e4m3, e5m2, e8m3..e8m6); any other f or options:
+ * cudaErrorInvalidValue, nothing launched. */
+typedef struct {
+  const float *scale_inv;
+  unsigned int *amax_bits;
+} gpu_bf16_scaling;
 bool gpu_swiglu_backward_bf16_serves(const exmy_format *f);
 cudaError_t gpu_swiglu_backward_bf16(void *dh1, void *dh3, const float *dout, const float *h1,
                                      const float *h3, size_t n, const exmy_format *f,
                                      const exmy_rounding_opts *o1, const exmy_rounding_opts *o3,
+                                     const gpu_bf16_scaling *sc1, const gpu_bf16_scaling *sc3,
+                                     cudaStream_t s);
+/* The finite max |dh1| and |dh3| of the gradients above, folded into *amax1
+ * and *amax3 (device words, either NULL) as float bits, nothing written:
+ * per-tensor current scaling's first pass for gpu_swiglu_backward_bf16. */
+cudaError_t gpu_swiglu_backward_amax(const float *dout, const float *h1, const float *h3,
+                                     size_t n, unsigned int *amax1, unsigned int *amax3,
                                      cudaStream_t s);
 
 /* y += x */

@@ -183,10 +183,14 @@ static void linear_backward(gpu_model *g, float *dinp, float *dw, const float *d
 
 /* SwiGLU's backward writing dh1 and dh3 straight into the dY slots of the
  * W1 and W3 sites as their bf16 operand images (gpu_swiglu_backward_bf16),
- * when both fills would be a plain element-wise rounding into bf16 in one
- * format with one set of options, and no use reads the float32 gradients:
- * the same bits as the float32 tensors and the fills' passes, sr stream
- * indices taken in the same order (W1's, then W3's).  With the dY slots
+ * when both fills would be an element-wise rounding into bf16 (unscaled or
+ * per-tensor scaled) in one format with one set of options, and no use reads
+ * the float32 gradients: the same bits as the float32 tensors and the fills'
+ * passes, sr stream indices taken in the same order (W1's, then W3's), the
+ * delayed states fed the same amaxes.  Current scaling needs each gradient's
+ * amax before its scale: a first kernel finds them from the same inputs
+ * (gpu_swiglu_backward_amax: 12 bytes read per element, against the float32
+ * gradients' 8 written and the amax passes' 8 read).  With the dY slots
  * shared (lean), W1's image takes the shared buffer and W3's the float32 dh3
  * buffer (`spare`, unused then, twice the size needed) until W3's GEMMs.
  * False: nothing done, the caller runs the float32 kernel and the fills. */
@@ -206,11 +210,22 @@ static bool swiglu_backward_fused(gpu_model *g, int l, const float *dout, const 
       r1.flush_subnormals != r3.flush_subnormals || r1.seed != r3.seed ||
       r1.sr_bits != r3.sr_bits)
     return false;
-  exmy_rounding_opts o1, o3;
-  void *y1 = gtq_fill_bf16_slot(g->gq, s1, USE_DX_DY, SLOT_DY, n, &o1, nullptr);
-  void *y3 = gtq_fill_bf16_slot(g->gq, s3, USE_DX_DY, SLOT_DY, n, &o3, spare);
-  gtq_check(gpu_swiglu_backward_bf16(y1, y3, dout, h1, h3, n, &f1, &o1, &o3, g->s),
+  gtq_bf16_fill w1, w3;
+  gtq_fill_bf16_slot(g->gq, s1, USE_DX_DY, SLOT_DY, n, nullptr, &w1);
+  gtq_fill_bf16_slot(g->gq, s3, USE_DX_DY, SLOT_DY, n, spare, &w3);
+  if (w1.current || w3.current) {
+    gtq_check(gpu_swiglu_backward_amax(dout, h1, h3, n, w1.current ? w1.amax_bits : nullptr,
+                                       w3.current ? w3.amax_bits : nullptr, g->s),
+              "swiglu backward (amax)");
+    gtq_fill_bf16_scale(g->gq, s1, USE_DX_DY, SLOT_DY, &w1);
+    gtq_fill_bf16_scale(g->gq, s3, USE_DX_DY, SLOT_DY, &w3);
+  }
+  const gpu_bf16_scaling sc1 = {w1.scale_inv, w1.amax_bits}, sc3 = {w3.scale_inv, w3.amax_bits};
+  gtq_check(gpu_swiglu_backward_bf16(w1.y, w3.y, dout, h1, h3, n, &f1, &w1.o, &w3.o, &sc1, &sc3,
+                                     g->s),
             "swiglu backward (bf16 operands)");
+  gtq_fill_bf16_done(g->gq, s1, USE_DX_DY, SLOT_DY);
+  gtq_fill_bf16_done(g->gq, s3, USE_DX_DY, SLOT_DY);
   g->swiglu_fused++;
   return true;
 }

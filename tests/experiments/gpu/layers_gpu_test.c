@@ -332,6 +332,32 @@ START_TEST(swiglu_and_add) {
 }
 END_TEST
 
+/* The fused SwiGLU backward's inputs for shape si: n elements (the shape's
+ * N x H + 3, a ragged tail), with NaN, infinities, overflow and subnormals in
+ * dout, on the host and on the device. */
+static size_t swiglu_bf16_length(const shape *sh) { return (size_t)sh->B * sh->T * sh->H + 3; }
+static void swiglu_bf16_inputs(int si, size_t n, float **h1, float **h3, float **dout,
+                               float **d_h1, float **d_h3, float **d_dout) {
+  *h1 = rand_floats(n, -10, 10, 80 + si), *h3 = rand_floats(n, -2, 2, 90 + si);
+  *dout = rand_floats(n, -300, 300, 100 + si);
+  float *d = *dout;
+  d[0] = NAN, d[1] = INFINITY, d[2] = -3e38f, d[3] = 1e-40f, d[4] = -1e-42f;
+  d[5] = 1e-8f, d[6] = 0.0f, (*h1)[7] = NAN, (*h3)[8] = -INFINITY;
+  *d_h1 = dev_from(*h1, (n + 1) * sizeof(float)), *d_h3 = dev_from(*h3, (n + 1) * sizeof(float));
+  *d_dout = dev_from(*dout, (n + 1) * sizeof(float));
+}
+
+/* How many of the m bf16 images at the device pointers a and b differ. */
+static size_t bf16_images_differ(const uint16_t *a, const uint16_t *b, size_t m) {
+  uint16_t *x = malloc(m * 2), *y = malloc(m * 2);
+  to_host(x, a, m * 2);
+  to_host(y, b, m * 2);
+  size_t d = 0;
+  for (size_t i = 0; i < m; i++) d += x[i] != y[i];
+  free(x), free(y);
+  return d;
+}
+
 /* The fused SwiGLU backward's bf16 operand images against the unfused path
  * (the float32 gradients, then exmy_cuda_quantize_bf16 of each, the pass the
  * trainer's GEMM fill makes): bit for bit, in each rounding mode the trainer
@@ -350,17 +376,12 @@ START_TEST(swiglu_backward_bf16) {
   };
   for (int si = 0; si < NSHAPES; si++) {
     const shape *sh = &shapes[si];
-    const size_t n = (size_t)sh->B * sh->T * sh->H + 3; /* + 3: a ragged tail */
-    float *h1 = rand_floats(n, -10, 10, 80 + si), *h3 = rand_floats(n, -2, 2, 90 + si);
-    float *dout = rand_floats(n, -300, 300, 100 + si);
-    dout[0] = NAN, dout[1] = INFINITY, dout[2] = -3e38f, dout[3] = 1e-40f, dout[4] = -1e-42f;
-    dout[5] = 1e-8f, dout[6] = 0.0f, h1[7] = NAN, h3[8] = -INFINITY;
-    float *d_h1 = dev_from(h1, (n + 1) * sizeof(float)), *d_h3 = dev_from(h3, (n + 1) * sizeof(float));
-    float *d_dout = dev_from(dout, (n + 1) * sizeof(float));
+    const size_t n = swiglu_bf16_length(sh);
+    float *h1, *h3, *dout, *d_h1, *d_h3, *d_dout;
+    swiglu_bf16_inputs(si, n, &h1, &h3, &dout, &d_h1, &d_h3, &d_dout);
     float *d_dh1 = dev_alloc(n * sizeof(float)), *d_dh3 = dev_alloc(n * sizeof(float));
     uint16_t *d_r1 = dev_alloc(n * 2), *d_r3 = dev_alloc(n * 2);
     uint16_t *d_y1 = dev_alloc((n + 8) * 2), *d_y3 = dev_alloc((n + 8) * 2);
-    uint16_t *r1 = malloc(n * 2), *r3 = malloc(n * 2), *y1 = malloc(n * 2), *y3 = malloc(n * 2);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
       exmy_format f;
       ck_assert_int_eq(exmy_format_parse(cases[c].format, &f), 0);
@@ -380,14 +401,10 @@ START_TEST(swiglu_backward_bf16) {
         CU(exmy_cuda_quantize_bf16(&f, &o1, d_dh1, d_r1, m, 0));
         CU(exmy_cuda_quantize_bf16(&f, &o3, d_dh3, d_r3, m, 0));
         CU(gpu_swiglu_backward_bf16(d_y1 + shift, d_y3 + shift, d_dout + shift, d_h1 + shift,
-                                    d_h3 + shift, m, &f, &o1, &o3, 0));
+                                    d_h3 + shift, m, &f, &o1, &o3, NULL, NULL, 0));
         LAUNCHED();
-        to_host(r1, d_r1, m * 2);
-        to_host(r3, d_r3, m * 2);
-        to_host(y1, d_y1 + shift, m * 2);
-        to_host(y3, d_y3 + shift, m * 2);
-        size_t d1 = 0, d3 = 0;
-        for (size_t i = 0; i < m; i++) d1 += y1[i] != r1[i], d3 += y3[i] != r3[i];
+        const size_t d1 = bf16_images_differ(d_y1 + shift, d_r1, m),
+                     d3 = bf16_images_differ(d_y3 + shift, d_r3, m);
         printf("  %-26s %-8s %-28s %s mode %d shift %d: %zu, %zu of %zu differ\n",
                "swiglu_backward_bf16", "dh1 dh3", sh->name, cases[c].format, (int)cases[c].mode,
                shift, d1, d3, m);
@@ -402,17 +419,156 @@ START_TEST(swiglu_backward_bf16) {
       exmy_rounding_opts o = {0}, o3 = {0};
       ck_assert_int_eq(exmy_format_parse("e3m2", &g), 0);
       ck_assert(!gpu_swiglu_backward_bf16_serves(&g));
-      ck_assert_int_eq(gpu_swiglu_backward_bf16(d_y1, d_y3, d_dout, d_h1, d_h3, n, &g, &o, &o, 0),
-                       cudaErrorInvalidValue);
+      ck_assert_int_eq(
+          gpu_swiglu_backward_bf16(d_y1, d_y3, d_dout, d_h1, d_h3, n, &g, &o, &o, NULL, NULL, 0),
+          cudaErrorInvalidValue);
       ck_assert_int_eq(exmy_format_parse("bf16", &g), 0);
       o3.mode = EXMY_RZ; /* options that differ beyond the offset */
-      ck_assert_int_eq(gpu_swiglu_backward_bf16(d_y1, d_y3, d_dout, d_h1, d_h3, n, &g, &o, &o3, 0),
-                       cudaErrorInvalidValue);
+      ck_assert_int_eq(
+          gpu_swiglu_backward_bf16(d_y1, d_y3, d_dout, d_h1, d_h3, n, &g, &o, &o3, NULL, NULL, 0),
+          cudaErrorInvalidValue);
     }
     CU(cudaFree(d_h1)); CU(cudaFree(d_h3)); CU(cudaFree(d_dout)); CU(cudaFree(d_dh1));
     CU(cudaFree(d_dh3)); CU(cudaFree(d_r1)); CU(cudaFree(d_r3)); CU(cudaFree(d_y1));
     CU(cudaFree(d_y3));
-    free(h1); free(h3); free(dout); free(r1); free(r3); free(y1); free(y3);
+    free(h1); free(h3); free(dout);
+  }
+}
+END_TEST
+
+/* The same for per-tensor scaled images, the trainer's fills under delayed
+ * scaling (exmy_cuda_quantize_delayed_bf16 of each float32 gradient, against
+ * exmy_cuda_delayed_begin, the fused kernel folding the amaxes, then
+ * exmy_cuda_delayed_end) and current scaling (exmy_cuda_quantize_tensor_bf16,
+ * against gpu_swiglu_backward_amax, exmy_cuda_scale_from_amax, then the fused
+ * kernel with those scales): images, the scales the GEMMs read and, for
+ * delayed scaling, the whole state (history, counters, next scale) bit for
+ * bit, over three steps from a state whose scale is not a power of two (the
+ * history of 2 wraps), E4M3 and E5M2, aligned and not. */
+START_TEST(swiglu_backward_bf16_scaled) {
+  static const struct {
+    const char *format;
+    exmy_rounding mode;
+    bool saturate, pow2;
+    int margin;
+  } cases[] = {
+      {"e4m3", EXMY_RNE, true, false, 0},
+      {"e5m2", EXMY_RNE, true, false, 0},
+      {"e5m2", EXMY_SR, true, true, 1},
+      {"e4m3", EXMY_RZ, false, true, 0},
+  };
+  enum { HIST = 2, STEPS = 3 };
+  for (int si = 0; si < NSHAPES; si++) {
+    const shape *sh = &shapes[si];
+    const size_t n = swiglu_bf16_length(sh);
+    float *h1, *h3, *dout, *d_h1, *d_h3, *d_dout;
+    swiglu_bf16_inputs(si, n, &h1, &h3, &dout, &d_h1, &d_h3, &d_dout);
+    float *d_dh1 = dev_alloc(n * sizeof(float)), *d_dh3 = dev_alloc(n * sizeof(float));
+    uint16_t *d_r1 = dev_alloc(n * 2), *d_r3 = dev_alloc(n * 2);
+    uint16_t *d_y1 = dev_alloc((n + 8) * 2), *d_y3 = dev_alloc((n + 8) * 2);
+    /* per gradient: the reference's s, the fused path's {s, 1/s}, amax words */
+    float *d_sr = dev_alloc(2 * sizeof(float)), *d_si = dev_alloc(4 * sizeof(float));
+    unsigned int *d_amax = dev_alloc(4 * sizeof(unsigned int));
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+      exmy_format f;
+      ck_assert_int_eq(exmy_format_parse(cases[c].format, &f), 0);
+      exmy_rounding_opts o1 = {0}, o3;
+      o1.mode = cases[c].mode;
+      o1.saturate = cases[c].saturate;
+      o1.seed = 0x5eed + c;
+      o1.offset = 2001 + si;
+      o3 = o1;
+      o3.offset = o1.offset + n;
+      const int margin = cases[c].margin;
+      const bool pow2 = cases[c].pow2;
+      for (int shift = 0; shift < 2; shift++) {
+        const size_t m = n - shift;
+        const float *dy = d_dout + shift, *a = d_h1 + shift, *b = d_h3 + shift;
+        uint16_t *y1 = d_y1 + shift, *y3 = d_y3 + shift;
+        /* delayed: reference states [0, 1], fused [2, 3], all from one state */
+        float hist[HIST] = {0.5f, 3e3f};
+        exmy_delayed_state start = {HIST, HIST, 1, hist, 0.37f, 1.0f / 0.37f};
+        exmy_cuda_delayed_state *st[4];
+        for (int k = 0; k < 4; k++) {
+          st[k] = exmy_cuda_delayed_state_new(HIST);
+          ck_assert(st[k] != NULL);
+          CU(exmy_cuda_delayed_state_upload(st[k], &start));
+        }
+        for (int step = 0; step < STEPS; step++) {
+          gpu_swiglu_backward(d_dh1, d_dh3, dy, a, b, m, 0);
+          CU(exmy_cuda_quantize_delayed_bf16(&f, &o1, margin, pow2, false, st[0], d_dh1, d_r1, m,
+                                             d_sr, 0));
+          CU(exmy_cuda_quantize_delayed_bf16(&f, &o3, margin, pow2, false, st[1], d_dh3, d_r3, m,
+                                             d_sr + 1, 0));
+          gpu_bf16_scaling sc1, sc3;
+          CU(exmy_cuda_delayed_begin(st[2], &sc1.scale_inv, &sc1.amax_bits, 0));
+          CU(exmy_cuda_delayed_begin(st[3], &sc3.scale_inv, &sc3.amax_bits, 0));
+          CU(gpu_swiglu_backward_bf16(y1, y3, dy, a, b, m, &f, &o1, &o3, &sc1, &sc3, 0));
+          CU(exmy_cuda_delayed_end(&f, margin, pow2, false, st[2], d_si, 0));
+          CU(exmy_cuda_delayed_end(&f, margin, pow2, false, st[3], d_si + 1, 0));
+          LAUNCHED();
+          const size_t d1 = bf16_images_differ(y1, d_r1, m), d3 = bf16_images_differ(y3, d_r3, m);
+          float used[4];
+          to_host(used, d_sr, 2 * sizeof(float));
+          to_host(used + 2, d_si, 2 * sizeof(float));
+          int states_differ = 0;
+          for (int k = 0; k < 2; k++) {
+            float ha[HIST], hb[HIST];
+            exmy_delayed_state sa = {HIST, 0, 0, ha, 0, 0}, sb = {HIST, 0, 0, hb, 0, 0};
+            CU(exmy_cuda_delayed_state_download(st[k], &sa));
+            CU(exmy_cuda_delayed_state_download(st[k + 2], &sb));
+            states_differ += sa.count != sb.count || sa.latest != sb.latest ||
+                             memcmp(&sa.scale, &sb.scale, sizeof(float)) ||
+                             memcmp(&sa.scale_inv, &sb.scale_inv, sizeof(float)) ||
+                             memcmp(ha, hb, sizeof ha);
+          }
+          printf("  %-26s %-8s %-28s %s mode %d shift %d step %d: s %g %g, %zu, %zu of %zu "
+                 "differ, %d states differ\n",
+                 "swiglu_backward_bf16", "delayed", sh->name, cases[c].format,
+                 (int)cases[c].mode, shift, step, used[0], used[1], d1, d3, m, states_differ);
+          ck_assert_msg(d1 == 0 && d3 == 0 && !memcmp(used, used + 2, 2 * sizeof(float)) &&
+                            states_differ == 0,
+                        "swiglu_backward_bf16 delayed %s mode %d (%s, shift %d, step %d): %zu "
+                        "and %zu images, scales %g %g / %g %g, %d states differ",
+                        cases[c].format, (int)cases[c].mode, sh->name, shift, step, d1, d3,
+                        used[0], used[1], used[2], used[3], states_differ);
+        }
+        for (int k = 0; k < 4; k++) exmy_cuda_delayed_state_free(st[k]);
+
+        /* current: the amax kernel's amaxes, and the image kernel's folds of
+         * the same gradients, must agree too */
+        gpu_swiglu_backward(d_dh1, d_dh3, dy, a, b, m, 0);
+        CU(exmy_cuda_quantize_tensor_bf16(&f, &o1, margin, pow2, d_dh1, d_r1, m, d_sr, 0));
+        CU(exmy_cuda_quantize_tensor_bf16(&f, &o3, margin, pow2, d_dh3, d_r3, m, d_sr + 1, 0));
+        CU(cudaMemset(d_amax, 0, 4 * sizeof(unsigned int)));
+        CU(gpu_swiglu_backward_amax(dy, a, b, m, d_amax, d_amax + 1, 0));
+        CU(exmy_cuda_scale_from_amax(&f, margin, pow2, d_amax, d_si, 0));
+        CU(exmy_cuda_scale_from_amax(&f, margin, pow2, d_amax + 1, d_si + 2, 0));
+        const gpu_bf16_scaling sc1 = {d_si, d_amax + 2}, sc3 = {d_si + 2, d_amax + 3};
+        CU(gpu_swiglu_backward_bf16(y1, y3, dy, a, b, m, &f, &o1, &o3, &sc1, &sc3, 0));
+        LAUNCHED();
+        const size_t d1 = bf16_images_differ(y1, d_r1, m), d3 = bf16_images_differ(y3, d_r3, m);
+        float sr[2], si4[4];
+        unsigned int amax[4];
+        to_host(sr, d_sr, sizeof sr);
+        to_host(si4, d_si, sizeof si4);
+        to_host(amax, d_amax, sizeof amax);
+        printf("  %-26s %-8s %-28s %s mode %d shift %d: s %g %g, %zu, %zu of %zu differ\n",
+               "swiglu_backward_bf16", "current", sh->name, cases[c].format, (int)cases[c].mode,
+               shift, sr[0], sr[1], d1, d3, m);
+        ck_assert_msg(d1 == 0 && d3 == 0 && !memcmp(&sr[0], &si4[0], sizeof(float)) &&
+                          !memcmp(&sr[1], &si4[2], sizeof(float)) && amax[0] == amax[2] &&
+                          amax[1] == amax[3] && amax[0] != 0,
+                      "swiglu_backward_bf16 current %s mode %d (%s, shift %d): %zu and %zu "
+                      "images differ, scales %g %g / %g %g, amax %08x %08x / %08x %08x",
+                      cases[c].format, (int)cases[c].mode, sh->name, shift, d1, d3, sr[0], sr[1],
+                      si4[0], si4[2], amax[0], amax[1], amax[2], amax[3]);
+      }
+    }
+    CU(cudaFree(d_h1)); CU(cudaFree(d_h3)); CU(cudaFree(d_dout)); CU(cudaFree(d_dh1));
+    CU(cudaFree(d_dh3)); CU(cudaFree(d_r1)); CU(cudaFree(d_r3)); CU(cudaFree(d_y1));
+    CU(cudaFree(d_y3)); CU(cudaFree(d_sr)); CU(cudaFree(d_si)); CU(cudaFree(d_amax));
+    free(h1); free(h3); free(dout);
   }
 }
 END_TEST
@@ -756,8 +912,58 @@ START_TEST(scale_120m) {
     }
     timer_report("swiglu_backward + 2 bf16", R, 32.0 * NH_);
     timer_start();
-    for (int r = 0; r < R; r++) CU(gpu_swiglu_backward_bf16(q1, q3, b, a, b, NH_, &bf, &rne, &rne, 0));
+    for (int r = 0; r < R; r++)
+      CU(gpu_swiglu_backward_bf16(q1, q3, b, a, b, NH_, &bf, &rne, &rne, NULL, NULL, 0));
     timer_report("swiglu_backward_bf16", R, 16.0 * NH_);
+    /* the same under fp8-te's delayed scaling (bytes as above) and
+     * fp8-current's current scaling (20 + 2 x (4 + 6) per element, against 12
+     * for the amax kernel and 16 for the images) */
+    exmy_format e5;
+    ck_assert_int_eq(exmy_format_parse("e5m2", &e5), 0);
+    exmy_rounding_opts sat = {0};
+    sat.saturate = true;
+    exmy_cuda_delayed_state *st1 = exmy_cuda_delayed_state_new(16),
+                            *st3 = exmy_cuda_delayed_state_new(16);
+    float *used = dev_alloc(2 * sizeof(float)), *si = dev_alloc(4 * sizeof(float));
+    unsigned int *amax = dev_alloc(2 * sizeof(unsigned int));
+    timer_start();
+    for (int r = 0; r < R; r++) {
+      gpu_swiglu_backward(c, d, b, a, b, NH_, 0);
+      CU(exmy_cuda_quantize_delayed_bf16(&e5, &sat, 0, false, false, st1, c, q1, NH_, used, 0));
+      CU(exmy_cuda_quantize_delayed_bf16(&e5, &sat, 0, false, false, st3, d, q3, NH_, used + 1,
+                                         0));
+    }
+    timer_report("swiglu_backward + 2 delayed", R, 32.0 * NH_);
+    timer_start();
+    for (int r = 0; r < R; r++) {
+      gpu_bf16_scaling sc1, sc3;
+      CU(exmy_cuda_delayed_begin(st1, &sc1.scale_inv, &sc1.amax_bits, 0));
+      CU(exmy_cuda_delayed_begin(st3, &sc3.scale_inv, &sc3.amax_bits, 0));
+      CU(gpu_swiglu_backward_bf16(q1, q3, b, a, b, NH_, &e5, &sat, &sat, &sc1, &sc3, 0));
+      CU(exmy_cuda_delayed_end(&e5, 0, false, false, st1, used, 0));
+      CU(exmy_cuda_delayed_end(&e5, 0, false, false, st3, used + 1, 0));
+    }
+    timer_report("swiglu_backward_bf16 delayed", R, 16.0 * NH_);
+    timer_start();
+    for (int r = 0; r < R; r++) {
+      gpu_swiglu_backward(c, d, b, a, b, NH_, 0);
+      CU(exmy_cuda_quantize_tensor_bf16(&e5, &sat, 0, false, c, q1, NH_, used, 0));
+      CU(exmy_cuda_quantize_tensor_bf16(&e5, &sat, 0, false, d, q3, NH_, used + 1, 0));
+    }
+    timer_report("swiglu_backward + 2 current", R, 40.0 * NH_);
+    timer_start();
+    for (int r = 0; r < R; r++) {
+      CU(cudaMemsetAsync(amax, 0, 2 * sizeof(unsigned int), 0));
+      CU(gpu_swiglu_backward_amax(b, a, b, NH_, amax, amax + 1, 0));
+      CU(exmy_cuda_scale_from_amax(&e5, 0, false, amax, si, 0));
+      CU(exmy_cuda_scale_from_amax(&e5, 0, false, amax + 1, si + 2, 0));
+      const gpu_bf16_scaling sc1 = {si, NULL}, sc3 = {si + 2, NULL};
+      CU(gpu_swiglu_backward_bf16(q1, q3, b, a, b, NH_, &e5, &sat, &sat, &sc1, &sc3, 0));
+    }
+    timer_report("swiglu_backward_bf16 current", R, 28.0 * NH_);
+    exmy_cuda_delayed_state_free(st1);
+    exmy_cuda_delayed_state_free(st3);
+    CU(cudaFree(used)); CU(cudaFree(si)); CU(cudaFree(amax));
     CU(cudaFree(q1)); CU(cudaFree(q3));
   }
   timer_start();
@@ -811,8 +1017,10 @@ int main(void) {
   }
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  const TTest *const tests[] = {encoder,   rmsnorm, rope,  swiglu_and_add, swiglu_backward_bf16,
-                                causal_softmax, crossentropy, sumsq, adamw, scale_120m, NULL};
+  const TTest *const tests[] = {encoder,        rmsnorm,      rope,
+                                swiglu_and_add, swiglu_backward_bf16, swiglu_backward_bf16_scaled,
+                                causal_softmax, crossentropy, sumsq,  adamw,
+                                scale_120m,     NULL};
   const int failed = run_suite(suite_of("gpu_layers", 300, tests), false);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   printf("worst max|gpu - cpu| / max|cpu| per function (criterion < 1e-5):\n");

@@ -11,6 +11,10 @@
  *    dX = dY W, dW += dY^T X) bit-identical to the CPU's (exmy_qgemm_accum),
  *    and a model step with them (attention quantized too) within the
  *    quantized recipes' bounds;
+ *  - SwiGLU's backward rounding its own W1 / W3 dY operands (unscaled and
+ *    per-tensor scaled: fp8-te, fp8-coat, fp8-current, msamp-o1) against the
+ *    float32 gradients and the fills' passes: a model step, loss, gradients
+ *    and delayed-scaling states bit for bit;
  *  - MX and NVFP4 GEMMs on their bf16 images against the reference path
  *    (exmy_cuda_qgemm) within float32 bounds, and the trainer with nvfp4.cfg
  *    running every such GEMM on the images. */
@@ -318,55 +322,90 @@ static double rel_diff(const float *a, const float *b, size_t n, int l2) {
   return mx > 0 ? md / mx : md;
 }
 
+/* A model of `size` (model_init's weights) on the host and on the GPU, under
+ * recipe rc (quantized: the GPU model gets sites of its own, and with
+ * cpu_sites the host model too; else both run in float32), batch 3, random
+ * tokens and targets. */
+typedef struct {
+  recipe rc;
+  model_config mc;
+  int B, T, N, n_sites;
+  model m;
+  tq_site *cpu, *gsites; /* cpu: NULL without cpu_sites */
+  gpu_model *g;
+  int *tok, *tgt;
+} model_pair;
+
+static void model_pair_new(model_pair *p, const recipe *rc, bool quantized, const char *size,
+                           gpu_attention_kind attention, bool cpu_sites) {
+  p->rc = *rc;
+  ck_assert(!model_named_size(size, &p->mc));
+  p->B = 3, p->T = p->mc.seq_len, p->N = p->B * p->T, p->n_sites = model_num_sites(&p->mc);
+  model_init(&p->m, &p->mc, 5);
+  p->cpu = cpu_sites ? recipe_make_sites(&p->rc, &p->mc) : NULL;
+  p->gsites = recipe_make_sites(&p->rc, &p->mc);
+  p->m.sites = quantized ? p->cpu : NULL;
+  p->m.swiglu_row_scale = p->rc.swiglu_row_scale;
+  char err[256];
+  p->g = gpu_model_new(&p->m, &p->rc, quantized ? p->gsites : NULL, p->n_sites, p->B, p->T,
+                       attention, err, sizeof err);
+  ck_assert_msg(p->g != NULL, "%s", err);
+  p->tok = malloc(sizeof(int) * p->N), p->tgt = malloc(sizeof(int) * p->N);
+  for (int i = 0; i < p->N; i++)
+    p->tok[i] = (int)(urand() * p->mc.vocab), p->tgt[i] = (int)(urand() * p->mc.vocab);
+}
+
+static void model_pair_free(model_pair *p) {
+  gpu_model_free(p->g);
+  if (p->cpu) recipe_free_sites(p->cpu, p->n_sites);
+  recipe_free_sites(p->gsites, p->n_sites);
+  model_free(&p->m);
+  free(p->tok), free(p->tgt);
+}
+
 static void model_step_compare(const char *const *sets, const char *size, double loss_tol,
                                double grad_tol, int check_weights) {
   recipe rc;
   make_recipe(&rc, sets);
-  model_config mc;
-  ck_assert(!model_named_size(size, &mc));
-  const int B = 3, T = mc.seq_len, N = B * T, n_sites = model_num_sites(&mc);
-  model m;
-  model_init(&m, &mc, 5);
-  tq_site *cpu = recipe_make_sites(&rc, &mc), *gsites = recipe_make_sites(&rc, &mc);
-  m.sites = sets[0] ? cpu : NULL;
-  m.swiglu_row_scale = rc.swiglu_row_scale;
-  char err[256];
-  gpu_model *g = gpu_model_new(&m, &rc, sets[0] ? gsites : NULL, n_sites, B, T,
-                               GPU_ATTENTION_MATERIALIZED, err, sizeof err);
-  ck_assert_msg(g != NULL, "%s", err);
-  int *tok = malloc(sizeof(int) * N), *tgt = malloc(sizeof(int) * N);
-  for (int i = 0; i < N; i++) tok[i] = (int)(urand() * mc.vocab), tgt[i] = (int)(urand() * mc.vocab);
+  model_pair mp;
+  model_pair_new(&mp, &rc, sets[0] != NULL, size, GPU_ATTENTION_MATERIALIZED, true);
+  const model_config mc = mp.mc;
+  const int B = mp.B, T = mp.T;
+  model *m = &mp.m;
+  tq_site *cpu = mp.cpu;
+  gpu_model *g = mp.g;
+  const int *tok = mp.tok, *tgt = mp.tgt;
   tq_sr_counter = 0;
   tq_collect_stats = false;
   gpu_model_begin_step(g, 0, false);
-  model_zero_grad(&m);
-  model_forward(&m, tok, tgt, B, T);
-  model_backward(&m, tok, tgt, 1.0f);
+  model_zero_grad(m);
+  model_forward(m, tok, tgt, B, T);
+  model_backward(m, tok, tgt, 1.0f);
   gpu_model_zero_grad(g);
   const float gl = gpu_model_forward(g, tok, tgt);
   gpu_model_backward(g, 1.0f);
-  const double dl = fabs(gl - m.loss) / fabs(m.loss);
-  float *gg = malloc(sizeof(float) * m.num_params);
+  const double dl = fabs(gl - m->loss) / fabs(m->loss);
+  float *gg = malloc(sizeof(float) * m->num_params);
   cudaDeviceSynchronize();
-  ck_assert(cudaMemcpy(gg, gpu_model_grads(g), sizeof(float) * m.num_params,
+  ck_assert(cudaMemcpy(gg, gpu_model_grads(g), sizeof(float) * m->num_params,
                        cudaMemcpyDeviceToHost) == cudaSuccess);
   double worst = 0;
   int worst_t = 0;
   size_t off = 0;
   for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
-    const double r = rel_diff(m.grads_mem + off, gg + off, m.param_sizes[t], check_weights);
+    const double r = rel_diff(m->grads_mem + off, gg + off, m->param_sizes[t], check_weights);
     if (r > worst) worst = r, worst_t = t;
-    off += m.param_sizes[t];
+    off += m->param_sizes[t];
   }
   /* the whole gradient vector, as the optimizer's clipping sees it: for
    * quantized recipes the bound (whole_tol) is on this; flips of single
    * values to their E8M3 neighbours (2^-3 apart) cascade through the layers,
    * so single tensors may differ by more (seen: 4.5e-2 for wk in `tiny`) */
-  const double whole = rel_diff(m.grads_mem, gg, m.num_params, 1);
+  const double whole = rel_diff(m->grads_mem, gg, m->num_params, 1);
   printf("model %s %s: worst tensor %s, whole gradient relative l2 %.2e\n", size,
          sets[0] ? sets[0] : "fp32", param_tensor_names[worst_t], whole);
   printf("model %s %s: loss cpu %.7f gpu %.7f (rel %.2e), worst gradient rel err %.2e (%s)\n", size,
-         sets[0] ? sets[0] : "fp32", m.loss, gl, dl, worst,
+         sets[0] ? sets[0] : "fp32", m->loss, gl, dl, worst,
          check_weights ? "relative l2 per tensor" : "max abs / max per tensor");
   if (check_weights) { /* the exact property first, then the bounds */
     /* every weight operand of every linear site: bit-identical */
@@ -393,11 +432,8 @@ static void model_step_compare(const char *const *sets, const char *size, double
     ck_assert_msg(whole <= grad_tol, "whole gradient rel l2 %.3e > %.1e", whole, grad_tol);
   else
     ck_assert_msg(worst <= grad_tol, "gradient rel %.3e > %.1e", worst, grad_tol);
-  gpu_model_free(g);
-  recipe_free_sites(cpu, n_sites);
-  recipe_free_sites(gsites, n_sites);
-  model_free(&m);
-  free(tok), free(tgt), free(gg);
+  model_pair_free(&mp);
+  free(gg);
 }
 
 START_TEST(model_fp32_matches_cpu) {
@@ -424,55 +460,93 @@ START_TEST(model_e8m3_weights_bit_identical) {
 }
 END_TEST
 
+/* The delayed-scaling states of the sites' operands (counters, scales,
+ * histories) as one array of floats, to save, restore and compare them:
+ * delayed_states_size floats; delayed_states_copy(sites, n, out, NULL)
+ * saves them into out, (sites, n, NULL, in) restores them from in. */
+static size_t delayed_states_size(const tq_site *sites, int n) {
+  size_t k = 0;
+  for (int i = 0; i < n; i++)
+    for (int u = 0; u < USES_PER_SITE; u++)
+      if (sites[i].op[u].delayed) k += 4 + (size_t)sites[i].op[u].delayed->history_len;
+  return k;
+}
+static void delayed_states_copy(tq_site *sites, int n, float *out, const float *in) {
+  size_t k = 0;
+  for (int i = 0; i < n; i++)
+    for (int u = 0; u < USES_PER_SITE; u++) {
+      exmy_delayed_state *d = sites[i].op[u].delayed;
+      if (!d) continue;
+      const size_t h = (size_t)d->history_len;
+      if (out) {
+        out[k] = (float)d->count, out[k + 1] = (float)d->latest;
+        out[k + 2] = d->scale, out[k + 3] = d->scale_inv;
+        memcpy(out + k + 4, d->amax_history, h * sizeof(float));
+      } else {
+        d->count = (int)in[k], d->latest = (int)in[k + 1];
+        d->scale = in[k + 2], d->scale_inv = in[k + 3];
+        memcpy(d->amax_history, in + k + 4, h * sizeof(float));
+      }
+      k += 4 + h;
+    }
+}
+
 /* SwiGLU's backward writing the W1 and W3 dY operands itself (where the
- * recipe's rounding of them is element-wise and unscaled) against the float32
- * gradients and the GEMM fills' passes: the same step twice on one GPU model
- * (materialised attention, and the fused one with its lean activations),
- * loss and every gradient bit for bit; the fused kernel must have run in
- * every layer where it applies, and in none under per-tensor scaling. */
-static void swiglu_fusion_same_bits(const char *const *sets, bool fuses, const char *size,
-                                    gpu_attention_kind attention) {
+ * recipe's rounding of them is element-wise, unscaled or per-tensor scaled)
+ * against the float32 gradients and the GEMM fills' passes: the same step
+ * twice on one GPU model (materialised attention, and the fused one with its
+ * lean activations) from the same delayed-scaling states (saved after a first
+ * step, so that their scales come from amax histories, and restored), loss,
+ * every gradient and the states after the step bit for bit; the fused kernel
+ * must have run in every layer where it applies.  The recipe: the keys
+ * `sets`, or experiments/configs/`config`.cfg. */
+static void swiglu_fusion_same_bits(const char *const *sets, const char *config, bool fuses,
+                                    const char *size, gpu_attention_kind attention) {
   recipe rc;
-  make_recipe(&rc, sets);
-  model_config mc;
-  ck_assert(!model_named_size(size, &mc));
-  const int B = 3, T = mc.seq_len, N = B * T, n_sites = model_num_sites(&mc);
-  model m;
-  model_init(&m, &mc, 5);
-  tq_site *gsites = recipe_make_sites(&rc, &mc);
-  m.swiglu_row_scale = rc.swiglu_row_scale;
-  char err[256];
-  gpu_model *g = gpu_model_new(&m, &rc, gsites, n_sites, B, T, attention, err, sizeof err);
-  ck_assert_msg(g != NULL, "%s", err);
-  int *tok = malloc(sizeof(int) * N), *tgt = malloc(sizeof(int) * N);
-  for (int i = 0; i < N; i++) tok[i] = (int)(urand() * mc.vocab), tgt[i] = (int)(urand() * mc.vocab);
-  float *gg[2], loss[2];
+  if (config) load_config_recipe(&rc, config);
+  else make_recipe(&rc, sets);
+  const char *name = config ? config : sets[0];
+  model_pair mp;
+  model_pair_new(&mp, &rc, true, size, attention, false);
+  gpu_model *g = mp.g;
+  const size_t P = mp.m.num_params, ns = delayed_states_size(mp.gsites, mp.n_sites);
+  float *gg[2], loss[2], *states[3];
+  for (int k = 0; k < 3; k++) states[k] = malloc(sizeof(float) * (ns + 1));
   unsigned long long fused[2];
-  for (int pass = 0; pass < 2; pass++) {
+  for (int pass = -1; pass < 2; pass++) {
     gpu_model_set_swiglu_unfused(g, pass == 1);
+    if (pass >= 0) { /* both passes from the states after the first step */
+      delayed_states_copy(mp.gsites, mp.n_sites, NULL, states[2]);
+      gpu_model_states_upload(g);
+    }
+    const unsigned long long before = gpu_model_swiglu_fused(g);
     gpu_model_begin_step(g, 0, false);
     gpu_model_zero_grad(g);
-    loss[pass] = gpu_model_forward(g, tok, tgt);
+    const float l = gpu_model_forward(g, mp.tok, mp.tgt);
     gpu_model_backward(g, 1.0f);
-    fused[pass] = gpu_model_swiglu_fused(g);
-    gg[pass] = malloc(sizeof(float) * m.num_params);
     CU(cudaDeviceSynchronize());
-    CU(cudaMemcpy(gg[pass], gpu_model_grads(g), sizeof(float) * m.num_params,
-                  cudaMemcpyDeviceToHost));
+    gpu_model_states_download(g);
+    delayed_states_copy(mp.gsites, mp.n_sites, states[pass < 0 ? 2 : pass], NULL);
+    if (pass < 0) continue;
+    loss[pass] = l;
+    fused[pass] = gpu_model_swiglu_fused(g) - before;
+    gg[pass] = malloc(sizeof(float) * P);
+    CU(cudaMemcpy(gg[pass], gpu_model_grads(g), sizeof(float) * P, cudaMemcpyDeviceToHost));
   }
-  const size_t differ = count_bit_diffs(gg[0], gg[1], m.num_params);
-  printf("swiglu fusion %s ... (%s, %s): %llu layers fused, loss %.7f / %.7f, %zu of %zu gradients differ\n",
-         sets[0], size, attention == GPU_ATTENTION_FLASH ? "flash" : "materialised", fused[0],
-         loss[0], loss[1], differ, m.num_params);
-  ck_assert_msg(fused[0] == (fuses ? (unsigned long long)mc.n_layers : 0ull) &&
-                    fused[1] == fused[0],
-                "%s: %llu then %llu layers fused", sets[0], fused[0], fused[1]);
-  ck_assert_msg(!memcmp(&loss[0], &loss[1], sizeof(float)), "%s: losses differ", sets[0]);
-  ck_assert_msg(differ == 0, "%s: %zu gradients differ", sets[0], differ);
-  gpu_model_free(g);
-  recipe_free_sites(gsites, n_sites);
-  model_free(&m);
-  free(tok), free(tgt), free(gg[0]), free(gg[1]);
+  const size_t differ = count_bit_diffs(gg[0], gg[1], P),
+               states_differ = count_bit_diffs(states[0], states[1], ns);
+  printf("swiglu fusion %s ... (%s, %s): %llu layers fused, loss %.7f / %.7f, %zu of %zu "
+         "gradients and %zu of %zu delayed-state values differ\n",
+         name, size, attention == GPU_ATTENTION_FLASH ? "flash" : "materialised", fused[0],
+         loss[0], loss[1], differ, P, states_differ, ns);
+  ck_assert_msg(fused[0] == (fuses ? (unsigned long long)mp.mc.n_layers : 0ull) && fused[1] == 0,
+                "%s: %llu then %llu layers fused", name, fused[0], fused[1]);
+  ck_assert_msg(!memcmp(&loss[0], &loss[1], sizeof(float)), "%s: losses differ", name);
+  ck_assert_msg(differ == 0, "%s: %zu gradients differ", name, differ);
+  ck_assert_msg(states_differ == 0, "%s: %zu delayed-state values differ", name, states_differ);
+  model_pair_free(&mp);
+  free(gg[0]), free(gg[1]);
+  for (int k = 0; k < 3; k++) free(states[k]);
 }
 
 START_TEST(model_swiglu_fusion_bit_identical) {
@@ -481,17 +555,35 @@ START_TEST(model_swiglu_fusion_bit_identical) {
   static const char *const e8m3_sr[] = {"format_w=e8m3", "format_a=e8m3", "format_g=e8m3",
                                         "rounding=sr", NULL};
   static const char *const fp8[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", NULL};
-  static const char *const fp8_tensor[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
-                                           "scaling=tensor", NULL};
+  /* per-tensor scaled E4M3 gradients, and sr under scaling (its offsets) */
+  static const char *const e4m3_delayed[] = {"format_w=e4m3", "format_a=e4m3",
+                                             "format_g=e4m3", "scaling=delayed",
+                                             "amax_history=4", "saturate=1", NULL};
+  static const char *const e4m3_tensor_sr[] = {"format_w=e4m3", "format_a=e4m3",
+                                               "format_g=e4m3", "scaling=tensor",
+                                               "rounding=sr", "saturate=1", NULL};
+  /* what it does not serve: MX, quantized along K */
+  static const char *const mx[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                                   "scaling=mx", NULL};
   const gpu_attention_kind mat = GPU_ATTENTION_MATERIALIZED, flash = GPU_ATTENTION_FLASH;
-  swiglu_fusion_same_bits(bf16, true, "test", mat);
-  swiglu_fusion_same_bits(e8m3_sr, true, "test", mat);
-  swiglu_fusion_same_bits(fp8, true, "test", mat);
-  swiglu_fusion_same_bits(fp8_tensor, false, "test", mat);
+  swiglu_fusion_same_bits(bf16, NULL, true, "test", mat);
+  swiglu_fusion_same_bits(e8m3_sr, NULL, true, "test", mat);
+  swiglu_fusion_same_bits(fp8, NULL, true, "test", mat);
+  /* the scaled recipes: E5M2 gradients under delayed (fp8-te, fp8-coat) and
+   * current scaling (fp8-current, msamp-o1), E4M3 under both */
+  swiglu_fusion_same_bits(NULL, "fp8-te", true, "test", mat);
+  swiglu_fusion_same_bits(NULL, "fp8-coat", true, "test", mat);
+  swiglu_fusion_same_bits(NULL, "fp8-current", true, "test", mat);
+  swiglu_fusion_same_bits(NULL, "msamp-o1", true, "test", mat);
+  swiglu_fusion_same_bits(e4m3_delayed, NULL, true, "test", mat);
+  swiglu_fusion_same_bits(e4m3_tensor_sr, NULL, true, "test", mat);
+  swiglu_fusion_same_bits(mx, NULL, false, "test", mat);
   /* the fused attention's lean activations: one dY buffer for every site,
    * W3's image in the float32 dh3 buffer (head size 32: `tiny`) */
-  swiglu_fusion_same_bits(bf16, true, "tiny", flash);
-  swiglu_fusion_same_bits(fp8, true, "tiny", flash);
+  swiglu_fusion_same_bits(bf16, NULL, true, "tiny", flash);
+  swiglu_fusion_same_bits(fp8, NULL, true, "tiny", flash);
+  swiglu_fusion_same_bits(NULL, "fp8-te", true, "tiny", flash);
+  swiglu_fusion_same_bits(NULL, "fp8-current", true, "tiny", flash);
 }
 END_TEST
 

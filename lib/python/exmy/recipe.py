@@ -8,9 +8,9 @@ experiments/trainer/recipe.c does (recipe_from_config):
   * roles: "w" (weights), "a" (activations), "g" (output gradients dY), with
     format_w / format_a / format_g (fp32, float32, none or empty: not
     quantized), rounding_<role> or else rounding, and the shared sr_bits,
-    saturate, flush_subnormals, scaling (none | tensor | delayed | mx; group
-    and nvfp4 are read and checked, but only the C trainers apply them),
-    margin, pow2_scale, mx_block;
+    saturate, flush_subnormals, scaling (none | tensor | delayed | mx |
+    group | nvfp4), margin, pow2_scale, mx_block, and for group and nvfp4
+    weight_block_rows, wgrad_hadamard, hadamard_seed;
   * stochastic rounding's seed of a role is seed + 1 + (0 for w, 1 for a,
     2 for g), seed being the run's (the trainer's default 1337);
   * the "high" operands (high_format, rne, no scaling, seed 0) are those of

@@ -14,13 +14,16 @@
      in an operand's rounding, scale, seed, offset, block direction or in a
      transpose changes them;
    - on Gaussian inputs, the rounded operands X, W, dY must be bit-identical
-     (element-wise recipes) and Y, dX, dW equal up to summation order.
+     (element-wise recipes) and Y, dX, dW equal up to summation order;
+   - recipes whose GEMMs accumulate block-scaled operands as codes with the
+     blocks' scales at each promotion (fp8-deepseek under hopper-split, also
+     with stochastic rounding): Y, dX, dW bit-identical on Gaussian inputs,
+     with K below 128, a multiple of 128, and with partial last blocks.
 3. fake_quant's straight-through gradient; quant_matmul / QuantMatmul's
    gradients against their definition; the sr stream; the errors.
 """
 import glob
 import os
-import re
 import tempfile
 
 import numpy as np
@@ -118,25 +121,34 @@ T.raises(ValueError, lambda: Recipe.load("no-such-recipe"), "unknown recipe name
 # ---- 2. QuantLinear against the trainer's linear layer
 STEPS, N, C, OC = 3, 40, 48, 36
 rng = np.random.default_rng(7)
+# (N, C, OC) for the recipes whose GEMMs accumulate as codes with block
+# scales: K of every GEMM below 128 (one partial block); every K a multiple
+# of 128 (whole blocks, 128 x 128 weight blocks whole in both directions);
+# partial last blocks along K and partial weight blocks
+CODES_SHAPES = ((N, C, OC), (128, 256, 128), (136, 200, 130))
 
 
 def c_linear(path, x, w, dy):
-    out = {k: np.zeros((STEPS,) + s, np.float32) for k, s in
-           (("y", (N, OC)), ("dx", (N, C)), ("dw", (OC, C)), ("qx", (N, C)), ("qw", (OC, C)),
-            ("qdy", (N, OC)))}
+    steps, n, c = x.shape
+    oc = w.shape[1]
+    out = {k: np.zeros((steps,) + s, np.float32) for k, s in
+           (("y", (n, oc)), ("dx", (n, c)), ("dw", (oc, c)), ("qx", (n, c)), ("qw", (oc, c)),
+            ("qdy", (n, oc)))}
     for k in out:
         out[k][:] = np.nan  # untouched where the trainer keeps no rounded copy
-    rc = shim().shim_linear(path.encode(), 1337, STEPS, N, C, OC, ptr(x), ptr(w), ptr(dy),
+    rc = shim().shim_linear(path.encode(), 1337, steps, n, c, oc, ptr(x), ptr(w), ptr(dy),
                             *(ptr(out[k]) for k in ("y", "dx", "dw", "qx", "qw", "qdy")))
     assert rc == 0, path
     return out
 
 
 def py_linear(path, x, w, dy):
-    layer = xt.QuantLinear(C, OC, bias=False, recipe=path, seed=1337, sr_stream=xt.SRStream())
+    steps, _, c = x.shape
+    oc = w.shape[1]
+    layer = xt.QuantLinear(c, oc, bias=False, recipe=path, seed=1337, sr_stream=xt.SRStream())
     layer.capture = {}
     out = {k: [] for k in ("y", "dx", "dw", "qx", "qw", "qdy")}
-    for t in range(STEPS):
+    for t in range(steps):
         layer.sr_stream.begin_step(t)
         with torch.no_grad():
             layer.weight.copy_(torch.from_numpy(w[t]))
@@ -153,40 +165,45 @@ def py_linear(path, x, w, dy):
     return out
 
 
+def gaussian(n, c, oc):
+    x = rng.standard_normal((STEPS, n, c)).astype(np.float32)
+    w = (rng.standard_normal((STEPS, oc, c)) * 0.05).astype(np.float32)
+    dy = (rng.standard_normal((STEPS, n, oc)) * 1e-3).astype(np.float32)
+    return x, w, dy
+
+
 def block_scaled_under_model(recipe, ops):
-    """The C GEMMs' codes path (exmy_accum_block_scaled), which exmy.torch
-    refuses: group blocks along K of the model's promotion interval."""
+    """The C GEMMs' codes path (exmy_accum_block_scaled): group blocks along
+    K of the model's promotion interval, accumulated as codes with the
+    blocks' scales applied at each promotion."""
     acc = recipe.accumulate
     return str(acc) != "fp32" and acc.promote_every > 0 and any(
         op.enabled and op.scaling == "group" and op.mx_block == acc.promote_every
         for op in ops.values())
 
 
+def check_codes_linear(name, path):
+    """Y, dX and dW bit-identical to the trainer's on Gaussian inputs: both
+    run exmy_qgemm_accum, which rounds the block-scaled operands itself."""
+    for n, c, oc in CODES_SHAPES:
+        x, w, dy = gaussian(n, c, oc)
+        want, got = c_linear(path, x, w, dy), py_linear(path, x, w, dy)
+        for k in ("y", "dx", "dw"):
+            diff = [same_bits(got[k][t], want[k][t]) for t in range(STEPS)]
+            T.check(diff == [0] * STEPS, f"{name} (block-scaled accumulation) {n}x{c}->{oc}: {k} "
+                                         f"differs from the trainer's in {diff} elements")
+
+
+codes_recipes = []
 for path in CONFIGS:
     name = os.path.basename(path)[:-4]
     recipe = Recipe.load(path)
     ops = recipe.operands()
     if block_scaled_under_model(recipe, ops):
-        T.raises(NotImplementedError, lambda: xt.QuantLinear(C, OC, bias=False, recipe=path),
-                 f"{name}: QuantLinear refuses the block-scaled accumulation it cannot match")
-        T.raises(NotImplementedError, lambda: xt.quant_linear(
-            torch.zeros(2, C), torch.zeros(OC, C), recipe=path),
-                 f"{name}: quant_linear refuses it too")
-        # and with float32 accumulation the layer is the trainer's again
-        with tempfile.TemporaryDirectory() as tmp:
-            fp32 = os.path.join(tmp, name + "-fp32.cfg")
-            with open(path) as f, open(fp32, "w") as g:
-                g.write(re.sub(r"(?m)^accumulate\s*=.*$", "accumulate = fp32", f.read()))
-            x = rng.standard_normal((STEPS, N, C)).astype(np.float32)
-            w = (rng.standard_normal((STEPS, OC, C)) * 0.05).astype(np.float32)
-            dy = (rng.standard_normal((STEPS, N, OC)) * 1e-3).astype(np.float32)
-            want, got = c_linear(fp32, x, w, dy), py_linear(fp32, x, w, dy)
-            for k in ("y", "dx", "dw"):
-                rel = max(float(np.abs(got[k][t] - want[k][t]).max() /
-                                np.abs(want[k][t]).max()) for t in range(STEPS))
-                T.check(rel < 1e-5, f"{name} (accumulate = fp32) gaussian inputs: {k} rel err "
-                                    f"{rel:.2e}")
-        print(f"  {name:14s} refused (block-scaled accumulation); with fp32 accumulation checked")
+        codes_recipes.append(name)
+        check_codes_linear(name, path)
+        print(f"  {name:14s} QuantLinear == trainer's linear layer, block-scaled accumulation: "
+              "checked bit for bit")
         continue
     elementwise = all(op.elementwise for op in ops.values())
     quantized = any(op.enabled for op in ops.values())
@@ -203,9 +220,7 @@ for path in CONFIGS:
             T.check(diff == 0, f"{name} exact inputs: {k} differs from the trainer in {diff} "
                                "elements")
     # Gaussian inputs: operands bit-identical, products up to summation order
-    x = rng.standard_normal((STEPS, N, C)).astype(np.float32)
-    w = (rng.standard_normal((STEPS, OC, C)) * 0.05).astype(np.float32)
-    dy = (rng.standard_normal((STEPS, N, OC)) * 1e-3).astype(np.float32)
+    x, w, dy = gaussian(N, C, OC)
     want, got = c_linear(path, x, w, dy), py_linear(path, x, w, dy)
     for k in ("y", "dx", "dw"):
         rel = max(float(np.abs(got[k][t] - want[k][t]).max() / np.abs(want[k][t]).max())
@@ -218,6 +233,13 @@ for path in CONFIGS:
             T.check(d == [0] * STEPS, f"{name} gaussian inputs: rounded {k[1:]} differs "
                                       f"from the trainer's: {d}")
     print(f"  {name:14s} QuantLinear == trainer's linear layer: checked")
+T.check("fp8-deepseek" in codes_recipes, f"block-scaled accumulation checked ({codes_recipes})")
+# the same with stochastic rounding: each operand's sr offset reaches exmy_qgemm_accum
+with tempfile.TemporaryDirectory() as tmp:
+    sr = os.path.join(tmp, "fp8-deepseek-sr.cfg")
+    with open(os.path.join(CONFIG_DIR, "fp8-deepseek.cfg")) as f, open(sr, "w") as g:
+        g.write(f.read() + "rounding = sr\n")
+    check_codes_linear("fp8-deepseek with rounding = sr", sr)
 
 # ---- 3. fake_quant: forward is quantize, the gradient passes straight through
 x = torch.randn(8, 33) * 10
@@ -280,6 +302,22 @@ for recipe in ("e8m3", "mxfp8", "e8m3-sr"):
     T.check(mm.sr_stream.offset == s.offset, f"quant_matmul {recipe}: sr stream consumed "
                                              f"{mm.sr_stream.offset - 100} elements")
 T.raises(ValueError, lambda: xt.quant_matmul(a, b[:1], recipe="e8m3"), "quant_matmul shapes")
+# block-scaled accumulation (fp8-deepseek): a batched product is its slices' 2-D products
+a = torch.randn(2, 3, 20, 200, requires_grad=True)
+b = torch.randn(2, 3, 12, 200, requires_grad=True)
+y = xt.QuantMatmul(recipe="fp8-deepseek")(a, b)
+g = torch.randn_like(y)
+y.backward(g)
+same = True
+for i in range(2):
+    for j in range(3):
+        ai, bi = a[i, j].detach().clone().requires_grad_(), b[i, j].detach().clone().requires_grad_()
+        yi = xt.quant_matmul(ai, bi, recipe="fp8-deepseek")
+        yi.backward(g[i, j])
+        same &= torch.equal(yi, y[i, j]) and torch.equal(ai.grad, a.grad[i, j]) and \
+            torch.equal(bi.grad, b.grad[i, j])
+T.check(same, "quant_matmul fp8-deepseek (block-scaled accumulation): each slice's forward and "
+              "gradients are its 2-D product's")
 
 # ---- QuantLinear as a drop-in nn.Linear
 lin = torch.nn.Linear(16, 8)

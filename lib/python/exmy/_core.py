@@ -623,11 +623,8 @@ def _blocks(kind, block_rows, hadamard, hadamard_seed):
     return block_rows, hadamard, _u64(hadamard_seed, "hadamard_seed")
 
 
-def _scaled(x, fmt, scaling, rounding, saturate, flush_subnormals, seed, offset, sr_bits, margin,
-            pow2, state, dynamic_range_expansion, out, want_stats, block_rows=1, hadamard=0,
-            hadamard_seed=0):
-    f = _format(fmt)
-    o = _opts(rounding, saturate, flush_subnormals, seed, offset, sr_bits)
+def _scaling(scaling, margin, pow2, dynamic_range_expansion, block_rows, hadamard, hadamard_seed):
+    """The exmy_scaling struct of quantize_scaled's scaling arguments, checked."""
     kind, group = _parse_scaling(scaling)
     try:
         margin = operator.index(margin)
@@ -642,6 +639,19 @@ def _scaled(x, fmt, scaling, rounding, saturate, flush_subnormals, seed, offset,
     block_rows, hadamard, hadamard_seed = _blocks(kind, block_rows, hadamard, hadamard_seed)
     if dre and block_rows > 1:
         raise ValueError("exmy: dynamic_range_expansion takes 1-row groups only")
+    return _lib.Scaling(kind=_lib.SCALING_KINDS.index(kind), margin=margin, pow2=pow2, group=group,
+                        dynamic_range_expansion=dre, block_rows=block_rows, hadamard=hadamard,
+                        hadamard_seed=hadamard_seed)
+
+
+def _scaled(x, fmt, scaling, rounding, saturate, flush_subnormals, seed, offset, sr_bits, margin,
+            pow2, state, dynamic_range_expansion, out, want_stats, block_rows=1, hadamard=0,
+            hadamard_seed=0):
+    f = _format(fmt)
+    o = _opts(rounding, saturate, flush_subnormals, seed, offset, sr_bits)
+    sc = _scaling(scaling, margin, pow2, dynamic_range_expansion, block_rows, hadamard,
+                  hadamard_seed)
+    kind = _lib.SCALING_KINDS[sc.kind]
     if (kind == "delayed") != (state is not None):
         raise ValueError('exmy: scaling="delayed" needs state=exmy.DelayedState(...), and only '
                          'it takes a state')
@@ -651,9 +661,6 @@ def _scaled(x, fmt, scaling, rounding, saturate, flush_subnormals, seed, offset,
     y = _output(out, a, "float32", alias_ok=not want_stats)
     rows, cols = _rows_cols(a.shape)
     stats = _lib.TensorStats()
-    sc = _lib.Scaling(kind=_lib.SCALING_KINDS.index(kind), margin=margin, pow2=pow2, group=group,
-                      dynamic_range_expansion=dre, block_rows=block_rows, hadamard=hadamard,
-                      hadamard_seed=hadamard_seed)
     if a.on_cuda:
         _scaled_cuda(f, o, sc, state, a, y, rows, cols, stats if want_stats else None)
     else:
@@ -876,6 +883,28 @@ class AccumModel:
         return hash(str(self))
 
 
+def _operand_quant(fmt, scaling, rounding="rne", saturate=False, flush_subnormals=False, seed=0,
+                   offset=0, sr_bits=0, margin=0, pow2=False, block_rows=1, hadamard=0,
+                   hadamard_seed=0):
+    """The exmy_operand_quant of a GEMM operand rounded as quantize_scaled(x,
+    fmt, scaling, ...) rounds x (laid out with K contiguous, x.shape[-1] the
+    GEMM's reduction dimension): what exmy_qgemm_accum takes to round the
+    operand itself.  Delayed scaling has no state here: refused."""
+    sc = _scaling(scaling, margin, pow2, False, block_rows, hadamard, hadamard_seed)
+    if _lib.SCALING_KINDS[sc.kind] == "delayed":
+        raise ValueError("exmy: a GEMM operand recipe takes no delayed scaling")
+    return _lib.OperandQuant(enabled=True, format=_format(fmt)._c,
+                             round=_opts(rounding, saturate, flush_subnormals, seed, offset,
+                                         sr_bits), scaling=sc)
+
+
+def _accum_block_scaled(q, model):
+    """Whether exmy_qgemm_accum reads an operand rounded per q (an
+    exmy_operand_quant) under `model` as its codes with a scale per block,
+    applied at each promotion (exmy_accum_block_scaled)."""
+    return bool(lib.exmy_accum_block_scaled(ctypes.byref(q), ctypes.byref(AccumModel(model)._c)))
+
+
 _cuda_gemm = {}  # device index -> exmy_cuda_gemm (its workspaces), kept for the process
 
 
@@ -897,6 +926,16 @@ def qgemm_accum(a, b, model="fp32", trans_a=False, trans_b=False, out=None, fmt_
     out: optional m x n output of the same type and device (not overlapping
       a or b).
     """
+    return _qgemm_accum(a, b, model, trans_a, trans_b, out, fmt_a, fmt_b)
+
+
+def _qgemm_accum(a, b, model="fp32", trans_a=False, trans_b=False, out=None, fmt_a=None,
+                 fmt_b=None, qa=None, qb=None):
+    """qgemm_accum with op(a) and op(b) rounded inside the GEMM per qa and qb
+    (exmy_operand_quant from _operand_quant, or None: used as they are), as
+    the C trainer's exmy_qgemm_accum does: an operand that the model reads
+    as codes (_accum_block_scaled) is accumulated as its codes with its block
+    scales applied at each promotion.  With qa or qb: CPU arrays only."""
     m_ = AccumModel(model)
     c_model = _lib.AccumModel.from_buffer_copy(m_._c)
     c_model.emin_a = -126 if fmt_a is None else _format(fmt_a)._c.emin
@@ -920,6 +959,8 @@ def qgemm_accum(a, b, model="fp32", trans_a=False, trans_b=False, out=None, fmt_
     lda, ldb = x.shape[1], y.shape[1]
     if not (m and n):
         return c.obj
+    if x.on_cuda and (qa is not None or qb is not None):
+        raise ValueError("exmy: operand recipes take CPU arrays (exmy_qgemm_accum)")
     if x.on_cuda:
         import torch
         dev = x.obj.device.index if x.obj.device.index is not None else torch.cuda.current_device()
@@ -932,7 +973,11 @@ def qgemm_accum(a, b, model="fp32", trans_a=False, trans_b=False, out=None, fmt_
         _cuda_run(x, "exmy_cuda_qgemm_accum", _cuda_gemm[dev], bool(trans_a), bool(trans_b), m, n,
                   k, 1.0, x.ptr, lda, None, y.ptr, ldb, None, 0.0, c.ptr, n, None,
                   ctypes.byref(c_model))
-    elif lib.exmy_qgemm_accum(bool(trans_a), bool(trans_b), m, n, k, 1.0, x.ptr, lda, None, y.ptr,
-                              ldb, None, 0.0, c.ptr, n, None, ctypes.byref(c_model)) != 0:
-        raise MemoryError("exmy: exmy_qgemm_accum failed (out of memory)")
+    elif lib.exmy_qgemm_accum(bool(trans_a), bool(trans_b), m, n, k, 1.0, x.ptr, lda,
+                              None if qa is None else ctypes.byref(qa), y.ptr, ldb,
+                              None if qb is None else ctypes.byref(qb), 0.0, c.ptr, n, None,
+                              ctypes.byref(c_model)) != 0:
+        raise MemoryError("exmy: exmy_qgemm_accum failed (out of memory" +
+                          (" or an operand recipe it refuses)" if qa is not None or qb is not None
+                           else ")"))
     return c.obj

@@ -101,6 +101,7 @@ PROTOTYPES = {
                                  c_float, c_void_p, c_size_t, P(OperandQuant), P(AccumModel)]),
     "exmy_accum_model_parse": (c_int, [ctypes.c_char_p, P(AccumModel)]),
     "exmy_accum_model_format": (c_int, [P(AccumModel), ctypes.c_char_p, c_size_t]),
+    "exmy_accum_block_scaled": (c_bool, [P(OperandQuant), P(AccumModel)]),
 }
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))

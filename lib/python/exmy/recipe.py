@@ -8,9 +8,9 @@ experiments/trainer/recipe.c does (recipe_from_config):
   * roles: "w" (weights), "a" (activations), "g" (output gradients dY), with
     format_w / format_a / format_g (fp32, float32, none or empty: not
     quantized), rounding_<role> or else rounding, and the shared sr_bits,
-    saturate, flush_subnormals, scaling (none | tensor | delayed | mx; group
-    and nvfp4 are read and checked, but only the C trainers apply them),
-    margin, pow2_scale, mx_block;
+    saturate, flush_subnormals, scaling (none | tensor | delayed | mx |
+    group | nvfp4), margin, pow2_scale, mx_block, and for group and nvfp4
+    weight_block_rows, wgrad_hadamard, hadamard_seed;
   * stochastic rounding's seed of a role is seed + 1 + (0 for w, 1 for a,
     2 for g), seed being the run's (the trainer's default 1337);
   * the "high" operands (high_format, rne, no scaling, seed 0) are those of
@@ -127,6 +127,18 @@ class Operand:
         weight-gradient GEMM (where nvfp4's Hadamard transform applies)."""
         if not self.enabled:
             return x
+        return _core.quantize_scaled(x, self.format, state=state, **self._args(offset, wgrad))
+
+    def gemm_quant(self, offset=0, wgrad=False):
+        """This operand as the C GEMMs take it (an exmy_operand_quant, for
+        exmy_qgemm_accum to round it as quantize rounds x); None if disabled.
+        Not for delayed scaling (its state stays with quantize)."""
+        if not self.enabled:
+            return None
+        return _core._operand_quant(self.format, **self._args(offset, wgrad))
+
+    def _args(self, offset, wgrad):
+        """quantize_scaled's arguments but x, format and state."""
         scaling, blocks = self.scaling, {}
         if scaling == "mx":
             scaling = f"mx:{self.mx_block or 32}"
@@ -134,11 +146,9 @@ class Operand:
             scaling = f"{scaling}:{self.mx_block}"
             blocks = dict(block_rows=self.block_rows, hadamard=self.wgrad_hadamard if wgrad else 0,
                           hadamard_seed=self.hadamard_seed)
-        return _core.quantize_scaled(x, self.format, scaling, rounding=self.rounding,
-                                     saturate=self.saturate,
-                                     flush_subnormals=self.flush_subnormals, seed=self.seed,
-                                     offset=offset, sr_bits=self.sr_bits, margin=self.margin,
-                                     pow2=self.pow2, state=state, **blocks)
+        return dict(scaling=scaling, rounding=self.rounding, saturate=self.saturate,
+                    flush_subnormals=self.flush_subnormals, seed=self.seed, offset=offset,
+                    sr_bits=self.sr_bits, margin=self.margin, pow2=self.pow2, **blocks)
 
     def __repr__(self):
         if not self.enabled:

@@ -14,10 +14,15 @@ with Q_r the recipe's operand of role r (w: weights, a: activations, g:
 output gradients) and float32 products (torch.matmul; keep TF32 off, the
 default, for pedantic float32 accumulation), or, where the recipe names an
 accumulation model (`accumulate`), each dot product accumulated by it
-(exmy.qgemm_accum, as the trainer's exmy_qgemm_accum), except blocks along
-K of the model's promotion interval (fp8-deepseek under hopper-split), which
-the trainer accumulates as codes with the blocks' scales at each promotion
-and exmy.torch refuses (NotImplementedError).  Element-wise recipes (no
+(exmy.qgemm_accum, as the trainer's exmy_qgemm_accum).  An operand quantized
+in blocks along K of the model's promotion interval (exmy_accum_block_scaled:
+fp8-deepseek's 1 x 128 and 128 x 128 blocks under hopper-split) is handed
+unrounded, with its recipe, to exmy_qgemm_accum, which rounds it as the
+trainer does and accumulates its codes with the blocks' scales applied at
+each promotion, a partial last block included: the trainer's sums, bit for
+bit.  Those GEMMs run on the CPU (CUDA tensors are copied there and back;
+the GPU's exmy_cuda_qgemm_accum gives the same bits), and capture receives
+no rounded copy of such operands.  Element-wise recipes (no
 scaling, per-tensor current or delayed scaling) round X and W once in the
 forward and dY once in the backward and reuse them, as Transformer Engine
 and the trainer do; MX, GROUP and NVFP4 recipes round every operand at
@@ -104,24 +109,6 @@ default_sr_stream = SRStream()
 
 # ------------------------------------------------------ the quantized GEMM
 
-def _check_accum_supported(ops, accum):
-    """The C GEMMs accumulate an operand quantized in blocks along K whose
-    size is the model's promotion interval (group scaling with mx_block ==
-    promote_every: fp8-deepseek under hopper-split) as its codes, applying
-    the two blocks' scales at each promotion (exmy_accum_block_scaled), as
-    DeepGEMM does.  exmy.torch has only the dequantized values to hand to
-    qgemm_accum, which would give other sums: refused rather than
-    different."""
-    if accum is None or str(accum) == "fp32" or accum.promote_every <= 0:
-        return
-    for op in ops:
-        if op.enabled and op.scaling == "group" and op.mx_block == accum.promote_every:
-            raise NotImplementedError(
-                f"exmy.torch: group scaling in blocks of {op.mx_block} under accumulate = "
-                f"{accum} is accumulated as codes with the blocks' scales at each promotion, "
-                "which only the C trainers do; use accumulate = fp32 or another block size")
-
-
 class _Plan:
     """The operands of one GEMM site: x, w, dy operands (recipe Operands),
     their delayed states, the sr stream, and an optional capture dict.
@@ -135,32 +122,55 @@ class _Plan:
         # site with a quantized operand (recipe_make_sites)
         quantized = any(op.enabled for op in self.ops.values())
         self.accum = accum if quantized and accum is not None and str(accum) != "fp32" else None
-        _check_accum_supported(self.ops.values(), self.accum)
+        # the operands that the model reads as codes with their block scales
+        # (exmy_accum_block_scaled): exmy_qgemm_accum rounds them itself.
+        # Delayed scaling, per tensor, is never such an operand (and its
+        # state stays with Operand.quantize).
+        self.codes = {use: self.accum is not None and op.enabled and op.scaling != "delayed" and
+                      _core._accum_block_scaled(op.gemm_quant(), self.accum)
+                      for use, op in self.ops.items()}
 
-    def mm(self, a, b, a_use, b_use):
+    def mm(self, a, b, a_use, b_use, ra=None, rb=None):
         """a @ b (..., M, K) x (..., K, N), each dot product accumulated as the
         recipe's model says (float32 matmul without one), the subnormals of
         unscaled operands counted at their format's emin (as
-        exmy_accum_operand_emin)."""
+        exmy_accum_operand_emin).  ra, rb: the recipes (exmy_operand_quant)
+        with which exmy_qgemm_accum rounds a and b, given unrounded (see q);
+        the sr offset of batch slice i is the recipe's + i times the slice's
+        size, its position in the whole tensor.  With ra or rb the GEMM runs
+        on the CPU (exmy_qgemm_accum; the GPU's exmy_cuda_qgemm_accum gives
+        the same bits), CUDA tensors copied there and back."""
         if self.accum is None:
             return torch.matmul(a, b)
         fa, fb = (_unscaled_format(self.ops[u]) for u in (a_use, b_use))
         shape = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         a = a.expand(*shape, *a.shape[-2:]).reshape(-1, *a.shape[-2:])
         b = b.expand(*shape, *b.shape[-2:]).reshape(-1, *b.shape[-2:])
-        out = [_core.qgemm_accum(a[i].contiguous(), b[i].contiguous(), self.accum, fmt_a=fa,
-                                 fmt_b=fb) for i in range(a.shape[0])]
-        return torch.stack(out).reshape(*shape, a.shape[-2], b.shape[-1])
+        device = a.device
+        host = device.type == "cuda" and (ra is not None or rb is not None)
+        if host:
+            a, b = a.cpu(), b.cpu()
+        out = [_core._qgemm_accum(a[i].contiguous(), b[i].contiguous(), self.accum, fmt_a=fa,
+                                  fmt_b=fb, qa=_at_slice(ra, i, a[i].numel()),
+                                  qb=_at_slice(rb, i, b[i].numel()))
+               for i in range(a.shape[0])]
+        y = torch.stack(out).reshape(*shape, a.shape[-2], b.shape[-1])
+        return y.to(device) if host else y
 
     def q(self, use, t, state_use=None, wgrad=False):
-        """Operand `use` ("x", "w", "dy") rounded; sr offset from the stream.
-        wgrad: an input of the weight-gradient GEMM."""
+        """(values, recipe): operand `use` ("x", "w", "dy") rounded, sr offset
+        from the stream, and None; or, where the model reads it as codes
+        (self.codes), t itself and its recipe with that offset, for the GEMM
+        to round it (mm).  wgrad: an input of the weight-gradient GEMM."""
         op = self.ops[use]
         if not op.enabled:
-            return t
+            return t, None
         offset = self.sr.take(t.numel()) if op.stochastic else 0
+        wgrad = wgrad and self.linear
+        if self.codes[use]:
+            return t.contiguous(), op.gemm_quant(offset, wgrad)
         state = self.states.get(state_use) if state_use else None
-        return op.quantize(t.contiguous(), offset, state, wgrad=wgrad and self.linear)
+        return op.quantize(t.contiguous(), offset, state, wgrad=wgrad), None
 
     def keep(self, name, t):
         if self.capture is not None:
@@ -169,6 +179,23 @@ class _Plan:
 
 def _t(t):
     return t.transpose(-1, -2).contiguous()
+
+
+def _at_slice(r, i, n):
+    """Recipe r (or None) for batch slice i of n elements: its sr offset
+    moved on by i n."""
+    if r is None or i == 0:
+        return r
+    r = type(r).from_buffer_copy(r)
+    r.round.offset = (r.round.offset + i * n) % (1 << 64)
+    return r
+
+
+def _ct(values_recipe):
+    """q's (values, recipe) of a GEMM's right operand rounded along K as its
+    transpose: the values transposed back."""
+    values, recipe = values_recipe
+    return values.transpose(-1, -2), recipe
 
 
 def _unscaled_format(op):
@@ -183,17 +210,19 @@ class _QuantGemm(torch.autograd.Function):
     def forward(ctx, x, w, plan):
         x, w = x.detach().contiguous(), w.detach().contiguous()
         plan.w_dim = w.dim()
-        qx = plan.q("x", x, "x")
-        qw = plan.q("w", w, "w")
-        plan.keep("x", qx)
-        plan.keep("w", qw)
+        qx, rx = plan.q("x", x, "x")
+        qw, rw = plan.q("w", w, "w")
+        if rx is None:
+            plan.keep("x", qx)
+        if rw is None:
+            plan.keep("w", qw)
         ctx.plan = plan
         # the backward reads the rounded copies (element-wise recipes) or the
         # inputs themselves (MX: rounded again along the other dimension)
         ex, ew = plan.ops["x"].elementwise, plan.ops["w"].elementwise
         ctx.save_for_backward(None if ex else x, None if ew else w, qx if ex else None,
                               qw if ew else None)
-        return plan.mm(qx, qw.transpose(-1, -2), "x", "w")
+        return plan.mm(qx, qw.transpose(-1, -2), "x", "w", rx, rw)
 
     @staticmethod
     def backward(ctx, dy):
@@ -202,17 +231,18 @@ class _QuantGemm(torch.autograd.Function):
         dy = dy.contiguous()
         ox, ow, og = plan.ops["x"], plan.ops["w"], plan.ops["dy"]
         # as linear_backward: dY is rounded once (element-wise recipes) before both GEMMs
-        qdy = plan.q("dy", dy, "dy") if og.elementwise else None
+        qdy = plan.q("dy", dy, "dy")[0] if og.elementwise else None
         if qdy is not None:
             plan.keep("dy", qdy)
         # dX = dY W (reduction over N); MX operands rounded here, in tq_gemm's order
-        a = qdy if qdy is not None else plan.q("dy", dy)
-        b = qw if ow.elementwise else plan.q("w", _t(w)).transpose(-1, -2)
-        dx = plan.mm(a, b, "dy", "w")
+        a, ra = (qdy, None) if qdy is not None else plan.q("dy", dy)
+        b, rb = (qw, None) if ow.elementwise else _ct(plan.q("w", _t(w)))
+        dx = plan.mm(a, b, "dy", "w", ra, rb)
         # dW = dY^T X (reduction over M)
-        a = qdy.transpose(-1, -2) if qdy is not None else plan.q("dy", _t(dy), wgrad=True)
-        b = qx if ox.elementwise else plan.q("x", _t(x), wgrad=True).transpose(-1, -2)
-        dw = plan.mm(a, b, "dy", "x")
+        a, ra = (qdy.transpose(-1, -2), None) if qdy is not None else \
+            plan.q("dy", _t(dy), wgrad=True)
+        b, rb = (qx, None) if ox.elementwise else _ct(plan.q("x", _t(x), wgrad=True))
+        dw = plan.mm(a, b, "dy", "x", ra, rb)
         if plan.w_dim == 2 and dw.dim() > 2:  # a weight shared by the batch
             dw = dw.reshape(-1, *dw.shape[-2:]).sum(0)
         return dx, dw, None
@@ -323,7 +353,6 @@ class QuantLinear(torch.nn.Linear):
         self.seed, self.high_precision = seed, high_precision
         ops = self.recipe.operands(seed, high_precision)
         self.x_op, self.w_op, self.dy_op = ops["a"], ops["w"], ops["g"]
-        _check_accum_supported((self.x_op, self.w_op, self.dy_op), self.recipe.accumulate)
         self.sr_stream = sr_stream or default_sr_stream
         self.states = _states({"x": self.x_op, "w": self.w_op, "dy": self.dy_op},
                               self.recipe.amax_history)
@@ -358,7 +387,6 @@ class QuantMatmul(torch.nn.Module):
         self.recipe = Recipe.load(recipe)
         ops = self.recipe.operands(seed)
         self.a_op, self.b_op, self.dy_op = (ops[r] for r in roles)
-        _check_accum_supported((self.a_op, self.b_op, self.dy_op), self.recipe.accumulate)
         self.sr_stream = sr_stream or default_sr_stream
         self.states = _states({"x": self.a_op, "w": self.b_op, "dy": self.dy_op},
                               self.recipe.amax_history)

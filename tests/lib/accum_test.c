@@ -88,7 +88,7 @@ static void expect_same(const exmy_accum_model *m, const char *what, int kind, i
 }
 
 START_TEST(test_model_check) {
-  exmy_accum_model m = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 0};
+  exmy_accum_model m = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 0, 0, 0, 0, 0};
   ck_assert_int_eq(exmy_accum_model_check(&m), 0);
   m.promote_every = 100; /* not a multiple of group */
   ck_assert_int_eq(exmy_accum_model_check(&m), -1);
@@ -107,7 +107,7 @@ START_TEST(test_model_check) {
   m.group = 0, m.sum_bits = 99; /* FP32: other fields ignored */
   ck_assert_int_eq(exmy_accum_model_check(&m), 0);
   /* the fields added later */
-  m = (exmy_accum_model){32, 54, 14, EXMY_ACCUM_TRUNCATE, 128, 1};
+  m = (exmy_accum_model){32, 54, 14, EXMY_ACCUM_TRUNCATE, 128, 1, 0, 0, 0, 0};
   m.emin_a = 1000; /* ignored while aligning by the product's own exponent */
   ck_assert_int_eq(exmy_accum_model_check(&m), 0);
   m.align_exp = 2;
@@ -144,7 +144,7 @@ START_TEST(test_core_matches_oracle) {
   for (int kind = 0; kind < 5; kind++)
     for (int t = 0; t < 160; t++) {
       exmy_accum_model m = {groups[next() % 6], pbits[next() % 7], sbits[next() % 6],
-                            (int)(next() % 2), 0, (int)(next() % 2)};
+                            (int)(next() % 2), 0, (int)(next() % 2), 0, 0, 0, 0};
       const int mult = (int)(next() % 3);
       m.promote_every = mult == 2 ? 4 * m.group : mult * m.group;
       if (next() % 2) { /* aligned by the inputs' exponents, subnormals at emin */
@@ -172,8 +172,8 @@ END_TEST
 /* Inf / NaN operands, and group = 0: the float32 accumulation */
 START_TEST(test_fp32_and_nonfinite) {
   static float a[KMAX], b[KMAX];
-  const exmy_accum_model fp32 = {EXMY_ACCUM_FP32, 0, 0, 0, 0, 0};
-  const exmy_accum_model hopper = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 0};
+  const exmy_accum_model fp32 = {EXMY_ACCUM_FP32, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  const exmy_accum_model hopper = {32, 14, 14, EXMY_ACCUM_TRUNCATE, 128, 0, 0, 0, 0, 0};
   for (int t = 0; t < 200; t++) {
     const int k = 1 + (int)(next() % KMAX);
     fill(t % 5, a, b, k);
@@ -208,7 +208,7 @@ START_TEST(test_wide_model_is_exact) {
                                                      (int)(next() % 12) - 6))
                           : 0.0f;
     }
-    exmy_accum_model m = {(int)(1 + next() % 64), 54, 62, (int)(next() % 2), 0, (int)(next() % 2)};
+    exmy_accum_model m = {(int)(1 + next() % 64), 54, 62, (int)(next() % 2), 0, (int)(next() % 2), 0, 0, 0, 0};
     m.promote_every = (int)(next() % 3) * m.group;
     expect_same(&m, "wide model vs exact", 0, k, exmy_accum_dot(&m, a, 1, b, 1, k),
                 oracle_exact_dot(m.promote_every, a, 1, b, 1, k));
@@ -230,8 +230,8 @@ START_TEST(test_truncation_never_exceeds_exact) {
     const float sign = t % 2 ? -1.0f : 1.0f;
     for (int p = 0; p < k; p++) a[p] *= sign;
     exmy_accum_model m = {(int)(1 + next() % 64), (int)(1 + next() % 30), (int)(1 + next() % 30),
-                          EXMY_ACCUM_TRUNCATE, 0, (int)(next() % 2)};
-    if (t % 3 == 0) m = (exmy_accum_model){32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 0};
+                          EXMY_ACCUM_TRUNCATE, 0, (int)(next() % 2), 0, 0, 0, 0};
+    if (t % 3 == 0) m = (exmy_accum_model){32, 14, 14, EXMY_ACCUM_TRUNCATE, 0, 0, 0, 0, 0, 0};
     m.promote_every = (int)(next() % 3) * m.group;
     const float got = exmy_accum_dot(&m, a, 1, b, 1, k);
     const float exact = oracle_exact_dot(m.promote_every, a, 1, b, 1, k);

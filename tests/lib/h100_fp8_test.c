@@ -89,7 +89,7 @@ static exmy_accum_model hopper(const record *x, int fast) {
   exmy_format fa, fb;
   ck_assert_int_eq(exmy_format_parse(format_names[x->format_a], &fa), 0);
   ck_assert_int_eq(exmy_format_parse(format_names[x->format_b], &fb), 0);
-  exmy_accum_model m = {32, 14, 14, EXMY_ACCUM_TRUNCATE, fast ? 0 : 128, 1};
+  exmy_accum_model m = {32, 14, 14, EXMY_ACCUM_TRUNCATE, fast ? 0 : 128, 1, 0, 0, 0, 0};
   m.align_exp = EXMY_ACCUM_ALIGN_INPUTS;
   m.emin_a = fa.emin, m.emin_b = fb.emin;
   m.k_slice = cublaslt_k_slice(x->k);

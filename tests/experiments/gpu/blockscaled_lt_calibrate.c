@@ -303,7 +303,7 @@ typedef struct {
 static cublasStatus_t lt_plan_make(lt_ctx *c, lt_plan *p, int act, int fast, const operand *x,
                                    const operand *w, const void *dsx, const void *dsw) {
   memset(p, 0, sizeof *p);
-  const int m = x->rows, n = w->rows, k = x->k;
+  const int k = x->k;
   const cublasOperation_t T = CUBLAS_OP_T, N = CUBLAS_OP_N;
   const int8_t fast_accum = (int8_t)fast;
   const int32_t vec = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
@@ -313,7 +313,6 @@ static cublasStatus_t lt_plan_make(lt_ctx *c, lt_plan *p, int act, int fast, con
   const int32_t mode_a = act == ACT_IS_A ? vec : blk, mode_b = act == ACT_IS_A ? blk : vec;
   const cudaDataType ta = oa->fmt.exp_bits == 4 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
   const cudaDataType tb = ob->fmt.exp_bits == 4 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
-  (void)m, (void)n;
   cublasStatus_t st;
   cublasLtMatmulPreference_t pref = NULL;
   /* column-major: D (ra x rb) = (A stored k x ra)^T (B stored k x rb) */

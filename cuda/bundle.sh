@@ -18,7 +18,8 @@ TARGETS=(//cuda:bench //cuda:verify_hw //:libexmy.so
          //tests/cuda:fast_path_test //tests/cuda:qgemm_accum_test
          //experiments/trainer:train //tests/experiments/gpu:layers_gpu_test
          //tests/experiments/gpu:flash_attention_gpu_test //tests/experiments/gpu:trainer_gpu_test
-         //tests/experiments/gpu:accum_fp8_gpu_test //tests/cpu:qgemm_accum_test)
+         //tests/experiments/gpu:accum_fp8_gpu_test //tests/experiments/gpu:blockscaled_lt_calibrate
+         //tests/cpu:qgemm_accum_test)
 bazel "${OB[@]}" build -c opt "${TARGETS[@]}"
 BIN=$(bazel "${OB[@]}" info -c opt bazel-bin 2>/dev/null)
 rm -rf gpu_bundle
@@ -32,6 +33,7 @@ cp cuda/verify_mldtypes.py tests/lib/h100_fp8/capture.py cuda/gpu_run.sh gpu_bun
 cp "$BIN/experiments/trainer/train" "$BIN/tests/experiments/gpu/layers_gpu_test" \
    "$BIN/tests/experiments/gpu/flash_attention_gpu_test" \
    "$BIN/tests/experiments/gpu/trainer_gpu_test" "$BIN/tests/experiments/gpu/accum_fp8_gpu_test" \
+   "$BIN/tests/experiments/gpu/blockscaled_lt_calibrate" \
    tests/experiments/gpu/train_gpu_test.sh \
    experiments/gpu/bench_gpu.sh experiments/gpu/profile_gpu.sh experiments/gpu/profile_summary.py \
    experiments/reference/llama_torch.py \

@@ -163,6 +163,14 @@ static void *symbol(int lib, const char *name) {
   }
 CUBLAS_ENTRY_POINTS(FORWARD)
 
+/* The version of the cuBLASLt that was opened (0 where none was), for the
+ * logs of tools that calibrate against it. */
+size_t CUBLASWINAPI cublasLtGetVersion(void) {
+  static size_t(CUBLASWINAPI * real)(void);
+  if (!real) *(void **)&real = symbol(LIB_CUBLASLT, "cublasLtGetVersion");
+  return real ? real() : 0;
+}
+
 const char *CUBLASWINAPI cublasGetStatusString(cublasStatus_t status) {
   static const char *(CUBLASWINAPI * real)(cublasStatus_t);
   if (!real) *(void **)&real = symbol(LIB_CUBLAS, "cublasGetStatusString");

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Runs the bundle made by cuda/bundle.sh on a GPU machine without Bazel.
-#   ./gpu_run.sh [tests|bench|verify|trainer|trainer-bench|golden|python|calibrate|all] [outdir]
+#   ./gpu_run.sh [tests|bench|verify|trainer|trainer-bench|golden|python|calibrate|
+#                 calibrate-blockscaled|all] [outdir]
 #   (default: all, .)
 # calibrate: captures cuBLASLt's FP8 GEMMs (torch._scaled_mm) into outdir
 # (capture.py, the script behind tests/lib/h100_fp8/; not part of all), to
 # calibrate the accumulation model offline with tests/lib/h100_fp8/calibrate.py.
+# calibrate-blockscaled: cuBLASLt's own 1 x 128 / 128 x 128 block-scaled FP8
+# GEMM against the model fp8-deepseek runs under (blockscaled_lt_calibrate;
+# not part of all): its table goes to outdir/blockscaled_lt_calibrate.log,
+# BLOCKSCALED_ARGS are passed on (e.g. --quick, --blk-unpadded).
 # golden: the CPU trainer on this machine's host CPU against the losses
 # committed in tests/experiments/golden/ (bit for bit, 1 to 3 threads), after
 # the CPU accumulation kernels (every vector kernel the host has, AVX-512
@@ -76,5 +81,15 @@ fi
 if [ "$what" = calibrate ]; then
   PYTHONUNBUFFERED=1 python3 capture.py "$out" 2>&1 | tee "$out/capture.log"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if [ "$what" = calibrate-blockscaled ]; then
+  ./blockscaled_lt_calibrate ${BLOCKSCALED_ARGS:-} > "$out/blockscaled_lt_calibrate.log" 2>&1
+  rc=$?
+  echo "blockscaled_lt_calibrate: exit $rc"
+  log="$out/blockscaled_lt_calibrate.log"
+  grep -E "^device|configurations ran|every configuration|misread" "$log" | sort | uniq -c
+  echo "$(grep -c 'identical all ' "$log") of $(grep -c ': identical ' "$log") algorithm runs" \
+       "bit-identical to the model; $(grep -c ': refused' "$log") configurations refused"
+  [ $rc -ne 0 ] && status=1
 fi
 exit $status

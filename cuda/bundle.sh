@@ -13,6 +13,10 @@ cd "$(dirname "$0")/.."
 # bundling at once must not copy each other's binaries out of a shared one.
 ob_default="$HOME/.cache/bazel_ob_cuda_$(pwd -P | sha256sum | cut -c1-12)"
 OB=(--output_base="${EXMY_BAZEL_OUTPUT_BASE:-$ob_default}")
+# --symlink_prefix=/: no convenience links (bazel-bin, bazel-<folder>, ...).
+# Pointed into this second output base, they would be walked into by the
+# checkout's own `bazel build //...` (as .ci/run explains); the binaries
+# are found through `bazel info` instead.
 TARGETS=(//cuda:bench //cuda:verify_hw //:libexmy.so
          //tests/cuda:convert_test //tests/cuda:recipes_test //tests/cuda:qgemm_test
          //tests/cuda:fast_path_test //tests/cuda:qgemm_accum_test
@@ -20,7 +24,7 @@ TARGETS=(//cuda:bench //cuda:verify_hw //:libexmy.so
          //tests/experiments/gpu:flash_attention_gpu_test //tests/experiments/gpu:trainer_gpu_test
          //tests/experiments/gpu:accum_fp8_gpu_test //tests/experiments/gpu:blockscaled_lt_calibrate
          //tests/cpu:qgemm_accum_test)
-bazel "${OB[@]}" build -c opt "${TARGETS[@]}"
+bazel "${OB[@]}" build -c opt --symlink_prefix=/ "${TARGETS[@]}"
 BIN=$(bazel "${OB[@]}" info -c opt bazel-bin 2>/dev/null)
 rm -rf gpu_bundle
 mkdir -p gpu_bundle
@@ -40,7 +44,7 @@ cp "$BIN/experiments/trainer/train" "$BIN/tests/experiments/gpu/layers_gpu_test"
    experiments/reference/bench_torch_gpu.py gpu_bundle/
 mkdir -p gpu_bundle/configs && cp experiments/configs/*.cfg gpu_bundle/configs/
 # the Python package (lib/python): libexmy_cuda.so, the package, its GPU test and benchmark
-bazel "${OB[@]}" build -c opt //cuda:libexmy_cuda.so
+bazel "${OB[@]}" build -c opt --symlink_prefix=/ //cuda:libexmy_cuda.so
 mkdir -p gpu_bundle/python/exmy
 cp "$BIN/cuda/libexmy_cuda.so" gpu_bundle/
 cp lib/python/exmy/*.py gpu_bundle/python/exmy/
@@ -49,7 +53,7 @@ cp tests/python/gpu_test.py tests/python/common.py lib/python/benchmarks/gpu_ben
 # trainer, the sharpness tool, the plot and shadow scripts); run it from a
 # checkout (the study configs and experiments/configs are read from there):
 #   SWEEP_TRAIN=gpu_bundle/train gpu_bundle/sweep experiments/studies/sweeps/S.cfg --gpus 0,1
-bazel "${OB[@]}" build -c opt //experiments/studies:sweep //experiments/studies:sharpness
+bazel "${OB[@]}" build -c opt --symlink_prefix=/ //experiments/studies:sweep //experiments/studies:sharpness
 rf=gpu_bundle/sweep.runfiles/exmy/experiments
 mkdir -p "$rf/studies" "$rf/trainer"
 cp "$BIN/experiments/studies/sweep" gpu_bundle/

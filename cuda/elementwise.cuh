@@ -140,17 +140,17 @@ __device__ __forceinline__ bool load_encode8(const exmy_format &f, const KOpts &
  * those at or past n are padding) into m. */
 __device__ __forceinline__ void amax8(const float v[kPer], size_t base, size_t n, float &m) {
 #pragma unroll
-  for (int k = 0; k < kPer; k++) {
-    const float a = fabsf(v[k]);
-    if (a > m && a <= 3.40282347e38f && base + k < n) m = a;
-  }
+  for (int k = 0; k < kPer; k++)
+    if (base + k < n) fold_finite_amax(v[k], m);
 }
 
 /* Every thread's m (finite, >= 0) folded into *amax_bits as float bits
  * (max is order-free: deterministic).  One atomic per block, not per warp:
  * tens of thousands of atomics on one address would serialise in L2 and cost
- * more than a pass.  Every thread of the block must call it; on return its
- * shared array is free again, so a kernel may call it once per tensor. */
+ * more than a pass.  Every thread of the block (kThreads of them) must call
+ * it; on return its shared array is free again, so a kernel may call it once
+ * per tensor.  A word that starts at 0 and takes every element's
+ * fold_finite_amax ends as k_amax's pass over the tensor would leave it. */
 __device__ __forceinline__ void block_amax_fold(float m, unsigned int *amax_bits) {
   __shared__ float warp_max[kThreads / 32];
   for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));

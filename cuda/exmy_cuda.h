@@ -173,6 +173,14 @@ cudaError_t exmy_cuda_quantize_delayed_bf16(const exmy_format *f, const exmy_rou
 cudaError_t exmy_cuda_quantize_tensor_bf16(const exmy_format *f, const exmy_rounding_opts *o,
                                            int margin, bool pow2, const float *x, void *y,
                                            size_t n, float *scale_out, cudaStream_t stream);
+/* The rounding pass alone, under a scale already on the device: y = Q(x·s)
+ * with s = scale_inv[0] (scale_inv: device {s, 1/s}; NULL: unscaled, as
+ * exmy_cuda_quantize_bf16).  After exmy_cuda_scale_from_amax (below) of an
+ * amax that the kernel writing x folded as it wrote it, this is
+ * exmy_cuda_quantize_tensor_bf16 without its amax pass: the same bits. */
+cudaError_t exmy_cuda_quantize_scaled_bf16(const exmy_format *f, const exmy_rounding_opts *o,
+                                           const float *scale_inv, const float *x, void *y,
+                                           size_t n, cudaStream_t stream);
 
 /* For a kernel that computes a tensor and rounds it in the same pass into the
  * image above (the BF16 path's quantize8_bf16 of cuda/elementwise.cuh, then

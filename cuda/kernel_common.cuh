@@ -184,6 +184,14 @@ __device__ __forceinline__ float mul_keep_nan(float a, float b) {
   return a != a ? a : __fmul_rn(a, b);
 }
 
+/* m = max(m, |v|) where v is finite (NaN and infinities do not count): the
+ * amax that per-tensor scaling takes, folded one value at a time (k_amax's
+ * pass, and the kernels that fold it while they write the tensor). */
+__device__ __forceinline__ void fold_finite_amax(float v, float &m) {
+  const float a = fabsf(v);
+  if (a > m && a <= 3.40282347e38f) m = a;
+}
+
 static inline unsigned blocks_for(size_t items, unsigned threads) {
   return (unsigned)((items + threads - 1) / threads);
 }

@@ -70,10 +70,8 @@ static __global__ void __launch_bounds__(256)
     k_amax(const float *x, size_t n, unsigned int *amax_bits) {
   float m = 0.0f;
   const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const float a = fabsf(x[i]);
-    if (a > m && a <= 3.40282347e38f) m = a;
-  }
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    fold_finite_amax(x[i], m);
   for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
   if ((threadIdx.x & 31) == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
 }

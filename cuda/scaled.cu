@@ -418,18 +418,24 @@ extern "C" cudaError_t exmy_cuda_quantize_tensor_bf16(const exmy_format *f,
   unsigned int *scratch;
   float *si;
   EXMY_CUDA_TRY(current_scale(f, margin, pow2, x, n, &scratch, &si, stream));
-  launch_scaled_bf16_any(*f, kopts_of(o), x, (uint16_t *)y, n, si, nullptr, stream);
-  EXMY_CUDA_TRY(cudaGetLastError());
+  EXMY_CUDA_TRY(exmy_cuda_quantize_scaled_bf16(f, o, si, x, y, n, stream));
   if (scale_out)
     EXMY_CUDA_TRY(cudaMemcpyAsync(scale_out, si, sizeof(float), cudaMemcpyDeviceToDevice, stream));
   return cudaSuccess;
 }
 
+extern "C" cudaError_t exmy_cuda_quantize_scaled_bf16(const exmy_format *f,
+                                                      const exmy_rounding_opts *o,
+                                                      const float *scale_inv, const float *x,
+                                                      void *y, size_t n, cudaStream_t stream) {
+  if (!exmy_cuda_bf16_exact(f) || exmy_rounding_opts_check(o) != 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  launch_scaled_bf16_any(*f, kopts_of(o), x, (uint16_t *)y, n, scale_inv, nullptr, stream);
+  return cudaGetLastError();
+}
+
 extern "C" cudaError_t exmy_cuda_quantize_bf16(const exmy_format *f, const exmy_rounding_opts *o,
                                                const float *x, void *y, size_t n,
                                                cudaStream_t stream) {
-  if (!exmy_cuda_bf16_exact(f) || exmy_rounding_opts_check(o) != 0) return cudaErrorInvalidValue;
-  if (n == 0) return cudaSuccess;
-  launch_scaled_bf16_any(*f, kopts_of(o), x, (uint16_t *)y, n, nullptr, nullptr, stream);
-  return cudaGetLastError();
+  return exmy_cuda_quantize_scaled_bf16(f, o, nullptr, x, y, n, stream);
 }

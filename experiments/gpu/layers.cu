@@ -31,6 +31,16 @@ namespace {
 constexpr int kThreads = 256;        /* elementwise kernels */
 constexpr int kWarpsPerBlock = 8;    /* warp-per-row kernels: 256 threads */
 constexpr unsigned kFull = 0xffffffffu;
+/* the kernels that fold their output's amax use block_amax_fold */
+static_assert(kThreads == exmy_cuda::kThreads && 32 * kWarpsPerBlock == exmy_cuda::kThreads,
+              "block_amax_fold's block size");
+
+/* Every thread's finite max |output| m into *amax (device word; NULL: none
+ * wanted), as an amax pass over the output would leave it (see layers.h).
+ * Every thread of the block calls it. */
+__device__ __forceinline__ void fold_output_amax(float m, unsigned int *amax) {
+  if (amax) exmy_cuda::block_amax_fold(m, amax);
+}
 
 /* Blocks for a grid-stride loop over n elements (any cap is correct; this one
  * fills an H100 many times over; cuda/gather.cuh's grid_for, for the GEMM
@@ -151,37 +161,54 @@ __global__ void encoder_backward_kernel(float *dwte, const float *dout, const in
 
 constexpr double kRmsEps = 1e-5; /* model.c's RMS_EPS */
 
-/* One warp per row. */
+/* One warp per row; out's amax folded into *amax (NULL: not wanted). */
 __global__ void rmsnorm_forward_kernel(float *out, float *rstd, const float *inp, const float *w,
-                                       int N, int C) {
+                                       int N, int C, unsigned int *amax) {
   const int lane = threadIdx.x & 31;
   const long row = (long)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
-  if (row >= N) return;
-  const float *x = inp + (size_t)row * C;
-  float *y = out + (size_t)row * C;
-  float ss = 0;
-  for (int c = lane; c < C; c += 32) ss = __fadd_rn(ss, __fmul_rn(x[c], x[c]));
-  ss = warp_sum(ss);
-  const float r = (float)(1.0 / sqrt((double)__fdiv_rn(ss, (float)C) + kRmsEps));
-  for (int c = lane; c < C; c += 32) y[c] = __fmul_rn(__fmul_rn(x[c], r), w[c]);
-  if (lane == 0) rstd[row] = r;
+  float m = 0.0f;
+  if (row < N) {
+    const float *x = inp + (size_t)row * C;
+    float *y = out + (size_t)row * C;
+    float ss = 0;
+    for (int c = lane; c < C; c += 32) ss = __fadd_rn(ss, __fmul_rn(x[c], x[c]));
+    ss = warp_sum(ss);
+    const float r = (float)(1.0 / sqrt((double)__fdiv_rn(ss, (float)C) + kRmsEps));
+    for (int c = lane; c < C; c += 32) {
+      const float v = __fmul_rn(__fmul_rn(x[c], r), w[c]);
+      y[c] = v;
+      fold_finite_amax(v, m);
+    }
+    if (lane == 0) rstd[row] = r;
+  }
+  fold_output_amax(m, amax);
 }
 
-/* dinp += r (dy w - x k), k = r^2 mean(dy w x); one warp per row. */
+/* dinp += r (dy w - x k), k = r^2 mean(dy w x); one warp per row; the amax
+ * of dinp after the addition folded into *amax (NULL: not wanted). */
 __global__ void rmsnorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
-                                             const float *w, const float *rstd, int N, int C) {
+                                             const float *w, const float *rstd, int N, int C,
+                                             unsigned int *amax) {
   const int lane = threadIdx.x & 31;
   const long row = (long)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
-  if (row >= N) return;
-  const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
-  float *dx = dinp + (size_t)row * C;
-  const float r = rstd[row];
-  float dot = 0;
-  for (int c = lane; c < C; c += 32) dot = __fadd_rn(dot, __fmul_rn(__fmul_rn(dy[c], w[c]), x[c]));
-  dot = warp_sum(dot);
-  const float k = __fdiv_rn(__fmul_rn(__fmul_rn(r, r), dot), (float)C);
-  for (int c = lane; c < C; c += 32)
-    dx[c] = __fadd_rn(dx[c], __fmul_rn(r, __fsub_rn(__fmul_rn(dy[c], w[c]), __fmul_rn(x[c], k))));
+  float m = 0.0f;
+  if (row < N) {
+    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+    float *dx = dinp + (size_t)row * C;
+    const float r = rstd[row];
+    float dot = 0;
+    for (int c = lane; c < C; c += 32)
+      dot = __fadd_rn(dot, __fmul_rn(__fmul_rn(dy[c], w[c]), x[c]));
+    dot = warp_sum(dot);
+    const float k = __fdiv_rn(__fmul_rn(__fmul_rn(r, r), dot), (float)C);
+    for (int c = lane; c < C; c += 32) {
+      const float v =
+          __fadd_rn(dx[c], __fmul_rn(r, __fsub_rn(__fmul_rn(dy[c], w[c]), __fmul_rn(x[c], k))));
+      dx[c] = v;
+      fold_finite_amax(v, m);
+    }
+  }
+  fold_output_amax(m, amax);
 }
 
 /* dw, stage 1: block (32 columns x DW_GROUPS row groups) sums the rows of one
@@ -227,10 +254,12 @@ size_t dw_scratch_cap = 0;
 /* ---------------------------------------------------------------- RoPE */
 
 /* A block per row bt of B * T (grid-stride); pair k of the row is
- * (x[2k], x[2k+1]), frequency i = k % half of head k / half. */
+ * (x[2k], x[2k+1]), frequency i = k % half of head k / half; the rotated
+ * tensor's amax folded into *amax (NULL: not wanted). */
 __global__ void rope_kernel(float *x, const float *cos_t, const float *sin_t, long rows, int T,
-                            int nh, int half, float sign) {
+                            int nh, int half, float sign, unsigned int *amax) {
   const int pairs = nh * half;
+  float m = 0.0f;
   for (long bt = blockIdx.x; bt < rows; bt += gridDim.x) {
     const float *cs = cos_t + (size_t)(bt % T) * half, *sn = sin_t + (size_t)(bt % T) * half;
     float *row = x + (size_t)bt * 2 * pairs;
@@ -238,19 +267,30 @@ __global__ void rope_kernel(float *x, const float *cos_t, const float *sin_t, lo
       const int i = k % half;
       const float c = cs[i], s = sign * sn[i];
       const float x0 = row[2 * k], x1 = row[2 * k + 1];
-      row[2 * k] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-      row[2 * k + 1] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+      const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)),
+                  y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+      row[2 * k] = y0;
+      row[2 * k + 1] = y1;
+      fold_finite_amax(y0, m);
+      fold_finite_amax(y1, m);
     }
   }
+  fold_output_amax(m, amax);
 }
 
 /* -------------------------------------------------------------- SwiGLU */
 
-__global__ void swiglu_forward_kernel(float *out, const float *h1, const float *h3, size_t n) {
+/* out's amax folded into *amax (NULL: not wanted). */
+__global__ void swiglu_forward_kernel(float *out, const float *h1, const float *h3, size_t n,
+                                      unsigned int *amax) {
+  float m = 0.0f;
   for (size_t i = global_index(); i < n; i += global_stride()) {
     const float a = h1[i], sig = sigmoid_as_cpu(a);
-    out[i] = __fmul_rn(__fmul_rn(a, sig), h3[i]);
+    const float v = __fmul_rn(__fmul_rn(a, sig), h3[i]);
+    out[i] = v;
+    fold_finite_amax(v, m);
   }
+  fold_output_amax(m, amax);
 }
 
 /* The gradients of one element: model.c's swiglu_backward. */
@@ -562,17 +602,18 @@ void gpu_token_buckets(const int *tokens, int N, int V, int *bucket_start, int *
 }
 
 void gpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
-                         cudaStream_t s) {
+                         unsigned int *amax, cudaStream_t s) {
   if (N <= 0) return;
   rmsnorm_forward_kernel<<<warp_per_row_grid(N), 32 * kWarpsPerBlock, 0, s>>>(out, rstd, inp, w,
-                                                                              N, C);
+                                                                              N, C, amax);
 }
 
 void gpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
-                          const float *w, const float *rstd, int N, int C, cudaStream_t s) {
+                          const float *w, const float *rstd, int N, int C, unsigned int *amax,
+                          cudaStream_t s) {
   if (N <= 0 || C <= 0) return;
   rmsnorm_backward_dinp_kernel<<<warp_per_row_grid(N), 32 * kWarpsPerBlock, 0, s>>>(
-      dinp, dout, inp, w, rstd, N, C);
+      dinp, dout, inp, w, rstd, N, C, amax);
   const int chunks = (N + DW_ROWS - 1) / DW_ROWS;
   float *partial = (float *)cached_scratch(&dw_scratch, &dw_scratch_cap,
                                            (size_t)chunks * C * sizeof(float));
@@ -587,21 +628,22 @@ void gpu_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, i
   const long rows = (long)B * T;
   if (rows <= 0 || nh * (hs / 2) <= 0) return;
   rope_kernel<<<block_per_row_grid(rows), kThreads, 0, s>>>(x, cos_t, sin_t, rows, T, nh, hs / 2,
-                                                            1.0f);
+                                                            1.0f, nullptr);
 }
 
 /* The rotation is orthogonal: its gradient is the inverse rotation. */
 void gpu_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int nh,
-                       int hs, cudaStream_t s) {
+                       int hs, unsigned int *amax, cudaStream_t s) {
   const long rows = (long)B * T;
   if (rows <= 0 || nh * (hs / 2) <= 0) return;
   rope_kernel<<<block_per_row_grid(rows), kThreads, 0, s>>>(dx, cos_t, sin_t, rows, T, nh, hs / 2,
-                                                            -1.0f);
+                                                            -1.0f, amax);
 }
 
-void gpu_swiglu_forward(float *out, const float *h1, const float *h3, size_t n, cudaStream_t s) {
+void gpu_swiglu_forward(float *out, const float *h1, const float *h3, size_t n,
+                        unsigned int *amax, cudaStream_t s) {
   if (!n) return;
-  swiglu_forward_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(out, h1, h3, n);
+  swiglu_forward_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(out, h1, h3, n, amax);
 }
 
 void gpu_swiglu_backward(float *dh1, float *dh3, const float *dout, const float *h1,

@@ -35,21 +35,34 @@ void gpu_encoder_backward(float *dwte, const float *dout, const int *bucket_star
 /* Host helper: bucket_start (V+1) and bucket_pos (N) of tokens (N, host). */
 void gpu_token_buckets(const int *tokens, int N, int V, int *bucket_start, int *bucket_pos);
 
-/* RMSNorm (eps 1e-5): out = inp * rstd * w, rstd (N) = (mean inp^2 + eps)^-1/2. */
-void gpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
-                         cudaStream_t s);
-/* dinp += ..., dw += ... (as rmsnorm_backward). */
-void gpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
-                          const float *w, const float *rstd, int N, int C, cudaStream_t s);
+/* The layers whose output is a GEMM operand that per-tensor current scaling
+ * rounds take `amax`: a device word (NULL: not wanted) into which the finite
+ * max |y| of every value y they write is folded as float bits, as they write
+ * it (cuda/kernel_common.cuh's fold_finite_amax, then block_amax_fold):
+ * the word a separate amax pass over the output would leave, NaN and
+ * infinities left out as there.  The caller zeroes it first; the values
+ * written are the same with or without it. */
 
-/* RoPE on x (B, T, nh*hs), pairs (2i, 2i+1) of each head, in place; tables (T, hs/2). */
+/* RMSNorm (eps 1e-5): out = inp * rstd * w, rstd (N) = (mean inp^2 + eps)^-1/2;
+ * amax: out's. */
+void gpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                         unsigned int *amax, cudaStream_t s);
+/* dinp += ..., dw += ... (as rmsnorm_backward); amax: dinp's, after the
+ * addition. */
+void gpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
+                          const float *w, const float *rstd, int N, int C, unsigned int *amax,
+                          cudaStream_t s);
+
+/* RoPE on x (B, T, nh*hs), pairs (2i, 2i+1) of each head, in place; tables
+ * (T, hs/2); amax: the rotated dx's. */
 void gpu_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int nh,
                       int hs, cudaStream_t s);
 void gpu_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int nh,
-                       int hs, cudaStream_t s);
+                       int hs, unsigned int *amax, cudaStream_t s);
 
-/* out = silu(h1) * h3 ; backward overwrites dh1 and dh3. */
-void gpu_swiglu_forward(float *out, const float *h1, const float *h3, size_t n, cudaStream_t s);
+/* out = silu(h1) * h3 (amax: out's); backward overwrites dh1 and dh3. */
+void gpu_swiglu_forward(float *out, const float *h1, const float *h3, size_t n,
+                        unsigned int *amax, cudaStream_t s);
 void gpu_swiglu_backward(float *dh1, float *dh3, const float *dout, const float *h1,
                          const float *h3, size_t n, cudaStream_t s);
 

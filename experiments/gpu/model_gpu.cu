@@ -675,7 +675,7 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     float *atty = a.atty + l * BTC, *res_mid = a.res_mid + l * BTC, *ln2 = a.ln2 + kl * BTC;
     float *h1 = a.h1 + l * BTH, *h3 = a.h3 + l * BTH, *hg = a.hg + kl * BTH;
     float *res_out = a.res + (l + 1) * BTC;
-    gpu_rmsnorm_forward(ln1, a.ln1_rstd + (size_t)l * N, res, p.rms1 + (size_t)l * C, N, C, s);
+    gpu_rmsnorm_forward(ln1, a.ln1_rstd + (size_t)l * N, res, p.rms1 + (size_t)l * C, N, C, nullptr, s);
     linear_forward(g, q, ln1, p.wq + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_Q));
     linear_forward(g, k, ln1, p.wk + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_K));
     linear_forward(g, v, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V));
@@ -687,18 +687,18 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
       attention_forward(g, atty, a.att + (size_t)l * B * NH * T * T, q, k, v, l);
     linear_forward(g, res_mid, atty, p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O));
     gpu_add_inplace(res_mid, res, BTC, s);
-    gpu_rmsnorm_forward(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, N, C, s);
+    gpu_rmsnorm_forward(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, N, C, nullptr, s);
     linear_forward(g, h1, ln2, p.w1 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W1));
     linear_forward(g, h3, ln2, p.w3 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W3));
     if (g->rc && g->rc->swiglu_row_scale)
       gpu_smooth_swiglu_forward(hg, h1, h3, N, H, s);
     else
-      gpu_swiglu_forward(hg, h1, h3, BTH, s);
+      gpu_swiglu_forward(hg, h1, h3, BTH, nullptr, s);
     linear_forward(g, res_out, hg, p.w2 + (size_t)l * C * H, N, H, C, site_index(g, l, SITE_W2));
     if (g->rc && g->rc->swiglu_row_scale) gpu_smooth_swiglu_scale_rows(res_out, res_out, h3, N, C, H, s);
     gpu_add_inplace(res_out, res_mid, BTC, s);
   }
-  gpu_rmsnorm_forward(a.lnf, a.lnf_rstd, a.res + L * BTC, p.rmsf, N, C, s);
+  gpu_rmsnorm_forward(a.lnf, a.lnf_rstd, a.res + L * BTC, p.rmsf, N, C, nullptr, s);
   linear_forward(g, a.probs, a.lnf, p.lm_head, N, C, V, site_index(g, L, 0));
   if (g->logit_sharpness) gpu_logit_sharpness_forward(g->logit_phi, a.probs, g->targets, N, V, s);
   gpu_crossentropy_forward(a.probs, a.losses, g->targets, N, V, s);
@@ -729,7 +729,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
   linear_backward(g, d.dln, gr.lm_head, dlogits, a.lnf, p.lm_head, N, C, V, site_index(g, L, 0),
                   0);
   gtq_check(cudaMemsetAsync(d.dres, 0, BTC * sizeof(float), s), "memset");
-  gpu_rmsnorm_backward(d.dres, gr.rmsf, d.dln, a.res + L * BTC, p.rmsf, a.lnf_rstd, N, C, s);
+  gpu_rmsnorm_backward(d.dres, gr.rmsf, d.dln, a.res + L * BTC, p.rmsf, a.lnf_rstd, N, C, nullptr, s);
   for (int l = L - 1; l >= 0; l--) {
     const float *res = a.res + l * BTC, *ln1 = a.ln1 + l * BTC, *q = a.q + l * BTC,
                 *k = a.k + l * BTK, *v = a.v + l * BTK, *atty = a.atty + l * BTC,
@@ -748,14 +748,14 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
         if (smooth)
           gpu_smooth_swiglu_forward(a.hg, h1, h3, N, H, s);
         else
-          gpu_swiglu_forward(a.hg, h1, h3, BTH, s);
+          gpu_swiglu_forward(a.hg, h1, h3, BTH, nullptr, s);
       }
       if (g->recompute_ln2)
         gpu_rmsnorm_forward(a.ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C,
-                            N, C, s);
+                            N, C, nullptr, s);
       if (g->recompute_ln1)
         gpu_rmsnorm_forward(a.ln1, a.ln1_rstd + (size_t)l * N, res, p.rms1 + (size_t)l * C, N,
-                            C, s);
+                            C, nullptr, s);
     }
     if (smooth) gpu_smooth_swiglu_scale_rows(d.dln, d.dres, h3, N, C, H, s);
     linear_backward(g, d.dhg, gr.w2 + (size_t)l * C * H, smooth ? d.dln : d.dres, hg,
@@ -770,7 +770,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     linear_backward(g, d.dln, gr.w3 + (size_t)l * H * C, d.dh3, ln2, p.w3 + (size_t)l * H * C,
                     N, C, H, site_index(g, l, SITE_W3), 1, fused);
     gpu_rmsnorm_backward(d.dres, gr.rms2 + (size_t)l * C, d.dln, res_mid,
-                         p.rms2 + (size_t)l * C, a.ln2_rstd + (size_t)l * N, N, C, s);
+                         p.rms2 + (size_t)l * C, a.ln2_rstd + (size_t)l * N, N, C, nullptr, s);
     linear_backward(g, d.datty, gr.wo + (size_t)l * C * C, d.dres, atty,
                     p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O), 0);
     /* attention_backward accumulates dk and dv head by head (the fused kernel overwrites them) */
@@ -784,8 +784,8 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     else
       attention_backward(g, d.dq, d.dk, d.dv, d.datt, d.datty,
                          a.att + (size_t)l * B * NH * T * T, q, k, v, l);
-    gpu_rope_backward(d.dq, g->rope_cos, g->rope_sin, B, T, NH, hs, s);
-    gpu_rope_backward(d.dk, g->rope_cos, g->rope_sin, B, T, NKV, hs, s);
+    gpu_rope_backward(d.dq, g->rope_cos, g->rope_sin, B, T, NH, hs, nullptr, s);
+    gpu_rope_backward(d.dk, g->rope_cos, g->rope_sin, B, T, NKV, hs, nullptr, s);
     linear_backward(g, d.dln, gr.wq + (size_t)l * C * C, d.dq, ln1, p.wq + (size_t)l * C * C,
                     N, C, C, site_index(g, l, SITE_Q), 0);
     linear_backward(g, d.dln, gr.wk + (size_t)l * KVC * C, d.dk, ln1,
@@ -793,7 +793,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     linear_backward(g, d.dln, gr.wv + (size_t)l * KVC * C, d.dv, ln1,
                     p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V), 1);
     gpu_rmsnorm_backward(d.dres, gr.rms1 + (size_t)l * C, d.dln, res, p.rms1 + (size_t)l * C,
-                         a.ln1_rstd + (size_t)l * N, N, C, s);
+                         a.ln1_rstd + (size_t)l * N, N, C, nullptr, s);
   }
   gpu_encoder_backward(gr.wte, d.dres, g->bucket_start, g->bucket_pos, V, C, s);
   });

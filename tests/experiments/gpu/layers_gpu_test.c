@@ -180,13 +180,13 @@ static void rmsnorm_case(const char *name, int N, int C, uint64_t seed) {
   rmsnorm_forward(out, rstd, inp, w, N, C);
   float *d_inp = dev_from(inp, NC * sizeof(float)), *d_w = dev_from(w, C * sizeof(float));
   float *d_out = dev_alloc(NC * sizeof(float)), *d_rstd = dev_alloc(N * sizeof(float));
-  gpu_rmsnorm_forward(d_out, d_rstd, d_inp, d_w, N, C, 0);
+  gpu_rmsnorm_forward(d_out, d_rstd, d_inp, d_w, N, C, NULL, 0);
   LAUNCHED();
   to_host(g_out, d_out, NC * sizeof(float));
   to_host(g_rstd, d_rstd, N * sizeof(float));
   check_close("rmsnorm_forward", "out", name, g_out, out, NC);
   check_close("rmsnorm_forward", "rstd", name, g_rstd, rstd, N);
-  gpu_rmsnorm_forward(d_out, d_rstd, d_inp, d_w, N, C, 0);
+  gpu_rmsnorm_forward(d_out, d_rstd, d_inp, d_w, N, C, NULL, 0);
   LAUNCHED();
   to_host(g_out2, d_out, NC * sizeof(float));
   to_host(g_rstd2, d_rstd, N * sizeof(float));
@@ -202,7 +202,7 @@ static void rmsnorm_case(const char *name, int N, int C, uint64_t seed) {
   float *d_dw = dev_from(dw0, C * sizeof(float));
   to_dev(d_rstd, rstd, N * sizeof(float));
   float *g_dw = malloc(C * sizeof(float)), *g_dw2 = malloc(C * sizeof(float));
-  gpu_rmsnorm_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, N, C, 0);
+  gpu_rmsnorm_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, N, C, NULL, 0);
   LAUNCHED();
   to_host(g_out, d_dinp, NC * sizeof(float));
   to_host(g_dw, d_dw, C * sizeof(float));
@@ -210,7 +210,7 @@ static void rmsnorm_case(const char *name, int N, int C, uint64_t seed) {
   check_close("rmsnorm_backward", "dw+=", name, g_dw, dw, C);
   to_dev(d_dinp, dinp0, NC * sizeof(float));
   to_dev(d_dw, dw0, C * sizeof(float));
-  gpu_rmsnorm_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, N, C, 0);
+  gpu_rmsnorm_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, N, C, NULL, 0);
   LAUNCHED();
   to_host(g_out2, d_dinp, NC * sizeof(float));
   to_host(g_dw2, d_dw, C * sizeof(float));
@@ -256,7 +256,7 @@ START_TEST(rope) {
       memcpy(cpu, x, n * sizeof(float));
       to_dev(d_x, x, n * sizeof(float));
       rope_backward(cpu, cs, sn, B, T, nh, hs);
-      gpu_rope_backward(d_x, d_cs, d_sn, B, T, nh, hs, 0);
+      gpu_rope_backward(d_x, d_cs, d_sn, B, T, nh, hs, NULL, 0);
       LAUNCHED();
       to_host(g, d_x, n * sizeof(float));
       check_close("rope_backward", q ? "dk" : "dq", sh->name, g, cpu, n);
@@ -266,6 +266,114 @@ START_TEST(rope) {
     CU(cudaFree(d_cs)); CU(cudaFree(d_sn));
     free(cs); free(sn);
   }
+}
+END_TEST
+
+/* ----------------------------------------- amaxes folded by the producers */
+
+/* The finite max |x| as float bits: what an amax pass (cuda/reduce.cuh's
+ * k_amax) leaves in a word that starts at 0. */
+static unsigned finite_amax_bits(const float *x, size_t n) {
+  float m = 0.0f;
+  for (size_t i = 0; i < n; i++) {
+    const float a = fabsf(x[i]);
+    if (a > m && a <= 3.40282347e38f) m = a;
+  }
+  unsigned b;
+  memcpy(&b, &m, sizeof b);
+  return b;
+}
+
+/* NaN at i, +inf at i + 1, -inf at i + 2, for x[0..n) with n > i + 2. */
+static void plant_specials(float *x, size_t n, size_t i) {
+  ck_assert(i + 2 < n);
+  x[i] = NAN;
+  x[i + 1] = INFINITY;
+  x[i + 2] = -INFINITY;
+}
+
+/* The layers that fold their output's amax as they write it (layers.h's
+ * `amax`): RMSNorm's forward (out) and backward (dinp after +=), RoPE's
+ * backward (dx), SwiGLU's forward (out), each launched twice from the same
+ * inputs, without and with the word: the outputs bit-identical, and the word
+ * the finite amax of the output (NaN and infinities planted in the inputs,
+ * which the output carries and the amax must leave out).  Shapes: the three
+ * of this file, odd sizes and whole 120m rows included. */
+enum { FOLD_RMSNORM_FWD, FOLD_RMSNORM_BWD, FOLD_ROPE_BWD, FOLD_SWIGLU_FWD, FOLD_LAYERS };
+static const char *const fold_names[FOLD_LAYERS] = {"rmsnorm_forward", "rmsnorm_backward",
+                                                    "rope_backward", "swiglu_forward"};
+
+START_TEST(producers_fold_amax) {
+  unsigned *d_amax = dev_alloc(sizeof(unsigned));
+  for (int si = 0; si < NSHAPES; si++) {
+    const shape *sh = &shapes[si];
+    const int B = sh->B, T = sh->T, C = sh->C, N = B * T, hs = C / sh->NH;
+    const size_t NC = (size_t)N * C, NH_ = (size_t)N * sh->H;
+    /* inputs: RMSNorm's (inp, w, dout, dinp0, rstd), RoPE's (x, tables), SwiGLU's (h1, h3) */
+    float *inp = rand_floats(NC, -2, 2, 300 + si), *w = rand_floats(C, 0.5, 1.5, 310 + si);
+    float *dout = rand_floats(NC, -1, 1, 320 + si), *dinp0 = rand_floats(NC, -1, 1, 330 + si);
+    float *h1 = rand_floats(NH_, -10, 10, 340 + si), *h3 = rand_floats(NH_, -2, 2, 350 + si);
+    plant_specials(inp, NC, (size_t)C + 5);    /* a NaN row and an inf row of ln */
+    plant_specials(dinp0, NC, NC / 2);         /* carried through dinp += */
+    plant_specials(dout, NC, NC - 7);          /* RoPE's input */
+    plant_specials(h3, NH_, NH_ / 3);          /* out = silu(h1) h3 */
+    float *cs = malloc((size_t)T * hs / 2 * sizeof(float)),
+          *sn = malloc((size_t)T * hs / 2 * sizeof(float));
+    rope_tables(cs, sn, T, hs, 10000.0);
+    float *d_inp = dev_from(inp, NC * sizeof(float)), *d_w = dev_from(w, C * sizeof(float));
+    float *d_dout = dev_from(dout, NC * sizeof(float)), *d_out = dev_alloc(NH_ * sizeof(float));
+    float *d_rstd = dev_alloc(N * sizeof(float)), *d_dw = dev_alloc(C * sizeof(float));
+    float *d_h1 = dev_from(h1, NH_ * sizeof(float)), *d_h3 = dev_from(h3, NH_ * sizeof(float));
+    float *d_cs = dev_from(cs, (size_t)T * hs / 2 * sizeof(float)),
+          *d_sn = dev_from(sn, (size_t)T * hs / 2 * sizeof(float));
+    float *got[2] = {malloc(NH_ * sizeof(float)), malloc(NH_ * sizeof(float))};
+    gpu_rmsnorm_forward(d_out, d_rstd, d_inp, d_w, N, C, NULL, 0); /* rstd for the backward */
+    LAUNCHED();
+    for (int k = 0; k < FOLD_LAYERS; k++) {
+      const size_t n = k == FOLD_SWIGLU_FWD ? NH_ : NC;
+      for (int with = 0; with < 2; with++) {
+        unsigned *amax = with ? d_amax : NULL;
+        CU(cudaMemset(d_amax, 0, sizeof(unsigned)));
+        CU(cudaMemset(d_dw, 0, C * sizeof(float)));
+        switch (k) {
+          case FOLD_RMSNORM_FWD:
+            gpu_rmsnorm_forward(d_out, d_rstd, d_inp, d_w, N, C, amax, 0);
+            break;
+          case FOLD_RMSNORM_BWD:
+            to_dev(d_out, dinp0, NC * sizeof(float));
+            gpu_rmsnorm_backward(d_out, d_dw, d_dout, d_inp, d_w, d_rstd, N, C, amax, 0);
+            break;
+          case FOLD_ROPE_BWD:
+            to_dev(d_out, dout, NC * sizeof(float));
+            gpu_rope_backward(d_out, d_cs, d_sn, B, T, sh->NH, hs, amax, 0);
+            break;
+          default:
+            gpu_swiglu_forward(d_out, d_h1, d_h3, NH_, amax, 0);
+            break;
+        }
+        LAUNCHED();
+        to_host(got[with], d_out, n * sizeof(float));
+      }
+      unsigned word;
+      to_host(&word, d_amax, sizeof word);
+      const unsigned want = finite_amax_bits(got[1], n);
+      float wf, gf;
+      memcpy(&wf, &want, sizeof wf);
+      memcpy(&gf, &word, sizeof gf);
+      printf("  %-26s %-28s amax folded %.9g, of the output %.9g\n", fold_names[k], sh->name, gf,
+             wf);
+      check_same_bits(fold_names[k], "output with and without the amax", got[0], got[1],
+                      n * sizeof(float));
+      ck_assert_msg(word == want, "%s (%s): folded amax %08x, the output's finite amax %08x",
+                    fold_names[k], sh->name, word, want);
+    }
+    CU(cudaFree(d_inp)); CU(cudaFree(d_w)); CU(cudaFree(d_dout)); CU(cudaFree(d_out));
+    CU(cudaFree(d_rstd)); CU(cudaFree(d_dw)); CU(cudaFree(d_h1)); CU(cudaFree(d_h3));
+    CU(cudaFree(d_cs)); CU(cudaFree(d_sn));
+    free(inp); free(w); free(dout); free(dinp0); free(h1); free(h3); free(cs); free(sn);
+    free(got[0]); free(got[1]);
+  }
+  CU(cudaFree(d_amax));
 }
 END_TEST
 
@@ -285,7 +393,7 @@ START_TEST(swiglu_and_add) {
     float *d_dh1 = dev_alloc(n * sizeof(float)), *d_dh3 = dev_alloc(n * sizeof(float));
     swiglu_forward(out, h1, h3, n);
     swiglu_backward(dh1, dh3, dout, h1, h3, n);
-    gpu_swiglu_forward(d_out, d_h1, d_h3, n, 0);
+    gpu_swiglu_forward(d_out, d_h1, d_h3, n, NULL, 0);
     check_launch("swiglu_forward", "out", sh->name, g, d_out, out, n);
     gpu_swiglu_backward(d_dh1, d_dh3, d_dout, d_h1, d_h3, n, 0);
     check_launch("swiglu_backward", "dh1", sh->name, g, d_dh1, dh1, n);
@@ -869,19 +977,19 @@ START_TEST(scale_120m) {
   timer_report("encoder_backward", R, 4.0 * NC);
 
   timer_start();
-  for (int r = 0; r < R; r++) gpu_rmsnorm_forward(d, rstd, a, w, N, C, 0);
+  for (int r = 0; r < R; r++) gpu_rmsnorm_forward(d, rstd, a, w, N, C, NULL, 0);
   timer_report("rmsnorm_forward", R, 8.0 * NC);
   float dw1[768], dw2[768];
   ck_assert_int_le(C, 768);
   for (int rep = 0; rep < 2; rep++) {
     CU(cudaMemset(dw, 0, C * sizeof(float)));
-    gpu_rmsnorm_backward(c, dw, b, a, w, rstd, N, C, 0);
+    gpu_rmsnorm_backward(c, dw, b, a, w, rstd, N, C, NULL, 0);
     LAUNCHED();
     to_host(rep ? dw2 : dw1, dw, C * sizeof(float));
   }
   check_same_bits("rmsnorm_backward", "120m dw", dw1, dw2, C * sizeof(float));
   timer_start();
-  for (int r = 0; r < R; r++) gpu_rmsnorm_backward(c, dw, b, a, w, rstd, N, C, 0);
+  for (int r = 0; r < R; r++) gpu_rmsnorm_backward(c, dw, b, a, w, rstd, N, C, NULL, 0);
   timer_report("rmsnorm_backward", R, 4.0 * 5 * NC);
 
   float *cs = dev_alloc((size_t)T * hs / 2 * sizeof(float)),
@@ -892,7 +1000,7 @@ START_TEST(scale_120m) {
   timer_report("rope_forward (q)", R, 8.0 * NC);
 
   timer_start();
-  for (int r = 0; r < R; r++) gpu_swiglu_forward(d, a, b, NH_, 0);
+  for (int r = 0; r < R; r++) gpu_swiglu_forward(d, a, b, NH_, NULL, 0);
   timer_report("swiglu_forward", R, 12.0 * NH_);
   timer_start();
   for (int r = 0; r < R; r++) gpu_swiglu_backward(c, d, b, a, b, NH_, 0);
@@ -1017,7 +1125,7 @@ int main(void) {
   }
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  const TTest *const tests[] = {encoder,        rmsnorm,      rope,
+  const TTest *const tests[] = {encoder,        rmsnorm,      rope,  producers_fold_amax,
                                 swiglu_and_add, swiglu_backward_bf16, swiglu_backward_bf16_scaled,
                                 causal_softmax, crossentropy, sumsq,  adamw,
                                 scale_120m,     NULL};

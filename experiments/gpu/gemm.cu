@@ -424,8 +424,20 @@ static void quantize_into(gtq_ctx *g, Site &s, int use, const exmy_operand_quant
   }
 }
 
+extern "C" bool gtq_fill_takes_amax(const gtq_ctx *g, int site, int use) {
+  if (site < 0 || site >= g->n_sites || g->collect || !g->sites[site].bf16) return false;
+  const exmy_operand_quant &q = g->host[site].op[use];
+  return q.enabled && !tq_along_k(&q) && q.scaling.kind == EXMY_SCALING_TENSOR;
+}
+
 extern "C" gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int slot, bool fill,
                                             const float *x, long ld, long rows, long cols) {
+  return gtq_operand_for_gemm_amax(g, site, use, slot, fill, x, ld, rows, cols, nullptr);
+}
+
+extern "C" gtq_operand gtq_operand_for_gemm_amax(gtq_ctx *g, int site, int use, int slot,
+                                                 bool fill, const float *x, long ld, long rows,
+                                                 long cols, const unsigned int *x_amax) {
   gtq_operand r = {x, ld, false, nullptr, nullptr, site, use, nullptr};
   if (site < 0 || site >= g->n_sites) return r;
   const exmy_operand_quant &q = g->host[site].op[use];
@@ -457,12 +469,18 @@ extern "C" gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int s
     sl.scaled = q.scaling.kind != EXMY_SCALING_NONE;
     if (s.bf16 && !g->collect) {
       /* the hot path: round and store as bf16 in one pass (scaled: Q(x s),
-       * with the delayed state's amax folded into the same pass) */
+       * with the delayed state's amax folded into the same pass; current
+       * scaling: after an amax pass, or the amax x's producer folded) */
       const exmy_rounding_opts o = stream_opts(g, q.round, n);
       const exmy_scaling &sc = q.scaling;
       if (sc.kind == EXMY_SCALING_NONE)
         gtq_check(exmy_cuda_quantize_bf16(&q.format, &o, src, sl.data, n, st), "quantize (bf16)");
-      else if (sc.kind == EXMY_SCALING_TENSOR)
+      else if (sc.kind == EXMY_SCALING_TENSOR && x_amax) {
+        gtq_check(exmy_cuda_scale_from_amax(&q.format, sc.margin, sc.pow2, x_amax, sl.scale, st),
+                  "tensor scaling (scale of the producer's amax)");
+        gtq_check(exmy_cuda_quantize_scaled_bf16(&q.format, &o, sl.scale, src, sl.data, n, st),
+                  "quantize (bf16, tensor scaling)");
+      } else if (sc.kind == EXMY_SCALING_TENSOR)
         gtq_check(exmy_cuda_quantize_tensor_bf16(&q.format, &o, sc.margin, sc.pow2, src, sl.data,
                                                  n, sl.scale, st),
                   "quantize (bf16, tensor scaling)");

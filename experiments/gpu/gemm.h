@@ -104,6 +104,24 @@ typedef struct {
 gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int slot, bool fill,
                                  const float *x, long ld, long rows, long cols);
 
+/* Whether a fill of use `use` of site `site` would reduce its tensor's amax
+ * in a pass of its own before rounding it (per-tensor current scaling on
+ * the BF16 path, not quantized along K, not a statistics step), and so can
+ * take that amax from the kernel that writes the tensor instead
+ * (gtq_operand_for_gemm_amax). */
+bool gtq_fill_takes_amax(const gtq_ctx *g, int site, int use);
+/* gtq_operand_for_gemm with x's amax known: x_amax (device) holds the float
+ * bits of the finite max |x| over the rows x cols elements of x, folded by
+ * the kernel that wrote x as an amax pass would reduce it (layers.h).  Where
+ * the fill takes it (fill and gtq_fill_takes_amax), the fill makes the scale
+ * of that word (exmy_cuda_scale_from_amax) and runs only the rounding pass
+ * (exmy_cuda_quantize_scaled_bf16): the same scale and bits as
+ * exmy_cuda_quantize_tensor_bf16, one pass fewer.  Otherwise, or with
+ * x_amax NULL: gtq_operand_for_gemm. */
+gtq_operand gtq_operand_for_gemm_amax(gtq_ctx *g, int site, int use, int slot, bool fill,
+                                      const float *x, long ld, long rows, long cols,
+                                      const unsigned int *x_amax);
+
 /* From now on every site's dY slot is one buffer, as large as the largest:
  * for a model whose dY slots are each filled and read by one use after the
  * other (fill, then the GEMMs that reuse it, before the next fill of any

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <initializer_list>
 #include <vector>
 
 #include "experiments/gpu/flash_attention.h"
@@ -17,6 +18,21 @@
 
 namespace {
 enum { REUSE = 0, FILL = 1 };
+
+/* The GEMM operands whose producers fold their amax as they write them
+ * (layers.h's `amax`), for per-tensor current scaling's fills: one device
+ * word per tensor and layer (gpu_model.amax_words).  The LM head's X, lnf,
+ * has one word after the last layer's. */
+enum {
+  AMAX_LN1,     /* RMSNorm 1's output: X of Q, K, V */
+  AMAX_LN2,     /* RMSNorm 2's output: X of W1, W3 */
+  AMAX_HG,      /* SwiGLU's output: X of W2 */
+  AMAX_DRES_W2, /* the residual gradient entering the layer's backward: dY of W2 */
+  AMAX_DRES_WO, /* the residual gradient after RMSNorm 2's backward: dY of WO */
+  AMAX_DQ,      /* dq after RoPE's backward: dY of Q */
+  AMAX_DK,      /* dk after RoPE's backward: dY of K */
+  AMAX_PER_LAYER
+};
 
 template <typename T>
 T *dalloc(size_t n) {
@@ -84,6 +100,11 @@ struct gpu_model {
   cudaStream_t s;
   bool swiglu_unfused;  /* gpu_model_set_swiglu_unfused */
   unsigned long long swiglu_fused; /* layers whose backward took swiglu_backward_fused */
+  /* (L * AMAX_PER_LAYER + 1) device words, zeroed at the start of the
+   * forward and of the backward; NULL where no fill takes a folded amax */
+  unsigned int *amax_words;
+  bool amax_unfolded;   /* gpu_model_set_amax_unfolded */
+  unsigned long long amax_folded; /* fills that took a producer's amax */
   bool graphs;          /* cuda_graph = 1 and the recipe lets the step be replayed */
   step_graph fwd, bwd;
 };
@@ -160,20 +181,56 @@ static int site_index(const gpu_model *g, int layer, int kind) {
 
 /* -------------------------------------------------------------- linear */
 
+/* The word that the kernel writing tensor `tensor` (AMAX_*) of layer l folds
+ * its amax into, when some fill of `use` of the layer's sites of the kinds
+ * `readers` will take it (gtq_fill_takes_amax: current scaling on the BF16
+ * path, not a statistics step) and folding is on; else NULL: nothing is
+ * folded and the fills run their own amax passes. */
+static unsigned int *amax_word(gpu_model *g, int l, int tensor, std::initializer_list<int> readers,
+                               int use) {
+  if (!g->amax_words || g->amax_unfolded) return nullptr;
+  for (int kind : readers)
+    if (gtq_fill_takes_amax(g->gq, site_index(g, l, kind), use))
+      return g->amax_words + (size_t)l * AMAX_PER_LAYER + (l < g->cfg.n_layers ? tensor : 0);
+  return nullptr;
+}
+
+/* Zeroes the words before the producers of a forward or a backward fold
+ * into them (each word is folded into once per step). */
+static void amax_words_clear(gpu_model *g) {
+  if (!g->amax_words || g->amax_unfolded || gtq_collecting(g->gq)) return;
+  gtq_check(cudaMemsetAsync(g->amax_words, 0,
+                            sizeof(unsigned int) * ((size_t)g->cfg.n_layers * AMAX_PER_LAYER + 1),
+                            g->s),
+            "memset (amax words)");
+}
+
+/* The operand of a fill whose tensor's amax may have been folded by its
+ * producer (amax: amax_word's, or NULL). */
+static gtq_operand fill_operand(gpu_model *g, int site, int use, int slot, const float *x,
+                                long rows, long cols, const unsigned int *amax) {
+  if (amax && gtq_fill_takes_amax(g->gq, site, use)) g->amax_folded++;
+  return gtq_operand_for_gemm_amax(g->gq, site, use, slot, FILL, x, cols, rows, cols, amax);
+}
+
+/* x_amax: inp's amax as its producer folded it (amax_word), or NULL. */
 static void linear_forward(gpu_model *g, float *out, const float *inp, const float *w, int N,
-                           int C, int OC, int site) {
-  gtq_operand x = gtq_operand_for_gemm(g->gq, site, USE_FWD_X, SLOT_X, FILL, inp, C, N, C);
+                           int C, int OC, int site, const unsigned int *x_amax = nullptr) {
+  gtq_operand x = fill_operand(g, site, USE_FWD_X, SLOT_X, inp, N, C, x_amax);
   gtq_operand wq = gtq_operand_for_gemm(g->gq, site, USE_FWD_W, SLOT_W, FILL, w, C, OC, C);
   gtq_gemm(g->gq, false, true, N, OC, C, 1.0f, x, wq, 0.0f, out, OC); /* Y = X W^T */
 }
 
 /* dX = dinp_beta dX + dY W, dW += dY^T X: model.c's linear_backward. */
-/* dy_filled: dY's slot holds this step's operand already (swiglu_backward_fused). */
+/* dy_filled: dY's slot holds this step's operand already (swiglu_backward_fused);
+ * dy_amax: dout's amax as its producer folded it (amax_word), or NULL. */
 static void linear_backward(gpu_model *g, float *dinp, float *dw, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC, int site,
-                            float dinp_beta, bool dy_filled = false) {
-  gtq_operand dy = gtq_operand_for_gemm(g->gq, site, USE_DX_DY, SLOT_DY, dy_filled ? REUSE : FILL,
-                                        dout, OC, N, OC);
+                            float dinp_beta, bool dy_filled = false,
+                            const unsigned int *dy_amax = nullptr) {
+  gtq_operand dy = dy_filled ? gtq_operand_for_gemm(g->gq, site, USE_DX_DY, SLOT_DY, REUSE, dout,
+                                                    OC, N, OC)
+                             : fill_operand(g, site, USE_DX_DY, SLOT_DY, dout, N, OC, dy_amax);
   gtq_operand wq = gtq_operand_for_gemm(g->gq, site, USE_DX_W, SLOT_W, REUSE, w, C, OC, C);
   gtq_operand dy2 = gtq_operand_for_gemm(g->gq, site, USE_DW_DY, SLOT_DY, REUSE, dout, OC, N, OC);
   gtq_operand x = gtq_operand_for_gemm(g->gq, site, USE_DW_X, SLOT_X, REUSE, inp, C, N, C);
@@ -551,6 +608,11 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
      * is filled (linear_backward, flash_backward): one buffer for all */
     gtq_share_dy_slots(g->gq);
   }
+  /* the amax words, where some fill is current-scaled on the BF16 path */
+  bool current = false;
+  for (int i = 0; i < g->n_sites; i++)
+    for (int u = 0; u < USES_PER_SITE; u++) current = current || gtq_fill_takes_amax(g->gq, i, u);
+  if (current) g->amax_words = dalloc<unsigned int>(L * AMAX_PER_LAYER + 1);
   gpu_model_upload(g, m->params_mem, NULL, NULL);
   return g;
 }
@@ -598,7 +660,7 @@ extern "C" void gpu_model_free(gpu_model *g) {
   graph_drop(g->fwd);
   graph_drop(g->bwd);
   gtq_free(g->gq);
-  void *bufs[] = {g->params_mem, g->grads_mem, g->mom1, g->mom2, g->arena};
+  void *bufs[] = {g->params_mem, g->grads_mem, g->mom1, g->mom2, g->arena, g->amax_words};
   for (void *b : bufs) cudaFree(b);
   free(g->h_bucket_start);
   free(g->h_bucket_pos);
@@ -643,6 +705,14 @@ extern "C" void gpu_model_set_swiglu_unfused(gpu_model *g, bool on) {
   g->swiglu_unfused = on;
 }
 extern "C" unsigned long long gpu_model_swiglu_fused(const gpu_model *g) { return g->swiglu_fused; }
+extern "C" void gpu_model_set_amax_unfolded(gpu_model *g, bool on) {
+  if (on != g->amax_unfolded) { /* other launches */
+    graph_drop(g->fwd);
+    graph_drop(g->bwd);
+  }
+  g->amax_unfolded = on;
+}
+extern "C" unsigned long long gpu_model_amax_folded(const gpu_model *g) { return g->amax_folded; }
 extern "C" double gpu_memory_in_use_gib(void) {
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return NAN;
@@ -667,6 +737,7 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
   const activation_tensors &a = g->acts;
   /* the graph's argument: a forward with the sharpness has one more launch */
   run_step_part(g, g->fwd, g->logit_sharpness ? 1.0f : 0.0f, [&] {
+  amax_words_clear(g);
   gpu_encoder_forward(a.res, g->tokens, p.wte, N, C, s);
   for (int l = 0; l < L; l++) {
     const float *res = a.res + l * BTC;
@@ -675,10 +746,16 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     float *atty = a.atty + l * BTC, *res_mid = a.res_mid + l * BTC, *ln2 = a.ln2 + kl * BTC;
     float *h1 = a.h1 + l * BTH, *h3 = a.h3 + l * BTH, *hg = a.hg + kl * BTH;
     float *res_out = a.res + (l + 1) * BTC;
-    gpu_rmsnorm_forward(ln1, a.ln1_rstd + (size_t)l * N, res, p.rms1 + (size_t)l * C, N, C, nullptr, s);
-    linear_forward(g, q, ln1, p.wq + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_Q));
-    linear_forward(g, k, ln1, p.wk + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_K));
-    linear_forward(g, v, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V));
+    unsigned int *ln1_amax = amax_word(g, l, AMAX_LN1, {SITE_Q, SITE_K, SITE_V}, USE_FWD_X),
+                 *ln2_amax = amax_word(g, l, AMAX_LN2, {SITE_W1, SITE_W3}, USE_FWD_X);
+    gpu_rmsnorm_forward(ln1, a.ln1_rstd + (size_t)l * N, res, p.rms1 + (size_t)l * C, N, C,
+                        ln1_amax, s);
+    linear_forward(g, q, ln1, p.wq + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_Q),
+                   ln1_amax);
+    linear_forward(g, k, ln1, p.wk + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_K),
+                   ln1_amax);
+    linear_forward(g, v, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V),
+                   ln1_amax);
     gpu_rope_forward(q, g->rope_cos, g->rope_sin, B, T, NH, hs, s);
     gpu_rope_forward(k, g->rope_cos, g->rope_sin, B, T, NKV, hs, s);
     if (g->attention == GPU_ATTENTION_FLASH)
@@ -687,19 +764,27 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
       attention_forward(g, atty, a.att + (size_t)l * B * NH * T * T, q, k, v, l);
     linear_forward(g, res_mid, atty, p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O));
     gpu_add_inplace(res_mid, res, BTC, s);
-    gpu_rmsnorm_forward(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, N, C, nullptr, s);
-    linear_forward(g, h1, ln2, p.w1 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W1));
-    linear_forward(g, h3, ln2, p.w3 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W3));
-    if (g->rc && g->rc->swiglu_row_scale)
+    gpu_rmsnorm_forward(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, N, C,
+                        ln2_amax, s);
+    linear_forward(g, h1, ln2, p.w1 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W1),
+                   ln2_amax);
+    linear_forward(g, h3, ln2, p.w3 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W3),
+                   ln2_amax);
+    unsigned int *hg_amax = nullptr;
+    if (g->rc && g->rc->swiglu_row_scale) {
       gpu_smooth_swiglu_forward(hg, h1, h3, N, H, s);
-    else
-      gpu_swiglu_forward(hg, h1, h3, BTH, nullptr, s);
-    linear_forward(g, res_out, hg, p.w2 + (size_t)l * C * H, N, H, C, site_index(g, l, SITE_W2));
+    } else {
+      hg_amax = amax_word(g, l, AMAX_HG, {SITE_W2}, USE_FWD_X);
+      gpu_swiglu_forward(hg, h1, h3, BTH, hg_amax, s);
+    }
+    linear_forward(g, res_out, hg, p.w2 + (size_t)l * C * H, N, H, C, site_index(g, l, SITE_W2),
+                   hg_amax);
     if (g->rc && g->rc->swiglu_row_scale) gpu_smooth_swiglu_scale_rows(res_out, res_out, h3, N, C, H, s);
     gpu_add_inplace(res_out, res_mid, BTC, s);
   }
-  gpu_rmsnorm_forward(a.lnf, a.lnf_rstd, a.res + L * BTC, p.rmsf, N, C, nullptr, s);
-  linear_forward(g, a.probs, a.lnf, p.lm_head, N, C, V, site_index(g, L, 0));
+  unsigned int *lnf_amax = amax_word(g, L, 0, {0}, USE_FWD_X);
+  gpu_rmsnorm_forward(a.lnf, a.lnf_rstd, a.res + L * BTC, p.rmsf, N, C, lnf_amax, s);
+  linear_forward(g, a.probs, a.lnf, p.lm_head, N, C, V, site_index(g, L, 0), lnf_amax);
   if (g->logit_sharpness) gpu_logit_sharpness_forward(g->logit_phi, a.probs, g->targets, N, V, s);
   gpu_crossentropy_forward(a.probs, a.losses, g->targets, N, V, s);
   gpu_mean(a.losses, N, g->loss_dev, s);
@@ -724,18 +809,25 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
   const activation_tensors &a = g->acts;
   const grad_act_tensors &d = g->grad_acts;
   float *dlogits = a.probs;
+  const bool smooth = g->rc && g->rc->swiglu_row_scale; /* model.c: dY s_t in dln */
+  /* the residual gradient as it enters layer l's backward: W2's dY (not
+   * under Smooth-SwiGLU, whose W2 dY is dres scaled by rows) */
+  auto dres_amax = [&](int l) {
+    return l >= 0 && !smooth ? amax_word(g, l, AMAX_DRES_W2, {SITE_W2}, USE_DX_DY) : nullptr;
+  };
   run_step_part(g, g->bwd, loss_scale, [&] {
+  amax_words_clear(g);
   gpu_crossentropy_backward(dlogits, a.probs, g->targets, N, V, loss_scale / N, s);
   linear_backward(g, d.dln, gr.lm_head, dlogits, a.lnf, p.lm_head, N, C, V, site_index(g, L, 0),
                   0);
   gtq_check(cudaMemsetAsync(d.dres, 0, BTC * sizeof(float), s), "memset");
-  gpu_rmsnorm_backward(d.dres, gr.rmsf, d.dln, a.res + L * BTC, p.rmsf, a.lnf_rstd, N, C, nullptr, s);
+  gpu_rmsnorm_backward(d.dres, gr.rmsf, d.dln, a.res + L * BTC, p.rmsf, a.lnf_rstd, N, C,
+                       dres_amax(L - 1), s);
   for (int l = L - 1; l >= 0; l--) {
     const float *res = a.res + l * BTC, *ln1 = a.ln1 + l * BTC, *q = a.q + l * BTC,
                 *k = a.k + l * BTK, *v = a.v + l * BTK, *atty = a.atty + l * BTC,
                 *res_mid = a.res_mid + l * BTC, *ln2 = a.ln2 + l * BTC, *h1 = a.h1 + l * BTH,
                 *h3 = a.h3 + l * BTH, *hg = a.hg + l * BTH;
-    const bool smooth = g->rc && g->rc->swiglu_row_scale; /* model.c: dY s_t in dln */
     if (g->lean) {
       /* the flash backward reads the bf16 copies of q, k, v; ln1, ln2 and hg
        * again from the forward's kernels on the same inputs where a GEMM
@@ -759,7 +851,8 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     }
     if (smooth) gpu_smooth_swiglu_scale_rows(d.dln, d.dres, h3, N, C, H, s);
     linear_backward(g, d.dhg, gr.w2 + (size_t)l * C * H, smooth ? d.dln : d.dres, hg,
-                    p.w2 + (size_t)l * C * H, N, H, C, site_index(g, l, SITE_W2), 0);
+                    p.w2 + (size_t)l * C * H, N, H, C, site_index(g, l, SITE_W2), 0, false,
+                    dres_amax(l));
     bool fused = false;
     if (smooth)
       gpu_smooth_swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, N, H, s);
@@ -769,10 +862,13 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
                     N, C, H, site_index(g, l, SITE_W1), 0, fused);
     linear_backward(g, d.dln, gr.w3 + (size_t)l * H * C, d.dh3, ln2, p.w3 + (size_t)l * H * C,
                     N, C, H, site_index(g, l, SITE_W3), 1, fused);
+    unsigned int *dres_wo_amax = amax_word(g, l, AMAX_DRES_WO, {SITE_O}, USE_DX_DY);
     gpu_rmsnorm_backward(d.dres, gr.rms2 + (size_t)l * C, d.dln, res_mid,
-                         p.rms2 + (size_t)l * C, a.ln2_rstd + (size_t)l * N, N, C, nullptr, s);
+                         p.rms2 + (size_t)l * C, a.ln2_rstd + (size_t)l * N, N, C, dres_wo_amax,
+                         s);
     linear_backward(g, d.datty, gr.wo + (size_t)l * C * C, d.dres, atty,
-                    p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O), 0);
+                    p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O), 0, false,
+                    dres_wo_amax);
     /* attention_backward accumulates dk and dv head by head (the fused kernel overwrites them) */
     if (g->attention == GPU_ATTENTION_MATERIALIZED) {
       gtq_check(cudaMemsetAsync(d.dk, 0, BTK * sizeof(float), s), "memset");
@@ -784,16 +880,19 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     else
       attention_backward(g, d.dq, d.dk, d.dv, d.datt, d.datty,
                          a.att + (size_t)l * B * NH * T * T, q, k, v, l);
-    gpu_rope_backward(d.dq, g->rope_cos, g->rope_sin, B, T, NH, hs, nullptr, s);
-    gpu_rope_backward(d.dk, g->rope_cos, g->rope_sin, B, T, NKV, hs, nullptr, s);
+    unsigned int *dq_amax = amax_word(g, l, AMAX_DQ, {SITE_Q}, USE_DX_DY),
+                 *dk_amax = amax_word(g, l, AMAX_DK, {SITE_K}, USE_DX_DY);
+    gpu_rope_backward(d.dq, g->rope_cos, g->rope_sin, B, T, NH, hs, dq_amax, s);
+    gpu_rope_backward(d.dk, g->rope_cos, g->rope_sin, B, T, NKV, hs, dk_amax, s);
     linear_backward(g, d.dln, gr.wq + (size_t)l * C * C, d.dq, ln1, p.wq + (size_t)l * C * C,
-                    N, C, C, site_index(g, l, SITE_Q), 0);
+                    N, C, C, site_index(g, l, SITE_Q), 0, false, dq_amax);
     linear_backward(g, d.dln, gr.wk + (size_t)l * KVC * C, d.dk, ln1,
-                    p.wk + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_K), 1);
+                    p.wk + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_K), 1, false,
+                    dk_amax);
     linear_backward(g, d.dln, gr.wv + (size_t)l * KVC * C, d.dv, ln1,
                     p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V), 1);
     gpu_rmsnorm_backward(d.dres, gr.rms1 + (size_t)l * C, d.dln, res, p.rms1 + (size_t)l * C,
-                         a.ln1_rstd + (size_t)l * N, N, C, nullptr, s);
+                         a.ln1_rstd + (size_t)l * N, N, C, dres_amax(l - 1), s);
   }
   gpu_encoder_backward(gr.wte, d.dres, g->bucket_start, g->bucket_pos, V, C, s);
   });

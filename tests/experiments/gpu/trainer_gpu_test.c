@@ -15,6 +15,9 @@
  *    per-tensor scaled: fp8-te, fp8-coat, fp8-current, msamp-o1) against the
  *    float32 gradients and the fills' passes: a model step, loss, gradients
  *    and delayed-scaling states bit for bit;
+ *  - current scaling's fills taking the amax that the layers writing their
+ *    tensors fold (fp8-current, msamp-o1, ...) against the fills' own amax
+ *    passes: the same, bit for bit;
  *  - MX and NVFP4 GEMMs on their bf16 images against the reference path
  *    (exmy_cuda_qgemm) within float32 bounds, and the trainer with nvfp4.cfg
  *    running every such GEMM on the images. */
@@ -491,17 +494,32 @@ static void delayed_states_copy(tq_site *sites, int n, float *out, const float *
     }
 }
 
-/* SwiGLU's backward writing the W1 and W3 dY operands itself (where the
- * recipe's rounding of them is element-wise, unscaled or per-tensor scaled)
- * against the float32 gradients and the GEMM fills' passes: the same step
- * twice on one GPU model (materialised attention, and the fused one with its
- * lean activations) from the same delayed-scaling states (saved after a first
- * step, so that their scales come from amax histories, and restored), loss,
- * every gradient and the states after the step bit for bit; the fused kernel
- * must have run in every layer where it applies.  The recipe: the keys
- * `sets`, or experiments/configs/`config`.cfg. */
-static void swiglu_fusion_same_bits(const char *const *sets, const char *config, bool fuses,
-                                    const char *size, gpu_attention_kind attention) {
+/* A fusion of the GPU model that a test can turn off, and its count. */
+typedef struct {
+  const char *name;
+  void (*set_off)(gpu_model *g, bool on);
+  unsigned long long (*count)(const gpu_model *g);
+} model_fusion;
+/* SwiGLU's backward writing the W1 and W3 dY operands itself (counted per
+ * layer) */
+static const model_fusion swiglu_fusion = {"swiglu fusion", gpu_model_set_swiglu_unfused,
+                                           gpu_model_swiglu_fused};
+/* current scaling's fills taking the amax their tensor's producer folded
+ * (counted per fill) */
+static const model_fusion amax_folding = {"amax folding", gpu_model_set_amax_unfolded,
+                                          gpu_model_amax_folded};
+
+/* A fusion against the unfused path (the float32 tensors and the GEMM
+ * fills' own passes): the same step twice on one GPU model (materialised
+ * attention, and the fused one with its lean activations) from the same
+ * delayed-scaling states (saved after a first step, so that their scales
+ * come from amax histories, and restored), loss, every gradient and the
+ * states after the step bit for bit; the fusion must have served exactly
+ * per_layer times per layer plus `extra` (none when turned off).  The
+ * recipe: the keys `sets`, or experiments/configs/`config`.cfg. */
+static void fusion_same_bits(const model_fusion *fu, const char *const *sets, const char *config,
+                             unsigned per_layer, unsigned extra, const char *size,
+                             gpu_attention_kind attention) {
   recipe rc;
   if (config) load_config_recipe(&rc, config);
   else make_recipe(&rc, sets);
@@ -514,12 +532,12 @@ static void swiglu_fusion_same_bits(const char *const *sets, const char *config,
   for (int k = 0; k < 3; k++) states[k] = malloc(sizeof(float) * (ns + 1));
   unsigned long long fused[2];
   for (int pass = -1; pass < 2; pass++) {
-    gpu_model_set_swiglu_unfused(g, pass == 1);
+    fu->set_off(g, pass == 1);
     if (pass >= 0) { /* both passes from the states after the first step */
       delayed_states_copy(mp.gsites, mp.n_sites, NULL, states[2]);
       gpu_model_states_upload(g);
     }
-    const unsigned long long before = gpu_model_swiglu_fused(g);
+    const unsigned long long before = fu->count(g);
     gpu_model_begin_step(g, 0, false);
     gpu_model_zero_grad(g);
     const float l = gpu_model_forward(g, mp.tok, mp.tgt);
@@ -529,24 +547,30 @@ static void swiglu_fusion_same_bits(const char *const *sets, const char *config,
     delayed_states_copy(mp.gsites, mp.n_sites, states[pass < 0 ? 2 : pass], NULL);
     if (pass < 0) continue;
     loss[pass] = l;
-    fused[pass] = gpu_model_swiglu_fused(g) - before;
+    fused[pass] = fu->count(g) - before;
     gg[pass] = malloc(sizeof(float) * P);
     CU(cudaMemcpy(gg[pass], gpu_model_grads(g), sizeof(float) * P, cudaMemcpyDeviceToHost));
   }
   const size_t differ = count_bit_diffs(gg[0], gg[1], P),
                states_differ = count_bit_diffs(states[0], states[1], ns);
-  printf("swiglu fusion %s ... (%s, %s): %llu layers fused, loss %.7f / %.7f, %zu of %zu "
+  const unsigned long long want = (unsigned long long)per_layer * mp.mc.n_layers + extra;
+  printf("%s %s ... (%s, %s): served %llu times (want %llu), loss %.7f / %.7f, %zu of %zu "
          "gradients and %zu of %zu delayed-state values differ\n",
-         name, size, attention == GPU_ATTENTION_FLASH ? "flash" : "materialised", fused[0],
-         loss[0], loss[1], differ, P, states_differ, ns);
-  ck_assert_msg(fused[0] == (fuses ? (unsigned long long)mp.mc.n_layers : 0ull) && fused[1] == 0,
-                "%s: %llu then %llu layers fused", name, fused[0], fused[1]);
+         fu->name, name, size, attention == GPU_ATTENTION_FLASH ? "flash" : "materialised",
+         fused[0], want, loss[0], loss[1], differ, P, states_differ, ns);
+  ck_assert_msg(fused[0] == want && fused[1] == 0, "%s %s: served %llu then %llu times, want %llu",
+                fu->name, name, fused[0], fused[1], want);
   ck_assert_msg(!memcmp(&loss[0], &loss[1], sizeof(float)), "%s: losses differ", name);
   ck_assert_msg(differ == 0, "%s: %zu gradients differ", name, differ);
   ck_assert_msg(states_differ == 0, "%s: %zu delayed-state values differ", name, states_differ);
   model_pair_free(&mp);
   free(gg[0]), free(gg[1]);
   for (int k = 0; k < 3; k++) free(states[k]);
+}
+
+static void swiglu_fusion_same_bits(const char *const *sets, const char *config, bool fuses,
+                                    const char *size, gpu_attention_kind attention) {
+  fusion_same_bits(&swiglu_fusion, sets, config, fuses ? 1 : 0, 0, size, attention);
 }
 
 START_TEST(model_swiglu_fusion_bit_identical) {
@@ -584,6 +608,44 @@ START_TEST(model_swiglu_fusion_bit_identical) {
   swiglu_fusion_same_bits(fp8, NULL, true, "tiny", flash);
   swiglu_fusion_same_bits(NULL, "fp8-te", true, "tiny", flash);
   swiglu_fusion_same_bits(NULL, "fp8-current", true, "tiny", flash);
+}
+END_TEST
+
+/* Per-tensor current scaling's fills taking the amax that RMSNorm's forward
+ * (ln1: X of Q, K, V; ln2: X of W1, W3; lnf: the LM head's X), SwiGLU's
+ * forward (hg: X of W2), RMSNorm's backward (the residual gradient: dY of
+ * W2 and of WO) and RoPE's backward (dq, dk: dY of Q and K) fold as they
+ * write, against the fills' own amax passes: 10 fills a layer (the LM head's
+ * X one more where it is quantized), the rest on their present paths. */
+START_TEST(model_amax_folding_bit_identical) {
+  static const char *const e4m3_tensor_sr[] = {"format_w=e4m3", "format_a=e4m3",
+                                               "format_g=e4m3", "scaling=tensor",
+                                               "rounding=sr", "saturate=1", NULL};
+  static const char *const pow2_margin[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                                            "scaling=tensor", "pow2_scale=1", "margin=1",
+                                            "saturate=1", NULL};
+  /* the LM head and attention quantized too: lnf folded, the attention
+   * sites' operands (no producer folds them) through their amax passes */
+  static const char *const everything[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                                           "scaling=tensor", "saturate=1", "quant_attention=1",
+                                           "quant_lm_head=1", NULL};
+  /* what it leaves alone: unscaled, delayed and MX operands */
+  static const char *const fp8[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", NULL};
+  static const char *const mx[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                                   "scaling=mx", NULL};
+  const gpu_attention_kind mat = GPU_ATTENTION_MATERIALIZED, flash = GPU_ATTENTION_FLASH;
+  fusion_same_bits(&amax_folding, NULL, "fp8-current", 10, 0, "test", mat);
+  fusion_same_bits(&amax_folding, NULL, "msamp-o1", 10, 0, "test", mat);
+  fusion_same_bits(&amax_folding, e4m3_tensor_sr, NULL, 10, 0, "test", mat);
+  fusion_same_bits(&amax_folding, pow2_margin, NULL, 10, 0, "test", mat);
+  fusion_same_bits(&amax_folding, everything, NULL, 10, 1, "test", mat);
+  fusion_same_bits(&amax_folding, NULL, "fp8-te", 0, 0, "test", mat);
+  fusion_same_bits(&amax_folding, fp8, NULL, 0, 0, "test", mat);
+  fusion_same_bits(&amax_folding, mx, NULL, 0, 0, "test", mat);
+  /* the fused attention, lean activations (head size 32: `tiny`) */
+  fusion_same_bits(&amax_folding, NULL, "fp8-current", 10, 0, "tiny", flash);
+  fusion_same_bits(&amax_folding, NULL, "msamp-o1", 10, 0, "tiny", flash);
+  fusion_same_bits(&amax_folding, e4m3_tensor_sr, NULL, 10, 0, "tiny", flash);
 }
 END_TEST
 
@@ -1143,6 +1205,7 @@ END_TEST
 int main(void) {
   const TTest *const tests[] = {model_fp32_matches_cpu, model_e8m3_weights_bit_identical,
                                 model_swiglu_fusion_bit_identical,
+                                model_amax_folding_bit_identical,
                                 mx_gemm_bf16_path_matches_reference,
                                 nvfp4_gemm_bf16_path_matches_reference,
                                 model_nvfp4_takes_bf16_images, msamp_grads_match_cpu,

@@ -340,8 +340,8 @@ __global__ void __launch_bounds__(exmy_cuda::kThreads)
     quantize8_bf16<ID, MODE>(f, o3, base, n, g3, si3, m3, c);
     store8<uint16_t>(dh3, base, n, full, c);
   }
-  if (amax1) block_amax_fold(m1, amax1);
-  if (amax3) block_amax_fold(m3, amax3);
+  fold_output_amax(m1, amax1);
+  fold_output_amax(m3, amax3);
 }
 
 /* Only the gradients' amaxes (current scaling's first pass): the same
@@ -363,8 +363,8 @@ __global__ void __launch_bounds__(exmy_cuda::kThreads)
     amax8(g1, base, n, m1);
     amax8(g3, base, n, m3);
   }
-  if (amax1) block_amax_fold(m1, amax1);
-  if (amax3) block_amax_fold(m3, amax3);
+  fold_output_amax(m1, amax1);
+  fold_output_amax(m3, amax3);
 }
 
 /* The kernel for the table formats of the bf16 operand path, in the modes

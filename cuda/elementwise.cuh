@@ -144,29 +144,10 @@ __device__ __forceinline__ void amax8(const float v[kPer], size_t base, size_t n
     if (base + k < n) fold_finite_amax(v[k], m);
 }
 
-/* Every thread's m (finite, >= 0) folded into *amax_bits as float bits
- * (max is order-free: deterministic).  One atomic per block, not per warp:
- * tens of thousands of atomics on one address would serialise in L2 and cost
- * more than a pass.  Every thread of the block (kThreads of them) must call
- * it; on return its shared array is free again, so a kernel may call it once
- * per tensor.  A word that starts at 0 and takes every element's
- * fold_finite_amax ends as k_amax's pass over the tensor would leave it. */
-__device__ __forceinline__ void block_amax_fold(float m, unsigned int *amax_bits) {
-  __shared__ float warp_max[kThreads / 32];
-  for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
-  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x / 32] = m;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    m = threadIdx.x < kThreads / 32 ? warp_max[threadIdx.x] : 0.0f;
-    for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
-    if (threadIdx.x == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
-  }
-  __syncthreads();
-}
-
 /* A thread's 8 values v of the BF16 GEMM path's operand image (scaled.cu's
  * k_quantize_scaled_bf16, which loads them from memory): their finite max |v|
- * folded into m (amax8, before scaling), v multiplied by the scale s =
+ * folded into m (amax8, before scaling; block_amax_fold<kThreads> then folds
+ * the block's), v multiplied by the scale s =
  * scale_inv[0] (device {s, 1/s}; NULL: unscaled), rounded (encode8), and the
  * bf16 bits of the format's values left in c.  A kernel that computes the
  * tensor in registers calls it in place of the pass: the same bits. */

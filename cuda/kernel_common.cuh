@@ -192,6 +192,29 @@ __device__ __forceinline__ void fold_finite_amax(float v, float &m) {
   if (a > m && a <= 3.40282347e38f) m = a;
 }
 
+/* Every thread's m (finite, >= 0) folded into *amax_bits as float bits
+ * (max is order-free: deterministic), THREADS = blockDim.x (a multiple of
+ * 32, at most 1024).  One atomic per block, not per warp: tens of thousands
+ * of atomics on one address would serialise in L2 and cost more than a
+ * pass.  Every thread of the block must call it; on return its shared array
+ * is free again, so a kernel may call it once per tensor.  A word that
+ * starts at 0 and takes every element's fold_finite_amax ends as k_amax's
+ * pass over the tensor would leave it. */
+template <int THREADS>
+__device__ __forceinline__ void block_amax_fold(float m, unsigned int *amax_bits) {
+  static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, one block");
+  __shared__ float warp_max[THREADS / 32];
+  for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    m = threadIdx.x < THREADS / 32 ? warp_max[threadIdx.x] : 0.0f;
+    for (int d = 16; d > 0; d >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, d));
+    if (threadIdx.x == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
+  }
+  __syncthreads();
+}
+
 static inline unsigned blocks_for(size_t items, unsigned threads) {
   return (unsigned)((items + threads - 1) / threads);
 }

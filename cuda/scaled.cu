@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(kThreads)
     quantize8_bf16<ID, MODE>(f, o, base, n, v, scale_inv, m, c);
     store8<uint16_t>(y, base, n, full, c);
   }
-  if (amax_bits) block_amax_fold(m, amax_bits);
+  if (amax_bits) block_amax_fold<kThreads>(m, amax_bits);
 }
 
 /* The kernel for the format and mode: with_operand_mode (elementwise.cuh). */

@@ -31,15 +31,15 @@ namespace {
 constexpr int kThreads = 256;        /* elementwise kernels */
 constexpr int kWarpsPerBlock = 8;    /* warp-per-row kernels: 256 threads */
 constexpr unsigned kFull = 0xffffffffu;
-/* the kernels that fold their output's amax use block_amax_fold */
-static_assert(kThreads == exmy_cuda::kThreads && 32 * kWarpsPerBlock == exmy_cuda::kThreads,
-              "block_amax_fold's block size");
+/* the kernels that fold their output's amax: blocks of kThreads threads */
+static_assert(32 * kWarpsPerBlock == kThreads && kThreads == exmy_cuda::kThreads,
+              "one block size");
 
 /* Every thread's finite max |output| m into *amax (device word; NULL: none
  * wanted), as an amax pass over the output would leave it (see layers.h).
  * Every thread of the block calls it. */
 __device__ __forceinline__ void fold_output_amax(float m, unsigned int *amax) {
-  if (amax) exmy_cuda::block_amax_fold(m, amax);
+  if (amax) block_amax_fold<kThreads>(m, amax);
 }
 
 /* Blocks for a grid-stride loop over n elements (any cap is correct; this one

@@ -38,6 +38,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cuda/kernel_common.cuh" /* fold_finite_amax, block_amax_fold */
 #include "lib/philox.h"
 #include "lib/round_core.h"
 
@@ -409,13 +410,20 @@ __device__ __forceinline__ void mma_pb(float (*c)[NT][4], const float (*p)[NP][4
 }
 
 /* This lane's part of row g + 8 hf of a 16 x (8 * NT) accumulator tile,
- * times mul, to float32 memory: dst points at the row's column 2 t4. */
+ * times mul, to float32 memory: dst points at the row's column 2 t4; the
+ * values stored folded into *amax (fold_finite_amax) when amax is given. */
 template <int NT>
 __device__ __forceinline__ void store_row(float *dst, const float (&c)[NT][4], int hf,
-                                          float mul) {
+                                          float mul, float *amax = nullptr) {
 #pragma unroll
-  for (int n = 0; n < NT; n++)
-    *(float2 *)(dst + n * 8) = make_float2(c[n][2 * hf] * mul, c[n][2 * hf + 1] * mul);
+  for (int n = 0; n < NT; n++) {
+    const float x = c[n][2 * hf] * mul, y = c[n][2 * hf + 1] * mul;
+    *(float2 *)(dst + n * 8) = make_float2(x, y);
+    if (amax) {
+      fold_finite_amax(x, *amax);
+      fold_finite_amax(y, *amax);
+    }
+  }
 }
 
 /* ROWS x HS tile of a (T, ld) bf16 matrix starting at row r0 -> shared
@@ -492,7 +500,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     flash_fwd_kernel(float *__restrict__ out, float *__restrict__ lse,
                      const bf16 *__restrict__ q, const bf16 *__restrict__ k,
                      const bf16 *__restrict__ v, int T, int NH, int NKV, float scale_log2,
-                     Rounding rp) {
+                     Rounding rp, unsigned int *out_amax) {
   typedef FwdCfg<HS, WARPS, MT, BC> C;
   constexpr int NT = C::kThreads, BR = C::kBR, LD = C::kLD, KS = HS / 16;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -599,6 +607,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     __syncthreads();
   }
 
+  float m = 0.f; /* out's finite amax, for out_amax */
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -608,10 +617,12 @@ __global__ void __launch_bounds__(WARPS * 32)
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       const int row = row0 + mt * 16 + g + hf * 8;
       if (row < T) {
-        store_row(out + ((size_t)b * T + row) * ldq + (size_t)h * HS + 2 * t4, o[mt], hf, 1.f / l);
+        store_row(out + ((size_t)b * T + row) * ldq + (size_t)h * HS + 2 * t4, o[mt], hf, 1.f / l,
+                  &m);
         if (t4 == 0) lse[((size_t)b * NH + h) * T + row] = (mrow[mt][hf] + log2f(l)) * kLn2;
       }
     }
+  if (out_amax) block_amax_fold<NT>(m, out_amax);
 }
 
 /* -------------------------------------------------------------- backward */
@@ -671,7 +682,7 @@ __global__ void __launch_bounds__(WARPS * 32)
                           const bf16 *__restrict__ v, const bf16 *__restrict__ dout,
                           const float *__restrict__ lse2, const float *__restrict__ Dd, int T,
                           int Tp, int NH, int NKV, float scale_log2, float scale, Rounding rp,
-                          Rounding rds) {
+                          Rounding rds, unsigned int *dv_amax) {
   typedef DkdvCfg<HS, WARPS, BR> C;
   constexpr int NT = C::kThreads, BC = C::kBC, LD = C::kLD, KS = HS / 16;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -763,15 +774,17 @@ __global__ void __launch_bounds__(WARPS * 32)
     __syncthreads();
   }
 
+  float m = 0.f; /* dv's finite amax, for dv_amax */
 #pragma unroll
   for (int hf = 0; hf < 2; hf++) {
     const int row = j0 + g + hf * 8;
     if (row < T) {
       const size_t off = ((size_t)b * T + row) * ldkv + (size_t)kvh * HS + 2 * t4;
       store_row(dk + off, dka, hf, 1.f);
-      store_row(dv + off, dva, hf, 1.f);
+      store_row(dv + off, dva, hf, 1.f, &m);
     }
   }
+  if (dv_amax) block_amax_fold<NT>(m, dv_amax);
 }
 
 template <int HS, int WARPS, int BC>
@@ -905,7 +918,7 @@ cudaError_t prepare(K kernel, size_t smem) {
 
 template <int HS, int kMode>
 cudaError_t forward(float *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
-                    int T, int NH, int NKV, Rounding rp, cudaStream_t s) {
+                    int T, int NH, int NKV, Rounding rp, unsigned int *out_amax, cudaStream_t s) {
   typedef Tiles<HS> X;
   typedef FwdCfg<HS, X::kFwdWarps, X::kFwdMT, X::kFwdBC> C;
   auto kernel = flash_fwd_kernel<HS, X::kFwdWarps, X::kFwdMT, X::kFwdBC, kMode>;
@@ -913,7 +926,8 @@ cudaError_t forward(float *out, float *lse, const bf16 *q, const bf16 *k, const 
   if (e != cudaSuccess) return e;
   const float scale_log2 = (float)(kLog2e / sqrt((double)HS));
   dim3 grid(B * NH, (T + C::kBR - 1) / C::kBR);
-  kernel<<<grid, C::kThreads, C::kSmem, s>>>(out, lse, q, k, v, T, NH, NKV, scale_log2, rp);
+  kernel<<<grid, C::kThreads, C::kSmem, s>>>(out, lse, q, k, v, T, NH, NKV, scale_log2, rp,
+                                             out_amax);
   return cudaGetLastError();
 }
 
@@ -922,7 +936,8 @@ size_t padded_T(int T) { return ((size_t)T + kTpad - 1) / kTpad * kTpad; }
 template <int HS, int kMode>
 cudaError_t backward(float *dq, float *dk, float *dv, const bf16 *dout, const float *out,
                      const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B, int T,
-                     int NH, int NKV, Rounding rp, Rounding rds, void *scratch, cudaStream_t s) {
+                     int NH, int NKV, Rounding rp, Rounding rds, void *scratch,
+                     unsigned int *dv_amax, cudaStream_t s) {
   typedef Tiles<HS> X;
   const int Tp = (int)padded_T(T);
   float *lse2 = (float *)scratch, *Dd = lse2 + (size_t)B * NH * Tp;
@@ -939,7 +954,7 @@ cudaError_t backward(float *dq, float *dk, float *dv, const bf16 *dout, const fl
   if ((e = prepare(k2, C2::kSmem)) != cudaSuccess) return e;
   dim3 g2(B * NKV, (T + C2::kBC - 1) / C2::kBC);
   k2<<<g2, C2::kThreads, C2::kSmem, s>>>(dk, dv, q, k, v, dout, lse2, Dd, T, Tp, NH, NKV,
-                                         scale_log2, scale, rp, rds);
+                                         scale_log2, scale, rp, rds, dv_amax);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
 
   typedef DqCfg<HS, X::kBwdWarps, X::kDqBC> C3;
@@ -1009,11 +1024,13 @@ extern "C" int flash_attention_supported(int hs, int T) {
 extern "C" cudaError_t flash_attention_forward(float *out, float *lse, const __nv_bfloat16 *q,
                                                const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                                                int B, int T, int NH, int NKV, int hs,
-                                               const flash_rounding *p, cudaStream_t s) {
+                                               const flash_rounding *p,
+                                               unsigned int *out_amax, cudaStream_t s) {
   const flash_rounding &rp = p ? *p : kPlainBf16;
   if (!args_ok(B, T, NH, NKV, hs) || !rounding_ok(rp, T)) return cudaErrorInvalidValue;
   const int mode = kernel_mode(rp, rp);
-  FLASH_DISPATCH(forward, hs, mode, out, lse, q, k, v, B, T, NH, NKV, rounding_of(rp), s);
+  FLASH_DISPATCH(forward, hs, mode, out, lse, q, k, v, B, T, NH, NKV, rounding_of(rp), out_amax,
+                 s);
 }
 
 extern "C" size_t flash_attention_scratch_bytes(int B, int T, int NH, int NKV, int hs) {
@@ -1029,14 +1046,14 @@ extern "C" cudaError_t flash_attention_backward(float *dq, float *dk, float *dv,
                                                 int B, int T, int NH, int NKV, int hs,
                                                 const flash_rounding *p,
                                                 const flash_rounding *ds, void *scratch,
-                                                cudaStream_t s) {
+                                                unsigned int *dv_amax, cudaStream_t s) {
   const flash_rounding &rp = p ? *p : kPlainBf16, &rds = ds ? *ds : kPlainBf16;
   if (!args_ok(B, T, NH, NKV, hs) || !rounding_ok(rp, T) || !rounding_ok(rds, T) ||
       rp.round.mode != rds.round.mode || !scratch)
     return cudaErrorInvalidValue;
   const int mode = kernel_mode(rp, rds);
   FLASH_DISPATCH(backward, hs, mode, dq, dk, dv, dout, out, lse, q, k, v, B, T, NH, NKV,
-                 rounding_of(rp), rounding_of(rds), scratch, s);
+                 rounding_of(rp), rounding_of(rds), scratch, dv_amax, s);
 }
 
 /* ------------------------------------------------------ test support */

@@ -71,21 +71,26 @@ typedef struct {
 int flash_attention_supported(int hs, int T);
 
 /* out (float32) and lse (float32, log-sum-exp of each query row's scaled
- * scores, for the backward). */
+ * scores, for the backward).  out_amax (device word, NULL: not wanted): the
+ * finite max |out| folded in as float bits as out is written, the word an
+ * amax pass over out would leave (layers.h's `amax`; the caller zeroes it),
+ * for per-tensor current scaling of the next GEMM's X. */
 cudaError_t flash_attention_forward(float *out, float *lse, const __nv_bfloat16 *q,
                                     const __nv_bfloat16 *k, const __nv_bfloat16 *v, int B,
                                     int T, int NH, int NKV, int hs, const flash_rounding *p,
-                                    cudaStream_t s);
+                                    unsigned int *out_amax, cudaStream_t s);
 
 /* dq, dk, dv (float32) are OVERWRITTEN.  out: the forward's output (float32),
- * for D = rowsum(dO * O).  scratch: at least flash_attention_scratch_bytes. */
+ * for D = rowsum(dO * O).  scratch: at least flash_attention_scratch_bytes.
+ * dv_amax: dv's finite amax, as out_amax above. */
 size_t flash_attention_scratch_bytes(int B, int T, int NH, int NKV, int hs);
 cudaError_t flash_attention_backward(float *dq, float *dk, float *dv, const __nv_bfloat16 *dout,
                                      const float *out, const float *lse,
                                      const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                                      const __nv_bfloat16 *v, int B, int T, int NH, int NKV,
                                      int hs, const flash_rounding *p,
-                                     const flash_rounding *ds, void *scratch, cudaStream_t s);
+                                     const flash_rounding *ds, void *scratch,
+                                     unsigned int *dv_amax, cudaStream_t s);
 
 /* For tests, on the host. */
 /* x as the kernels round it (r as above; random: the sr word; rne as the

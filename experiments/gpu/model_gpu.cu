@@ -31,6 +31,8 @@ enum {
   AMAX_DRES_WO, /* the residual gradient after RMSNorm 2's backward: dY of WO */
   AMAX_DQ,      /* dq after RoPE's backward: dY of Q */
   AMAX_DK,      /* dk after RoPE's backward: dY of K */
+  AMAX_ATTY,    /* the fused attention's output: X of WO */
+  AMAX_DV,      /* dv from the fused attention's backward: dY of V */
   AMAX_PER_LAYER
 };
 
@@ -383,8 +385,9 @@ static flash_rounding flash_rounding_of(gpu_model *g, int site, int use) {
   return r;
 }
 
+/* out_amax: the word out's amax is folded into (amax_word), or NULL. */
 static void flash_forward(gpu_model *g, float *out, float *lse, const float *q, const float *k,
-                          const float *v, int l) {
+                          const float *v, int l, unsigned int *out_amax) {
   const model_config &c = g->cfg;
   const int N = g->B * g->T, hs = c.dim / c.n_heads, KVC = c.n_kv_heads * hs;
   const int qk = site_index(g, l, SITE_ATT_QK), pv = site_index(g, l, SITE_ATT_PV);
@@ -395,13 +398,14 @@ static void flash_forward(gpu_model *g, float *out, float *lse, const float *q, 
   g->p_offsets[l] = p.round.offset;
   const __nv_bfloat16 *V = flash_input(g, pv, USE_FWD_W, SLOT_W, v, N, KVC, g->fv + l * BTK);
   gtq_check(flash_attention_forward(out, lse, Q, K, V, g->B, g->T, c.n_heads, c.n_kv_heads, hs,
-                                    &p, g->s),
+                                    &p, out_amax, g->s),
             "flash_attention_forward");
 }
 
+/* dv_amax: the word dv's amax is folded into (amax_word), or NULL. */
 static void flash_backward(gpu_model *g, float *dq, float *dk, float *dv, const float *dout,
                            const float *out, const float *lse, const float *q, const float *k,
-                           const float *v, int l) {
+                           const float *v, int l, unsigned int *dv_amax) {
   const model_config &c = g->cfg;
   const int N = g->B * g->T, hs = c.dim / c.n_heads, KVC = c.n_kv_heads * hs;
   const int qk = site_index(g, l, SITE_ATT_QK), pv = site_index(g, l, SITE_ATT_PV);
@@ -423,7 +427,7 @@ static void flash_backward(gpu_model *g, float *dq, float *dk, float *dv, const 
   p.round.offset = g->p_offsets[l]; /* the forward's words for the same elements */
   const flash_rounding ds = flash_rounding_of(g, qk, USE_DX_DY);
   gtq_check(flash_attention_backward(dq, dk, dv, dO, out, lse, Q, K, V, g->B, g->T, c.n_heads,
-                                     c.n_kv_heads, hs, &p, &ds, g->flash_scratch, g->s),
+                                     c.n_kv_heads, hs, &p, &ds, g->flash_scratch, dv_amax, g->s),
             "flash_attention_backward");
 }
 
@@ -758,11 +762,15 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
                    ln1_amax);
     gpu_rope_forward(q, g->rope_cos, g->rope_sin, B, T, NH, hs, s);
     gpu_rope_forward(k, g->rope_cos, g->rope_sin, B, T, NKV, hs, s);
-    if (g->attention == GPU_ATTENTION_FLASH)
-      flash_forward(g, atty, g->lse + (size_t)l * B * NH * T, q, k, v, l);
-    else
+    unsigned int *atty_amax = nullptr; /* the materialised attention's output: cuBLAS's */
+    if (g->attention == GPU_ATTENTION_FLASH) {
+      atty_amax = amax_word(g, l, AMAX_ATTY, {SITE_O}, USE_FWD_X);
+      flash_forward(g, atty, g->lse + (size_t)l * B * NH * T, q, k, v, l, atty_amax);
+    } else {
       attention_forward(g, atty, a.att + (size_t)l * B * NH * T * T, q, k, v, l);
-    linear_forward(g, res_mid, atty, p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O));
+    }
+    linear_forward(g, res_mid, atty, p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O),
+                   atty_amax);
     gpu_add_inplace(res_mid, res, BTC, s);
     gpu_rmsnorm_forward(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, N, C,
                         ln2_amax, s);
@@ -874,12 +882,15 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
       gtq_check(cudaMemsetAsync(d.dk, 0, BTK * sizeof(float), s), "memset");
       gtq_check(cudaMemsetAsync(d.dv, 0, BTK * sizeof(float), s), "memset");
     }
-    if (g->attention == GPU_ATTENTION_FLASH)
+    unsigned int *dv_amax = nullptr; /* the materialised attention's dv: cuBLAS's */
+    if (g->attention == GPU_ATTENTION_FLASH) {
+      dv_amax = amax_word(g, l, AMAX_DV, {SITE_V}, USE_DX_DY);
       flash_backward(g, d.dq, d.dk, d.dv, d.datty, atty, g->lse + (size_t)l * B * NH * T, q,
-                     k, v, l);
-    else
+                     k, v, l, dv_amax);
+    } else {
       attention_backward(g, d.dq, d.dk, d.dv, d.datt, d.datty,
                          a.att + (size_t)l * B * NH * T * T, q, k, v, l);
+    }
     unsigned int *dq_amax = amax_word(g, l, AMAX_DQ, {SITE_Q}, USE_DX_DY),
                  *dk_amax = amax_word(g, l, AMAX_DK, {SITE_K}, USE_DX_DY);
     gpu_rope_backward(d.dq, g->rope_cos, g->rope_sin, B, T, NH, hs, dq_amax, s);
@@ -890,7 +901,8 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
                     p.wk + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_K), 1, false,
                     dk_amax);
     linear_backward(g, d.dln, gr.wv + (size_t)l * KVC * C, d.dv, ln1,
-                    p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V), 1);
+                    p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V), 1, false,
+                    dv_amax);
     gpu_rmsnorm_backward(d.dres, gr.rms1 + (size_t)l * C, d.dln, res, p.rms1 + (size_t)l * C,
                          a.ln1_rstd + (size_t)l * N, N, C, dres_amax(l - 1), s);
   }

@@ -131,7 +131,8 @@ unsigned long long gpu_model_swiglu_fused(const gpu_model *g);
 /* For tests: on = every fill under per-tensor current scaling runs its own
  * amax pass, never takes the amax that the layer writing its tensor folded
  * as it wrote it (RMSNorm's forward and backward, SwiGLU's forward, RoPE's
- * backward: layers.h's `amax`; the default where the recipe allows it); and
+ * backward: layers.h's `amax`; the fused attention's forward and backward
+ * for its output and dv; the default where the recipe allows it); and
  * how many fills took such an amax since gpu_model_new. */
 void gpu_model_set_amax_unfolded(gpu_model *g, bool on);
 unsigned long long gpu_model_amax_folded(const gpu_model *g);

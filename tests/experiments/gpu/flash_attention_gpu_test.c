@@ -149,9 +149,24 @@ static void free_results(results *r) {
   free(r->out), free(r->lse), free(r->dq), free(r->dk), free(r->dv);
 }
 
+/* The finite max |x| as float bits: what an amax pass leaves in a word that
+ * starts at 0. */
+static unsigned finite_amax_bits(const float *x, size_t n) {
+  float m = 0.0f;
+  for (size_t i = 0; i < n; i++) {
+    const float a = fabsf(x[i]);
+    if (a > m && a <= 3.40282347e38f) m = a;
+  }
+  unsigned b;
+  memcpy(&b, &m, sizeof b);
+  return b;
+}
+
 /* The GPU's forward and backward on `in`; device outputs start as NaNs so
- * that anything left unwritten shows. */
-static void run_gpu(shape s, const inputs *in, const roundings *rd, results *r) {
+ * that anything left unwritten shows.  fold_amax: the kernels also fold the
+ * amaxes of out and dv into device words (out_amax, dv_amax), which must be
+ * those of the outputs, bit for bit. */
+static void run_gpu(shape s, const inputs *in, const roundings *rd, results *r, bool fold_amax) {
   const size_t nq = in->nq, nkv = in->nkv, nl = (size_t)s.B * s.NH * s.T;
   const __nv_bfloat16 *q = dev_from(in->q16, nq * 2), *k = dev_from(in->k16, nkv * 2),
                       *v = dev_from(in->v16, nkv * 2), *dout = dev_from(in->do16, nq * 2);
@@ -163,14 +178,26 @@ static void run_gpu(shape s, const inputs *in, const roundings *rd, results *r) 
   CU(cudaMemset(dk, 0xFF, nkv * 4));
   CU(cudaMemset(dv, 0xFF, nkv * 4));
   void *scratch = dev_alloc(flash_attention_scratch_bytes(s.B, s.T, s.NH, s.NKV, s.hs));
-  CU(flash_attention_forward(out, lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs, &rd->p, 0));
+  unsigned *words = dev_alloc(2 * sizeof(unsigned)); /* out's amax, dv's */
+  CU(cudaMemset(words, 0, 2 * sizeof(unsigned)));
+  CU(flash_attention_forward(out, lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs, &rd->p,
+                             fold_amax ? words : NULL, 0));
   CU(flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs,
-                              &rd->p, &rd->ds, scratch, 0));
+                              &rd->p, &rd->ds, scratch, fold_amax ? words + 1 : NULL, 0));
   to_host(r->out, out, nq * 4);
   to_host(r->lse, lse, nl * 4);
   to_host(r->dq, dq, nq * 4);
   to_host(r->dk, dk, nkv * 4);
   to_host(r->dv, dv, nkv * 4);
+  if (fold_amax) {
+    unsigned got[2];
+    to_host(got, words, sizeof got);
+    const unsigned want[2] = {finite_amax_bits(r->out, nq), finite_amax_bits(r->dv, nkv)};
+    ck_assert_msg(got[0] == want[0] && got[1] == want[1],
+                  "B %d T %d NH %d NKV %d hs %d: folded amaxes %08x %08x, of out and dv %08x %08x",
+                  s.B, s.T, s.NH, s.NKV, s.hs, got[0], got[1], want[0], want[1]);
+  }
+  CU(cudaFree(words));
   CU(cudaFree((void *)q)); CU(cudaFree((void *)k)); CU(cudaFree((void *)v));
   CU(cudaFree((void *)dout)); CU(cudaFree(scratch));
   CU(cudaFree(out)); CU(cudaFree(lse)); CU(cudaFree(dq)); CU(cudaFree(dk)); CU(cudaFree(dv));
@@ -262,7 +289,7 @@ static void compare_n(shape s, const roundings *rd, int n, uint64_t seed, errors
   results g = alloc_results(s), c = alloc_results(s);
   run_cpu(s, &in, &c);
   for (int k = 0; k < n; k++) {
-    run_gpu(s, &in, &rd[k], &g);
+    run_gpu(s, &in, &rd[k], &g, true);
     errors x = {rel_err(g.out, c.out, in.nq), rel_err(g.dq, c.dq, in.nq),
                 rel_err(g.dk, c.dk, in.nkv), rel_err(g.dv, c.dv, in.nkv),
                 abs_err(g.lse, c.lse, (size_t)s.B * s.NH * s.T)};
@@ -346,31 +373,32 @@ START_TEST(deterministic) {
   const roundings plain = roundings_of(EXMY_RNE, 7, 0), sr = roundings_of(EXMY_SR, 3, 21);
   const roundings *both[2] = {&plain, &sr};
   for (int k = 0; k < 2; k++) {
-    run_gpu(s, &in, both[k], &r1);
-    run_gpu(s, &in, both[k], &r2);
+    run_gpu(s, &in, both[k], &r1, false);
+    run_gpu(s, &in, both[k], &r2, true); /* the amaxes folded change no output */
     ck_assert(same_bits(r1.out, r2.out, in.nq) && same_bits(r1.lse, r2.lse, nl));
     ck_assert(same_bits(r1.dq, r2.dq, in.nq));
     ck_assert(same_bits(r1.dk, r2.dk, in.nkv) && same_bits(r1.dv, r2.dv, in.nkv));
-    printf("deterministic %s: two runs bit-identical (out, lse, dq, dk, dv); bits %016llx\n",
+    printf("deterministic %s: two runs, the second folding the amaxes of out and dv, "
+           "bit-identical (out, lse, dq, dk, dv); bits %016llx\n",
            k ? "sr E8M3" : "bf16", (unsigned long long)fingerprint(s, &r1));
   }
   /* r1 holds sr: another P seed changes out, dv, dq, dk; another dS seed or
    * dS offset changes dq and dk but not out, lse, dv */
   roundings other = sr;
   other.p.round.seed += 100;
-  run_gpu(s, &in, &other, &r2);
+  run_gpu(s, &in, &other, &r2, false);
   ck_assert_msg(!same_bits(r1.out, r2.out, in.nq) && !same_bits(r1.dv, r2.dv, in.nkv),
                 "sr: another seed for P left out or dv unchanged");
   other = sr;
   other.ds.round.seed += 100;
-  run_gpu(s, &in, &other, &r2);
+  run_gpu(s, &in, &other, &r2, false);
   ck_assert_msg(same_bits(r1.out, r2.out, in.nq) && same_bits(r1.dv, r2.dv, in.nkv),
                 "sr: the seed of dS changed out or dv");
   ck_assert_msg(!same_bits(r1.dq, r2.dq, in.nq) && !same_bits(r1.dk, r2.dk, in.nkv),
                 "sr: another seed for dS left dq or dk unchanged");
   other = sr;
   other.ds.round.offset += 4;
-  run_gpu(s, &in, &other, &r2);
+  run_gpu(s, &in, &other, &r2, false);
   ck_assert_msg(!same_bits(r1.dq, r2.dq, in.nq), "sr: another dS offset left dq unchanged");
   printf("deterministic: sr with another seed (P, dS) or offset gives other bits\n");
   free_results(&r1), free_results(&r2), free_inputs(&in);
@@ -384,7 +412,7 @@ START_TEST(causal) {
   const roundings rd = roundings_of(_i ? EXMY_SR : EXMY_RNE, _i ? 4 : 7, 31);
   inputs in = make_inputs(s, 9, 0);
   results r1 = alloc_results(s), r2 = alloc_results(s);
-  run_gpu(s, &in, &rd, &r1);
+  run_gpu(s, &in, &rd, &r1, false);
   for (int b = 0; b < s.B; b++)
     for (int t = t0 + 1; t < s.T; t++)
       for (int c = 0; c < s.NKV * s.hs; c++) {
@@ -392,7 +420,7 @@ START_TEST(causal) {
         in.k16[i] ^= 0x0040; /* flip a mantissa bit */
         in.v16[i] ^= 0x8000; /* flip the sign */
       }
-  run_gpu(s, &in, &rd, &r2);
+  run_gpu(s, &in, &rd, &r2, false);
   const size_t row = (size_t)s.NH * s.hs;
   int changed_after = 0;
   for (int b = 0; b < s.B; b++) {
@@ -426,20 +454,20 @@ START_TEST(rejects_what_it_does_not_serve) {
                        rz = rounding(EXMY_RZ, 3, 0, 0);
   flash_rounding sat = rz;
   sat.round.saturate = true;
-  ck_assert_int_eq(flash_attention_forward(out, lse, x, x, x, 1, 64, 3, 2, 64, &bf16, 0),
+  ck_assert_int_eq(flash_attention_forward(out, lse, x, x, x, 1, 64, 3, 2, 64, &bf16, NULL, 0),
                    cudaErrorInvalidValue); /* NH % NKV != 0 */
-  ck_assert_int_eq(flash_attention_forward(out, lse, x, x, x, 1, 64, 1, 1, 64, &wide, 0),
+  ck_assert_int_eq(flash_attention_forward(out, lse, x, x, x, 1, 64, 1, 1, 64, &wide, NULL, 0),
                    cudaErrorInvalidValue); /* more than bf16's mantissa */
-  ck_assert_int_eq(flash_attention_forward(out, lse, x, x, x, 1, 64, 1, 1, 48, &bf16, 0),
+  ck_assert_int_eq(flash_attention_forward(out, lse, x, x, x, 1, 64, 1, 1, 48, &bf16, NULL, 0),
                    cudaErrorInvalidValue);
   const flash_rounding *bad[4] = {&rz0, &ru, &sr_odd, &sat};
   for (int i = 0; i < 4; i++) /* rz to 0 bits, ru, an sr offset not a multiple of 4, saturation */
-    ck_assert_int_eq(flash_attention_forward(out, lse, x, x, x, 1, 64, 1, 1, 64, bad[i], 0),
+    ck_assert_int_eq(flash_attention_forward(out, lse, x, x, x, 1, 64, 1, 1, 64, bad[i], NULL, 0),
                      cudaErrorInvalidValue);
-  ck_assert_int_eq(flash_attention_forward(out, lse, x, x, x, 1, 62, 1, 1, 64, &sr, 0),
+  ck_assert_int_eq(flash_attention_forward(out, lse, x, x, x, 1, 62, 1, 1, 64, &sr, NULL, 0),
                    cudaErrorInvalidValue); /* sr needs T % 4 == 0 */
   ck_assert_int_eq(flash_attention_backward(out, out, out, x, out, lse, x, x, x, 1, 64, 1, 1,
-                                            64, &rz, &sr, scratch, 0),
+                                            64, &rz, &sr, scratch, NULL, 0),
                    cudaErrorInvalidValue); /* P and dS by different modes */
   CU(cudaGetLastError());
   CU(cudaFree(out)); CU(cudaFree(lse)); CU(cudaFree(x)); CU(cudaFree(scratch));
@@ -507,7 +535,7 @@ static void probe(const roundings *rd, int key_identity, probe_stats st[3]) {
         for (int c = 0; c < hs; c++) ident[m][((size_t)t * NH + h) * hs + c] = c == t ? 0x3F80 : 0;
   const float *scores = key_identity ? in.q : in.k; /* bf16 values */
   results g = alloc_results(s);
-  run_gpu(s, &in, rd, &g);
+  run_gpu(s, &in, rd, &g, false);
   exmy_format f;
   char name[8];
   snprintf(name, sizeof name, "e8m%d", rd->p.mantissa_bits);
@@ -662,17 +690,17 @@ START_TEST(speed) {
   for (int m = 0; m < 4; m++) {
     const flash_rounding *p = &rd[m].p, *ds = &rd[m].ds;
     for (int i = 0; i < 3; i++) {
-      CU(flash_attention_forward(out, lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs, p, 0));
+      CU(flash_attention_forward(out, lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs, p, NULL, 0));
       CU(flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s.B, s.T, s.NH, s.NKV,
-                                  s.hs, p, ds, scratch, 0));
+                                  s.hs, p, ds, scratch, NULL, 0));
     }
     CU(cudaEventRecord(e0, 0));
     for (int i = 0; i < reps; i++)
-      CU(flash_attention_forward(out, lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs, p, 0));
+      CU(flash_attention_forward(out, lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs, p, NULL, 0));
     CU(cudaEventRecord(e1, 0));
     for (int i = 0; i < reps; i++)
       CU(flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s.B, s.T, s.NH, s.NKV,
-                                  s.hs, p, ds, scratch, 0));
+                                  s.hs, p, ds, scratch, NULL, 0));
     CU(cudaEventRecord(e2, 0));
     CU(cudaEventSynchronize(e2));
     float fwd_ms, bwd_ms;

@@ -1077,6 +1077,44 @@ START_TEST(scale_120m) {
   timer_start();
   for (int r = 0; r < R; r++) gpu_add_inplace(c, d, NC, 0);
   timer_report("add_inplace (N*C)", R, 12.0 * NC);
+  {
+    /* a producer and the current-scaled E4M3 fill of its output: the amax
+     * pass (exmy_cuda_quantize_tensor_bf16; 4 + 4 + 2 bytes per element
+     * after the producer's), against the producer folding the amax and the
+     * rounding pass alone (4 + 2) */
+    exmy_format e4;
+    ck_assert_int_eq(exmy_format_parse("e4m3", &e4), 0);
+    exmy_rounding_opts sat = {0};
+    sat.saturate = true;
+    uint16_t *img = dev_alloc(NH_ * 2);
+    float *si = dev_alloc(2 * sizeof(float));
+    unsigned int *amax = dev_alloc(sizeof(unsigned int));
+    static const char *const names[3][2] = {
+        {"rmsnorm_forward + current", "rmsnorm_forward amax + scaled"},
+        {"rope_backward + current", "rope_backward amax + scaled"},
+        {"swiglu_forward + current", "swiglu_forward amax + scaled"}};
+    const size_t n[3] = {NC, NC, NH_};
+    const double producer_bytes[3] = {8.0, 8.0, 12.0};
+    for (int k = 0; k < 3; k++)
+      for (int fold = 0; fold < 2; fold++) {
+        timer_start();
+        for (int r = 0; r < R; r++) {
+          unsigned int *word = fold ? amax : NULL;
+          if (fold) CU(cudaMemsetAsync(amax, 0, sizeof(unsigned int), 0));
+          if (k == 0) gpu_rmsnorm_forward(d, rstd, a, w, N, C, word, 0);
+          else if (k == 1) gpu_rope_backward(d, cs, sn, B, T, NH, hs, word, 0);
+          else gpu_swiglu_forward(d, a, b, NH_, word, 0);
+          if (fold) {
+            CU(exmy_cuda_scale_from_amax(&e4, 0, false, amax, si, 0));
+            CU(exmy_cuda_quantize_scaled_bf16(&e4, &sat, si, d, img, n[k], 0));
+          } else {
+            CU(exmy_cuda_quantize_tensor_bf16(&e4, &sat, 0, false, d, img, n[k], si, 0));
+          }
+        }
+        timer_report(names[k][fold], R, (producer_bytes[k] + (fold ? 6.0 : 10.0)) * n[k]);
+      }
+    CU(cudaFree(img)); CU(cudaFree(si)); CU(cudaFree(amax));
+  }
 
   int *d_targets = d_tokens;
   float *losses = dev_alloc(N * sizeof(float));

@@ -146,8 +146,7 @@ __device__ __forceinline__ void amax8(const float v[kPer], size_t base, size_t n
 
 /* A thread's 8 values v of the BF16 GEMM path's operand image (scaled.cu's
  * k_quantize_scaled_bf16, which loads them from memory): their finite max |v|
- * folded into m (amax8, before scaling; block_amax_fold<kThreads> then folds
- * the block's), v multiplied by the scale s =
+ * folded into m (amax8, before scaling), v multiplied by the scale s =
  * scale_inv[0] (device {s, 1/s}; NULL: unscaled), rounded (encode8), and the
  * bf16 bits of the format's values left in c.  A kernel that computes the
  * tensor in registers calls it in place of the pass: the same bits. */

@@ -16,8 +16,8 @@
  *    equal codes are the code of the exact power.
  *  - contraction: |w| = |q| · inv (float) with |q| = sig · 2^e, sig in 8..15
  *    for every code of a format of up to 3 mantissa bits; log2(sig · inv) in
- *    double is one entry of a per-group table of 8 (lane sig - 8 of the warp
- *    computes it), so |w|^(1/k) = exp2((e + log2(sig · inv)) / k) costs one
+ *    double is one entry of a per-group table of 8 (lane sig - 8 of the
+ *    warp, or of its half, computes it), so |w|^(1/k) = exp2((e + log2(sig · inv)) / k) costs one
  *    double exp2 (1 ulp) with a relative error below 2^-37; the float it
  *    rounds to is taken at both ends of +-2^-36 around it (pow itself is
  *    within 2 ulp of double), equal floats being the float of the exact path.
@@ -89,25 +89,44 @@ __device__ __forceinline__ float group_round(const exmy_format &f, const KOpts &
 }
 
 /* What group_round_fast needs of a group beyond its scales: whether the
- * fast path applies to it at all, 1/k, and this lane's entry of the
- * contraction's table (sig = 8 + lane % 8: y = sig · inv, log2 y). */
+ * fast path applies to it at all, 1/k, and the contraction's table: lanes
+ * table .. table + 7 of the warp (table a multiple of 8) hold the entries
+ * sig = 8 .. 15 (y = sig · inv, log2 y), every lane the entry of its own
+ * lane % 8. */
 struct GroupFast {
   bool on;
   double inv_k;
+  int table;
   float y;
   double log2_y;
 };
 
 __device__ __forceinline__ GroupFast group_fast(const exmy_format &f, const KOpts &o,
-                                                const GroupScale &g) {
+                                                const GroupScale &g, int table) {
   GroupFast t;
   t.on = g.k != 1.0 && g.k > 0.0 && g.k <= 16.0 && o.mode == EXMY_RNE && !o.flush &&
          fast_path_ok(f) && f.man_bits <= 3 && g.scale > 0.0f && g.scale <= 3.40282347e38f &&
          g.inv > 0.0f && g.inv <= 3.40282347e38f;
   t.inv_k = 1.0 / g.k;
+  t.table = table;
   t.y = __fmul_rn((float)(8 + (threadIdx.x & 7)), g.inv);
   t.log2_y = t.on ? log2((double)t.y) : 0.0;
   return t;
+}
+
+/* The scales and fast-path state of the group that lane `from` of the warp
+ * computed (every lane calls it at once): lanes that set up two groups side
+ * by side, each half of the warp one, take the other half's. */
+__device__ __forceinline__ void group_from_lane(const GroupScale &g, const GroupFast &t, int from,
+                                                GroupScale *g_out, GroupFast *t_out) {
+  g_out->scale = __shfl_sync(0xFFFFFFFFu, g.scale, from);
+  g_out->inv = __shfl_sync(0xFFFFFFFFu, g.inv, from);
+  g_out->k = __shfl_sync(0xFFFFFFFFu, g.k, from);
+  t_out->on = __shfl_sync(0xFFFFFFFFu, (int)t.on, from) != 0;
+  t_out->inv_k = __shfl_sync(0xFFFFFFFFu, t.inv_k, from);
+  t_out->table = __shfl_sync(0xFFFFFFFFu, t.table, from);
+  t_out->y = t.y; /* the lane's own entry: the shuffles of the table read it */
+  t_out->log2_y = t.log2_y;
 }
 
 /* group_round(f, o, x, g, j), fast.  Every lane of the warp calls it at once
@@ -142,8 +161,8 @@ __device__ __forceinline__ float group_round_fast(const exmy_format &f, const KO
   const float w = mul_keep_nan(q, g.inv);
   const uint32_t qb = __float_as_uint(fabsf(q));
   const int sig = 8 + (int)((qb >> 20) & 7u), p = (int)(qb >> 23) - 127 - 3;
-  const float y = __shfl_sync(0xFFFFFFFFu, t.y, sig - 8, 8);
-  const double log2_y = __shfl_sync(0xFFFFFFFFu, t.log2_y, sig - 8, 8);
+  const float y = __shfl_sync(0xFFFFFFFFu, t.y, t.table + sig - 8);
+  const double log2_y = __shfl_sync(0xFFFFFFFFu, t.log2_y, t.table + sig - 8);
   if (ok && q == 0.0f) return w; /* 0^(1/k) = 0, the sign kept */
   ok = ok && (qb & 0x000FFFFFu) == 0 && qb >= 0x00800000u && y >= 1.17549435e-38f &&
        p >= -126 && p <= 127 && fabsf(w) > 1.17549435e-38f &&

@@ -554,9 +554,9 @@ struct CoatFormats {
 /* One warp per group of `group` elements (grid-stride over the groups, every
  * lane through every iteration): the AdamW step of the group's elements
  * (adamw_kernel's), the group's statistics of the new m and v by warp
- * reduction, then the step again, p and the clipped g written, m and v
- * written rounded (exmy_cuda::group_round_fast: the bits of group_round, the
- * library's rounding). */
+ * reduction, their scales (half a warp each), then the step again, p and the
+ * clipped g written, m and v written rounded (exmy_cuda::group_round_fast:
+ * the bits of group_round, the library's rounding). */
 __global__ void __launch_bounds__(kThreads)
     adamw_coat_kernel(float *p, float *g, float *m, float *v, size_t n, size_t group,
                       const double *sumsq, double max_norm,
@@ -583,13 +583,17 @@ __global__ void __launch_bounds__(kThreads)
       group_stats_add(mi, amax[0], amin[0]);
       group_stats_add(vi, amax[1], amin[1]);
     }
+    for (int k = 0; k < 2; k++) group_stats_warp(amax[k], amin[k]);
+    /* the scales of m in lanes 0-15 and of v in lanes 16-31 at once, then
+     * every lane takes both */
+    const int mine = lane < 16 ? 0 : 1;
+    const GroupScale own = group_scale(cf.fmax[mine], cf.log_range[mine],
+                                       mine ? amax[1] : amax[0], mine ? amin[1] : amin[0], 0, 0,
+                                       dre);
+    const GroupFast own_fast = group_fast(cf.f[mine], o, own, 16 * mine);
     GroupScale sc[2];
     GroupFast fast[2];
-    for (int k = 0; k < 2; k++) {
-      group_stats_warp(amax[k], amin[k]);
-      sc[k] = group_scale(cf.fmax[k], cf.log_range[k], amax[k], amin[k], 0, 0, dre);
-      fast[k] = group_fast(cf.f[k], o, sc[k]);
-    }
+    for (int k = 0; k < 2; k++) group_from_lane(own, own_fast, 16 * k, &sc[k], &fast[k]);
     ti = first;
     for (size_t i0 = 0; i0 < len; i0 += 32) {
       const size_t i = i0 + lane, at = start + i;

@@ -991,6 +991,32 @@ START_TEST(scale_120m) {
     CU(gpu_adamw_coat(d_p, d_g, d_m, d_v, psizes, coefs_all, NUM_PARAM_TENSORS, d_sumsq, 1e9,
                       e4m3, 128, true, 0));
   timer_report("adamw_coat (fused)", R, 7.0 * 4 * P);
+  { /* one more step of each from the same state, compared bit for bit */
+    float *src[4] = {d_p, d_g, d_m, d_v}, *twin[4];
+    for (int k = 0; k < 4; k++) {
+      twin[k] = dev_alloc(P * sizeof(float));
+      CU(cudaMemcpy(twin[k], src[k], P * sizeof(float), cudaMemcpyDeviceToDevice));
+    }
+    gpu_adamw(d_p, d_g, d_m, d_v, P, d_sumsq, 1e9, &coefs, 0);
+    for (int k = 0; k < 2; k++)
+      CU(exmy_cuda_quantize_group_scaled_f32(&e4m3[k], &rne_sat, 128, 0, false, true,
+                                             k ? d_v : d_m, k ? d_v : d_m, 1, P, 0));
+    CU(gpu_adamw_coat(twin[0], twin[1], twin[2], twin[3], psizes, coefs_all, NUM_PARAM_TENSORS,
+                      d_sumsq, 1e9, e4m3, 128, true, 0));
+    LAUNCHED();
+    float *a = malloc(P * sizeof(float)), *b = malloc(P * sizeof(float));
+    static const char *const what[4] = {"p", "g", "m", "v"};
+    for (int k = 0; k < 4; k++) {
+      to_host(a, src[k], P * sizeof(float));
+      to_host(b, twin[k], P * sizeof(float));
+      size_t differ = 0;
+      for (size_t i = 0; i < P; i++) differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+      printf("  %-26s %-8s %-28s %zu of %zu differ\n", "adamw_coat", what[k], "120m", differ, P);
+      ck_assert_msg(!differ, "adamw_coat %s at 120m: %zu of %zu differ", what[k], differ, P);
+      CU(cudaFree(twin[k]));
+    }
+    free(a); free(b);
+  }
   CU(cudaFree(d_p)); CU(cudaFree(d_g)); CU(cudaFree(d_m)); CU(cudaFree(d_v));
   CU(cudaFree(d_scratch)); CU(cudaFree(d_sumsq));
 

@@ -35,8 +35,7 @@ static void quantize_segment(const exmy_format *f, const exmy_rounding_opts *o,
     const float *xc = x + c0;
     if (dre_k != 1.0) {
       for (size_t i = 0; i < cn; i++) {
-        float z = (float)pow(fabs((double)xc[i]), dre_k);
-        xs[i] = copysignf(z, xc[i]) * s;
+        xs[i] = exmy_core_dre_expand(xc[i], dre_k) * s;
       }
     } else {
       for (size_t i = 0; i < cn; i++) xs[i] = xc[i] * s;
@@ -48,7 +47,7 @@ static void quantize_segment(const exmy_format *f, const exmy_rounding_opts *o,
     for (size_t i = 0; i < cn; i++) {
       float xi = xc[i]; /* read before y (which may alias x) is written */
       float w = q[i] * inv;
-      if (dre_k != 1.0) w = copysignf((float)pow(fabs((double)w), 1.0 / dre_k), w);
+      if (dre_k != 1.0) w = exmy_core_dre_contract(w, dre_k);
       yc[i] = w;
       if (codes) codes[c0 + i] = q[i];
       if (acc) exmy_stats_acc_add(acc, xi, xs[i], q[i], w);
@@ -85,9 +84,7 @@ static void quantize_uniform(const exmy_format *f, const exmy_rounding_opts *o,
 static double dre_exponent(const exmy_format *f, float amax, float amin) {
   exmy_format_info info;
   exmy_format_get_info(f, &info);
-  if (!(amax > 0) || !(amin > 0) || amax <= amin) return 1.0;
-  double rf = (double)info.max / (double)info.min_subnormal;
-  return log(rf) / log((double)amax / (double)amin);
+  return exmy_core_dre_exponent(log((double)info.max / (double)info.min_subnormal), amax, amin);
 }
 
 /* Per-group (GROUP), per-block (MX) or two-level (NVFP4) scales: one task
@@ -147,7 +144,7 @@ static void quantize_grouped(const exmy_format *f, const exmy_rounding_opts *o,
       } else {
         if (sc->dynamic_range_expansion) {
           k = dre_exponent(f, amax, amin);
-          if (k != 1.0) amax = (float)pow((double)amax, k);
+          if (k != 1.0) amax = exmy_core_dre_expand(amax, k);
         }
         s = exmy_scale_from_amax(f, amax, sc->margin, sc->pow2);
         inv = 1.0f / s;

@@ -195,4 +195,25 @@ EXMY_HD uint32_t exmy_core_rht16_signs(uint64_t seed) {
   return exmy_sr_word(seed, 0) & 0xFFFFu;
 }
 
+/* COAT's dynamic range expansion (EXMY_SCALING_GROUP with
+ * dynamic_range_expansion): a group whose finite nonzero |x| span amin..amax
+ * is rounded as sign(x) |x|^k, k = log_range / ln(amax / amin) with
+ * log_range = ln(fmax / smallest subnormal) of the format, so that the
+ * group's span fills the format's; the rounded value w comes back as
+ * sign(w) |w|^(1/k).  k is 1 (no expansion) where the group has no span.
+ * The powers are taken in double and rounded once to float; host and device
+ * call these same lines, each with its own libm. */
+EXMY_HD double exmy_core_dre_exponent(double log_range, float amax, float amin) {
+  if (!(amax > 0) || !(amin > 0) || amax <= amin) return 1.0;
+  return log_range / log((double)amax / (double)amin);
+}
+
+EXMY_HD float exmy_core_dre_expand(float x, double k) {
+  return copysignf((float)pow(fabs((double)x), k), x);
+}
+
+EXMY_HD float exmy_core_dre_contract(float w, double k) {
+  return copysignf((float)pow(fabs((double)w), 1.0 / k), w);
+}
+
 #endif /* EXMY_SCALE_CORE_H */

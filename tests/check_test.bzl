@@ -37,6 +37,6 @@ def check_test(name, srcs = None, deps = [], copts = [], linkopts = [], gpu = Fa
         srcs = [name + ".c"] if srcs == None else srcs,
         copts = COPTS + copts,
         linkopts = ["-fopenmp"] + linkopts,
-        deps = deps + check_deps + ["//tests:check_suite"],
+        deps = deps + check_deps + ["//tests:check_suite", "//tests:test_rng"],
         **kwargs
     )

@@ -17,6 +17,7 @@
  */
 #include "experiments/gpu/layers.h"
 #include "cuda/elementwise.cuh"
+#include "cuda/group_dre.cuh"
 #include "experiments/trainer/logit_sharpness.h"
 #include "lib/scale_core.h"
 
@@ -549,15 +550,18 @@ __global__ void sumsq_final_kernel(const double *partial, int blocks, double *ou
 
 /* ---------------------------------------------------------------- AdamW */
 
+/* grad_clip: coef = max_norm / (norm + 1e-6), applied when < 1 */
+__device__ __forceinline__ bool clip_coef(const double *sumsq, double max_norm, float *coef) {
+  *coef = 1.0f;
+  if (!(max_norm > 0)) return false;
+  *coef = (float)(max_norm / (sqrt(*sumsq) + 1e-6));
+  return *coef < 1.0f;
+}
+
 __global__ void adamw_kernel(float *p, float *g, float *m, float *v, size_t n, const double *sumsq,
                              double max_norm, adamw_coefs c) {
-  /* grad_clip: coef = max_norm / (norm + 1e-6), applied when < 1 */
-  float coef = 1.0f;
-  bool clip = false;
-  if (max_norm > 0) {
-    coef = (float)(max_norm / (sqrt(*sumsq) + 1e-6));
-    clip = coef < 1.0f;
-  }
+  float coef;
+  const bool clip = clip_coef(sumsq, max_norm, &coef);
   for (size_t i = global_index(); i < n; i += global_stride()) {
     float gi = g[i];
     if (clip) {
@@ -569,6 +573,91 @@ __global__ void adamw_kernel(float *p, float *g, float *m, float *v, size_t n, c
     m[i] = mi;
     v[i] = vi;
     p[i] = pi;
+  }
+}
+
+/* The tensors of one gpu_adamw_coat call: tensor i ends before element
+ * end[i] and steps with coefs[i]. */
+struct AdamwTensors {
+  size_t end[GPU_ADAMW_MAX_TENSORS];
+  adamw_coefs coefs[GPU_ADAMW_MAX_TENSORS];
+};
+
+/* The moments' formats (m, v), their largest finite values and the
+ * logarithms of their ranges (ln(fmax / smallest subnormal)). */
+struct CoatFormats {
+  exmy_format f[2];
+  float fmax[2];
+  double log_range[2];
+};
+
+/* One warp per group of `group` elements (grid-stride over the groups, every
+ * lane through every iteration): the AdamW step of the group's elements
+ * (adamw_kernel's), the group's statistics of the new m and v by warp
+ * reduction, their scales (half a warp each), then the step again, p and the
+ * clipped g written, m and v written rounded (exmy_cuda::group_round_fast:
+ * the bits of group_round, the library's rounding). */
+__global__ void __launch_bounds__(kThreads)
+    adamw_coat_kernel(float *p, float *g, float *m, float *v, size_t n, size_t group,
+                      const double *sumsq, double max_norm,
+                      const __grid_constant__ AdamwTensors t,
+                      const __grid_constant__ CoatFormats cf, int dre,
+                      const __grid_constant__ KOpts o) {
+  using namespace exmy_cuda;
+  float coef;
+  const bool clip = clip_coef(sumsq, max_norm, &coef);
+  const unsigned lane = threadIdx.x % 32;
+  const size_t groups = (n + group - 1) / group;
+  for (size_t grp = global_index() / 32; grp < groups; grp += global_stride() / 32) {
+    const size_t start = grp * group, len = n - start < group ? n - start : group;
+    int first = 0;
+    while (start >= t.end[first]) first++;
+    float amax[2] = {0.0f, 0.0f}, amin[2] = {INFINITY, INFINITY};
+    int ti = first;
+    for (size_t i = lane; i < len; i += 32) {
+      const size_t at = start + i;
+      while (at >= t.end[ti]) ti++;
+      float gi = g[at], pi = p[at], mi = m[at], vi = v[at];
+      if (clip) gi = __fmul_rn(gi, coef);
+      adamw_element(&t.coefs[ti], gi, &pi, &mi, &vi);
+      group_stats_add(mi, amax[0], amin[0]);
+      group_stats_add(vi, amax[1], amin[1]);
+    }
+    for (int k = 0; k < 2; k++) group_stats_warp(amax[k], amin[k]);
+    /* the scales of m in lanes 0-15 and of v in lanes 16-31 at once, then
+     * every lane takes both */
+    const int mine = lane < 16 ? 0 : 1;
+    const GroupScale own = group_scale(cf.fmax[mine], cf.log_range[mine],
+                                       mine ? amax[1] : amax[0], mine ? amin[1] : amin[0], 0, 0,
+                                       dre);
+    const GroupFast own_fast = group_fast(cf.f[mine], o, own, 16 * mine);
+    GroupScale sc[2];
+    GroupFast fast[2];
+    for (int k = 0; k < 2; k++) group_from_lane(own, own_fast, 16 * k, &sc[k], &fast[k]);
+    ti = first;
+    for (size_t i0 = 0; i0 < len; i0 += 32) {
+      const size_t i = i0 + lane, at = start + i;
+      const bool active = i < len;
+      float mi = 0.0f, vi = 0.0f;
+      if (active) {
+        while (at >= t.end[ti]) ti++;
+        float gi = g[at], pi = p[at];
+        mi = m[at];
+        vi = v[at];
+        if (clip) {
+          gi = __fmul_rn(gi, coef);
+          g[at] = gi;
+        }
+        adamw_element(&t.coefs[ti], gi, &pi, &mi, &vi);
+        p[at] = pi;
+      }
+      const float mq = group_round_fast(cf.f[0], o, mi, sc[0], fast[0], o.offset + at, active);
+      const float vq = group_round_fast(cf.f[1], o, vi, sc[1], fast[1], o.offset + at, active);
+      if (active) {
+        m[at] = mq;
+        v[at] = vq;
+      }
+    }
   }
 }
 
@@ -747,6 +836,43 @@ void gpu_adamw(float *p, float *g, float *m, float *v, size_t n, const double *s
                double max_norm, const adamw_coefs *c, cudaStream_t s) {
   if (!n) return;
   adamw_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(p, g, m, v, n, sumsq, max_norm, *c);
+}
+
+cudaError_t gpu_adamw_coat(float *p, float *g, float *m, float *v, const size_t *lengths,
+                           const adamw_coefs *coefs, int ntensors, const double *sumsq,
+                           double max_norm, const exmy_format formats[2], int group, bool dre,
+                           cudaStream_t s) {
+  if (ntensors < 1 || ntensors > GPU_ADAMW_MAX_TENSORS || group < 1) return cudaErrorInvalidValue;
+  AdamwTensors t;
+  size_t n = 0;
+  for (int i = 0; i < GPU_ADAMW_MAX_TENSORS; i++) {
+    if (i < ntensors) {
+      n += lengths[i];
+      t.coefs[i] = coefs[i];
+    } else {
+      t.coefs[i] = coefs[ntensors - 1];
+    }
+    t.end[i] = i < ntensors - 1 ? n : SIZE_MAX; /* the last tensor takes the rest */
+  }
+  if (!n) return cudaSuccess;
+  CoatFormats cf;
+  for (int k = 0; k < 2; k++) {
+    exmy_format_info info;
+    exmy_format_get_info(&formats[k], &info);
+    cf.f[k] = formats[k];
+    cf.fmax[k] = info.max;
+    cf.log_range[k] = log((double)info.max / (double)info.min_subnormal);
+  }
+  exmy_rounding_opts o = {};
+  o.mode = EXMY_RNE;
+  o.saturate = true;
+  const size_t groups = (n + (size_t)group - 1) / (size_t)group;
+  size_t blocks = (groups + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  if (blocks > 32768) blocks = 32768;
+  adamw_coat_kernel<<<(unsigned)blocks, kThreads, 0, s>>>(p, g, m, v, n, (size_t)group, sumsq,
+                                                          max_norm, t, cf, dre ? 1 : 0,
+                                                          kopts_of(&o));
+  return cudaGetLastError();
 }
 
 }  /* extern "C" */

@@ -141,6 +141,21 @@ void gpu_sumsq(const float *g, size_t n, double *scratch, double *out, cudaStrea
 void gpu_adamw(float *p, float *g, float *m, float *v, size_t n, const double *sumsq,
                double max_norm, const adamw_coefs *c, cudaStream_t s);
 
+/* gpu_adamw over ntensors consecutive tensors at once (tensor i: lengths[i]
+ * elements, coefficients coefs[i]; at most GPU_ADAMW_MAX_TENSORS) with the
+ * moments stored as COAT stores them (recipe_store_moments, moments = coat):
+ * each group of `group` elements of m (of v), counted from the first tensor's
+ * start, rounded rne, saturating, to formats[0] (formats[1]) under the
+ * group's scale, with dynamic range expansion if dre.  The same bits as
+ * gpu_adamw per tensor followed by exmy_cuda_quantize_group_scaled_f32 on m
+ * and on v as one row (margin 0, no pow2), in one pass: a warp per group,
+ * the moments rounded before they are stored. */
+#define GPU_ADAMW_MAX_TENSORS 16
+cudaError_t gpu_adamw_coat(float *p, float *g, float *m, float *v, const size_t *lengths,
+                           const adamw_coefs *coefs, int ntensors, const double *sumsq,
+                           double max_norm, const exmy_format formats[2], int group, bool dre,
+                           cudaStream_t s);
+
 /* Smooth-SwiGLU per token row: model.h's smooth_swiglu_forward,
  * smooth_swiglu_backward and smooth_swiglu_scale_rows, bit for bit. */
 void gpu_smooth_swiglu_forward(float *out, const float *h1, const float *h3, int N, int H,

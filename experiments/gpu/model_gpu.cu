@@ -101,6 +101,7 @@ struct gpu_model {
   gtq_ctx *gq;
   cudaStream_t s;
   bool swiglu_unfused;  /* gpu_model_set_swiglu_unfused */
+  bool coat_unfused;    /* gpu_model_set_coat_unfused */
   unsigned long long swiglu_fused; /* layers whose backward took swiglu_backward_fused */
   /* (L * AMAX_PER_LAYER + 1) device words, zeroed at the start of the
    * forward and of the backward; NULL where no fill takes a folded amax */
@@ -704,6 +705,8 @@ extern "C" float *gpu_model_grads(gpu_model *g) { return g->grads_mem; }
 extern "C" const float *gpu_model_probs(gpu_model *g) { return g->acts.probs; }
 extern "C" gtq_ctx *gpu_model_gemm(gpu_model *g) { return g->gq; }
 extern "C" size_t gpu_model_arena_bytes(const gpu_model *g) { return g->arena_bytes; }
+extern "C" void gpu_model_set_coat_unfused(gpu_model *g, bool on) { g->coat_unfused = on; }
+
 extern "C" void gpu_model_set_swiglu_unfused(gpu_model *g, bool on) {
   if (on != g->swiglu_unfused) graph_drop(g->bwd); /* other launches */
   g->swiglu_unfused = on;
@@ -929,8 +932,19 @@ extern "C" double gpu_model_update(gpu_model *g, const adamw_hparams *h, int t, 
                 "grad_format");
   }
   gpu_sumsq(g->grads_mem, g->num_params, g->sumsq_scratch, g->sumsq, s);
+  const bool coat_fused = g->rc && g->rc->coat && !g->coat_unfused;
+  if (coat_fused) {
+    /* adamw_update and recipe_store_moments (moments = coat) in one pass */
+    const recipe *r = g->rc;
+    adamw_coefs coefs[NUM_PARAM_TENSORS];
+    for (int ti = 0; ti < NUM_PARAM_TENSORS; ti++) coefs[ti] = adamw_step_coefs(h, t, ti);
+    gtq_check(gpu_adamw_coat(g->params_mem, g->grads_mem, g->mom1, g->mom2, g->param_sizes, coefs,
+                             NUM_PARAM_TENSORS, g->sumsq, max_norm, r->moment_format,
+                             r->moment_group, r->moment_dre, s),
+              "AdamW, COAT moments");
+  }
   size_t off = 0;
-  for (int ti = 0; ti < NUM_PARAM_TENSORS; ti++) {
+  for (int ti = 0; ti < NUM_PARAM_TENSORS && !coat_fused; ti++) {
     const size_t n = g->param_sizes[ti];
     const adamw_coefs coefs = adamw_step_coefs(h, t, ti); /* as optim.c's adamw_update */
     gpu_adamw(g->params_mem + off, g->grads_mem + off, g->mom1 + off, g->mom2 + off, n, g->sumsq,
@@ -963,7 +977,7 @@ extern "C" double gpu_model_update(gpu_model *g, const adamw_hparams *h, int t, 
                                                        length[i], NULL, s),
                   "FP8 moments");
       }
-  } else if (g->rc && g->rc->coat) {
+  } else if (g->rc && g->rc->coat && !coat_fused) {
     /* recipe_store_moments: the moments as COAT stores them */
     const recipe *r = g->rc;
     exmy_rounding_opts o = {};

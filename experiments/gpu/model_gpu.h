@@ -136,6 +136,10 @@ unsigned long long gpu_model_swiglu_fused(const gpu_model *g);
  * how many fills took such an amax since gpu_model_new. */
 void gpu_model_set_amax_unfolded(gpu_model *g, bool on);
 unsigned long long gpu_model_amax_folded(const gpu_model *g);
+/* For tests: on = the COAT moments (moments = coat) stored by AdamW and then
+ * a group-quantization pass per moment (exmy_cuda_quantize_group_scaled_f32),
+ * not by the fused gpu_adamw_coat (the default); the same bits either way. */
+void gpu_model_set_coat_unfused(gpu_model *g, bool on);
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,7 @@
 #include "tests/check_suite.h"
 #include "tests/cpu/gemm_operands.h"
 #include "tests/lib/accum_oracle.h"
+#include "tests/test_rng.h"
 
 static int same(float x, float y) { return memcmp(&x, &y, sizeof x) == 0 || (isnan(x) && isnan(y)); }
 
@@ -82,8 +83,7 @@ END_TEST
  * wide exponents and subnormals, zeros, cancelling pairs; kind 4 also puts
  * an Inf or a NaN into some rows and columns. */
 static float draw(uint64_t *state, int kind) {
-  *state = *state * 6364136223846793005ull + 1442695040888963407ull;
-  const uint64_t r = *state >> 11;
+  const uint64_t r = test_rng_next(state) >> 11;
   const float u = (float)((r & 0xFFFFF) / 1048576.0) + 1.0f; /* [1, 2) */
   const float sign = (r >> 20) & 1 ? -1.0f : 1.0f;
   const int e = (int)((r >> 21) % 24) - 12;
@@ -244,7 +244,7 @@ START_TEST(test_pow2_scaled_operands_are_the_codes) {
   float *ya = malloc(m * k * sizeof *a), *yb = malloc(n * k * sizeof *b);
   uint64_t st = 99;
   for (size_t i = 0; i < m * k + n * k; i++) {
-    st = st * 6364136223846793005ull + 1442695040888963407ull;
+    test_rng_next(&st);
     const double v = ldexp(1.0 + (double)(st >> 40) / (1 << 24), -(int)(st >> 59) - (int)(st >> 33 & 7));
     *(i < m * k ? &a[i] : &b[i - m * k]) = (float)((st >> 20 & 1) ? -v : v);
   }
@@ -396,7 +396,7 @@ START_TEST(test_block_scaled_pow2_unchanged) {
   float *a = malloc(m * k * 4), *b = malloc(n * k * 4), *c = malloc(m * n * 4);
   uint64_t st = 7;
   for (size_t i = 0; i < m * k + n * k; i++) { /* |x| in [1/2, 1) or 0: normal codes */
-    st = st * 6364136223846793005ull + 1442695040888963407ull;
+    test_rng_next(&st);
     const float v = (st >> 60) == 0 ? 0.0f : 0.5f + (float)(st >> 40 & 0xFFFFF) / 0x1p21f;
     *(i < m * k ? &a[i] : &b[i - m * k]) = (st >> 20 & 1) ? -v : v;
   }

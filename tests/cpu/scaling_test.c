@@ -9,6 +9,7 @@
 
 #include "cpu/exmy_cpu.h"
 #include "tests/check_suite.h"
+#include "tests/test_rng.h"
 
 static exmy_format fmt(const char *name) {
   exmy_format f;
@@ -298,7 +299,7 @@ START_TEST(blocks_2d_transpose) {
   float *q = malloc(sizeof(float) * R * C), *qt = malloc(sizeof(float) * R * C);
   uint64_t st = 9;
   for (int i = 0; i < R * C; i++) {
-    st = st * 6364136223846793005ull + 1442695040888963407ull;
+    test_rng_next(&st);
     w[i] = ldexpf((float)(st >> 40) / 16777216.0f - 0.5f, (int)(st % 9) - 4);
   }
   for (int r = 0; r < R; r++)

@@ -8,11 +8,11 @@
 
 #include "experiments/trainer/model.h"
 #include "tests/check_suite.h"
+#include "tests/test_rng.h"
 
 static uint64_t rng = 12345;
 static double urand(void) { /* uniform in [-1, 1) */
-  rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-  return ((rng >> 11) * (1.0 / 9007199254740992.0)) * 2 - 1;
+  return test_rng_uniform(&rng) * 2 - 1;
 }
 static double *rand_array(size_t n, double scale) {
   double *a = malloc(n * sizeof(double));

@@ -42,16 +42,11 @@
 #include "tests/check_suite.h"
 #include "tests/cuda/gpu_check.h"
 #include "tests/experiments/gpu/trainer_check.h"
+#include "tests/test_rng.h"
 
 static uint64_t rng_state = 2024;
-static double urand(void) {
-  rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-  return (double)(rng_state >> 11) / 9007199254740992.0;
-}
-static double gauss(void) {
-  const double u = urand() + 1e-300, v = urand();
-  return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
-}
+static double urand(void) { return test_rng_uniform(&rng_state); }
+static double gauss(void) { return test_rng_gauss(&rng_state); }
 
 enum { DATA_NORMAL, DATA_WIDE, DATA_CLEAN, N_DATA };
 /* block-scaled cases only (gen_blocks) */

@@ -883,6 +883,138 @@ START_TEST(adamw) {
 }
 END_TEST
 
+/* ------------------------------------------- AdamW with COAT's moments */
+
+/* n values of awkward magnitudes, in stretches of 64 that each take one
+ * kind: log-uniform over a span of 2^-40..2^0 times `scale` (the common
+ * case), zeros, float32 subnormals, huge values (their squares overflow), one
+ * value repeated (a group without span), values within 1% of each other (a
+ * group with a large exponent k), a NaN among ordinary values; signs random
+ * unless `positive`. */
+static void awkward_fill(float *x, size_t n, double scale, bool positive, uint64_t seed) {
+  for (size_t i0 = 0; i0 < n; i0 += 64) {
+    const int kind = (int)(uniform01(&seed) * 10);
+    const double base = scale * exp2(-40 * uniform01(&seed));
+    for (size_t i = i0; i < n && i < i0 + 64; i++) {
+      const double u = uniform01(&seed);
+      double v;
+      switch (kind) {
+        case 0: v = 0; break;
+        case 1: v = 1e-40 * u; break;
+        case 2: v = 1e25 * (1 + u); break;
+        case 3: v = base; break;
+        case 4: v = base * (1 + 0.01 * u); break;
+        case 5: v = i == i0 + 7 ? NAN : base * u; break;
+        default: v = scale * exp2(-40 * u); break;
+      }
+      if (!positive && uniform01(&seed) < 0.5) v = -v;
+      x[i] = (float)v;
+    }
+  }
+}
+
+/* gpu_adamw_coat against gpu_adamw per tensor followed by
+ * exmy_cuda_quantize_group_scaled_f32 on m and on v (the unfused path), bit
+ * for bit in p, g, m and v, over several steps that carry the moments: tensors
+ * and groups of lengths that are no multiple of 128 or of 32 (groups
+ * straddling tensors), awkward values (awkward_fill), clipping on, off and
+ * none, both moment formats, expansion on and off, groups of 128, 200, 32, 1. */
+START_TEST(adamw_coat) {
+  static const size_t lengths[] = {1, 37, 128, 129, 1000, 4099, 300, 77};
+  const int nt = (int)(sizeof lengths / sizeof *lengths);
+  size_t n = 0;
+  for (int i = 0; i < nt; i++) n += lengths[i];
+  const adamw_hparams h = {6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  static const struct {
+    const char *m_format, *v_format;
+    int group;
+    bool dre;
+    double max_norm;
+  } cases[] = {
+      {"e4m3", "e4m3", 128, true, 1e-3}, {"e4m3", "e4m3", 128, true, 1e30},
+      {"e4m3", "e4m3", 128, true, 0},    {"e4m3", "e5m2", 128, true, 0},
+      {"e4m3", "e4m3", 200, true, 0},    {"e4m3", "e4m3", 32, true, 1e-3},
+      {"e4m3", "e4m3", 1, true, 0},      {"e4m3", "e4m3", 128, false, 0},
+      {"e5m2", "e4m3", 77, false, 1e-3},
+  };
+  float *p = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
+  float *m = malloc(n * sizeof(float)), *v = malloc(n * sizeof(float));
+  float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+  float *d_p[2], *d_g[2], *d_m[2], *d_v[2];
+  for (int k = 0; k < 2; k++) {
+    d_p[k] = dev_alloc(n * sizeof(float)), d_g[k] = dev_alloc(n * sizeof(float));
+    d_m[k] = dev_alloc(n * sizeof(float)), d_v[k] = dev_alloc(n * sizeof(float));
+  }
+  double *d_scratch = dev_alloc(gpu_sumsq_scratch(n) * sizeof(double)),
+         *d_sumsq = dev_alloc(sizeof(double));
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    exmy_format formats[2];
+    ck_assert(!exmy_format_parse(cases[c].m_format, &formats[0]));
+    ck_assert(!exmy_format_parse(cases[c].v_format, &formats[1]));
+    awkward_fill(p, n, 0.05, false, 300 + c);
+    awkward_fill(m, n, 1e-3, false, 400 + c);
+    awkward_fill(v, n, 1e-6, true, 500 + c);
+    for (int k = 0; k < 2; k++) {
+      to_dev(d_p[k], p, n * sizeof(float));
+      to_dev(d_m[k], m, n * sizeof(float));
+      to_dev(d_v[k], v, n * sizeof(float));
+    }
+    char shape[64];
+    snprintf(shape, sizeof shape, "%s/%s g%d%s clip %g", cases[c].m_format, cases[c].v_format,
+             cases[c].group, cases[c].dre ? " dre" : "", cases[c].max_norm);
+    for (int step = 1; step <= 3; step++) {
+      awkward_fill(g, n, 1e-2, false, 600 + 10 * c + step);
+      /* a gradient norm that is a number (a NaN gradient would turn clipping off) */
+      for (size_t i = 0; i < n; i++)
+        if (g[i] != g[i]) g[i] = 0.5f;
+      for (int k = 0; k < 2; k++) to_dev(d_g[k], g, n * sizeof(float));
+      gpu_sumsq(d_g[0], n, d_scratch, d_sumsq, 0);
+      adamw_coefs coefs[8];
+      for (int ti = 0; ti < nt; ti++) coefs[ti] = adamw_step_coefs(&h, step, ti % NUM_PARAM_TENSORS);
+      /* the unfused path */
+      size_t off = 0;
+      for (int ti = 0; ti < nt; ti++) {
+        gpu_adamw(d_p[0] + off, d_g[0] + off, d_m[0] + off, d_v[0] + off, lengths[ti], d_sumsq,
+                  cases[c].max_norm, &coefs[ti], 0);
+        off += lengths[ti];
+      }
+      exmy_rounding_opts o = {0};
+      o.mode = EXMY_RNE;
+      o.saturate = true;
+      for (int k = 0; k < 2; k++)
+        CU(exmy_cuda_quantize_group_scaled_f32(&formats[k], &o, cases[c].group, 0, false,
+                                               cases[c].dre, k ? d_v[0] : d_m[0],
+                                               k ? d_v[0] : d_m[0], 1, n, 0));
+      LAUNCHED();
+      /* the fused one */
+      CU(gpu_adamw_coat(d_p[1], d_g[1], d_m[1], d_v[1], lengths, coefs, nt, d_sumsq,
+                        cases[c].max_norm, formats, cases[c].group, cases[c].dre, 0));
+      LAUNCHED();
+      float *const dev[4][2] = {{d_p[0], d_p[1]}, {d_g[0], d_g[1]}, {d_m[0], d_m[1]},
+                                {d_v[0], d_v[1]}};
+      static const char *const what[4] = {"p", "g", "m", "v"};
+      for (int w = 0; w < 4; w++) {
+        to_host(a, dev[w][0], n * sizeof(float));
+        to_host(b, dev[w][1], n * sizeof(float));
+        size_t differ = 0, first = n;
+        for (size_t i = 0; i < n; i++)
+          if (memcmp(&a[i], &b[i], sizeof(float))) differ++, first = first < n ? first : i;
+        printf("  %-26s %-8s %-28s step %d: %zu of %zu differ\n", "adamw_coat", what[w], shape,
+               step, differ, n);
+        ck_assert_msg(!differ, "adamw_coat %s (%s) step %d: %zu of %zu differ, first at %zu: "
+                      "%a (unfused) vs %a (fused)", what[w], shape, step, differ, n, first,
+                      differ ? a[first] : 0.0f, differ ? b[first] : 0.0f);
+      }
+    }
+  }
+  for (int k = 0; k < 2; k++) {
+    CU(cudaFree(d_p[k])); CU(cudaFree(d_g[k])); CU(cudaFree(d_m[k])); CU(cudaFree(d_v[k]));
+  }
+  CU(cudaFree(d_scratch)); CU(cudaFree(d_sumsq));
+  free(p); free(g); free(m); free(v); free(a); free(b);
+}
+END_TEST
+
 /* ---------------------------------------------- 120M scale: repeat, time */
 
 /* Fills a device buffer of n floats with a random pattern (16M random values
@@ -944,6 +1076,55 @@ START_TEST(scale_120m) {
   timer_start();
   for (int r = 0; r < R; r++) gpu_adamw(d_p, d_g, d_m, d_v, P, d_sumsq, 1e9, &coefs, 0);
   timer_report("adamw (all params)", R, 7.0 * 4 * P);
+  /* fp8-coat's optimizer: AdamW, then each moment group-quantized (e4m3,
+   * groups of 128, dynamic range expansion), against the fused pass */
+  exmy_format e4m3[2];
+  ck_assert(!exmy_format_parse("e4m3", &e4m3[0]));
+  e4m3[1] = e4m3[0];
+  exmy_rounding_opts rne_sat = {0};
+  rne_sat.mode = EXMY_RNE;
+  rne_sat.saturate = true;
+  adamw_coefs coefs_all[NUM_PARAM_TENSORS];
+  for (int ti = 0; ti < NUM_PARAM_TENSORS; ti++) coefs_all[ti] = coefs;
+  timer_start();
+  for (int r = 0; r < R; r++) {
+    gpu_adamw(d_p, d_g, d_m, d_v, P, d_sumsq, 1e9, &coefs, 0);
+    for (int k = 0; k < 2; k++)
+      CU(exmy_cuda_quantize_group_scaled_f32(&e4m3[k], &rne_sat, 128, 0, false, true,
+                                             k ? d_v : d_m, k ? d_v : d_m, 1, P, 0));
+  }
+  timer_report("adamw + coat moments", R, 7.0 * 4 * P + 4.0 * 4 * P);
+  timer_start();
+  for (int r = 0; r < R; r++)
+    CU(gpu_adamw_coat(d_p, d_g, d_m, d_v, psizes, coefs_all, NUM_PARAM_TENSORS, d_sumsq, 1e9,
+                      e4m3, 128, true, 0));
+  timer_report("adamw_coat (fused)", R, 7.0 * 4 * P);
+  { /* one more step of each from the same state, compared bit for bit */
+    float *src[4] = {d_p, d_g, d_m, d_v}, *twin[4];
+    for (int k = 0; k < 4; k++) {
+      twin[k] = dev_alloc(P * sizeof(float));
+      CU(cudaMemcpy(twin[k], src[k], P * sizeof(float), cudaMemcpyDeviceToDevice));
+    }
+    gpu_adamw(d_p, d_g, d_m, d_v, P, d_sumsq, 1e9, &coefs, 0);
+    for (int k = 0; k < 2; k++)
+      CU(exmy_cuda_quantize_group_scaled_f32(&e4m3[k], &rne_sat, 128, 0, false, true,
+                                             k ? d_v : d_m, k ? d_v : d_m, 1, P, 0));
+    CU(gpu_adamw_coat(twin[0], twin[1], twin[2], twin[3], psizes, coefs_all, NUM_PARAM_TENSORS,
+                      d_sumsq, 1e9, e4m3, 128, true, 0));
+    LAUNCHED();
+    float *a = malloc(P * sizeof(float)), *b = malloc(P * sizeof(float));
+    static const char *const what[4] = {"p", "g", "m", "v"};
+    for (int k = 0; k < 4; k++) {
+      to_host(a, src[k], P * sizeof(float));
+      to_host(b, twin[k], P * sizeof(float));
+      size_t differ = 0;
+      for (size_t i = 0; i < P; i++) differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+      printf("  %-26s %-8s %-28s %zu of %zu differ\n", "adamw_coat", what[k], "120m", differ, P);
+      ck_assert_msg(!differ, "adamw_coat %s at 120m: %zu of %zu differ", what[k], differ, P);
+      CU(cudaFree(twin[k]));
+    }
+    free(a); free(b);
+  }
   CU(cudaFree(d_p)); CU(cudaFree(d_g)); CU(cudaFree(d_m)); CU(cudaFree(d_v));
   CU(cudaFree(d_scratch)); CU(cudaFree(d_sumsq));
 
@@ -1166,7 +1347,7 @@ int main(void) {
   const TTest *const tests[] = {encoder,        rmsnorm,      rope,  producers_fold_amax,
                                 swiglu_and_add, swiglu_backward_bf16, swiglu_backward_bf16_scaled,
                                 causal_softmax, crossentropy, sumsq,  adamw,
-                                scale_120m,     NULL};
+                                adamw_coat,     scale_120m,   NULL};
   const int failed = run_suite(suite_of("gpu_layers", 300, tests), false);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   printf("worst max|gpu - cpu| / max|cpu| per function (criterion < 1e-5):\n");

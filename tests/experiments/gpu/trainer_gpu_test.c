@@ -1100,6 +1100,89 @@ START_TEST(fishman_recipes_match_cpu) {
 }
 END_TEST
 
+/* fp8-coat's update (AdamW, moments stored e4m3 in groups of 128 with dynamic
+ * range expansion) through the fused gpu_adamw_coat and through AdamW
+ * followed by the group-quantization passes (gpu_model_set_coat_unfused):
+ * parameters and both moments bit for bit over three steps, clipping off in
+ * the first and active in the others; and the first step's moments against the CPU's adamw_update
+ * + recipe_store_moments, which take their powers from the host's libm:
+ * at most one value in 1000 apart, as tests/cuda/recipes_test.c allows the
+ * library's expansion. */
+START_TEST(coat_update_fused_bit_identical) {
+  recipe rc;
+  load_config_recipe(&rc, "fp8-coat");
+  ck_assert(rc.coat && rc.moment_dre && rc.moment_group == 128);
+  model_config mc;
+  ck_assert(!model_named_size("tiny", &mc));
+  model m;
+  model_init(&m, &mc, 5);
+  const size_t n = m.num_params;
+  char err[256];
+  gpu_model *g[2];
+  for (int k = 0; k < 2; k++) {
+    g[k] = gpu_model_new(&m, &rc, NULL, model_num_sites(&mc), 2, mc.seq_len,
+                         GPU_ATTENTION_MATERIALIZED, err, sizeof err);
+    ck_assert_msg(g[k] != NULL, "%s", err);
+  }
+  gpu_model_set_coat_unfused(g[0], true);
+  float *m1 = malloc(sizeof(float) * n), *m2 = malloc(sizeof(float) * n);
+  float *p[2], *a1[2], *a2[2];
+  for (int k = 0; k < 2; k++) {
+    p[k] = malloc(sizeof(float) * n);
+    a1[k] = malloc(sizeof(float) * n);
+    a2[k] = malloc(sizeof(float) * n);
+  }
+  size_t off = 0;
+  for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+    fill(m1 + off, m.param_sizes[t], pow(2.0, (double)(2 * t) - 18));
+    for (size_t i = 0; i < m.param_sizes[t]; i++) m2[off + i] = m1[off + i] * m1[off + i];
+    off += m.param_sizes[t];
+  }
+  for (int k = 0; k < 2; k++) gpu_model_upload(g[k], m.params_mem, m1, m2);
+  model m_cpu;
+  model_init(&m_cpu, &mc, 5);
+  const adamw_hparams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  for (int step = 1; step <= 3; step++) {
+    off = 0;
+    for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
+      fill(m.grads_mem + off, m.param_sizes[t], pow(2.0, (double)(3 * t) - 20));
+      off += m.param_sizes[t];
+    }
+    /* no clipping in the first step (the devices sum the norm in different
+     * orders), clipping in the other two */
+    const double max_norm = step == 1 ? 0.0 : step == 2 ? 1e-4 : 1.0;
+    for (int k = 0; k < 2; k++) {
+      ck_assert(cudaMemcpy(gpu_model_grads(g[k]), m.grads_mem, sizeof(float) * n,
+                           cudaMemcpyHostToDevice) == cudaSuccess);
+      gpu_model_update(g[k], &hp, step, max_norm);
+      gpu_model_download(g[k], p[k], a1[k], a2[k]);
+    }
+    const size_t dp = count_bit_diffs(p[0], p[1], n), d1 = count_bit_diffs(a1[0], a1[1], n),
+                 d2 = count_bit_diffs(a2[0], a2[1], n);
+    printf("coat step %d: fused vs unfused, %zu params, %zu + %zu moments of %zu differ\n", step,
+           dp, d1, d2, n);
+    ck_assert_uint_eq(dp, 0);
+    ck_assert_uint_eq(d1, 0);
+    ck_assert_uint_eq(d2, 0);
+    if (step == 1) {
+      memcpy(m_cpu.grads_mem, m.grads_mem, sizeof(float) * n);
+      adamw_update(&m_cpu, m1, m2, &hp, step);
+      recipe_store_moments(&rc, &mc, m_cpu.param_sizes, m1, m2, n);
+      const size_t c1 = count_bit_diffs(m1, a1[1], n), c2 = count_bit_diffs(m2, a2[1], n);
+      printf("coat step 1: GPU vs CPU, %zu + %zu moments of %zu differ\n", c1, c2, n);
+      ck_assert_msg(c1 * 1000 <= n && c2 * 1000 <= n, "%zu + %zu of %zu", c1, c2, n);
+    }
+  }
+  for (int k = 0; k < 2; k++) {
+    gpu_model_free(g[k]);
+    free(p[k]), free(a1[k]), free(a2[k]);
+  }
+  model_free(&m);
+  model_free(&m_cpu);
+  free(m1), free(m2);
+}
+END_TEST
+
 /* ------------------------------------------- the accumulate key's models */
 
 START_TEST(accumulate_gemms_bit_identical) {
@@ -1212,7 +1295,8 @@ int main(void) {
                                 nvfp4_gemm_bf16_path_matches_reference,
                                 model_nvfp4_takes_bf16_images, msamp_grads_match_cpu,
                                 accumulate_gemms_bit_identical, model_accumulate_matches_cpu,
-                                fishman_recipes_match_cpu, NULL};
+                                fishman_recipes_match_cpu, coat_update_fused_bit_identical,
+                                NULL};
   Suite *s = suite_of_loop("trainer_gpu", 600, operands_match_cpu, N_RECIPES, tests);
   TCase *tc = tcase_create("along_k");
   tcase_set_timeout(tc, 600);

@@ -35,12 +35,10 @@
 #include "tests/check_suite.h"
 #include "tests/cuda/gpu_check.h"
 #include "tests/experiments/gpu/trainer_check.h"
+#include "tests/test_rng.h"
 
 static uint64_t rng_state = 12345;
-static double urand(void) {
-  rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-  return (double)(rng_state >> 11) / 9007199254740992.0;
-}
+static double urand(void) { return test_rng_uniform(&rng_state); }
 /* Values over many binades, some exact zeros, so that rounding, scaling and
  * underflow all have work. */
 static void fill(float *x, size_t n, double scale) {

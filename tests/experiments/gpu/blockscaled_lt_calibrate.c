@@ -38,11 +38,10 @@
  * difference in float32 units in the last place and relative, and the
  * share of the sample each of M, A..G reproduces bit for bit.
  *
- * Scale layouts (as cuBLASLt reads them, each operand stored K-contiguous,
- * column-major K x R): VEC128 tile (r, kb) at kb * R + r (R-contiguous);
- * BLK128x128 block (rb, kb) at rb * ld + kb, ld = ceil(K / 128) rounded up
- * to a multiple of 4.  --vec-kmajor and --blk-unpadded try the other
- * readings, should the double reference say the scales were misread.
+ * The descriptors and scale layouts are the trainer's own
+ * (experiments/gpu/blockscaled_lt.h, block_fp8_gemm's); --vec-kmajor and
+ * --blk-unpadded try other readings of the scales, should the double
+ * reference say they were misread.
  *
  * --cpu-only: no GPU, no cuBLASLt: the data, the quantizer and the CPU's
  * hypotheses alone, exit status 1 where the per-slice partials do not
@@ -61,6 +60,7 @@
 
 #include "cpu/exmy_cpu.h"
 #include "cuda/exmy_cuda.h"
+#include "experiments/gpu/blockscaled_lt.h"
 #include "lib/accum_core.h"
 #include "lib/exmy.h"
 #include "tests/test_rng.h"
@@ -157,22 +157,26 @@ static void quantize(operand *o) {
   free(y);
 }
 
-/* The scales as cuBLASLt reads them (see the top of the file). */
+/* The scales as cuBLASLt reads them (experiments/gpu/blockscaled_lt.h), or
+ * the other readings --vec-kmajor / --blk-unpadded try. */
 static float *lt_scales(const operand *o, int vec_kmajor, int blk_unpadded, size_t *count) {
+  const size_t k = (size_t)o->k;
   if (o->block_rows == 1) {
     float *s = malloc(sizeof(float) * (size_t)o->rows * o->kb);
     for (int r = 0; r < o->rows; r++)
       for (int b = 0; b < o->kb; b++)
-        s[vec_kmajor ? (size_t)r * o->kb + b : (size_t)b * o->rows + r] =
+        s[vec_kmajor ? (size_t)r * o->kb + b : exmy_blockscaled_vec_at(r, b, o->rows)] =
             o->scales[(size_t)r * o->kb + b];
-    *count = (size_t)o->rows * o->kb;
+    *count = exmy_blockscaled_count(0, o->rows, k);
     return s;
   }
-  const int rb = (o->rows + BLOCK - 1) / BLOCK, ld = blk_unpadded ? o->kb : (o->kb + 3) / 4 * 4;
-  float *s = calloc((size_t)rb * ld, sizeof(float));
+  const int rb = (o->rows + BLOCK - 1) / BLOCK;
+  *count = blk_unpadded ? (size_t)rb * o->kb : exmy_blockscaled_count(1, o->rows, k);
+  float *s = calloc(*count, sizeof(float));
   for (int r = 0; r < rb; r++)
-    for (int b = 0; b < o->kb; b++) s[(size_t)r * ld + b] = o->scales[(size_t)r * o->kb + b];
-  *count = (size_t)rb * ld;
+    for (int b = 0; b < o->kb; b++)
+      s[blk_unpadded ? (size_t)r * o->kb + b : exmy_blockscaled_blk_at(r, b, k)] =
+          o->scales[(size_t)r * o->kb + b];
   return s;
 }
 
@@ -287,10 +291,9 @@ static void describe_algo(const cublasLtMatmulHeuristicResult_t *r, char *buf, s
 
 /* Asks the heuristic for algorithms computing C = X W^T with X's bytes and
  * scales dx, dsx (VEC128) and W's dw, dsw (BLK128x128), act: which operand
- * X is; *st: why not, when none came.  The descriptors stay in *op etc. */
+ * X is; *st: why not, when none came.  The descriptors stay in p->d. */
 typedef struct {
-  cublasLtMatmulDesc_t op;
-  cublasLtMatrixLayout_t la, lb, ld;
+  exmy_blockscaled_desc d;
   cublasLtMatmulHeuristicResult_t heur[MAX_ALGOS];
   int found;
 } lt_plan;
@@ -298,36 +301,16 @@ typedef struct {
 static cublasStatus_t lt_plan_make(lt_ctx *c, lt_plan *p, int act, int fast, const operand *x,
                                    const operand *w, const void *dsx, const void *dsw) {
   memset(p, 0, sizeof *p);
-  const int k = x->k;
-  const cublasOperation_t T = CUBLAS_OP_T, N = CUBLAS_OP_N;
-  const int8_t fast_accum = (int8_t)fast;
-  const int32_t vec = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
-                blk = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
   const operand *oa = act == ACT_IS_A ? x : w, *ob = act == ACT_IS_A ? w : x;
   const void *sa = act == ACT_IS_A ? dsx : dsw, *sb = act == ACT_IS_A ? dsw : dsx;
-  const int32_t mode_a = act == ACT_IS_A ? vec : blk, mode_b = act == ACT_IS_A ? blk : vec;
   const cudaDataType ta = oa->fmt.exp_bits == 4 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
   const cudaDataType tb = ob->fmt.exp_bits == 4 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
   cublasStatus_t st;
   cublasLtMatmulPreference_t pref = NULL;
   /* column-major: D (ra x rb) = (A stored k x ra)^T (B stored k x rb) */
-  if ((st = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
-      (st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &T, sizeof T)) ||
-      (st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &N, sizeof N)) ||
-      (st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode_a,
-                                           sizeof mode_a)) ||
-      (st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode_b,
-                                           sizeof mode_b)) ||
-      (st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa,
-                                           sizeof sa)) ||
-      (st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb,
-                                           sizeof sb)) ||
-      (st = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum,
-                                           sizeof fast_accum)) ||
-      (st = cublasLtMatrixLayoutCreate(&p->la, ta, (uint64_t)k, (uint64_t)oa->rows, k)) ||
-      (st = cublasLtMatrixLayoutCreate(&p->lb, tb, (uint64_t)k, (uint64_t)ob->rows, k)) ||
-      (st = cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_32F, (uint64_t)oa->rows,
-                                       (uint64_t)ob->rows, oa->rows)) ||
+  if ((st = exmy_blockscaled_desc_make(&p->d, ta, oa->block_rows != 1, tb, ob->block_rows != 1,
+                                       (uint64_t)x->k, (uint64_t)oa->rows, (uint64_t)ob->rows,
+                                       oa->rows, sa, sb, fast)) ||
       (st = cublasLtMatmulPreferenceCreate(&pref)) ||
       (st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                  &c->workspace_bytes,
@@ -335,19 +318,14 @@ static cublasStatus_t lt_plan_make(lt_ctx *c, lt_plan *p, int act, int fast, con
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     return st;
   }
-  st = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->ld, p->ld, pref, MAX_ALGOS,
-                                      p->heur, &p->found);
+  st = cublasLtMatmulAlgoGetHeuristic(c->lt, p->d.op, p->d.la, p->d.lb, p->d.ld, p->d.ld, pref,
+                                      MAX_ALGOS, p->heur, &p->found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st) p->found = 0;
   return st ? st : p->found ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
-static void lt_plan_free(lt_plan *p) {
-  if (p->la) cublasLtMatrixLayoutDestroy(p->la);
-  if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
-  if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
-  if (p->op) cublasLtMatmulDescDestroy(p->op);
-}
+static void lt_plan_free(lt_plan *p) { exmy_blockscaled_desc_free(&p->d); }
 
 /* Runs algorithm i of p; C row-major M x N into c (NaN where it wrote
  * nothing).  Returns its status. */
@@ -359,8 +337,8 @@ static cublasStatus_t lt_run(lt_ctx *c, lt_plan *p, int i, int act, const operan
   const void *da = act == ACT_IS_A ? dbx : dbw, *db = act == ACT_IS_A ? dbw : dbx;
   CU(cudaMemset(dd, 0xff, sizeof(float) * (size_t)m * n));
   const cublasStatus_t st =
-      cublasLtMatmul(c->lt, p->op, &one, da, p->la, db, p->lb, &zero, dd, p->ld, dd, p->ld,
-                     &p->heur[i].algo, c->workspace, c->workspace_bytes, 0);
+      cublasLtMatmul(c->lt, p->d.op, &one, da, p->d.la, db, p->d.lb, &zero, dd, p->d.ld, dd,
+                     p->d.ld, &p->heur[i].algo, c->workspace, c->workspace_bytes, 0);
   if (st) return st;
   CU(cudaDeviceSynchronize());
   float *d = malloc(sizeof(float) * (size_t)m * n);

@@ -16,6 +16,7 @@
 #include "cpu/exmy_cpu.h"
 #include "cuda/accum_gemm.cuh"
 #include "cuda/gather.cuh"
+#include "experiments/gpu/blockscaled_lt.h"
 #include "experiments/gpu/fp8_codes.cuh"
 
 namespace {
@@ -155,6 +156,16 @@ struct LtShape {
   int align_ab;
 };
 typedef std::tuple<int, int, int, int, int, int, long, int, long, int, long, int, int> LtKey;
+/* cuBLASLt's block-scaled FP8 GEMM for one shape (blockscaled_lt.h; made by
+ * block_lt_plan): ok = false where it has no algorithm that leaves K
+ * unsplit.  Keyed by m, n, k, op(A)'s and op(B)'s E4M3-ness, whether op(A)
+ * is the 1 x 128-tiled operand, D's leading dimension and alignment. */
+struct BlockLtPlan {
+  bool ok = false;
+  exmy_blockscaled_desc d = {};
+  cublasLtMatmulAlgo_t algo = {};
+};
+typedef std::tuple<int, int, int, int, int, int, long, int> BlockLtKey;
 /* The two scales 256 bytes apart, as PyTorch's separate allocations are:
  * cuBLASLt refused the FP8 call with them 4 bytes apart and in place (C = D);
  * it ran once both were changed, which of the two it needs is not known. */
@@ -193,6 +204,16 @@ struct AccumFast {
   float *part = nullptr, *acc = nullptr;
   size_t part_cap = 0, acc_cap = 0;
   unsigned long long block_gemms = 0; /* host: GEMMs that took block_fp8_gemm */
+  /* One 1 x 128-tiled and one 128 x 128-blocked operand: cuBLASLt's
+   * block-scaled GEMM in one call (block_fp8_gemm), the scales in its
+   * layouts (lt_scales[0] op(A)'s, [1] op(B)^T's), its plans; block_batched:
+   * the per-slice path instead (tests, EXMY_FP8_BLOCK_BATCHED); how many
+   * GEMMs made that one call (host count). */
+  float *lt_scales[2] = {nullptr, nullptr};
+  size_t lt_scales_cap[2] = {0, 0};
+  std::map<BlockLtKey, BlockLtPlan> block_plans;
+  bool block_batched = false;
+  unsigned long long block_one_call = 0;
 };
 
 }  // namespace
@@ -271,6 +292,10 @@ extern "C" gtq_ctx *gtq_new(tq_site *sites, int n_sites, cudaStream_t stream) {
   if (exmy_accum_model_parse("hopper", &g->accum.hopper) ||
       exmy_accum_model_parse("hopper-split", &g->accum.split))
     gtq_check(cudaErrorInvalidValue, "the hopper presets");
+  /* EXMY_FP8_BLOCK_BATCHED set (and not "0"): block-scaled GEMMs per slice
+   * of K even where cuBLASLt's block-scaled GEMM could take them in one call */
+  const char *batched = getenv("EXMY_FP8_BLOCK_BATCHED");
+  g->accum.block_batched = batched && strcmp(batched, "0") != 0;
   gtq_states_upload(g);
   return g;
 }
@@ -308,6 +333,7 @@ extern "C" void gtq_free(gtq_ctx *g) {
     if (p.la) cublasLtMatrixLayoutDestroy(p.la);
     if (p.op) cublasLtMatmulDescDestroy(p.op);
   }
+  for (auto &kv : f.block_plans) exmy_blockscaled_desc_free(&kv.second.d);
   if (f.lt) cublasLtDestroy(f.lt);
   cudaFree(f.workspace);
   for (int i = 0; i < 2; i++) cudaFree(f.codes[i]);
@@ -317,6 +343,7 @@ extern "C" void gtq_free(gtq_ctx *g) {
   for (int i = 0; i < 2; i++) cudaFree(f.work[i]), cudaFree(f.codes32[i]), cudaFree(f.bscales[i]);
   cudaFree(f.part);
   cudaFree(f.acc);
+  for (int i = 0; i < 2; i++) cudaFree(f.lt_scales[i]);
   cudaFree(f.flag);
   cudaFree(f.counts);
   exmy_cuda_gemm_free(g->mx);
@@ -936,14 +963,17 @@ __global__ void k_fp8_codes(const float *__restrict__ x, long ld, size_t rows, s
                        (block_bad ? exmy_gpu::kFp8NotCodes : 0));
 }
 
-/* C = R + beta C, the rest of exmy_gemm_epilogue after cuBLASLt's alpha dot, unless flagged. */
-__global__ void k_accum_beta(const int *flag, const float *__restrict__ r, size_t m, size_t n,
-                             float beta, float *__restrict__ c, size_t ldc) {
+/* C = exmy_gemm_epilogue(R, alpha, beta, C) (R: m x n dense), unless
+ * flagged: after cuBLASLt's alpha dot (alpha 1 here, R = alpha dot rounded),
+ * or after its block-scaled dot. */
+__global__ void k_accum_epilogue(const int *flag, const float *__restrict__ r, size_t m,
+                                 size_t n, float alpha, float beta, float *__restrict__ c,
+                                 size_t ldc) {
   if (*flag) return;
   for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < m * n;
        e += (size_t)gridDim.x * blockDim.x) {
     float *cij = c + (e / n) * ldc + e % n;
-    *cij = exmy_gemm_epilogue(r[e], 1.0f, beta, cij); /* r = alpha dot, rounded */
+    *cij = exmy_gemm_epilogue(r[e], alpha, beta, cij);
   }
 }
 
@@ -1231,7 +1261,8 @@ static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
     return false;
   }
   if (beta != 0.0f)
-    k_accum_beta<<<grid_for(M * N), 256, 0, st>>>(f.flag, f.result, M, N, beta, c, (size_t)ldc);
+    k_accum_epilogue<<<grid_for(M * N), 256, 0, st>>>(f.flag, f.result, M, N, 1.0f, beta, c,
+                                                       (size_t)ldc);
   k_accum_gemm_if<<<grid_for(M * N), 256, 0, st>>>(f.flag, model, ta, tb, M, N, k, alpha,
                                                    (const float *)a.ptr, a.ld,
                                                    (const float *)b.ptr, b.ld, beta, c,
@@ -1251,7 +1282,11 @@ static bool accum_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
  * promotion closes exactly one block: the running sum restarts at 0 at each
  * block, so a block's partial is the hopper model (fast accumulation,
  * never promoted) on that block's 128 codes alone, which is cuBLASLt's FP8
- * GEMM with fast accumulation at K = 128 bit for bit (cuda/NOTES.md).  So:
+ * GEMM with fast accumulation at K = 128 bit for bit (cuda/NOTES.md).
+ * Where one operand is 1 x 128-tiled and the other 128 x 128-blocked,
+ * cuBLASLt's own block-scaled GEMM computes the same in one call
+ * (block_lt_gemm, calibrated bit for bit); elsewhere (the weight
+ * gradient's two tiled operands, forced, or no such plan):
  *   1. the operands gathered K-contiguous and quantized to codes and block
  *      scales by the very call exmy_cuda_qgemm_accum makes
  *      (exmy_cuda_quantize_group_codes_f32 with the same recipe and sr
@@ -1345,6 +1380,20 @@ __global__ void k_block_emulate_if(const int *flag, exmy_accum_model model, size
                                   nullptr, nullptr, sa, sb);
 }
 
+/* An operand's block scales (in: the quantizer's, ceil(rows / br) x kb,
+ * K-contiguous, br = 1 or 128) into the layout cuBLASLt's block-scaled
+ * GEMM reads (blockscaled_lt.h): VEC128 for br 1, BLK128x128 for br 128
+ * (its padding zeroed beforehand). */
+__global__ void k_block_lt_scales(const float *__restrict__ in, size_t rows, size_t kb, bool blk,
+                                  float *__restrict__ out) {
+  const size_t units = blk ? (rows + 127) / 128 : rows, k = kb * 128;
+  for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < units * kb;
+       e += (size_t)gridDim.x * blockDim.x) {
+    const size_t r = e / kb, b = e % kb;
+    out[blk ? exmy_blockscaled_blk_at(r, b, k) : exmy_blockscaled_vec_at(r, b, rows)] = in[e];
+  }
+}
+
 }  // namespace
 
 /* One operand of block_fp8_gemm: op(X) (rows x k, x with leading dimension
@@ -1423,6 +1472,173 @@ static bool block_partials(AccumFast &f, LtShape sh, int s0, int count, cudaStre
   return true;
 }
 
+/* The plan of cuBLASLt's block-scaled FP8 GEMM for C (m x n, D's leading
+ * dimension ldd, alignment align bytes) = op(A) op(B), op(A) 1 x 128-tiled
+ * and op(B) 128 x 128-blocked (a_tiled) or the reverse, as block_partials
+ * calls cuBLASLt (its A our op(B)^T, its B our op(A)^T, D n x m column-major
+ * = C row-major), the scales at f.lt_scales: made on first use, with the
+ * heuristic's first algorithm whose split-K is 1 (no other was calibrated);
+ * ok = false where there is none. */
+static BlockLtPlan &block_lt_plan(AccumFast &f, int m, int n, int k, bool e4m3_a, bool e4m3_b,
+                                  bool a_tiled, long ldd, int align) {
+  const BlockLtKey key(m, n, k, e4m3_a, e4m3_b, a_tiled, ldd, align);
+  auto it = f.block_plans.find(key);
+  if (it != f.block_plans.end()) return it->second;
+  BlockLtPlan &p = f.block_plans[key];
+  const cudaDataType ta = e4m3_a ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+  const cudaDataType tb = e4m3_b ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+  const uint32_t al = (uint32_t)align, al_ab = 256; /* the codes: cudaMalloc's */
+  cublasLtMatmulPreference_t pref = nullptr;
+  const bool log = getenv("EXMY_FP8_PLAN_LOG") != nullptr;
+  if (exmy_blockscaled_desc_make(&p.d, tb, a_tiled, ta, !a_tiled, (uint64_t)k, (uint64_t)n,
+                                 (uint64_t)m, ldd, f.lt_scales[1], f.lt_scales[0], 0) ||
+      cublasLtMatmulPreferenceCreate(&pref) ||
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           &f.workspace_bytes, sizeof f.workspace_bytes) ||
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                           &al_ab, sizeof al_ab) ||
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                           &al_ab, sizeof al_ab) ||
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al,
+                                           sizeof al) ||
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al,
+                                           sizeof al)) {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (log)
+      printf("fp8 block-scaled plan %d x %d x %d: descriptors refused: per slice\n", m, n, k);
+    return p; /* not ok: the per-slice path */
+  }
+  cublasLtMatmulHeuristicResult_t heur[16] = {};
+  int found = 0;
+  if (cublasLtMatmulAlgoGetHeuristic(f.lt, p.d.op, p.d.la, p.d.lb, p.d.ld, p.d.ld, pref, 16,
+                                     heur, &found) != CUBLAS_STATUS_SUCCESS)
+    found = 0;
+  cublasLtMatmulPreferenceDestroy(pref);
+  for (int i = 0; i < found && !p.ok; i++) {
+    int32_t splits = 0, id = -1;
+    uint32_t tile = 0, stages = 0;
+    size_t written = 0, w2 = 0;
+    if (heur[i].state != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                             &splits, sizeof splits, &written) ||
+        written != sizeof splits)
+      continue;
+    if (log) {
+      cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id,
+                                           &w2);
+      cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
+                                           sizeof tile, &w2);
+      cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
+                                           sizeof stages, &w2);
+      printf("fp8 block-scaled plan %d x %d x %d (%s x %s, %s 1 x 128): candidate %d of %d: "
+             "algo %d tile %u stages %u split-K %d workspace %zu\n", m, n, k,
+             e4m3_a ? "E4M3" : "E5M2", e4m3_b ? "E4M3" : "E5M2", a_tiled ? "A" : "B", i, found,
+             id, tile, stages, (int)splits, heur[i].workspaceSize);
+    }
+    if (splits != 1 || heur[i].workspaceSize > f.workspace_bytes) continue;
+    p.algo = heur[i].algo;
+    p.ok = true;
+  }
+  if (log)
+    printf("fp8 block-scaled plan %d x %d x %d: %s\n", m, n, k,
+           p.ok ? "one call" : "no algorithm with split-K 1: per slice");
+  return p;
+}
+
+/* The end of a block-scaled GEMM whose result is in C (unless flagged):
+ * where the device flagged it, the emulation on the same float32 codes and
+ * scales overwrites C; the path counted. */
+static void block_finish(AccumFast &f, size_t m, size_t n, int k, float alpha, float beta,
+                         float *c, long ldc, const exmy_accum_model &model,
+                         const exmy_cuda_operand_quant &qa, const exmy_cuda_operand_quant &qb,
+                         const exmy_accum_scales &sa, const exmy_accum_scales &sb,
+                         cudaStream_t st) {
+  exmy_accum_model local = model; /* as exmy_cuda_qgemm_accum: the codes' formats' emins */
+  local.emin_a = qa.format.emin;
+  local.emin_b = qb.format.emin;
+  /* a grid of at most 8192 blocks: when not flagged (the rule), each block
+   * only reads the flag */
+  const unsigned emu_grid = grid_for(m * n) < 8192u ? grid_for(m * n) : 8192u;
+  k_block_emulate_if<<<emu_grid, 256, 0, st>>>(f.flag, local, m, n, k, alpha, f.codes32[0],
+                                               f.codes32[1], beta, c, (size_t)ldc, sa, sb);
+  k_accum_count<<<1, 1, 0, st>>>(f.flag, f.counts);
+  gtq_check(cudaGetLastError(), "block-scaled FP8 GEMM epilogue");
+  f.block_gemms++;
+}
+
+/* block_fp8_gemm's first choice: one operand 1 x 128-tiled and the other
+ * 128 x 128-blocked (the forward and data-gradient GEMMs; not the weight
+ * gradient's two tiled operands), at what the calibration covered (the
+ * blocked operand E4M3, m and n multiples of 128): cuBLASLt's block-scaled
+ * FP8 GEMM (blockscaled_lt.h) in one call, fast accumulation off, split-K
+ * 1, alpha 1 and beta 0, its float32 result bit for bit the model's
+ * (hypothesis M of blockscaled_lt_calibrate: acc = fmaf(fl(sa sb),
+ * partial, acc) per 128-slice); straight into C where alpha is 1 and beta
+ * 0, else into the result buffer and exmy_gemm_epilogue after, as
+ * k_block_promote applies it.  The operands, the device flag and the
+ * emulation where flagged as on the per-slice path.  False, C untouched,
+ * where it does not apply or cuBLASLt refuses (the per-slice path then). */
+static bool block_lt_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
+                          const gtq_operand &a, const exmy_cuda_operand_quant &qa, Fp8Kind ka,
+                          const gtq_operand &b, const exmy_cuda_operand_quant &qb, Fp8Kind kb,
+                          float beta, float *c, long ldc, const exmy_accum_model &model) {
+  AccumFast &f = g->accum;
+  const int bra = qa.scaling.block_rows > 1 ? qa.scaling.block_rows : 1;
+  const int brb = qb.scaling.block_rows > 1 ? qb.scaling.block_rows : 1;
+  const bool a_tiled = bra == 1 && brb == 128, b_tiled = bra == 128 && brb == 1;
+  if (f.block_batched || model.promote_every != 128 || !(a_tiled || b_tiled)) return false;
+  if ((a_tiled ? kb : ka) != kFp8E4M3 || m % 128 || n % 128) return false;
+  cudaStream_t st = g->stream;
+  const size_t M = (size_t)m, N = (size_t)n, K = (size_t)k, kbl = K / 128;
+  const bool direct = alpha == 1.0f && beta == 0.0f;
+  if (!direct) reserve((void **)&f.result, &f.result_cap, M * N * sizeof(float));
+  float *d = direct ? c : f.result;
+  const long ldd = direct ? ldc : n;
+  int align = 256; /* of D and of each of its columns (C's rows) */
+  while (align > 4 && ((uintptr_t)d % align || (size_t)ldd * sizeof(float) % align)) align /= 2;
+  const size_t rows[2] = {M, N};
+  const bool blk[2] = {b_tiled, a_tiled};
+  for (int i = 0; i < 2; i++)
+    reserve((void **)&f.lt_scales[i], &f.lt_scales_cap[i],
+            exmy_blockscaled_count(blk[i], rows[i], K) * sizeof(float));
+  BlockLtPlan &p = block_lt_plan(f, m, n, k, ka == kFp8E4M3, kb == kFp8E4M3, a_tiled, ldd, align);
+  if (!p.ok) return false;
+  gtq_check(cudaMemsetAsync(f.flag, 0, sizeof(int), st), "FP8 flag");
+  exmy_accum_scales sa, sb;
+  /* op(A) as m x k and op(B)^T as n x k, K contiguous */
+  block_operand(f, 0, qa, ka, (const float *)a.ptr, a.ld, ta, M, K, &sa, st);
+  block_operand(f, 1, qb, kb, (const float *)b.ptr, b.ld, !tb, N, K, &sb, st);
+  for (int i = 0; i < 2; i++) {
+    if (blk[i])
+      gtq_check(cudaMemsetAsync(f.lt_scales[i], 0,
+                                exmy_blockscaled_count(1, rows[i], K) * sizeof(float), st),
+                "block scales' padding");
+    const size_t units = blk[i] ? (rows[i] + 127) / 128 : rows[i];
+    k_block_lt_scales<<<grid_for(units * kbl), 256, 0, st>>>(f.bscales[i], rows[i], kbl, blk[i],
+                                                             f.lt_scales[i]);
+    gtq_check(cudaGetLastError(), "block scales for cuBLASLt");
+  }
+  /* cuBLASLt's A is op(B)^T, its B op(A)^T; C and D the same (as the
+   * calibration called it; C not read with beta 0) */
+  const float one = 1.0f, zero = 0.0f;
+  cublasStatus_t r = exmy_blockscaled_set_scales(&p.d, f.lt_scales[1], f.lt_scales[0]);
+  if (r == CUBLAS_STATUS_SUCCESS)
+    r = cublasLtMatmul(f.lt, p.d.op, &one, f.codes[1], p.d.la, f.codes[0], p.d.lb, &zero, d,
+                       p.d.ld, d, p.d.ld, &p.algo, f.workspace, f.workspace_bytes, st);
+  if (r != CUBLAS_STATUS_SUCCESS) {
+    fprintf(stderr, "train: cublasLtMatmul (block-scaled FP8, %d x %d x %d) refused (%s): per "
+            "slice for this shape\n", m, n, k, cublasGetStatusString(r));
+    p.ok = false;
+    return false;
+  }
+  if (!direct)
+    k_accum_epilogue<<<grid_for(M * N), 256, 0, st>>>(f.flag, f.result, M, N, alpha, beta, c,
+                                                      (size_t)ldc);
+  block_finish(f, M, N, k, alpha, beta, c, ldc, model, qa, qb, sa, sb, st);
+  f.block_one_call++;
+  return true;
+}
+
 /* C = alpha op(A) op(B) + beta C for two block-scaled FP8 operands under
  * hopper-split (see above), bit for bit the emulation's; false, with C
  * untouched, where this GEMM cannot take the path (the caller then runs
@@ -1444,6 +1660,8 @@ static bool block_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
   if (ka == kNotFp8 || kb == kNotFp8 || (ka == kFp8E5M2 && kb == kFp8E5M2)) return false;
   cudaStream_t st = g->stream;
   if (!accum_init(f, st)) return false;
+  if (block_lt_gemm(g, ta, tb, m, n, k, alpha, a, qa, ka, b, qb, kb, beta, c, ldc, model))
+    return true;
   const int slices = k / slice;
   /* partial[s]: rows of ldd floats (16-byte aligned), each slice 256-byte aligned */
   const long ldd = ((long)n + 3) / 4 * 4;
@@ -1474,17 +1692,7 @@ static bool block_fp8_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, fl
                                                      (size_t)ldc);
     gtq_check(cudaGetLastError(), "block promotions");
   }
-  exmy_accum_model local = model; /* as exmy_cuda_qgemm_accum: the codes' formats' emins */
-  local.emin_a = qa.format.emin;
-  local.emin_b = qb.format.emin;
-  /* a grid of at most 8192 blocks: when not flagged (the rule), each block
-   * only reads the flag */
-  const unsigned emu_grid = grid_for(M * N) < 8192u ? grid_for(M * N) : 8192u;
-  k_block_emulate_if<<<emu_grid, 256, 0, st>>>(f.flag, local, M, N, k, alpha, f.codes32[0],
-                                               f.codes32[1], beta, c, (size_t)ldc, sa, sb);
-  k_accum_count<<<1, 1, 0, st>>>(f.flag, f.counts);
-  gtq_check(cudaGetLastError(), "block-scaled FP8 GEMM epilogue");
-  f.block_gemms++;
+  block_finish(f, M, N, k, alpha, beta, c, ldc, model, qa, qb, sa, sb, st);
   return true;
 }
 
@@ -1510,7 +1718,10 @@ extern "C" void gtq_accum_counts(gtq_ctx *g, gtq_accum_path_counts *c) {
   c->scales_out_of_range = d[kCountScalesOutOfRange];
   c->not_codes = d[kCountNotCodes];
   c->block_scaled = g->accum.block_gemms;
+  c->block_one_call = g->accum.block_one_call;
 }
+
+extern "C" void gtq_set_block_batched(gtq_ctx *g, bool on) { g->accum.block_batched = on; }
 
 extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
                          gtq_operand a, gtq_operand b, float beta, float *c, long ldc) {

@@ -220,10 +220,16 @@ void gtq_accum_paths(gtq_ctx *g, unsigned long long *fast, unsigned long long *e
 typedef struct {
   unsigned long long fast, ineligible, scales_out_of_range, not_codes;
   /* of all these, the GEMMs of block-scaled operands (fp8-deepseek) that
-   * tried cuBLASLt per slice of K: fast or flagged on the device (host count) */
-  unsigned long long block_scaled;
+   * tried cuBLASLt, per slice of K or in one call: fast or flagged on the
+   * device (host count); of those, the ones that made one call of
+   * cuBLASLt's block-scaled GEMM (1 x 128 tiles against 128 x 128 blocks) */
+  unsigned long long block_scaled, block_one_call;
 } gtq_accum_path_counts;
 void gtq_accum_counts(gtq_ctx *g, gtq_accum_path_counts *counts);
+/* For tests: on = block-scaled GEMMs per slice of K even where cuBLASLt's
+ * block-scaled GEMM could take them in one call (the default: the
+ * environment's EXMY_FP8_BLOCK_BATCHED, set and not "0"). */
+void gtq_set_block_batched(gtq_ctx *g, bool on);
 
 /* For tests: the dequantized values of slot `slot` of site `site` (n
  * elements) as the GEMMs of this step read them, on the host: bf16 copies

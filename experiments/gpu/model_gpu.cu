@@ -625,11 +625,13 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
 extern "C" void gpu_model_accum_paths(gpu_model *g, unsigned long long *fast,
                                       unsigned long long *ineligible,
                                       unsigned long long *scale_range,
-                                      unsigned long long *not_codes) {
+                                      unsigned long long *not_codes,
+                                      unsigned long long *block_scaled,
+                                      unsigned long long *block_one_call) {
   gtq_accum_path_counts c;
   gtq_accum_counts(g->gq, &c);
   *fast = c.fast, *ineligible = c.ineligible, *scale_range = c.scales_out_of_range,
-  *not_codes = c.not_codes;
+  *not_codes = c.not_codes, *block_scaled = c.block_scaled, *block_one_call = c.block_one_call;
 }
 
 extern "C" void gpu_model_along_k_paths(const gpu_model *g, unsigned long long *mx_images,

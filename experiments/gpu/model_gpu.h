@@ -77,9 +77,13 @@ void gpu_model_profile(gpu_model *g, bool on);
 /* The GEMMs under an accumulation model so far: *fast on cuBLASLt's FP8
  * GEMM; emulated because not eligible on the host (*ineligible), because
  * the operands' scales were beyond the FP8 path's bounds (*scale_range) or
- * their values not exact FP8 codes (*not_codes); syncs. */
+ * their values not exact FP8 codes (*not_codes); of all these, the GEMMs of
+ * block-scaled operands that tried cuBLASLt (*block_scaled) and those of
+ * them that made one call of its block-scaled GEMM (*block_one_call,
+ * gtq_accum_path_counts); syncs. */
 void gpu_model_accum_paths(gpu_model *g, unsigned long long *fast, unsigned long long *ineligible,
-                           unsigned long long *scale_range, unsigned long long *not_codes);
+                           unsigned long long *scale_range, unsigned long long *not_codes,
+                           unsigned long long *block_scaled, unsigned long long *block_one_call);
 
 /* The GEMMs of operands quantized along K so far (gtq_along_k_paths): on
  * MX's bf16 images, on NVFP4's bf16 images, on the reference

@@ -56,8 +56,10 @@ bool gpu_model_cuda_graph(const gpu_model *g) {
 }
 void gpu_model_profile(gpu_model *g, bool on) { (void)g, (void)on, unreachable(); }
 void gpu_model_accum_paths(gpu_model *g, unsigned long long *fast, unsigned long long *ineligible,
-                           unsigned long long *scale_range, unsigned long long *not_codes) {
-  (void)g, (void)fast, (void)ineligible, (void)scale_range, (void)not_codes, unreachable();
+                           unsigned long long *scale_range, unsigned long long *not_codes,
+                           unsigned long long *block_scaled, unsigned long long *block_one_call) {
+  (void)g, (void)fast, (void)ineligible, (void)scale_range, (void)not_codes, (void)block_scaled,
+      (void)block_one_call, unreachable();
 }
 void gpu_model_along_k_paths(const gpu_model *g, unsigned long long *mx_images,
                              unsigned long long *nvfp4_images, unsigned long long *reference) {

@@ -744,13 +744,18 @@ static void finish(run *r) {
            (double)gpu_model_arena_bytes(r->gpu) / (1024.0 * 1024.0));
   if (r->gpu) printf("train: CUDA graphs: %s\n", gpu_model_cuda_graph(r->gpu) ? "on" : "off");
   if (r->gpu) {
-    unsigned long long fast, ineligible, scale_range, not_codes;
-    gpu_model_accum_paths(r->gpu, &fast, &ineligible, &scale_range, &not_codes);
+    unsigned long long fast, ineligible, scale_range, not_codes, block_scaled, block_one_call;
+    gpu_model_accum_paths(r->gpu, &fast, &ineligible, &scale_range, &not_codes, &block_scaled,
+                          &block_one_call);
     if (fast + ineligible + scale_range + not_codes)
       printf("train: GEMMs under the accumulation model: %llu on cuBLASLt's FP8 GEMM, %llu "
              "emulated (%llu not eligible, %llu scales beyond the FP8 path's bounds, %llu values "
              "not FP8 codes)\n", fast, ineligible + scale_range + not_codes, ineligible,
              scale_range, not_codes);
+    if (block_scaled)
+      printf("train: block-scaled GEMMs on cuBLASLt: %llu, %llu of them in one call of its "
+             "block-scaled GEMM, %llu per slice of K\n", block_scaled, block_one_call,
+             block_scaled - block_one_call);
     unsigned long long mx_images, nvfp4_images, reference;
     gpu_model_along_k_paths(r->gpu, &mx_images, &nvfp4_images, &reference);
     if (mx_images + nvfp4_images + reference)

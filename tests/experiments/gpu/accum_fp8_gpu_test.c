@@ -16,18 +16,21 @@
  *  - what must not take it: scales that are not powers of two, K not a
  *    multiple of 16, other models;
  *  - block-scaled operands (fp8-deepseek: E4M3, a float32 scale per 1 x
- *    128 tile and per 128 x 128 weight block, hopper-split): cuBLASLt per
- *    128-element slice of K, promoted with the blocks' scales, against the
- *    emulation on the same site's three GEMMs at 256 x 768 x 2048, 4096 x
- *    2048 x 768 (and its dW, 2048 x 768 x 4096) and 2048 x 768 x 768, on
- *    normal, wide and block-structured data (zero tiles and blocks, tiles
- *    that cancel exactly, tiles near float32's smallest scales), every GEMM
- *    on the fast path; an odd 100 x 72 x 256 output; K not a multiple of
- *    128 emulated;
+ *    128 tile and per 128 x 128 weight block, hopper-split): Y's and dX's
+ *    1 x 128 tiles against 128 x 128 blocks in one call of cuBLASLt's
+ *    block-scaled GEMM, dW's two tiled operands (and, forced, every GEMM)
+ *    per 128-element slice of K promoted with the blocks' scales, against
+ *    the emulation on the same site's three GEMMs at 256 x 768 x 2048,
+ *    4096 x 2048 x 768 (and its dW, 2048 x 768 x 4096) and 2048 x 768 x
+ *    768, on normal, wide and block-structured data (zero tiles and blocks,
+ *    tiles that cancel exactly, tiles near float32's smallest scales),
+ *    every GEMM on the fast path; an odd 100 x 72 x 256 output; K not a
+ *    multiple of 128 emulated;
  *  - the trainer: steps of fp8-te (delayed scaling, power-of-two scales)
  *    and of unscaled E4M3 / E5M2 with accumulate = hopper or hopper-split,
  *    and of fp8-deepseek, losses and gradients bit-identical with the
- *    emulation forced, some GEMMs on cuBLASLt in each. */
+ *    emulation forced, some GEMMs on cuBLASLt in each; fp8-deepseek's also
+ *    with its block-scaled GEMMs per slice of K forced. */
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -132,10 +135,11 @@ enum { N_CASES = 2 * 2 * N_DATA * N_SHAPES };
  * fresh context, once on the fast path and once with the emulation forced,
  * and returns how many outputs differ; *fast / *emulated: what the first
  * run's counters say, *why (if not NULL): all of them.  dY is scaled by
- * 2^dy_exp (a gradient's small values: large scales). */
+ * 2^dy_exp (a gradient's small values: large scales).  block_batched: the
+ * fast path's block-scaled GEMMs per slice of K (gtq_set_block_batched). */
 static size_t run_site_scaled(const char *const *sets, int N, int C, int OC, int kind, int dy_exp,
-                              unsigned long long *fast, unsigned long long *emulated,
-                              gtq_accum_path_counts *why) {
+                              int block_batched, unsigned long long *fast,
+                              unsigned long long *emulated, gtq_accum_path_counts *why) {
   recipe rc;
   make_recipe(&rc, sets);
   model_config mc;
@@ -164,6 +168,7 @@ static size_t run_site_scaled(const char *const *sets, int N, int C, int OC, int
   const gtq_operand gx2 = gtq_operand_for_gemm(g, site, USE_DW_X, SLOT_X, false, d_x, C, N, C);
   float *out[2][3];
   const size_t n_out[3] = {ndy, nx, nw};
+  gtq_set_block_batched(g, block_batched);
   for (int pass = 0; pass < 2; pass++) {
     gtq_set_accum_emulation(g, pass == 1);
     unsigned long long f0, e0, f1, e1;
@@ -192,6 +197,7 @@ static size_t run_site_scaled(const char *const *sets, int N, int C, int OC, int
         ck_assert_uint_eq(why->fast + why->ineligible + why->scales_out_of_range + why->not_codes,
                           3);
         why->block_scaled = c1.block_scaled - c0.block_scaled;
+        why->block_one_call = c1.block_one_call - c0.block_one_call;
       }
     } else { /* forced: never cuBLASLt */
       ck_assert_uint_eq(f1 - f0, 0);
@@ -228,7 +234,7 @@ static size_t run_site_scaled(const char *const *sets, int N, int C, int OC, int
 
 static size_t run_site(const char *const *sets, int N, int C, int OC, int kind,
                        unsigned long long *fast, unsigned long long *emulated) {
-  return run_site_scaled(sets, N, C, OC, kind, 0, fast, emulated, NULL);
+  return run_site_scaled(sets, N, C, OC, kind, 0, 0, fast, emulated, NULL);
 }
 
 START_TEST(site_gemms_match_emulation) {
@@ -303,7 +309,7 @@ START_TEST(gradient_scales) {
         unsigned long long fast, emulated;
         gtq_accum_path_counts why;
         const size_t bad =
-            run_site_scaled(sets, 2048, 768, 768, kind, dy_exps[d], &fast, &emulated, &why);
+            run_site_scaled(sets, 2048, 768, 768, kind, dy_exps[d], 0, &fast, &emulated, &why);
         printf("%s, %s data, dY at 2^%d: %llu GEMMs on cuBLASLt, %llu emulated for their "
                "scales, %llu for their values, %llu not eligible; %zu outputs differ\n",
                models[mi], data_names[kind], dy_exps[d], why.fast, why.scales_out_of_range,
@@ -340,24 +346,37 @@ static const int block_kinds[] = {DATA_NORMAL, DATA_WIDE, DATA_BLOCKS};
 enum { N_BLOCK_KINDS = sizeof block_kinds / sizeof block_kinds[0],
        N_BLOCK_CASES = N_BLOCK_SHAPES * N_BLOCK_KINDS };
 
-/* A linear site's three GEMMs under fp8-deepseek, cuBLASLt per slice of K
- * against the emulation, bit for bit (both beta 0.5 and 1 among them), all
- * three on the fast path. */
+/* A linear site's three GEMMs under fp8-deepseek against the emulation,
+ * bit for bit (both beta 0.5 and 1 among them), all three on the fast path:
+ * Y's and dX's (1 x 128 tiles against 128 x 128 blocks) in one call of
+ * cuBLASLt's block-scaled GEMM where it has an algorithm with split-K 1
+ * (some must), dW's (two tiled operands) per slice of K; then the same
+ * with every GEMM per slice of K (block_batched). */
 START_TEST(block_site_gemms_match_emulation) {
   const int shape = _i % N_BLOCK_SHAPES, kind = block_kinds[_i / N_BLOCK_SHAPES];
   const int N = block_shapes[shape].N, C = block_shapes[shape].C, OC = block_shapes[shape].OC;
-  unsigned long long fast, emulated;
-  gtq_accum_path_counts why;
-  const size_t bad = run_site_scaled(deepseek, N, C, OC, kind, 0, &fast, &emulated, &why);
-  printf("fp8-deepseek (block scales, hopper-split), %s data, N %d C %d OC %d: %llu GEMMs on "
-         "cuBLASLt per slice (%llu tried it), %llu emulated (%llu for their scales, %llu for "
-         "their values, %llu not eligible); %zu outputs differ\n", data_names[kind], N, C, OC,
-         why.fast, why.block_scaled, emulated, why.scales_out_of_range, why.not_codes,
-         why.ineligible, bad);
-  ck_assert_msg(bad == 0, "%zu outputs differ from the emulation", bad);
-  ck_assert_msg(why.block_scaled == 3 && why.fast == 3,
-                "only %llu of 3 GEMMs took the block-scaled FP8 path (%llu tried it)", why.fast,
-                why.block_scaled);
+  for (int batched = 0; batched < 2; batched++) {
+    unsigned long long fast, emulated;
+    gtq_accum_path_counts why;
+    const size_t bad =
+        run_site_scaled(deepseek, N, C, OC, kind, 0, batched, &fast, &emulated, &why);
+    printf("fp8-deepseek (block scales, hopper-split)%s, %s data, N %d C %d OC %d: %llu GEMMs "
+           "on cuBLASLt (%llu tried it, %llu of Y's and dX's 2 in one block-scaled call), %llu "
+           "emulated (%llu for their scales, %llu for their values, %llu not eligible); %zu "
+           "outputs differ\n", batched ? " per slice forced" : "", data_names[kind], N, C, OC,
+           why.fast, why.block_scaled, why.block_one_call, emulated, why.scales_out_of_range,
+           why.not_codes, why.ineligible, bad);
+    ck_assert_msg(bad == 0, "%zu outputs differ from the emulation", bad);
+    ck_assert_msg(why.block_scaled == 3 && why.fast == 3,
+                  "only %llu of 3 GEMMs took the block-scaled FP8 path (%llu tried it)",
+                  why.fast, why.block_scaled);
+    if (batched)
+      ck_assert_uint_eq(why.block_one_call, 0);
+    else
+      ck_assert_msg(why.block_one_call > 0 && why.block_one_call <= 2,
+                    "%llu GEMMs in one block-scaled call (Y and dX: 1 or 2 expected)",
+                    why.block_one_call);
+  }
 }
 END_TEST
 
@@ -368,17 +387,19 @@ END_TEST
 START_TEST(block_ineligible_gemms_emulated) {
   unsigned long long fast, emulated;
   gtq_accum_path_counts why;
-  size_t bad = run_site_scaled(deepseek, 100, 256, 72, DATA_NORMAL, 0, &fast, &emulated, &why);
+  size_t bad =
+      run_site_scaled(deepseek, 100, 256, 72, DATA_NORMAL, 0, 0, &fast, &emulated, &why);
   printf("fp8-deepseek, N 100 C 256 OC 72: %llu GEMMs on cuBLASLt per slice, %llu emulated; "
          "%zu outputs differ\n", why.fast, emulated, bad);
   ck_assert_uint_eq(bad, 0);
   ck_assert_uint_le(why.block_scaled, 1); /* Y only: K = 256 */
+  ck_assert_uint_eq(why.block_one_call, 0); /* m = 100: not a calibrated shape */
   ck_assert_uint_ge(emulated, 2);
   static const char *const blocks64[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e4m3",
                                          "scaling=group", "mx_block=64",
                                          "weight_block_rows=64", "saturate=1",
                                          "accumulate=hopper-split", NULL};
-  bad = run_site_scaled(blocks64, 256, 256, 256, DATA_NORMAL, 0, &fast, &emulated, &why);
+  bad = run_site_scaled(blocks64, 256, 256, 256, DATA_NORMAL, 0, 0, &fast, &emulated, &why);
   ck_assert_uint_eq(bad, 0);
   ck_assert_uint_eq(why.block_scaled, 0);
   ck_assert_uint_eq(fast, 0);
@@ -389,10 +410,13 @@ END_TEST
 /* ------------------------------------------------------------ the trainer */
 
 /* `steps` steps of the model of size `size` with the recipe sets, twice:
- * cuBLASLt's FP8 GEMM where it can run, and the emulation forced; losses
- * and gradients bit-identical.  Returns the GEMMs the first run gave to
- * cuBLASLt. */
-static unsigned long long trainer_twice(const char *const *sets, const char *size, int steps) {
+ * cuBLASLt's FP8 GEMM where it can run, and then the emulation forced
+ * (vs_batched 0) or the block-scaled GEMMs per slice of K forced
+ * (vs_batched 1); losses and gradients bit-identical.  Returns the GEMMs
+ * the first run gave to cuBLASLt; *counts (if not NULL): each run's
+ * counters. */
+static unsigned long long trainer_versus(const char *const *sets, const char *size, int steps,
+                                         int vs_batched, gtq_accum_path_counts counts[2]) {
   recipe rc;
   make_recipe(&rc, sets);
   model_config mc;
@@ -413,7 +437,8 @@ static unsigned long long trainer_twice(const char *const *sets, const char *siz
     gpu_model *g = gpu_model_new(&m, &rc, sites, n_sites, B, T, GPU_ATTENTION_MATERIALIZED, err,
                                  sizeof err);
     ck_assert_msg(g != NULL, "%s", err);
-    gtq_set_accum_emulation(gpu_model_gemm(g), pass == 1);
+    gtq_set_accum_emulation(gpu_model_gemm(g), pass == 1 && !vs_batched);
+    gtq_set_block_batched(gpu_model_gemm(g), pass == 1 && vs_batched);
     const adamw_hparams h = {6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f};
     for (int s = 0; s < steps; s++) {
       for (int i = 0; i < N; i++)
@@ -429,23 +454,29 @@ static unsigned long long trainer_twice(const char *const *sets, const char *siz
     to_host(grads[pass], gpu_model_grads(g), sizeof(float) * n_params);
     unsigned long long f, e;
     gtq_accum_paths(gpu_model_gemm(g), &f, &e);
+    if (counts) gtq_accum_counts(gpu_model_gemm(g), &counts[pass]);
     if (pass == 0) fast = f, emulated = e;
-    else ck_assert_uint_eq(f, 0);
+    else if (!vs_batched) ck_assert_uint_eq(f, 0);
     gpu_model_free(g);
     recipe_free_sites(sites, n_sites);
     model_free(&m);
   }
+  const char *other = vs_batched ? "per slice" : "emulated";
   for (int s = 0; s < steps; s++)
     ck_assert_msg(!memcmp(&losses[0][s], &losses[1][s], sizeof(float)),
-                  "step %d: loss %.9g on the fast path, %.9g emulated", s, losses[0][s],
-                  losses[1][s]);
+                  "step %d: loss %.9g on the fast path, %.9g %s", s, losses[0][s], losses[1][s],
+                  other);
   const size_t bad = count_bit_diffs(grads[0], grads[1], n_params);
-  printf("trainer %s %s: %d steps, losses bit-identical (last %.7f), %zu of %zu gradients "
-         "differ; %llu GEMMs on cuBLASLt, %llu emulated\n", size, sets[4], steps,
-         losses[0][steps - 1], bad, n_params, fast, emulated);
+  printf("trainer %s %s against %s: %d steps, losses bit-identical (last %.7f), %zu of %zu "
+         "gradients differ; %llu GEMMs on cuBLASLt, %llu emulated\n", size, sets[4], other,
+         steps, losses[0][steps - 1], bad, n_params, fast, emulated);
   ck_assert_msg(bad == 0, "%zu gradients differ", bad);
   free(grads[0]), free(grads[1]), free(tok), free(tgt);
   return fast;
+}
+
+static unsigned long long trainer_twice(const char *const *sets, const char *size, int steps) {
+  return trainer_versus(sets, size, steps, 0, NULL);
 }
 
 START_TEST(trainer_losses_match_emulation) {
@@ -471,11 +502,24 @@ START_TEST(trainer_losses_match_emulation) {
 END_TEST
 
 /* fp8-deepseek: tiny's linear layers (K = 128, 384 and the 256 tokens of
- * dW) are all multiples of 128, so their GEMMs take cuBLASLt per slice;
- * losses and gradients bit-identical with the emulation forced. */
+ * dW) are all multiples of 128, so their GEMMs take cuBLASLt, the forward
+ * and data-gradient ones in one block-scaled call; losses and gradients
+ * bit-identical with the emulation forced, and with every block-scaled
+ * GEMM per slice of K forced. */
 START_TEST(trainer_deepseek_matches_emulation) {
-  const unsigned long long fast = trainer_twice(deepseek, "tiny", 3);
+  gtq_accum_path_counts c[2];
+  const unsigned long long fast = trainer_versus(deepseek, "tiny", 3, 0, c);
+  printf("fp8-deepseek tiny: %llu block-scaled GEMMs on cuBLASLt, %llu of them in one call\n",
+         c[0].block_scaled, c[0].block_one_call);
   ck_assert_msg(fast > 0, "no GEMM of fp8-deepseek took the block-scaled FP8 path");
+  ck_assert_msg(c[0].block_one_call > 0, "no GEMM of fp8-deepseek made one block-scaled call");
+  trainer_versus(deepseek, "tiny", 3, 1, c);
+  printf("fp8-deepseek tiny, one call against per slice: %llu and %llu GEMMs in one call, %llu "
+         "and %llu block-scaled\n", c[0].block_one_call, c[1].block_one_call,
+         c[0].block_scaled, c[1].block_scaled);
+  ck_assert_msg(c[0].block_one_call > 0, "no GEMM of fp8-deepseek made one block-scaled call");
+  ck_assert_uint_eq(c[1].block_one_call, 0);
+  ck_assert_uint_eq(c[0].block_scaled, c[1].block_scaled);
 }
 END_TEST
 

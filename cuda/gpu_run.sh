@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the bundle made by cuda/bundle.sh on a GPU machine without Bazel.
 #   ./gpu_run.sh [tests|bench|verify|trainer|trainer-bench|golden|python|calibrate|
-#                 calibrate-blockscaled|all] [outdir]
+#                 calibrate-blockscaled|fp8-deepseek|all] [outdir]
 #   (default: all, .)
 # calibrate: captures cuBLASLt's FP8 GEMMs (torch._scaled_mm) into outdir
 # (capture.py, the script behind tests/lib/h100_fp8/; not part of all), to
@@ -10,6 +10,11 @@
 # GEMM against the model fp8-deepseek runs under (blockscaled_lt_calibrate;
 # not part of all): its table goes to outdir/blockscaled_lt_calibrate.log,
 # BLOCKSCALED_ARGS are passed on (e.g. --quick, --blk-unpadded).
+# fp8-deepseek: its block-scaled GEMMs (not part of all): accum_fp8_gpu_test's
+# accum_fp8_block case (the one-call block-scaled path and the per-slice one
+# against the emulation, bit for bit), then fp8-deepseek's step at 120m
+# (batch FP8_DEEPSEEK_BATCH, default 32; 8 steps, the median of steps 4..)
+# with the one-call path and per slice (EXMY_FP8_BLOCK_BATCHED=1).
 # golden: the CPU trainer on this machine's host CPU against the losses
 # committed in tests/experiments/golden/ (bit for bit, 1 to 3 threads), after
 # the CPU accumulation kernels (every vector kernel the host has, AVX-512
@@ -91,5 +96,32 @@ if [ "$what" = calibrate-blockscaled ]; then
   echo "$(grep -c 'identical all ' "$log") of $(grep -c ': identical ' "$log") algorithm runs" \
        "bit-identical to the model; $(grep -c ': refused' "$log") configurations refused"
   [ $rc -ne 0 ] && status=1
+fi
+if [ "$what" = fp8-deepseek ]; then
+  log="$out/accum_fp8_block.log"
+  CK_RUN_CASE=accum_fp8_block ./accum_fp8_gpu_test > "$log" 2>&1
+  rc=$?
+  echo "accum_fp8_block: exit $rc; $(grep -E '^[0-9]+%' "$log" | tail -1)"
+  [ $rc -ne 0 ] && status=1 && grep -E "Fail|fail|Error" "$log" | head -20
+  grep -E "^fp8-deepseek|^trainer" "$log"
+  grep -oE "fp8 block-scaled plan [0-9x ]+: (one call|no algorithm.*|descriptors.*)" "$log" |
+    sort | uniq -c
+  tmp=$(mktemp -d)
+  tr -cd "a-zA-Z0-9 _.,\n" < ./train | head -c 8000000 > "$tmp/text.u8"
+  for batched in 0 1; do
+    run="$out/fp8_deepseek_120m_batched$batched.log"
+    EXMY_FP8_BLOCK_BATCHED=$batched ./train --config configs/fp8-deepseek.cfg \
+      --set size=120m --set batch_size="${FP8_DEEPSEEK_BATCH:-32}" --set steps=8 --set warmup=2 \
+      --set lr=3e-4 --set device=gpu --set attention_kernel=flash --set val_every=0 \
+      --set val_batches=1 --set ckpt_every=0 --set stats_every=0 --set diverge_delta=0 \
+      --set progress=0 --set data="$tmp/text.u8" --set val_data= --set run_dir="$tmp/run$batched" \
+      > "$run" 2>&1 || { status=1; echo "fp8-deepseek 120m: failed: $(tail -1 "$run")"; }
+    ms=$(grep -o '"ms":[0-9.]*' "$tmp/run$batched/log.jsonl" 2>/dev/null | tail -n +4 |
+         cut -d: -f2 | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+    echo "fp8-deepseek 120m, $([ $batched = 1 ] && echo "per slice" || echo "one call"):" \
+         "median ${ms:-?} ms a step"
+    grep -E "^train: (block-scaled|GEMMs under)" "$run"
+  done
+  rm -rf "$tmp"
 fi
 exit $status

@@ -897,7 +897,7 @@ START_TEST(adamw_fold) {
     const size_t M = cases[c].matrices, len = cases[c].len, stride = cases[c].stride, n = M * len;
     float *p = rand_floats(n, -0.1, 0.1, 130 + c), *g = rand_floats(n, -0.02, 0.02, 140 + c),
           *m1 = rand_floats(n, -0.01, 0.01, 150 + c), *m2 = rand_floats(n, 0, 1e-4, 160 + c);
-    if (n > 2) p[n / 2] = NAN, p[n / 3] = INFINITY, p[n - 1] = -INFINITY;
+    if (n > 2) p[n / 2 + 1] = NAN, p[n / 3] = INFINITY, p[n - 1] = -INFINITY;
     if (M > 1) p[len + len / 2] = -3e38f; /* matrix 1's amax */
     float *d[2][4];
     for (int k = 0; k < 2; k++) {

@@ -451,10 +451,14 @@ static void quantize_into(gtq_ctx *g, Site &s, int use, const exmy_operand_quant
   }
 }
 
-extern "C" bool gtq_fill_takes_amax(const gtq_ctx *g, int site, int use) {
-  if (site < 0 || site >= g->n_sites || g->collect || !g->sites[site].bf16) return false;
+extern "C" bool gtq_fill_takes_amax_outside_stats(const gtq_ctx *g, int site, int use) {
+  if (site < 0 || site >= g->n_sites || !g->sites[site].bf16) return false;
   const exmy_operand_quant &q = g->host[site].op[use];
   return q.enabled && !tq_along_k(&q) && q.scaling.kind == EXMY_SCALING_TENSOR;
+}
+
+extern "C" bool gtq_fill_takes_amax(const gtq_ctx *g, int site, int use) {
+  return !g->collect && gtq_fill_takes_amax_outside_stats(g, site, use);
 }
 
 extern "C" gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int slot, bool fill,

@@ -110,6 +110,11 @@ gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int slot, bool f
  * take that amax from the kernel that writes the tensor instead
  * (gtq_operand_for_gemm_amax). */
 bool gtq_fill_takes_amax(const gtq_ctx *g, int site, int use);
+/* The same but for the statistics step: whether a fill of that use outside
+ * statistics steps would take such an amax, for a word folded before it is
+ * known whether the step that fills is one (the weights' amaxes, folded by
+ * the update before the next step); gtq_fill_takes_amax decides at the fill. */
+bool gtq_fill_takes_amax_outside_stats(const gtq_ctx *g, int site, int use);
 /* gtq_operand_for_gemm with x's amax known: x_amax (device) holds the float
  * bits of the finite max |x| over the rows x cols elements of x, folded by
  * the kernel that wrote x as an amax pass would reduce it (layers.h).  Where

@@ -558,11 +558,19 @@ __device__ __forceinline__ bool clip_coef(const double *sumsq, double max_norm, 
   return *coef < 1.0f;
 }
 
-__global__ void adamw_kernel(float *p, float *g, float *m, float *v, size_t n, const double *sumsq,
-                             double max_norm, adamw_coefs c) {
+/* Matrix blockIdx.y of len elements (the rows of blocks along x stride over
+ * it); its new parameters' amax folded into amax[blockIdx.y * amax_stride]
+ * (amax NULL: not wanted). */
+__global__ void adamw_kernel(float *p, float *g, float *m, float *v, size_t len,
+                             const double *sumsq, double max_norm, adamw_coefs c,
+                             unsigned int *amax, size_t amax_stride) {
   float coef;
   const bool clip = clip_coef(sumsq, max_norm, &coef);
-  for (size_t i = global_index(); i < n; i += global_stride()) {
+  const size_t base = (size_t)blockIdx.y * len;
+  p += base, g += base, m += base, v += base;
+  float mx = 0.0f;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < len;
+       i += (size_t)gridDim.x * blockDim.x) {
     float gi = g[i];
     if (clip) {
       gi = __fmul_rn(gi, coef);
@@ -573,7 +581,9 @@ __global__ void adamw_kernel(float *p, float *g, float *m, float *v, size_t n, c
     m[i] = mi;
     v[i] = vi;
     p[i] = pi;
+    fold_finite_amax(pi, mx);
   }
+  fold_output_amax(mx, amax ? amax + (size_t)blockIdx.y * amax_stride : nullptr);
 }
 
 /* The tensors of one gpu_adamw_coat call: tensor i ends before element
@@ -835,7 +845,22 @@ void gpu_sumsq(const float *g, size_t n, double *scratch, double *out, cudaStrea
 void gpu_adamw(float *p, float *g, float *m, float *v, size_t n, const double *sumsq,
                double max_norm, const adamw_coefs *c, cudaStream_t s) {
   if (!n) return;
-  adamw_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(p, g, m, v, n, sumsq, max_norm, *c);
+  adamw_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(p, g, m, v, n, sumsq, max_norm, *c,
+                                                        nullptr, 0);
+}
+
+void gpu_adamw_fold(float *p, float *g, float *m, float *v, size_t n, const double *sumsq,
+                    double max_norm, const adamw_coefs *c, size_t matrices, unsigned int *amax,
+                    size_t amax_stride, cudaStream_t s) {
+  if (!n || !matrices) return;
+  const size_t len = n / matrices;
+  /* a few thousand blocks in all fill the GPU; fewer blocks per matrix, fewer
+   * atomics on its word (block_amax_fold: one per block) */
+  unsigned x = elementwise_grid(len);
+  const unsigned cap = (unsigned)(4096 / matrices > 0 ? 4096 / matrices : 1);
+  if (x > cap) x = cap;
+  adamw_kernel<<<dim3(x, (unsigned)matrices), kThreads, 0, s>>>(p, g, m, v, len, sumsq, max_norm,
+                                                                *c, amax, amax_stride);
 }
 
 cudaError_t gpu_adamw_coat(float *p, float *g, float *m, float *v, const size_t *lengths,

@@ -140,6 +140,15 @@ void gpu_sumsq(const float *g, size_t n, double *scratch, double *out, cudaStrea
  * coefficients of this step and tensor (adamw_step_coefs, optim.h). */
 void gpu_adamw(float *p, float *g, float *m, float *v, size_t n, const double *sumsq,
                double max_norm, const adamw_coefs *c, cudaStream_t s);
+/* gpu_adamw with the new parameters' amaxes, for the fills of the next
+ * forward under per-tensor current scaling: p holds `matrices` matrices of
+ * n / matrices elements each (n a multiple of matrices), and the finite max
+ * |p| of matrix j's new values is folded into amax[j * amax_stride] as float
+ * bits (layers.h's `amax` above; the caller zeroes the words).  The same p,
+ * g, m, v as gpu_adamw. */
+void gpu_adamw_fold(float *p, float *g, float *m, float *v, size_t n, const double *sumsq,
+                    double max_norm, const adamw_coefs *c, size_t matrices, unsigned int *amax,
+                    size_t amax_stride, cudaStream_t s);
 
 /* gpu_adamw over ntensors consecutive tensors at once (tensor i: lengths[i]
  * elements, coefficients coefs[i]; at most GPU_ADAMW_MAX_TENSORS) with the

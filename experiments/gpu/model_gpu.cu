@@ -107,6 +107,14 @@ struct gpu_model {
    * forward and of the backward; NULL where no fill takes a folded amax */
   unsigned int *amax_words;
   bool amax_unfolded;   /* gpu_model_set_amax_unfolded */
+  /* The weights' words: one per site (n_sites), for the W of the linear
+   * sites (the attention sites' and the unquantized ones' unused), folded
+   * by AdamW as it writes the parameters (gpu_model_update); NULL where no
+   * weight fill is current-scaled.  weight_amax_valid: they hold the amaxes
+   * of the parameters on the device now (an update folded them and nothing
+   * has written the parameters since); false: the fills run their passes. */
+  unsigned int *weight_amax;
+  bool weight_amax_valid;
   unsigned long long amax_folded; /* fills that took a producer's amax */
   bool graphs;          /* cuda_graph = 1 and the recipe lets the step be replayed */
   step_graph fwd, bwd;
@@ -216,11 +224,19 @@ static gtq_operand fill_operand(gpu_model *g, int site, int use, int slot, const
   return gtq_operand_for_gemm_amax(g->gq, site, use, slot, FILL, x, cols, rows, cols, amax);
 }
 
+/* The word holding the amax of site's weight as the last update folded it
+ * (gpu_model.weight_amax), where it still holds the parameters' and folding
+ * is on; else NULL (the fill runs its own pass). */
+static const unsigned int *weight_word(const gpu_model *g, int site) {
+  if (!g->weight_amax || !g->weight_amax_valid || g->amax_unfolded || site < 0) return nullptr;
+  return g->weight_amax + site;
+}
+
 /* x_amax: inp's amax as its producer folded it (amax_word), or NULL. */
 static void linear_forward(gpu_model *g, float *out, const float *inp, const float *w, int N,
                            int C, int OC, int site, const unsigned int *x_amax = nullptr) {
   gtq_operand x = fill_operand(g, site, USE_FWD_X, SLOT_X, inp, N, C, x_amax);
-  gtq_operand wq = gtq_operand_for_gemm(g->gq, site, USE_FWD_W, SLOT_W, FILL, w, C, OC, C);
+  gtq_operand wq = fill_operand(g, site, USE_FWD_W, SLOT_W, w, OC, C, weight_word(g, site));
   gtq_gemm(g->gq, false, true, N, OC, C, 1.0f, x, wq, 0.0f, out, OC); /* Y = X W^T */
 }
 
@@ -618,6 +634,10 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
   for (int i = 0; i < g->n_sites; i++)
     for (int u = 0; u < USES_PER_SITE; u++) current = current || gtq_fill_takes_amax(g->gq, i, u);
   if (current) g->amax_words = dalloc<unsigned int>(L * AMAX_PER_LAYER + 1);
+  bool weights_current = false;
+  for (int i = 0; i < g->n_sites; i++)
+    weights_current = weights_current || gtq_fill_takes_amax_outside_stats(g->gq, i, USE_FWD_W);
+  if (weights_current) g->weight_amax = dalloc<unsigned int>(g->n_sites);
   gpu_model_upload(g, m->params_mem, NULL, NULL);
   return g;
 }
@@ -667,7 +687,8 @@ extern "C" void gpu_model_free(gpu_model *g) {
   graph_drop(g->fwd);
   graph_drop(g->bwd);
   gtq_free(g->gq);
-  void *bufs[] = {g->params_mem, g->grads_mem, g->mom1, g->mom2, g->arena, g->amax_words};
+  void *bufs[] = {g->params_mem, g->grads_mem, g->mom1, g->mom2, g->arena, g->amax_words,
+                  g->weight_amax};
   for (void *b : bufs) cudaFree(b);
   free(g->h_bucket_start);
   free(g->h_bucket_pos);
@@ -680,7 +701,10 @@ extern "C" void gpu_model_upload(gpu_model *g, const float *params, const float 
                                  const float *mom2) {
   const size_t bytes = g->num_params * sizeof(float);
   gtq_check(cudaStreamSynchronize(g->s), "sync");
-  if (params) gtq_check(cudaMemcpy(g->params_mem, params, bytes, cudaMemcpyHostToDevice), "upload");
+  if (params) {
+    gtq_check(cudaMemcpy(g->params_mem, params, bytes, cudaMemcpyHostToDevice), "upload");
+    g->weight_amax_valid = false; /* other parameters: the next fills run their passes */
+  }
   if (mom1) gtq_check(cudaMemcpy(g->mom1, mom1, bytes, cudaMemcpyHostToDevice), "upload");
   if (mom2) gtq_check(cudaMemcpy(g->mom2, mom2, bytes, cudaMemcpyHostToDevice), "upload");
   gtq_states_upload(g->gq);
@@ -702,7 +726,10 @@ extern "C" void gpu_model_begin_step(gpu_model *g, uint64_t sr_counter, bool col
   gtq_begin_step(g->gq, sr_counter, collect_stats);
 }
 extern "C" void gpu_model_fetch_stats(gpu_model *g) { gtq_fetch_stats(g->gq); }
-extern "C" float *gpu_model_params(gpu_model *g) { return g->params_mem; }
+extern "C" float *gpu_model_params(gpu_model *g) {
+  g->weight_amax_valid = false; /* the caller may write them */
+  return g->params_mem;
+}
 extern "C" float *gpu_model_grads(gpu_model *g) { return g->grads_mem; }
 extern "C" const float *gpu_model_probs(gpu_model *g) { return g->acts.probs; }
 extern "C" gtq_ctx *gpu_model_gemm(gpu_model *g) { return g->gq; }
@@ -916,6 +943,33 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
   gtq_check(cudaGetLastError(), "backward");
 }
 
+/* Where AdamW folds parameter tensor ti's amaxes: the word of layer 0's
+ * site, the layers' following every SITES_PER_LAYER words (*matrices: the
+ * tensor's matrices, one per layer; the LM head one), when the next
+ * forward's fill of some layer's W will take it outside statistics steps;
+ * else NULL (not a GEMM operand, or no such fill). */
+static unsigned int *weight_words(const gpu_model *g, int ti, size_t *matrices) {
+  int kind;
+  switch (ti) {
+    case PARAM_WQ: kind = SITE_Q; break;
+    case PARAM_WK: kind = SITE_K; break;
+    case PARAM_WV: kind = SITE_V; break;
+    case PARAM_WO: kind = SITE_O; break;
+    case PARAM_W1: kind = SITE_W1; break;
+    case PARAM_W3: kind = SITE_W3; break;
+    case PARAM_W2: kind = SITE_W2; break;
+    case PARAM_LM_HEAD: kind = -1; break;
+    default: return nullptr;
+  }
+  const int L = g->cfg.n_layers;
+  const int first = kind < 0 ? site_index(g, L, 0) : site_index(g, 0, kind);
+  *matrices = kind < 0 ? 1 : (size_t)L;
+  for (size_t j = 0; j < *matrices; j++)
+    if (gtq_fill_takes_amax_outside_stats(g->gq, first + (int)j * SITES_PER_LAYER, USE_FWD_W))
+      return g->weight_amax + first;
+  return nullptr;
+}
+
 extern "C" double gpu_model_update(gpu_model *g, const adamw_hparams *h, int t, double max_norm) {
   cudaStream_t s = g->s;
   if (g->rc && g->rc->grad_quant) {
@@ -945,14 +999,27 @@ extern "C" double gpu_model_update(gpu_model *g, const adamw_hparams *h, int t, 
                              r->moment_group, r->moment_dre, s),
               "AdamW, COAT moments");
   }
+  /* the weights' amaxes for the next forward's fills, folded as AdamW
+   * writes them (not by the fused COAT update: its fills run their passes) */
+  const bool fold = g->weight_amax && !g->amax_unfolded && !coat_fused;
+  if (fold)
+    gtq_check(cudaMemsetAsync(g->weight_amax, 0, sizeof(unsigned int) * g->n_sites, s),
+              "memset (weight amax words)");
   size_t off = 0;
   for (int ti = 0; ti < NUM_PARAM_TENSORS && !coat_fused; ti++) {
     const size_t n = g->param_sizes[ti];
     const adamw_coefs coefs = adamw_step_coefs(h, t, ti); /* as optim.c's adamw_update */
-    gpu_adamw(g->params_mem + off, g->grads_mem + off, g->mom1 + off, g->mom2 + off, n, g->sumsq,
-              max_norm, &coefs, s);
+    size_t matrices = 0;
+    unsigned int *words = fold ? weight_words(g, ti, &matrices) : nullptr;
+    if (words)
+      gpu_adamw_fold(g->params_mem + off, g->grads_mem + off, g->mom1 + off, g->mom2 + off, n,
+                     g->sumsq, max_norm, &coefs, matrices, words, SITES_PER_LAYER, s);
+    else
+      gpu_adamw(g->params_mem + off, g->grads_mem + off, g->mom1 + off, g->mom2 + off, n,
+                g->sumsq, max_norm, &coefs, s);
     off += n;
   }
+  g->weight_amax_valid = fold;
   if (g->rc && g->rc->moments_bf16) {
     /* recipe_store_moments: the moments stored as bfloat16 */
     exmy_format bf16;

@@ -52,7 +52,9 @@ gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_site *sites, 
 void gpu_model_free(gpu_model *g);
 
 /* Host <-> device: parameters, AdamW moments and the delayed-scaling states
- * of the sites (synchronous). */
+ * of the sites (synchronous).  Uploaded parameters (a checkpoint resumed)
+ * have no weight amaxes folded: the next forward's current-scaled weight
+ * fills run their own amax passes (see gpu_model_update). */
 void gpu_model_upload(gpu_model *g, const float *params, const float *mom1, const float *mom2);
 void gpu_model_download(gpu_model *g, float *params, float *mom1, float *mom2);
 /* Only the delayed-scaling states (validation must leave them untouched). */
@@ -111,11 +113,17 @@ void gpu_model_zero_grad(gpu_model *g);
 /* model_backward of the last forward. */
 void gpu_model_backward(gpu_model *g, float loss_scale);
 /* grad_global_norm, grad_clip (max_norm > 0), adamw_update and
- * recipe_store_moments; returns the norm before clipping. */
+ * recipe_store_moments; returns the norm before clipping.  Where the next
+ * forward's fill of a weight (the W of a linear site or of the LM head) is
+ * per-tensor current scaling on the BF16 path, AdamW folds each weight
+ * matrix's finite amax as it writes it, and the fills of the forwards until
+ * the parameters are next written take it (not the fused COAT update). */
 double gpu_model_update(gpu_model *g, const adamw_hparams *h, int t, double max_norm);
 
 /* For tests: device pointers of the parameter and gradient blocks, and the
- * logits/probabilities of the last forward (B*T x V, device). */
+ * logits/probabilities of the last forward (B*T x V, device).  The
+ * parameters' pointer drops the weights' folded amaxes (the caller may
+ * write them). */
 float *gpu_model_params(gpu_model *g);
 float *gpu_model_grads(gpu_model *g);
 const float *gpu_model_probs(gpu_model *g);
@@ -136,8 +144,9 @@ unsigned long long gpu_model_swiglu_fused(const gpu_model *g);
  * amax pass, never takes the amax that the layer writing its tensor folded
  * as it wrote it (RMSNorm's forward and backward, SwiGLU's forward, RoPE's
  * backward: layers.h's `amax`; the fused attention's forward and backward
- * for its output and dv; the default where the recipe allows it); and
- * how many fills took such an amax since gpu_model_new. */
+ * for its output and dv; AdamW for the weights; the default where the
+ * recipe allows it), and gpu_model_update folds nothing; and how many fills
+ * took such an amax since gpu_model_new. */
 void gpu_model_set_amax_unfolded(gpu_model *g, bool on);
 unsigned long long gpu_model_amax_folded(const gpu_model *g);
 /* For tests: on = the COAT moments (moments = coat) stored by AdamW and then

@@ -883,6 +883,69 @@ START_TEST(adamw) {
 }
 END_TEST
 
+/* gpu_adamw_fold against gpu_adamw: p, g, m, v bit for bit, and each
+ * matrix's word (amax_stride apart) the finite max |p| of its new values as
+ * the host finds it, NaN, infinities and a near-overflow value planted
+ * (clipping on: g written too); matrices of 1 to 300007 elements, some
+ * longer than their blocks' stride. */
+START_TEST(adamw_fold) {
+  static const struct { size_t matrices, len, stride; } cases[] = {
+      {1, 1, 1}, {3, 1000, 9}, {12, 4099, 9}, {5, 300007, 2}, {1, 3000017, 1}};
+  const adamw_hparams h = {6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  const adamw_coefs coefs = adamw_step_coefs(&h, 3, PARAM_W1);
+  for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+    const size_t M = cases[c].matrices, len = cases[c].len, stride = cases[c].stride, n = M * len;
+    float *p = rand_floats(n, -0.1, 0.1, 130 + c), *g = rand_floats(n, -0.02, 0.02, 140 + c),
+          *m1 = rand_floats(n, -0.01, 0.01, 150 + c), *m2 = rand_floats(n, 0, 1e-4, 160 + c);
+    if (n > 2) p[n / 2 + 1] = NAN, p[n / 3] = INFINITY, p[n - 1] = -INFINITY;
+    if (M > 1) p[len + len / 2] = -3e38f; /* matrix 1's amax */
+    float *d[2][4];
+    for (int k = 0; k < 2; k++) {
+      d[k][0] = dev_from(p, n * sizeof(float)), d[k][1] = dev_from(g, n * sizeof(float));
+      d[k][2] = dev_from(m1, n * sizeof(float)), d[k][3] = dev_from(m2, n * sizeof(float));
+    }
+    double *d_scratch = dev_alloc(gpu_sumsq_scratch(n) * sizeof(double)),
+           *d_sumsq = dev_alloc(sizeof(double));
+    unsigned int *d_words = dev_alloc(M * stride * sizeof(unsigned int));
+    CU(cudaMemset(d_words, 0, M * stride * sizeof(unsigned int)));
+    gpu_sumsq(d[0][1], n, d_scratch, d_sumsq, 0);
+    LAUNCHED();
+    gpu_adamw(d[0][0], d[0][1], d[0][2], d[0][3], n, d_sumsq, 1e-3, &coefs, 0);
+    LAUNCHED();
+    gpu_adamw_fold(d[1][0], d[1][1], d[1][2], d[1][3], n, d_sumsq, 1e-3, &coefs, M, d_words,
+                   stride, 0);
+    LAUNCHED();
+    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+    static const char *const what[4] = {"p", "g", "m", "v"};
+    for (int i = 0; i < 4; i++) {
+      to_host(a, d[0][i], n * sizeof(float));
+      to_host(b, d[1][i], n * sizeof(float));
+      check_same_bits("adamw_fold", what[i], a, b, n * sizeof(float));
+    }
+    unsigned int *words = malloc(M * stride * sizeof(unsigned int));
+    to_host(words, d_words, M * stride * sizeof(unsigned int));
+    size_t wrong = 0;
+    for (size_t j = 0; j < M; j++) {
+      float mx = 0.0f; /* b: the new parameters */
+      for (size_t i = j * len; i < (j + 1) * len; i++)
+        if (isfinite(b[i]) && fabsf(b[i]) > mx) mx = fabsf(b[i]);
+      unsigned int want;
+      memcpy(&want, &mx, sizeof want);
+      wrong += words[j * stride] != want;
+      for (size_t k = 1; k < stride; k++)
+        wrong += words[j * stride + k] != 0; /* the words between: untouched */
+    }
+    printf("  %-26s %zu x %zu (stride %zu): p, g, m, v bit-identical, %zu words wrong\n",
+           "adamw_fold", M, len, stride, wrong);
+    ck_assert_msg(wrong == 0, "adamw_fold %zu x %zu: %zu words wrong", M, len, wrong);
+    for (int k = 0; k < 2; k++)
+      for (int i = 0; i < 4; i++) CU(cudaFree(d[k][i]));
+    CU(cudaFree(d_scratch)); CU(cudaFree(d_sumsq)); CU(cudaFree(d_words));
+    free(p); free(g); free(m1); free(m2); free(a); free(b); free(words);
+  }
+}
+END_TEST
+
 /* ------------------------------------------- AdamW with COAT's moments */
 
 /* n values of awkward magnitudes, in stretches of 64 that each take one
@@ -1348,7 +1411,13 @@ int main(void) {
                                 swiglu_and_add, swiglu_backward_bf16, swiglu_backward_bf16_scaled,
                                 causal_softmax, crossentropy, sumsq,  adamw,
                                 adamw_coat,     scale_120m,   NULL};
-  const int failed = run_suite(suite_of("gpu_layers", 300, tests), false);
+  Suite *s = suite_of("gpu_layers", 300, tests);
+  /* after the others; on its own: CK_RUN_CASE=adamw_fold */
+  TCase *tc = tcase_create("adamw_fold");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, adamw_fold);
+  suite_add_tcase(s, tc);
+  const int failed = run_suite(s, false);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   printf("worst max|gpu - cpu| / max|cpu| per function (criterion < 1e-5):\n");
   for (int k = 0; k < n_worst; k++) printf("  %-26s %.3g\n", worst_table[k].fn, worst_table[k].worst);

@@ -649,6 +649,109 @@ START_TEST(model_amax_folding_bit_identical) {
 }
 END_TEST
 
+/* The weights' amaxes that AdamW folds as it writes them (gpu_model_update)
+ * and the next forward's W fills take, with the activations' and gradients'
+ * of model_amax_folding_bit_identical, against gpu_model_set_amax_unfolded:
+ * four steps on one GPU model from the same state each way, two, then the
+ * state saved after the first uploaded again (a resume from a checkpoint:
+ * the words were folded from other parameters, so the next fills must run
+ * their passes), then two more.  Every step's loss, and the parameters,
+ * moments, gradients and delayed states after the last, bit for bit; the
+ * folded fills: the activations' per_layer a layer plus `extra` in every
+ * step, and the weights' w_per_layer plus w_extra (the LM head) in the
+ * second and the fourth, the first steps after an update. */
+static void amax_folding_steps_same_bits(const char *const *sets, const char *config,
+                                         unsigned per_layer, unsigned extra,
+                                         unsigned w_per_layer, unsigned w_extra,
+                                         const char *size, gpu_attention_kind attention) {
+  recipe rc;
+  if (config) load_config_recipe(&rc, config);
+  else make_recipe(&rc, sets);
+  const char *name = config ? config : sets[0];
+  model_pair mp;
+  model_pair_new(&mp, &rc, true, size, attention, false);
+  gpu_model *g = mp.g;
+  const size_t P = mp.m.num_params, ns = delayed_states_size(mp.gsites, mp.n_sites);
+  const adamw_hparams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  enum { STEPS = 4 };
+  float *zero = calloc(P, sizeof(float)), *states0 = malloc(sizeof(float) * (ns + 1));
+  delayed_states_copy(mp.gsites, mp.n_sites, states0, NULL); /* as gpu_model_new uploaded them */
+  /* per pass (0 folded, 1 not): the state after step 1, and after the last */
+  float *ck[2][4], *end[2][5], loss[2][STEPS];
+  unsigned long long folded[2];
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 4; i++) ck[k][i] = malloc(sizeof(float) * (i < 3 ? P : ns + 1));
+    for (int i = 0; i < 5; i++) end[k][i] = malloc(sizeof(float) * (i < 4 ? P : ns + 1));
+  }
+  for (int k = 0; k < 2; k++) {
+    gpu_model_set_amax_unfolded(g, k == 1);
+    delayed_states_copy(mp.gsites, mp.n_sites, NULL, states0);
+    gpu_model_upload(g, mp.m.params_mem, zero, zero);
+    const unsigned long long before = gpu_model_amax_folded(g);
+    for (int step = 1; step <= STEPS; step++) {
+      if (step == 3) { /* resume from the state after step 1 */
+        delayed_states_copy(mp.gsites, mp.n_sites, NULL, ck[k][3]);
+        gpu_model_upload(g, ck[k][0], ck[k][1], ck[k][2]);
+      }
+      const int t = step < 3 ? step : step - 1; /* AdamW's step count, resumed */
+      gpu_model_begin_step(g, (uint64_t)t << 36, false);
+      gpu_model_zero_grad(g);
+      loss[k][step - 1] = gpu_model_forward(g, mp.tok, mp.tgt);
+      gpu_model_backward(g, 1.0f);
+      gpu_model_update(g, &hp, t, 1.0);
+      if (step == 1) {
+        gpu_model_download(g, ck[k][0], ck[k][1], ck[k][2]);
+        delayed_states_copy(mp.gsites, mp.n_sites, ck[k][3], NULL);
+      }
+    }
+    folded[k] = gpu_model_amax_folded(g) - before;
+    gpu_model_download(g, end[k][0], end[k][1], end[k][2]);
+    delayed_states_copy(mp.gsites, mp.n_sites, end[k][4], NULL);
+    CU(cudaMemcpy(end[k][3], gpu_model_grads(g), sizeof(float) * P, cudaMemcpyDeviceToHost));
+  }
+  const unsigned L = (unsigned)mp.mc.n_layers;
+  const unsigned long long want =
+      STEPS * (unsigned long long)(per_layer * L + extra) + 2ull * (w_per_layer * L + w_extra);
+  size_t differ[5];
+  for (int i = 0; i < 5; i++) differ[i] = count_bit_diffs(end[0][i], end[1][i], i < 4 ? P : ns);
+  printf("amax folding over steps %s (%s, %s): served %llu times (want %llu), losses "
+         "%.7f %.7f %.7f %.7f / %.7f %.7f %.7f %.7f; of %zu, %zu parameters, %zu + %zu moments, "
+         "%zu gradients differ; %zu of %zu delayed-state values\n",
+         name, size, attention == GPU_ATTENTION_FLASH ? "flash" : "materialised", folded[0], want,
+         loss[0][0], loss[0][1], loss[0][2], loss[0][3], loss[1][0], loss[1][1], loss[1][2],
+         loss[1][3], P, differ[0], differ[1], differ[2], differ[3], differ[4], ns);
+  ck_assert_msg(folded[0] == want && folded[1] == 0, "%s: served %llu then %llu times, want %llu",
+                name, folded[0], folded[1], want);
+  ck_assert_msg(!memcmp(loss[0], loss[1], sizeof loss[0]), "%s: losses differ", name);
+  for (int i = 0; i < 5; i++) ck_assert_msg(differ[i] == 0, "%s: %zu values differ (%d)", name,
+                                            differ[i], i);
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 4; i++) free(ck[k][i]);
+    for (int i = 0; i < 5; i++) free(end[k][i]);
+  }
+  free(zero), free(states0);
+  model_pair_free(&mp);
+}
+
+START_TEST(model_weight_amax_folding_bit_identical) {
+  static const char *const e4m3_tensor_sr[] = {"format_w=e4m3", "format_a=e4m3",
+                                               "format_g=e4m3", "scaling=tensor",
+                                               "rounding=sr", "saturate=1", NULL};
+  static const char *const everything[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                                           "scaling=tensor", "saturate=1", "quant_attention=1",
+                                           "quant_lm_head=1", NULL};
+  const gpu_attention_kind mat = GPU_ATTENTION_MATERIALIZED, flash = GPU_ATTENTION_FLASH;
+  /* the 7 linear sites' W a layer, and the LM head's where it is quantized */
+  amax_folding_steps_same_bits(NULL, "fp8-current", 10, 0, 7, 0, "test", mat);
+  amax_folding_steps_same_bits(NULL, "msamp-o1", 10, 0, 7, 0, "test", mat);
+  amax_folding_steps_same_bits(e4m3_tensor_sr, NULL, 10, 0, 7, 0, "test", mat);
+  amax_folding_steps_same_bits(everything, NULL, 10, 1, 7, 1, "test", mat);
+  amax_folding_steps_same_bits(NULL, "fp8-te", 0, 0, 0, 0, "test", mat);
+  amax_folding_steps_same_bits(NULL, "fp8-current", 12, 0, 7, 0, "tiny", flash);
+  amax_folding_steps_same_bits(NULL, "msamp-o1", 12, 0, 7, 0, "tiny", flash);
+}
+END_TEST
+
 /* ------------------------------------------------------------ MX GEMMs */
 
 /* A linear site's three GEMMs (Y = X W^T, dX = dY W, dW += dY^T X) with MX
@@ -1299,6 +1402,12 @@ int main(void) {
   TCase *tc = tcase_create("along_k");
   tcase_set_timeout(tc, 600);
   tcase_add_loop_test(tc, along_k_operands_match_cpu, 0, N_ALONG_K);
+  suite_add_tcase(s, tc);
+  /* after the others (their random draws unchanged); on its own:
+   * CK_RUN_CASE=amax_folding */
+  tc = tcase_create("amax_folding");
+  tcase_set_timeout(tc, 600);
+  tcase_add_test(tc, model_weight_amax_folding_bit_identical);
   suite_add_tcase(s, tc);
   return run_suite(s, false);
 }

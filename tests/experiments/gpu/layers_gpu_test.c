@@ -924,9 +924,10 @@ START_TEST(adamw_fold) {
     }
     unsigned int *words = malloc(M * stride * sizeof(unsigned int));
     to_host(words, d_words, M * stride * sizeof(unsigned int));
+    to_host(b, d[1][0], n * sizeof(float)); /* the new parameters (b held v after the loop) */
     size_t wrong = 0;
     for (size_t j = 0; j < M; j++) {
-      float mx = 0.0f; /* b: the new parameters */
+      float mx = 0.0f;
       for (size_t i = j * len; i < (j + 1) * len; i++)
         if (isfinite(b[i]) && fabsf(b[i]) > mx) mx = fabsf(b[i]);
       unsigned int want;

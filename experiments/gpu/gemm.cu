@@ -863,6 +863,30 @@ static int operand_emin(const gtq_ctx *g, int site, const gtq_operand &o, const 
   return exmy_accum_operand_emin(q);
 }
 
+/* The heuristic's preference for an FP8 plan: at most our workspace, and the
+ * alignments the codes (A, B) and the float32 outputs (C, D) are known to
+ * have.  false (and *pref null) where cuBLASLt refuses any of it. */
+static bool lt_preference(cublasLtMatmulPreference_t *pref, size_t workspace_bytes,
+                          uint32_t align_ab, uint32_t align_cd) {
+  *pref = nullptr;
+  if (cublasLtMatmulPreferenceCreate(pref) ||
+      cublasLtMatmulPreferenceSetAttribute(*pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           &workspace_bytes, sizeof workspace_bytes) ||
+      cublasLtMatmulPreferenceSetAttribute(*pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                           &align_ab, sizeof align_ab) ||
+      cublasLtMatmulPreferenceSetAttribute(*pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                           &align_ab, sizeof align_ab) ||
+      cublasLtMatmulPreferenceSetAttribute(*pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                           &align_cd, sizeof align_cd) ||
+      cublasLtMatmulPreferenceSetAttribute(*pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                           &align_cd, sizeof align_cd)) {
+    if (*pref) cublasLtMatmulPreferenceDestroy(*pref);
+    *pref = nullptr;
+    return false;
+  }
+  return true;
+}
+
 /* The site's accumulation model, if the GEMM of a and b has one, into *out:
  * emin_a / emin_b those of the two operands' formats, as model.c sets them;
  * *sa / *sb the device scales they follow (operand_emin). */
@@ -1052,17 +1076,7 @@ LtPlan &lt_plan(AccumFast &f, const LtShape &sh) {
                                          sizeof batch) ||
         cublasLtMatrixLayoutSetAttribute(p.ld, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                          &stride_d, sizeof stride_d))) ||
-      cublasLtMatmulPreferenceCreate(&pref) ||
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                           &f.workspace_bytes, sizeof f.workspace_bytes) ||
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                           &al_ab, sizeof al_ab) ||
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                           &al_ab, sizeof al_ab) ||
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al,
-                                           sizeof al) ||
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al,
-                                           sizeof al)) {
+      !lt_preference(&pref, f.workspace_bytes, al_ab, al)) {
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     return p; /* not ok: the emulation */
   }
@@ -1496,17 +1510,7 @@ static BlockLtPlan &block_lt_plan(AccumFast &f, int m, int n, int k, bool e4m3_a
   const bool log = getenv("EXMY_FP8_PLAN_LOG") != nullptr;
   if (exmy_blockscaled_desc_make(&p.d, tb, a_tiled, ta, !a_tiled, (uint64_t)k, (uint64_t)n,
                                  (uint64_t)m, ldd, f.lt_scales[1], f.lt_scales[0], 0) ||
-      cublasLtMatmulPreferenceCreate(&pref) ||
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                           &f.workspace_bytes, sizeof f.workspace_bytes) ||
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                           &al_ab, sizeof al_ab) ||
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                           &al_ab, sizeof al_ab) ||
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al,
-                                           sizeof al) ||
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al,
-                                           sizeof al)) {
+      !lt_preference(&pref, f.workspace_bytes, al_ab, al)) {
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (log)
       printf("fp8 block-scaled plan %d x %d x %d: descriptors refused: per slice\n", m, n, k);

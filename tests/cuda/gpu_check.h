@@ -5,6 +5,7 @@
 
 #include <check.h>
 #include <cuda_runtime_api.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,19 @@ static inline void *dev_from(const void *host, size_t bytes) {
 static inline void to_host(void *host, const void *dev, size_t bytes) {
   CU(cudaDeviceSynchronize());
   CU(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
+}
+
+/* The finite max |x| as float bits: what an amax pass (cuda/reduce.cuh's
+ * k_amax) leaves in a word that starts at 0. */
+static inline unsigned finite_amax_bits(const float *x, size_t n) {
+  float m = 0.0f;
+  for (size_t i = 0; i < n; i++) {
+    const float a = fabsf(x[i]);
+    if (a > m && a <= 3.40282347e38f) m = a;
+  }
+  unsigned b;
+  memcpy(&b, &m, sizeof b);
+  return b;
 }
 
 /* to_host, then frees the device buffer: a result read back once. */

@@ -149,19 +149,6 @@ static void free_results(results *r) {
   free(r->out), free(r->lse), free(r->dq), free(r->dk), free(r->dv);
 }
 
-/* The finite max |x| as float bits: what an amax pass leaves in a word that
- * starts at 0. */
-static unsigned finite_amax_bits(const float *x, size_t n) {
-  float m = 0.0f;
-  for (size_t i = 0; i < n; i++) {
-    const float a = fabsf(x[i]);
-    if (a > m && a <= 3.40282347e38f) m = a;
-  }
-  unsigned b;
-  memcpy(&b, &m, sizeof b);
-  return b;
-}
-
 /* The GPU's forward and backward on `in`; device outputs start as NaNs so
  * that anything left unwritten shows.  fold_amax: the kernels also fold the
  * amaxes of out and dv into device words (out_amax, dv_amax), which must be

@@ -12,8 +12,14 @@
  * The operands are made as the trainer makes them: float32 values quantized
  * by the library's GROUP quantizer (exmy_quantize_group_codes_f32, E4M3 rne
  * saturating, the scale of each block from its own amax, not a power of
- * two): X (M x K) per 1 x 128 tile, the activation or gradient; W (N x K)
- * per 128 x 128 block, the weight; C = X W^T.  The model's C comes from the
+ * two), in one of two pairings (--pairing; both by default):
+ *   vec-blk  X (M x K) per 1 x 128 tile, the activation or gradient; W
+ *            (N x K) per 128 x 128 block, the weight; C = X W^T (the
+ *            forward and data-gradient GEMMs);
+ *   vec-vec  X and G (N x K) both per 1 x 128 tile along K; C = X G^T (the
+ *            weight gradient dW = dY^T X, K the tokens: cuBLASLt's VEC128
+ *            scale mode on both operands).
+ * Below, W stands for the second operand, G in vec-vec.  The model's C comes from the
  * GPU emulation (exmy_cuda_qgemm_accum on the same float32 values under the
  * same recipes, the trainer's own path; bit for bit the CPU's
  * exmy_qgemm_accum).  On a sample of outputs the CPU also computes, from
@@ -31,15 +37,16 @@
  *      as the model does (the library's "fp32" model with promote_every 128)
  * and a double-precision reference (the exact products, summed in double).
  *
- * Each configuration (shape, formats, data, which cuBLASLt operand the
- * 1 x 128 one is, fast accumulation on or off, each algorithm the heuristic
+ * Each configuration (pairing, shape, formats, data, which cuBLASLt operand
+ * X is, fast accumulation on or off, each algorithm the heuristic
  * returned, up to --algos) prints one line: the share of outputs
  * bit-identical to the model, zeros of opposite signs, the largest
  * difference in float32 units in the last place and relative, and the
  * share of the sample each of M, A..G reproduces bit for bit.
  *
  * The descriptors and scale layouts are the trainer's own
- * (experiments/gpu/blockscaled_lt.h, block_fp8_gemm's); --vec-kmajor and
+ * (experiments/gpu/blockscaled_lt.h, block_fp8_gemm's; vec-vec's VEC128 on
+ * both operands not yet called by the trainer); --vec-kmajor and
  * --blk-unpadded try other readings of the scales, should the double
  * reference say they were misread.
  *
@@ -86,32 +93,32 @@ static double gauss(void) { return test_rng_gauss(&rng_state); }
 enum { DATA_NORMAL, DATA_WIDE, DATA_CANCEL, DATA_ZERO, DATA_TINY, N_DATA };
 static const char *const data_names[N_DATA] = {"normal", "wide", "cancel", "zero", "tiny"};
 
-/* rows x cols values of one kind; weight: the 128 x 128-block operand W
- * (tiles are 128 x 128 there, 1 x 128 for X).  NORMAL: N(0, 1) (W: 0.05
- * times that).  WIDE: sign 2^U(-30..30) [1, 2) per element: within a
+/* rows x cols values of one kind; second: the operand W (or G), else X;
+ * block_rows: its scales' tiles are block_rows x 128.  NORMAL: N(0, 1) (W:
+ * 0.05 times that).  WIDE: sign 2^U(-30..30) [1, 2) per element: within a
  * block most codes far below its amax, subnormal or zero.  CANCEL: in
  * every other column tile, odd columns the even neighbour negated (X) or
  * repeated (W), so that those slices' products cancel exactly (zero
- * partials); the rest NORMAL.  ZERO: one tile (X) or block (W) in four all
- * zeros (zero scales' promotions), the rest NORMAL.  TINY: X's tiles of
+ * partials); the rest NORMAL.  ZERO: one tile in four all zeros (zero
+ * scales' promotions), the rest NORMAL.  TINY: X's tiles of
  * magnitude 2^U(-118..-100) (dequantization factors near float32's
  * smallest normals: promotions that underflow), W NORMAL; in both, a third
  * of the elements 2^-12 .. 2^-20 of their neighbours (E4M3 subnormal
  * codes). */
-static void gen(float *x, int rows, int cols, int kind, int weight) {
+static void gen(float *x, int rows, int cols, int kind, int second, int block_rows) {
   for (int r = 0; r < rows; r++)
     for (int c = 0; c < cols; c++) {
-      const unsigned tr = (unsigned)(weight ? r / BLOCK : r), tc = (unsigned)(c / BLOCK);
-      const unsigned h = (tr * 73856093u) ^ (tc * 19349663u) ^ (weight ? 0x5bd1e995u : 0u);
-      double v = (weight ? 0.05 : 1.0) * gauss();
+      const unsigned tr = (unsigned)(r / block_rows), tc = (unsigned)(c / BLOCK);
+      const unsigned h = (tr * 73856093u) ^ (tc * 19349663u) ^ (second ? 0x5bd1e995u : 0u);
+      double v = (second ? 0.05 : 1.0) * gauss();
       if (kind == DATA_WIDE) {
         v = (urand() < 0.5 ? -1.0 : 1.0) * ldexp(1.0 + urand(), -30 + (int)(urand() * 61));
       } else if (kind == DATA_CANCEL) {
-        if (tc % 2 == 0 && c % 2) v = (weight ? 1.0 : -1.0) * x[(size_t)r * cols + c - 1];
+        if (tc % 2 == 0 && c % 2) v = (second ? 1.0 : -1.0) * x[(size_t)r * cols + c - 1];
       } else if (kind == DATA_ZERO) {
         if (h % 4 == 1) v = 0.0;
       } else if (kind == DATA_TINY) {
-        if (!weight) v = gauss() * ldexp(1.0, -118 + (int)(h % 19));
+        if (!second) v = gauss() * ldexp(1.0, -118 + (int)(h % 19));
         if (urand() < 1.0 / 3) v *= ldexp(1.0, -12 - (int)(urand() * 9));
       }
       x[(size_t)r * cols + c] = (float)v;
@@ -131,7 +138,7 @@ static exmy_scaling group_scaling(int block_rows) {
 
 typedef struct {
   int rows, k, kb;       /* R x K values, kb = ceil(K / 128) blocks along K */
-  int block_rows;        /* 1 (X) or 128 (W) */
+  int block_rows;        /* 1 (X, G) or 128 (W) */
   exmy_format fmt;
   float *values;         /* R x K float32 inputs */
   float *codes;          /* R x K codes (their values) */
@@ -182,8 +189,8 @@ static float *lt_scales(const operand *o, int vec_kmajor, int blk_unpadded, size
 
 /* --------------------------------------------------- the model's result */
 
-/* C = X W^T under hopper-split with block-scaled operands, by the GPU
- * emulation the trainer uses (row-major M x N). */
+/* C = X W^T (or X G^T) under hopper-split with block-scaled operands, by
+ * the GPU emulation the trainer uses (row-major M x N). */
 static float *model_gpu(exmy_cuda_gemm *g, const operand *x, const operand *w,
                         const exmy_accum_model *model) {
   const int m = x->rows, n = w->rows, k = x->k;
@@ -193,7 +200,7 @@ static float *model_gpu(exmy_cuda_gemm *g, const operand *x, const operand *w,
                                       .scaling = group_scaling(1)};
   exmy_cuda_operand_quant qb = qa;
   qb.format = w->fmt;
-  qb.scaling = group_scaling(BLOCK);
+  qb.scaling = group_scaling(w->block_rows);
   float *dx, *dw, *dc;
   CU(cudaMalloc((void **)&dx, sizeof(float) * (size_t)m * k));
   CU(cudaMalloc((void **)&dw, sizeof(float) * (size_t)n * k));
@@ -223,7 +230,7 @@ static void hypotheses(const exmy_accum_model *m, const exmy_accum_model *m32, c
                        int *reassembled) {
   const int k = x->k;
   const float *a = x->codes + (size_t)i * k, *b = w->codes + (size_t)j * k;
-  const float *sx = x->scales + (size_t)i * x->kb, *sw = w->scales + (size_t)(j / BLOCK) * w->kb;
+  const float *sx = x->scales + (size_t)i * x->kb, *sw = w->scales + (size_t)(j / w->block_rows) * w->kb;
   h[H_MODEL] = exmy_accum_dot_scaled(m, a, 1, sx, b, 1, sw, k);
   h[H_G] = exmy_accum_dot_scaled(m32, a, 1, sx, b, 1, sw, k);
   float acc[N_HYP] = {0};
@@ -260,7 +267,14 @@ typedef struct {
   size_t workspace_bytes;
 } lt_ctx;
 
-enum { ACT_IS_A, ACT_IS_B }; /* which cuBLASLt operand the 1 x 128 one is */
+enum { ACT_IS_A, ACT_IS_B }; /* which cuBLASLt operand X is */
+
+enum { PAIR_BLK, PAIR_VEC, N_PAIR }; /* vec-blk, vec-vec (the top of the file) */
+static const char *const pair_names[N_PAIR] = {"vec-blk", "vec-vec"};
+/* how each pairing's lines name the configuration, by ACT_IS_A / ACT_IS_B */
+static const char *const pair_where[N_PAIR][2] = {
+    {"X=A(VEC128) W=B(BLK)", "W=A(BLK) X=B(VEC128)"},
+    {"X=A(VEC128) G=B(VEC128)", "G=A(VEC128) X=B(VEC128)"}};
 
 static void describe_algo(const cublasLtMatmulHeuristicResult_t *r, char *buf, size_t len) {
   int32_t id = -1, splits = -1, swizzle = -1, custom = -1;
@@ -290,8 +304,8 @@ static void describe_algo(const cublasLtMatmulHeuristicResult_t *r, char *buf, s
 }
 
 /* Asks the heuristic for algorithms computing C = X W^T with X's bytes and
- * scales dx, dsx (VEC128) and W's dw, dsw (BLK128x128), act: which operand
- * X is; *st: why not, when none came.  The descriptors stay in p->d. */
+ * scales dx, dsx (VEC128) and W's dw, dsw (BLK128x128, or VEC128 for G),
+ * act: which operand X is; *st: why not, when none came.  The descriptors stay in p->d. */
 typedef struct {
   exmy_blockscaled_desc d;
   cublasLtMatmulHeuristicResult_t heur[MAX_ALGOS];
@@ -375,15 +389,19 @@ static double rel(double a, double b) {
 /* ---------------------------------------------------------------- main */
 
 typedef struct {
-  int m, n, k;
+  int m, n, k, pairing;
 } shape;
 
 static const shape default_shapes[] = {
-    {256, 768, 2048},  /* a linear site's Y at the trainer's small sizes */
-    {4096, 2048, 768}, /* the MLP's up projection */
-    {2048, 768, 768},  /* Y and dX at 768 */
-    {768, 2048, 4096}, /* a dW-like shape: long K */
-    {128, 128, 128},   /* one block */
+    {256, 768, 2048, PAIR_BLK},  /* a linear site's Y at the trainer's small sizes */
+    {4096, 2048, 768, PAIR_BLK}, /* the MLP's up projection */
+    {2048, 768, 768, PAIR_BLK},  /* Y and dX at 768 */
+    {768, 2048, 4096, PAIR_BLK}, /* a dW-like shape: long K */
+    {128, 128, 128, PAIR_BLK},   /* one block */
+    {768, 2048, 4096, PAIR_VEC}, /* dW of the MLP's down projection, 4096 tokens */
+    {2048, 768, 4096, PAIR_VEC}, /* dW of its up projection */
+    {768, 768, 4096, PAIR_VEC},  /* dW of an attention projection */
+    {128, 128, 128, PAIR_VEC},   /* one tile each */
 };
 
 /* The GPU, cuBLASLt and the emulation's context, and a line on what they
@@ -419,12 +437,15 @@ static int gpu_open(lt_ctx *lc, exmy_cuda_gemm **g) {
 
 static void usage(const char *argv0) {
   fprintf(stderr,
-          "usage: %s [--quick] [--sample N] [--algos N] [--shape MxNxK]... [--vec-kmajor] "
-          "[--blk-unpadded] [--cpu-only]\n"
-          "  --quick        two shapes (128^3, 256 x 768 x 2048), E4M3 only\n"
+          "usage: %s [--pairing vec-blk|vec-vec|both] [--quick] [--sample N] [--algos N] "
+          "[--shape MxNxK]... [--vec-kmajor] [--blk-unpadded] [--cpu-only]\n"
+          "  --pairing P    X (1 x 128) against W (128 x 128, vec-blk) or against G (1 x 128,\n"
+          "                 vec-vec, the weight gradient's); both (default)\n"
+          "  --quick        vec-blk 128^3 and 256 x 768 x 2048, vec-vec 128^3; E4M3 only\n"
           "  --sample N     outputs per case on which the CPU tests the hypotheses (4096)\n"
           "  --algos N      heuristic algorithms run per configuration (1..%d, default 4)\n"
-          "  --shape MxNxK  instead of the default shapes (repeatable; multiples of 128 advised)\n"
+          "  --shape MxNxK  instead of the default shapes, for each pairing run (repeatable;\n"
+          "                 multiples of 128 advised)\n"
           "  --vec-kmajor   read the 1 x 128 scales K-contiguous instead of M-contiguous\n"
           "  --blk-unpadded 128 x 128 scales with ld ceil(K/128) instead of a multiple of 4\n"
           "  --cpu-only     the CPU's side alone (no GPU): the hypotheses' own check\n",
@@ -432,8 +453,10 @@ static void usage(const char *argv0) {
 }
 
 int main(int argc, char **argv) {
-  int cpu_only = 0, quick = 0, sample = 4096, algos = 4, vec_kmajor = 0, blk_unpadded = 0, n_shapes = 0;
-  shape shapes[16];
+  int cpu_only = 0, quick = 0, sample = 4096, algos = 4, vec_kmajor = 0, blk_unpadded = 0,
+      n_shapes = 0, n_given = 0;
+  int pairs[N_PAIR] = {1, 1}; /* which pairings run */
+  shape shapes[2 * 16], given[16];
   for (int a = 1; a < argc; a++) {
     if (!strcmp(argv[a], "--quick")) {
       quick = 1;
@@ -443,11 +466,16 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[a], "--algos") && a + 1 < argc) {
       algos = atoi(argv[++a]);
       if (algos < 1 || algos > MAX_ALGOS) return usage(argv[0]), 2;
-    } else if (!strcmp(argv[a], "--shape") && a + 1 < argc && n_shapes < 16) {
+    } else if (!strcmp(argv[a], "--pairing") && a + 1 < argc) {
+      const char *p = argv[++a];
+      pairs[PAIR_BLK] = !strcmp(p, pair_names[PAIR_BLK]) || !strcmp(p, "both");
+      pairs[PAIR_VEC] = !strcmp(p, pair_names[PAIR_VEC]) || !strcmp(p, "both");
+      if (!pairs[PAIR_BLK] && !pairs[PAIR_VEC]) return usage(argv[0]), 2;
+    } else if (!strcmp(argv[a], "--shape") && a + 1 < argc && n_given < 16) {
       shape s;
       if (sscanf(argv[++a], "%dx%dx%d", &s.m, &s.n, &s.k) != 3 || s.m < 1 || s.n < 1 || s.k < 1)
         return usage(argv[0]), 2;
-      shapes[n_shapes++] = s;
+      given[n_given++] = s;
     } else if (!strcmp(argv[a], "--cpu-only")) {
       cpu_only = 1;
     } else if (!strcmp(argv[a], "--vec-kmajor")) {
@@ -459,11 +487,17 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (!n_shapes) {
-    for (size_t s = 0; s < sizeof default_shapes / sizeof *default_shapes; s++)
-      if (!quick || default_shapes[s].k == 128 || default_shapes[s].m == 256)
-        shapes[n_shapes++] = default_shapes[s];
-  }
+  for (int p = 0; p < N_PAIR; p++)
+    if (pairs[p] && n_given)
+      for (int s = 0; s < n_given; s++) {
+        shapes[n_shapes] = given[s];
+        shapes[n_shapes++].pairing = p;
+      }
+    else if (pairs[p])
+      for (size_t s = 0; s < sizeof default_shapes / sizeof *default_shapes; s++)
+        if (default_shapes[s].pairing == p &&
+            (!quick || default_shapes[s].k == 128 || default_shapes[s].m == 256))
+          shapes[n_shapes++] = default_shapes[s];
 
   exmy_accum_model model, model32;
   if (exmy_accum_model_parse("hopper-split", &model) || exmy_accum_model_parse("fp32", &model32)) {
@@ -494,15 +528,16 @@ int main(int argc, char **argv) {
     for (int fi = 0; fi < (quick ? 1 : 2); fi++)
       for (int kind = 0; kind < N_DATA; kind++) {
         const shape sh = shapes[si];
+        const int vv = sh.pairing == PAIR_VEC;
         operand x = {.rows = sh.m, .k = sh.k, .kb = (sh.k + BLOCK - 1) / BLOCK,
                      .block_rows = 1, .fmt = *fmts[fi][0]};
-        operand w = {.rows = sh.n, .k = sh.k, .kb = x.kb, .block_rows = BLOCK,
+        operand w = {.rows = sh.n, .k = sh.k, .kb = x.kb, .block_rows = vv ? 1 : BLOCK,
                      .fmt = *fmts[fi][1]};
         rng_state = 2024 + 7919u * (unsigned)(si * N_DATA + kind) + 104729u * (unsigned)fi;
         x.values = malloc(sizeof(float) * (size_t)sh.m * sh.k);
         w.values = malloc(sizeof(float) * (size_t)sh.n * sh.k);
-        gen(x.values, sh.m, sh.k, kind, 0);
-        gen(w.values, sh.n, sh.k, kind, 1);
+        gen(x.values, sh.m, sh.k, kind, 0, x.block_rows);
+        gen(w.values, sh.n, sh.k, kind, 1, w.block_rows);
         quantize(&x);
         quantize(&w);
         model.emin_a = x.fmt.emin;
@@ -532,9 +567,9 @@ int main(int argc, char **argv) {
         if (ref_max == 0.0) ref_max = 1.0;
         for (int s = 0; s < ns; s++)
           model_vs_ref = fmax(model_vs_ref, fabs(hyp[s][H_MODEL] - ref[s]) / ref_max);
-        printf("\n== %dx%dx%d %s x %s, %s: the model on the sample: CPU = GPU %s%d/%d, per-slice "
+        printf("\n== %s %dx%dx%d %s x %s, %s: the model on the sample: CPU = GPU %s%d/%d, per-slice "
                "reassembly %d/%d, max |model - double| / max |double| %.3g\n",
-               sh.m, sh.n, sh.k, x.fmt.name, w.fmt.name, data_names[kind],
+               pair_names[sh.pairing], sh.m, sh.n, sh.k, x.fmt.name, w.fmt.name, data_names[kind],
                cpu_only ? "(not run) " : "", cpu_gpu, ns, reassembled, ns, model_vs_ref);
         unassembled += ns - reassembled;
         if (cpu_only) {
@@ -563,7 +598,7 @@ int main(int argc, char **argv) {
           for (int fast = 0; fast < 2; fast++) {
             configs++;
             lt_plan p;
-            const char *where = act == ACT_IS_A ? "X=A(VEC128) W=B(BLK)" : "W=A(BLK) X=B(VEC128)";
+            const char *where = pair_where[sh.pairing][act];
             const cublasStatus_t st = lt_plan_make(&lc, &p, act, fast, &x, &w, dsx, dsw);
             if (st) {
               printf("%s fast=%d: refused: %s (%d)\n", where, fast, cublasGetStatusString(st),

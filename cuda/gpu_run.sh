@@ -6,10 +6,12 @@
 # calibrate: captures cuBLASLt's FP8 GEMMs (torch._scaled_mm) into outdir
 # (capture.py, the script behind tests/lib/h100_fp8/; not part of all), to
 # calibrate the accumulation model offline with tests/lib/h100_fp8/calibrate.py.
-# calibrate-blockscaled: cuBLASLt's own 1 x 128 / 128 x 128 block-scaled FP8
-# GEMM against the model fp8-deepseek runs under (blockscaled_lt_calibrate;
-# not part of all): its table goes to outdir/blockscaled_lt_calibrate.log,
-# BLOCKSCALED_ARGS are passed on (e.g. --quick, --blk-unpadded).
+# calibrate-blockscaled: cuBLASLt's own block-scaled FP8 GEMM, 1 x 128
+# against 128 x 128 (vec-blk) and 1 x 128 against 1 x 128 (vec-vec, the
+# weight gradient's), against the model fp8-deepseek runs under
+# (blockscaled_lt_calibrate; not part of all): its table goes to
+# outdir/blockscaled_lt_calibrate.log, summed up in all and per pairing;
+# BLOCKSCALED_ARGS are passed on (e.g. --quick, --pairing vec-vec).
 # fp8-deepseek: its block-scaled GEMMs (not part of all): accum_fp8_gpu_test's
 # accum_fp8_block case (the one-call block-scaled path and the per-slice one
 # against the emulation, bit for bit), then fp8-deepseek's step at 120m
@@ -95,6 +97,13 @@ if [ "$what" = calibrate-blockscaled ]; then
   grep -E "^device|configurations ran|every configuration|misread" "$log" | sort | uniq -c
   echo "$(grep -c 'identical all ' "$log") of $(grep -c ': identical ' "$log") algorithm runs" \
        "bit-identical to the model; $(grep -c ': refused' "$log") configurations refused"
+  # per pairing: vec-blk's lines name W=A(BLK) or W=B(BLK), vec-vec's G=A(VEC128) or G=B(VEC128)
+  for pairing in 'vec-blk W=[AB]\(BLK\)' 'vec-vec G=[AB]\(VEC128\)'; do
+    lines=$(grep -E "${pairing#* }" "$log")
+    echo "  ${pairing%% *}: $(grep -c 'identical all ' <<< "$lines") of" \
+         "$(grep -c ': identical ' <<< "$lines") algorithm runs bit-identical to the model;" \
+         "$(grep -c ': refused' <<< "$lines") configurations refused"
+  done
   [ $rc -ne 0 ] && status=1
 fi
 if [ "$what" = fp8-deepseek ]; then

@@ -1,14 +1,18 @@
 /* cuBLASLt's own block-scaled FP8 GEMM (Hopper, CUDA >= 12.9): one float32
  * scale per 1 x 128 tile along K (CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F)
  * on one operand and one per 128 x 128 block (..._BLK128x128_32F) on the
- * other, fp8-deepseek's operands exactly.  Its descriptors and the scales'
- * layouts as tests/experiments/gpu/blockscaled_lt_calibrate.c calibrated
- * them against the hopper-split model and as block_fp8_gemm
- * (experiments/gpu/gemm.cu) calls them: one text for both.
+ * other, fp8-deepseek's operands exactly; or per 1 x 128 tile on both (the
+ * weight gradient's operands, both tiled along the tokens).  Its
+ * descriptors and the scales' layouts as
+ * tests/experiments/gpu/blockscaled_lt_calibrate.c calibrated them against
+ * the hopper-split model (the tiled-and-blocked pairing, vec-blk, bit for
+ * bit; the two tiled ones, vec-vec, not yet run) and as block_fp8_gemm
+ * (experiments/gpu/gemm.cu) calls them (vec-blk only): one text for all.
  *
  * Both operands stored K-contiguous (column-major K x R, leading dimension
  * K); D = A^T B, float32, column-major rows_a x rows_b.  The scales:
- *   VEC128: tile (r, kb) at kb * R + r (R-contiguous, R the operand's rows);
+ *   VEC128: tile (r, kb) at kb * R + r (R-contiguous, R the operand's rows;
+ *   the same for A and for B);
  *   BLK128x128: block (rb, kb) at rb * ld + kb, ld = ceil(K / 128) rounded
  *   up to a multiple of 4 (the padding is never read; written as 0). */
 #ifndef EXPERIMENTS_GPU_BLOCKSCALED_LT_H
@@ -61,8 +65,9 @@ static inline cublasStatus_t exmy_blockscaled_set_scales(exmy_blockscaled_desc *
 /* *d for D (rows_a x rows_b, leading dimension ldd) = A^T B, A (ta: E4M3 or
  * E5M2) k x rows_a and B (tb) k x rows_b, each with leading dimension k;
  * blk_a: A's scales per 128 x 128 block, else per 1 x 128 tile, likewise
- * blk_b; scale_a, scale_b their scales; fast: cuBLASLt's fast accumulation
- * (the calibration found it refused with these scale modes).  Compute and
+ * blk_b (neither: VEC128 on both); scale_a, scale_b their scales; fast:
+ * cuBLASLt's fast accumulation (the calibration found it refused with one
+ * operand of each mode).  Compute and
  * scale type float32.  On failure its status, what was made left in *d
  * (exmy_blockscaled_desc_free releases it either way). */
 static inline cublasStatus_t exmy_blockscaled_desc_make(exmy_blockscaled_desc *d, cudaDataType ta,

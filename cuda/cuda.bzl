@@ -40,7 +40,12 @@ def cuda_library(name, srcs, hdrs = [], cu_deps = [], deps = [], **kwargs):
             name = "%s_%s_nvcc" % (name, src.replace("/", "_").replace(".", "_")),
             srcs = [src] + hdrs + cu_deps,
             outs = [obj],
-            cmd = "%s %s -c $(location %s) -o $@" % (NVCC, " ".join(NVCC_FLAGS), src),
+            # nvcc names its temporary files after its process id, which is
+            # the same in every sandbox (its own PID namespace) while /tmp is
+            # shared: two nvcc at once removed each other's files.  Each run
+            # gets a directory of its own.
+            cmd = ("t=$$(mktemp -d) && TMPDIR=$$t %s %s -c $(location %s) -o $@; " +
+                   "rc=$$?; rm -rf $$t; exit $$rc") % (NVCC, " ".join(NVCC_FLAGS), src),
         )
         objs.append(obj)
     native.cc_library(

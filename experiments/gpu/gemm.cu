@@ -863,6 +863,29 @@ static int operand_emin(const gtq_ctx *g, int site, const gtq_operand &o, const 
   return exmy_accum_operand_emin(q);
 }
 
+/* What the FP8 plans read of a heuristic candidate: its split-K, which
+ * decides, and its id, tile and stages, which their logs print. */
+struct AlgoConfig {
+  int32_t splits = 0, id = -1;
+  uint32_t tile = 0, stages = 0;
+};
+
+/* false where the candidate failed or its split-K cannot be read. */
+static bool algo_config(const cublasLtMatmulHeuristicResult_t &h, AlgoConfig *c) {
+  size_t written = 0, w = 0;
+  if (h.state != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatmulAlgoConfigGetAttribute(&h.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &c->splits,
+                                           sizeof c->splits, &written) ||
+      written != sizeof c->splits)
+    return false;
+  cublasLtMatmulAlgoConfigGetAttribute(&h.algo, CUBLASLT_ALGO_CONFIG_ID, &c->id, sizeof c->id, &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&h.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &c->tile,
+                                       sizeof c->tile, &w);
+  cublasLtMatmulAlgoConfigGetAttribute(&h.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &c->stages,
+                                       sizeof c->stages, &w);
+  return true;
+}
+
 /* The heuristic's preference for an FP8 plan: at most our workspace, and the
  * alignments the codes (A, B) and the float32 outputs (C, D) are known to
  * have.  false (and *pref null) where cuBLASLt refuses any of it. */
@@ -1090,30 +1113,18 @@ LtPlan &lt_plan(AccumFast &f, const LtShape &sh) {
   const bool log = getenv("EXMY_FP8_PLAN_LOG") != nullptr;
   for (int pass = 0; pass < 2 && !p.ok; pass++) /* 0: unsplit candidates, 1: split ones undone */
     for (int i = 0; i < found && !p.ok; i++) {
-      int32_t splits = 0, id = -1;
-      uint32_t tile = 0, stages = 0;
-      size_t written = 0, w2 = 0;
-      if (heur[i].state != CUBLAS_STATUS_SUCCESS ||
-          cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-                                               &splits, sizeof splits, &written) ||
-          written != sizeof splits)
-        continue;
+      AlgoConfig a;
+      if (!algo_config(heur[i], &a)) continue;
       if (log && pass == 0) {
-        cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_ID, &id,
-                                             sizeof id, &w2);
-        cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
-                                             sizeof tile, &w2);
-        cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID,
-                                             &stages, sizeof stages, &w2);
         printf("fp8 plan %d x %d x %d (%s x %s, fast %d, batch %d): candidate %d of %d: algo %d "
                "tile %u stages %u split-K %d workspace %zu\n", m, n, k,
                e4m3_a ? "E4M3" : "E5M2", e4m3_b ? "E4M3" : "E5M2", (int)fast, (int)batch, i,
-               found, id, tile, stages, (int)splits, heur[i].workspaceSize);
+               found, a.id, a.tile, a.stages, (int)a.splits, heur[i].workspaceSize);
       }
-      if ((splits > 1) != (pass == 1)) continue;
+      if ((a.splits > 1) != (pass == 1)) continue;
       cublasLtMatmulAlgo_t algo = heur[i].algo;
       size_t workspace = heur[i].workspaceSize;
-      if (splits > 1) {
+      if (a.splits > 1) {
         const int32_t one = 1;
         const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
         cublasLtMatmulHeuristicResult_t check = {};
@@ -1523,27 +1534,15 @@ static BlockLtPlan &block_lt_plan(AccumFast &f, int m, int n, int k, bool e4m3_a
     found = 0;
   cublasLtMatmulPreferenceDestroy(pref);
   for (int i = 0; i < found && !p.ok; i++) {
-    int32_t splits = 0, id = -1;
-    uint32_t tile = 0, stages = 0;
-    size_t written = 0, w2 = 0;
-    if (heur[i].state != CUBLAS_STATUS_SUCCESS ||
-        cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-                                             &splits, sizeof splits, &written) ||
-        written != sizeof splits)
-      continue;
+    AlgoConfig a;
+    if (!algo_config(heur[i], &a)) continue;
     if (log) {
-      cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id,
-                                           &w2);
-      cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
-                                           sizeof tile, &w2);
-      cublasLtMatmulAlgoConfigGetAttribute(&heur[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
-                                           sizeof stages, &w2);
       printf("fp8 block-scaled plan %d x %d x %d (%s x %s, %s 1 x 128): candidate %d of %d: "
              "algo %d tile %u stages %u split-K %d workspace %zu\n", m, n, k,
              e4m3_a ? "E4M3" : "E5M2", e4m3_b ? "E4M3" : "E5M2", a_tiled ? "A" : "B", i, found,
-             id, tile, stages, (int)splits, heur[i].workspaceSize);
+             a.id, a.tile, a.stages, (int)a.splits, heur[i].workspaceSize);
     }
-    if (splits != 1 || heur[i].workspaceSize > f.workspace_bytes) continue;
+    if (a.splits != 1 || heur[i].workspaceSize > f.workspace_bytes) continue;
     p.algo = heur[i].algo;
     p.ok = true;
   }

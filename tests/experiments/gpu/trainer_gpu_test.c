@@ -223,6 +223,14 @@ static void load_config_recipe(recipe *rc, const char *name) {
   ck_assert_msg(!recipe_from_config(rc, &cfg, 77, err, sizeof err), "%s", err);
 }
 
+/* A test case's recipe: experiments/configs/`config`.cfg, or else the keys
+ * `sets`; returns its name for the case's messages. */
+static const char *case_recipe(recipe *rc, const char *const *sets, const char *config) {
+  if (config) load_config_recipe(rc, config);
+  else make_recipe(rc, sets);
+  return config ? config : sets[0];
+}
+
 static const char *const along_k_recipes[] = {"mxfp8", "mxfp4", "nvfp4", "fp8-deepseek"};
 enum { N_ALONG_K = sizeof along_k_recipes / sizeof along_k_recipes[0] };
 
@@ -519,9 +527,7 @@ static void fusion_same_bits(const model_fusion *fu, const char *const *sets, co
                              unsigned per_layer, unsigned extra, const char *size,
                              gpu_attention_kind attention) {
   recipe rc;
-  if (config) load_config_recipe(&rc, config);
-  else make_recipe(&rc, sets);
-  const char *name = config ? config : sets[0];
+  const char *name = case_recipe(&rc, sets, config);
   model_pair mp;
   model_pair_new(&mp, &rc, true, size, attention, false);
   gpu_model *g = mp.g;
@@ -566,6 +572,18 @@ static void fusion_same_bits(const model_fusion *fu, const char *const *sets, co
   for (int k = 0; k < 3; k++) free(states[k]);
 }
 
+/* Per-tensor current scaling of E4M3 gradients with sr (its offsets), which
+ * the fusion tests below share. */
+static const char *const e4m3_tensor_sr[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e4m3",
+                                             "scaling=tensor", "rounding=sr", "saturate=1",
+                                             NULL};
+/* Current scaling with the LM head and attention quantized too: lnf folded,
+ * the attention sites' operands (no producer folds them) through their amax
+ * passes. */
+static const char *const everything[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                                         "scaling=tensor", "saturate=1", "quant_attention=1",
+                                         "quant_lm_head=1", NULL};
+
 static void swiglu_fusion_same_bits(const char *const *sets, const char *config, bool fuses,
                                     const char *size, gpu_attention_kind attention) {
   fusion_same_bits(&swiglu_fusion, sets, config, fuses ? 1 : 0, 0, size, attention);
@@ -581,9 +599,6 @@ START_TEST(model_swiglu_fusion_bit_identical) {
   static const char *const e4m3_delayed[] = {"format_w=e4m3", "format_a=e4m3",
                                              "format_g=e4m3", "scaling=delayed",
                                              "amax_history=4", "saturate=1", NULL};
-  static const char *const e4m3_tensor_sr[] = {"format_w=e4m3", "format_a=e4m3",
-                                               "format_g=e4m3", "scaling=tensor",
-                                               "rounding=sr", "saturate=1", NULL};
   /* what it does not serve: MX, quantized along K */
   static const char *const mx[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
                                    "scaling=mx", NULL};
@@ -618,17 +633,9 @@ END_TEST
  * attention, 12 with the fused one (the LM head's X one more where it is
  * quantized), the rest on their present paths. */
 START_TEST(model_amax_folding_bit_identical) {
-  static const char *const e4m3_tensor_sr[] = {"format_w=e4m3", "format_a=e4m3",
-                                               "format_g=e4m3", "scaling=tensor",
-                                               "rounding=sr", "saturate=1", NULL};
   static const char *const pow2_margin[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
                                             "scaling=tensor", "pow2_scale=1", "margin=1",
                                             "saturate=1", NULL};
-  /* the LM head and attention quantized too: lnf folded, the attention
-   * sites' operands (no producer folds them) through their amax passes */
-  static const char *const everything[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
-                                           "scaling=tensor", "saturate=1", "quant_attention=1",
-                                           "quant_lm_head=1", NULL};
   /* what it leaves alone: unscaled, delayed and MX operands */
   static const char *const fp8[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", NULL};
   static const char *const mx[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
@@ -665,9 +672,7 @@ static void amax_folding_steps_same_bits(const char *const *sets, const char *co
                                          unsigned w_per_layer, unsigned w_extra,
                                          const char *size, gpu_attention_kind attention) {
   recipe rc;
-  if (config) load_config_recipe(&rc, config);
-  else make_recipe(&rc, sets);
-  const char *name = config ? config : sets[0];
+  const char *name = case_recipe(&rc, sets, config);
   model_pair mp;
   model_pair_new(&mp, &rc, true, size, attention, false);
   gpu_model *g = mp.g;
@@ -734,12 +739,6 @@ static void amax_folding_steps_same_bits(const char *const *sets, const char *co
 }
 
 START_TEST(model_weight_amax_folding_bit_identical) {
-  static const char *const e4m3_tensor_sr[] = {"format_w=e4m3", "format_a=e4m3",
-                                               "format_g=e4m3", "scaling=tensor",
-                                               "rounding=sr", "saturate=1", NULL};
-  static const char *const everything[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
-                                           "scaling=tensor", "saturate=1", "quant_attention=1",
-                                           "quant_lm_head=1", NULL};
   const gpu_attention_kind mat = GPU_ATTENTION_MATERIALIZED, flash = GPU_ATTENTION_FLASH;
   /* the 7 linear sites' W a layer, and the LM head's where it is quantized */
   amax_folding_steps_same_bits(NULL, "fp8-current", 10, 0, 7, 0, "test", mat);

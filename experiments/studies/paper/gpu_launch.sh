@@ -27,10 +27,9 @@ fi
 [ -f data/corpus/shards/SHA256SUMS ] || { echo "gpu_launch: no shards; run experiments/data/gpu_prepare.sh first" >&2; exit 2; }
 bundle=${BUNDLE:-.gpu_extra/bundle.tar.xz}
 unpacked=/tmp/exmy-bundle
-if [ ! -x "$unpacked/gpu_bundle/train" ]; then
-  mkdir -p "$unpacked"
-  tar xJf "$bundle" -C "$unpacked"
-fi
+mkdir -p "$unpacked"
+# under flock: the queues of several GPUs launch at once
+flock "$unpacked" bash -c '[ -x "$1/gpu_bundle/train" ] || tar xJf "$2" -C "$1"' _ "$unpacked" "$bundle"
 # cuBLAS from where gpu_run.sh finds it (the toolkit or a Python wheel)
 for d in /usr/local/cuda/lib64 $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
   for lib in "$d"/libcublasLt.so.1* "$d"/nvidia/cublas/lib/libcublasLt.so.1* "$d"/nvidia/cu13/lib/libcublasLt.so.1*; do

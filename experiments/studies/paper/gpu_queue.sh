@@ -17,8 +17,7 @@
 # what it did ("gpu G: done" as each GPU's queue ends, "queue: done" when the
 # first GPUS have all ended), and gpu_poll.sh brings the logs back.
 set -euo pipefail
-usage="usage: [GPUS=0,1,...] gpu_queue.sh HOLD_START DEADLINE_MIN MINUTES_PER_RUN NAME:SEED:RECIPE_CFG[:k=v,...] ...
-       gpu_queue.sh --join GPU"
+usage="usage: [GPUS=0,1,...] gpu_queue.sh HOLD_START DEADLINE_MIN MINUTES_PER_RUN NAME:SEED:RECIPE_CFG[:k=v,...] ... | --join GPU"
 here="$(cd "$(dirname "$0")" && pwd)"
 runs=experiments/runs/paper
 
@@ -35,7 +34,7 @@ worker() {
     now=$(date +%s)
     left=$(awk -v h="$hold_start" -v d="$deadline_min" -v n="$now" 'BEGIN { printf "%.1f", (h + d * 60 - n) / 60 }')
     if awk -v l="$left" -v r="$run_min" 'BEGIN { exit !(l < r) }'; then
-      echo "$(date +%T) gpu $gpu: $name not started, $left min left before the deadline"
+      echo "$(date +%T) gpu $gpu: $name: not started, $left min left before the deadline"
       continue
     fi
     local args=() kv s out pid

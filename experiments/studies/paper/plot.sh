@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The campaign's figures, from a folder of its runs (each NAME/log.jsonl) and
 # the curves that `campaign` wrote beside them (campaign_curves.csv):
-#   bash experiments/studies/paper/plot.sh experiments/results/paper-120m
-# draws, as PNG and SVG into that folder,
+#   bash experiments/studies/paper/plot.sh experiments/results/paper-120m [TAG REGEX]
+# draws, as PNG and SVG into that folder (with TAG and REGEX: only the runs
+# whose folder name matches the extended regular expression REGEX, into
+# paper_TAG_train_loss and so on; TAG in letters, digits, '_' and '-'),
 #   paper_train_loss   training loss, running mean of 20 steps, per run
 #   paper_val_loss     validation loss per run
 #   paper_grad_norm    gradient norm before clipping (log scale), running
@@ -13,9 +15,13 @@
 # where the trainer stopped it.  Prints the names drawn.  Without gnuplot:
 # one line on stderr, exit 0.  A folder without runs: one line, exit 2.
 set -euo pipefail
-dir=${1:-}
-if [ -z "$dir" ] || [ ! -f "$dir/campaign_curves.csv" ]; then
-  echo "plot: usage: plot.sh DIR (DIR/campaign_curves.csv from bazel run //experiments/studies:campaign -- DIR)" >&2
+dir=${1:-} tag=${2:-} regex=${3:-}
+if [ -z "$dir" ] || [ ! -f "$dir/campaign_curves.csv" ] || [ $# -gt 3 ] || [ $# = 2 ]; then
+  echo "plot: usage: plot.sh DIR [TAG REGEX] (DIR/campaign_curves.csv from bazel run //experiments/studies:campaign -- DIR)" >&2
+  exit 2
+fi
+if [ $# = 3 ] && { ! [[ "$tag" =~ ^[A-Za-z0-9_-]+$ ]] || [ -z "$regex" ]; }; then
+  echo "plot: TAG must be letters, digits, '_' and '-', and REGEX not empty" >&2
   exit 2
 fi
 command -v gnuplot >/dev/null || { echo "plot: gnuplot not found (apt-get install gnuplot-nox): no figures" >&2; exit 0; }
@@ -25,6 +31,15 @@ colors=("#000000" "#e41a1c" "#377eb8" "#4daf4a" "#984ea3" "#ff7f00" "#a65628" "#
 declare -A color_of=()
 runs=$(awk -F, 'NR > 1 { print $2 }' "$dir/campaign_curves.csv" | uniq)
 [ -n "$runs" ] || { echo "plot: no runs in $dir/campaign_curves.csv" >&2; exit 2; }
+prefix=paper
+if [ -n "$tag" ]; then
+  set +e
+  runs=$(grep -E -- "$regex" <<<"$runs" 2>/dev/null); rc=$?
+  set -e
+  [ $rc -le 1 ] || { echo "plot: REGEX '$regex' is not an extended regular expression" >&2; exit 2; }
+  [ -n "$runs" ] || { echo "plot: no run's name matches '$regex'" >&2; exit 2; }
+  prefix=paper_$tag
+fi
 
 # style RUN: the colour of its format (the name up to "-s<seed>"), the dash of its seed
 style() {
@@ -69,9 +84,9 @@ for run in $runs; do
   [ -s "$tmp/g$i" ] && grad+="${grad:+, }'$tmp/g$i' using 1:2 with lines $STYLE title '$run'"
   i=$((i + 1))
 done
-name=$(basename "$dir")
-[ -n "$train" ] && draw paper_train_loss "$name: training loss (running mean of 20 steps)" "loss (nats/token)" "set yrange [1:5]" "$train"
-[ -n "$val" ] && draw paper_val_loss "$name: validation loss" "loss (nats/token)" "set yrange [1.9:5]" "$val"
-[ -n "$grad" ] && draw paper_grad_norm "$name: gradient norm before clipping (running median of 9 steps)" "gradient norm" "set logscale y" "$grad"
-[ -n "$sharp" ] && draw paper_sharpness "$name: epsilon-sharpness of the final token's logits (eps 1e-3)" "sharpness" "" "$sharp"
+name=$(basename "$dir")${tag:+ ($tag)}
+[ -n "$train" ] && draw ${prefix}_train_loss "$name: training loss (running mean of 20 steps)" "loss (nats/token)" "set yrange [1:5]" "$train"
+[ -n "$val" ] && draw ${prefix}_val_loss "$name: validation loss" "loss (nats/token)" "set yrange [1.9:*]" "$val"
+[ -n "$grad" ] && draw ${prefix}_grad_norm "$name: gradient norm before clipping (running median of 9 steps)" "gradient norm" "set logscale y" "$grad"
+[ -n "$sharp" ] && draw ${prefix}_sharpness "$name: epsilon-sharpness of the final token's logits (eps 1e-3)" "sharpness" "" "$sharp"
 exit 0

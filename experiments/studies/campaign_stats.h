@@ -1,7 +1,8 @@
 /*
  * The statistics of a campaign's table (campaign.c): exact binomial
  * confidence intervals, the seeds' summary of a sample, and the tests that
- * compare a group with a reference (Fisher's exact test, the paired t-test).
+ * compare a group with a reference (Fisher's exact test, the paired t-test,
+ * the Mann-Whitney test of the steps to divergence).
  *
  *   beta_cdf(x; a, b)       the regularised incomplete beta function I_x(a, b)
  *                           (a, b > 0), by the continued fraction of Numerical
@@ -38,6 +39,25 @@
  *                           two-sided p with n - 1 degrees of freedom.  t and p
  *                           are NaN when n < 2 or std = 0 (all differences
  *                           equal: the t statistic is undefined, not infinite).
+ *   mann_whitney_earlier    the exact one-sided Mann-Whitney (Wilcoxon rank-sum)
+ *                           test that the group's values x (n of them) are
+ *                           smaller than the reference's y (m): the statistic is
+ *                           W, the sum of the x's ranks in the pooled sample,
+ *                           tied values taking the mean of their ranks
+ *                           (mid-ranks); p = P(W' <= W) for W' the rank sum of n
+ *                           values drawn at random, without replacement, from
+ *                           the n + m observed ones, every subset equally likely:
+ *                           the permutation law conditional on the ties (R's
+ *                           coin::wilcox_test(distribution = "exact")), so ties
+ *                           need no correction.  Counted exactly by the
+ *                           recursion over the pooled values of the number of
+ *                           k-subsets with each rank sum (ranks doubled to
+ *                           integers), for n + m <= mann_whitney_max_pooled.
+ *                           Also pairs_earlier, the pairs (x_i, y_j) with
+ *                           x_i < y_j plus half those with x_i = y_j, out of n m:
+ *                           n m - (W - n (n + 1) / 2), so p = P(pairs_earlier'
+ *                           >= pairs_earlier).  Without ties and n = m = 3, x all
+ *                           below y: p = 1 / C(6, 3) = 0.05.
  */
 #ifndef EXPERIMENTS_STUDIES_CAMPAIGN_STATS_H
 #define EXPERIMENTS_STUDIES_CAMPAIGN_STATS_H
@@ -68,5 +88,14 @@ typedef struct {
 } paired_t;
 
 paired_t paired_t_test(const double *differences, int n);
+
+/* the exact recursion's table grows as (n + 1) (n + m)^2: a campaign's groups
+ * hold a few seeds */
+enum { mann_whitney_max_pooled = 200 };
+
+/* n, m >= 1, n + m <= mann_whitney_max_pooled, every value finite; -1 for
+ * arguments outside these (results unchanged), else 0. */
+int mann_whitney_earlier(const double *x, int n, const double *y, int m, double *pairs_earlier,
+                         double *p);
 
 #endif /* EXPERIMENTS_STUDIES_CAMPAIGN_STATS_H */

@@ -10,6 +10,10 @@
  *    the hypergeometric formula in exact fractions;
  *  - Student's t two-sided p at the tabulated 5% critical values, and at
  *    t = 2, nu = 2, where it is 1 - sqrt(2/3) in closed form;
+ *  - the exact Mann-Whitney test on cases counted by hand (separated samples,
+ *    ties, one value a side), the U tables' entries, and every sample of a
+ *    few small sizes against enumeration of the subsets, the statistic counted
+ *    pair by pair rather than from ranks;
  *  - arguments outside the domain refused. */
 #include <check.h>
 #include <math.h>
@@ -182,6 +186,120 @@ START_TEST(test_paired_t) {
 }
 END_TEST
 
+START_TEST(test_mann_whitney_by_hand) {
+  const double steps_a[] = {101, 109, 114}, steps_b[] = {368, 376, 396};
+  const struct {
+    const double *x;
+    int n;
+    const double *y;
+    int m;
+    double pairs_earlier, p;
+  } cases[] = {
+      /* 3 below 3: W = 1 + 2 + 3, the least of C(6, 3) = 20 subsets */
+      {steps_a, 3, steps_b, 3, 9, 1.0 / 20},
+      /* the other way round: every subset has W' <= 4 + 5 + 6 */
+      {steps_b, 3, steps_a, 3, 0, 1},
+      /* 2 below 3: 1 of C(5, 2) = 10 */
+      {steps_a, 2, steps_b, 3, 6, 1.0 / 10},
+      /* one value a side: 1 of 2; one below three: 1 of 4; one above three: 4 of 4 */
+      {steps_a, 1, steps_b, 1, 1, 0.5},
+      {steps_a, 1, steps_b, 3, 3, 0.25},
+      {steps_b + 2, 1, steps_a, 3, 0, 1},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    double pairs = -1, p = -1;
+    ck_assert_int_eq(
+        mann_whitney_earlier(cases[i].x, cases[i].n, cases[i].y, cases[i].m, &pairs, &p), 0);
+    ck_assert_msg(pairs == cases[i].pairs_earlier && fabs(p - cases[i].p) < 1e-15,
+                  "case %zu: pairs earlier %g, p %.15g; want %g, %.15g", i, pairs, p,
+                  cases[i].pairs_earlier, cases[i].p);
+  }
+  /* ties: x = {1, 2}, y = {2, 3}; mid-ranks 1, 2.5 | 2.5, 4, W = 3.5.  The six
+   * 2-subsets of {1, 2.5, 2.5, 4} sum to 3.5 3.5 5 5 6.5 6.5: p = 2/6.  Pairs:
+   * 1 < 2, 1 < 3, 2 = 2 (half), 2 < 3: 3.5 of 4. */
+  const double tie_x[] = {1, 2}, tie_y[] = {2, 3};
+  double pairs, p;
+  ck_assert_int_eq(mann_whitney_earlier(tie_x, 2, tie_y, 2, &pairs, &p), 0);
+  ck_assert_msg(pairs == 3.5 && fabs(p - 1.0 / 3) < 1e-15, "ties: %g, %.15g", pairs, p);
+  /* x = {350, 500}, y = {300, 350, 400}: mid-ranks 2.5, 5 | 1, 2.5, 4, W = 7.5;
+   * the ten 2-subsets of {1, 2.5, 2.5, 4, 5} sum to 3.5 3.5 5 6 5 6.5 6.5 7.5 7.5 9:
+   * p = 9/10; pairs: 350 = 350 (half), 350 < 400: 1.5 of 6 */
+  const double tie2_x[] = {350, 500}, tie2_y[] = {300, 350, 400};
+  ck_assert_int_eq(mann_whitney_earlier(tie2_x, 2, tie2_y, 3, &pairs, &p), 0);
+  ck_assert_msg(pairs == 1.5 && fabs(p - 0.9) < 1e-15, "ties 2: %g, %.15g", pairs, p);
+  /* all values equal: every subset has the observed W, p = 1, every pair half */
+  const double same[] = {7, 7, 7, 7, 7};
+  ck_assert_int_eq(mann_whitney_earlier(same, 3, same + 3, 2, &pairs, &p), 0);
+  ck_assert(pairs == 3 && p == 1);
+}
+END_TEST
+
+/* The tables of the Mann-Whitney U's exact lower tail P(U <= u) without ties
+ * (e.g. Siegel & Castellan, table J): n = 3, m = 4: u = 0 0.029, u = 1 0.057;
+ * n = m = 4: u = 1 0.029, u = 2 0.057; n = m = 5: u = 2 0.016, u = 4 0.048.  U
+ * counts the pairs with x above y, so x takes the ranks that leave u pairs. */
+START_TEST(test_mann_whitney_tables) {
+  const struct {
+    int n, m, u;
+    double p;
+  } rows[] = {{3, 4, 0, 1.0 / 35}, {3, 4, 1, 2.0 / 35}, {4, 4, 1, 2.0 / 70},
+              {4, 4, 2, 4.0 / 70}, {5, 5, 2, 4.0 / 252}, {5, 5, 4, 12.0 / 252}};
+  for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+    /* x = 1..n - 1 and n + u: U = u (the last x above u of the y's) */
+    double x[8], y[8];
+    for (int k = 0; k < rows[i].n - 1; k++) x[k] = k + 1;
+    x[rows[i].n - 1] = rows[i].n + rows[i].u;
+    for (int k = 0, v = rows[i].n; k < rows[i].m; v++)
+      if (v != rows[i].n + rows[i].u) y[k++] = v;
+    double pairs, p;
+    ck_assert_int_eq(mann_whitney_earlier(x, rows[i].n, y, rows[i].m, &pairs, &p), 0);
+    ck_assert_msg(pairs == rows[i].n * rows[i].m - rows[i].u && fabs(p - rows[i].p) < 1e-15,
+                  "n %d m %d u %d: pairs %g p %.6f, want %.6f", rows[i].n, rows[i].m, rows[i].u,
+                  pairs, p, rows[i].p);
+  }
+}
+END_TEST
+
+/* pairs with a < b, half the ties */
+static double count_earlier_pairs(const double *a, int n, const double *b, int m) {
+  double pairs = 0;
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < m; j++) pairs += a[i] < b[j] ? 1 : a[i] == b[j] ? 0.5 : 0;
+  return pairs;
+}
+
+START_TEST(test_mann_whitney_enumerated) {
+  /* values from a small set, so that ties are frequent; every split of the
+   * pooled sample into n and m by a bit mask, equally likely */
+  unsigned state = 12345;
+  for (int trial = 0; trial < 300; trial++) {
+    const int n = 1 + trial % 6, m = 1 + (trial / 6) % 7;
+    double pooled[13];
+    for (int i = 0; i < n + m; i++) {
+      state = state * 1103515245u + 12345u;
+      pooled[i] = (double)((state >> 16) % 6) * 10;
+    }
+    const double observed = count_earlier_pairs(pooled, n, pooled + n, m);
+    int splits = 0, at_least = 0;
+    for (unsigned mask = 0; mask < 1u << (n + m); mask++) {
+      if (__builtin_popcount(mask) != n) continue;
+      double a[13], b[13];
+      int na = 0, nb = 0;
+      for (int i = 0; i < n + m; i++)
+        if (mask >> i & 1) a[na++] = pooled[i];
+        else b[nb++] = pooled[i];
+      splits++;
+      at_least += count_earlier_pairs(a, na, b, nb) >= observed;
+    }
+    double pairs, p;
+    ck_assert_int_eq(mann_whitney_earlier(pooled, n, pooled + n, m, &pairs, &p), 0);
+    ck_assert_msg(pairs == observed && fabs(p - (double)at_least / splits) < 1e-12,
+                  "trial %d (n %d m %d): pairs %g p %.12f; enumerated %g, %d / %d", trial, n, m,
+                  pairs, p, observed, at_least, splits);
+  }
+}
+END_TEST
+
 START_TEST(test_bad_arguments) {
   double lo = 7, hi = 7;
   ck_assert_int_eq(clopper_pearson(4, 3, 0.05, &lo, &hi), -1);
@@ -190,12 +308,20 @@ START_TEST(test_bad_arguments) {
   ck_assert_int_eq(clopper_pearson(1, 3, 1.5, &lo, &hi), -1);
   ck_assert(lo == 7 && hi == 7);
   ck_assert(isnan(beta_cdf(0.5, 0, 1)) && isnan(beta_quantile(2, 1, 1)));
+  const double x[] = {1, NAN}, y[mann_whitney_max_pooled] = {0};
+  double pairs = 7, p = 7;
+  ck_assert_int_eq(mann_whitney_earlier(x, 0, y, 3, &pairs, &p), -1);
+  ck_assert_int_eq(mann_whitney_earlier(x, 1, y, 0, &pairs, &p), -1);
+  ck_assert_int_eq(mann_whitney_earlier(x, 2, y, 3, &pairs, &p), -1);
+  ck_assert_int_eq(mann_whitney_earlier(x, 1, y, mann_whitney_max_pooled, &pairs, &p), -1);
+  ck_assert(pairs == 7 && p == 7);
 }
 END_TEST
 
 int main(void) {
   const TTest *const tests[] = {test_scipy_n3, test_against_binomial_cdf, test_beta_cdf,
                                 test_summary, test_fisher_exact, test_student_t, test_paired_t,
-                                test_bad_arguments, NULL};
+                                test_mann_whitney_by_hand, test_mann_whitney_tables,
+                                test_mann_whitney_enumerated, test_bad_arguments, NULL};
   return run_suite(suite_of("campaign_stats", 60, tests), true);
 }

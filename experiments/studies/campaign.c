@@ -2,7 +2,8 @@
  * A campaign's table, from a folder of run directories (a sweep's folder, or
  * runs brought back from the GPU machine side by side):
  *
- *   bazel run //experiments/studies:campaign -- DIR [--out PREFIX] [--reference SUBSTRING]
+ *   bazel run //experiments/studies:campaign -- DIR [--out PREFIX] [--select KEY=VALUE ...]
+ *                                              [--reference SUBSTRING]
  *
  * writes PREFIX.csv and PREFIX.md (default DIR/campaign): one row per group,
  * a group being the runs whose config.cfg agree on every key but the seed and
@@ -26,6 +27,15 @@
  *                      step): n, mean, sample standard deviation, min, max
  *   div_step_*         the diverged runs' step of divergence (diverged_at):
  *                      mean, min, max
+ *
+ * --select KEY=VALUE (repeatable) keeps only the runs whose config.cfg has the
+ * key with that value, every --select at once; the groups, their names and
+ * everything below are then of those runs alone (a campaign with two learning
+ * rates is compared at one: --select lr=4e-4).  Values compare as text, as
+ * the grouping compares them: lr=4e-4 does not select a config that writes
+ * 0.0004.  PREFIX.md then says which runs were selected, above its first table.
+ * A --select without "=" or with an empty key, one that matches no run, or
+ * several that match none together: one line on stderr and exit 2.
  *
  * Empty cells where a statistic is undefined (no run, one run for a standard
  * deviation).  PREFIX_curves.csv holds every run's trajectory as the sweep's
@@ -60,6 +70,17 @@
  *                          two-sided p, Student's t with pairs - 1 degrees of
  *                          freedom; empty with fewer than 2 pairs, and when the
  *                          differences are all equal (std 0, t undefined)
+ *   div_step_pairs, div_step_pairs_earlier, div_step_earlier_p
+ *                          the steps of divergence (diverged_at) of the group's
+ *                          diverged runs against the reference's: how many
+ *                          pairs of a group run and a reference run, in how
+ *                          many of them the group's diverged earlier (a tie
+ *                          counting half), and the exact one-sided Mann-Whitney
+ *                          p that the group diverges earlier (campaign_stats.h:
+ *                          the rank sum's permutation law given the observed
+ *                          steps, ties at mid-ranks).  Empty where either has
+ *                          no diverged run or the two have more than 200
+ *                          together, and in the reference's own row
  *
  * With --reference also the early-warning rule, PREFIX_warn.csv and a third
  * table in PREFIX.md: a run's smoothed gradient norm is the running median of
@@ -164,6 +185,56 @@ static const char *config_value(const run_info *r, const char *key) {
   return "";
 }
 
+/* --select KEY=VALUE: the key split from the value at the first "=" */
+typedef struct {
+  const char *text; /* as given, for messages */
+  char *key;
+  const char *value;
+} selection;
+
+static selection *selections;
+static int n_selections, n_runs_in_dir;
+
+/* Whether r's config.cfg has the key with the value (as text: grouping
+ * compares values so too); an absent key is not an empty value here. */
+static bool selected_by(const run_info *r, const selection *s) {
+  for (int i = 0; i < r->n_keys; i++)
+    if (!strcmp(r->keys[i], s->key)) return !strcmp(r->values[i], s->value);
+  return false;
+}
+
+static void free_run(run_info *r) {
+  for (int k = 0; k < r->n_keys; k++) free(r->keys[k]), free(r->values[k]);
+  free(r->keys), free(r->values), free(r->name);
+}
+
+/* Keeps the runs that every --select selects, in their order; a --select that
+ * selects none, or none left by all of them, is refused. */
+static int select_runs(run_info *runs, int n, const char *dir) {
+  for (int s = 0; s < n_selections; s++) {
+    int matches = 0;
+    for (int i = 0; i < n; i++) matches += selected_by(&runs[i], &selections[s]);
+    if (!matches) {
+      fprintf(stderr, "campaign: --select %s matches no run in %s\n", selections[s].text, dir);
+      exit(2);
+    }
+  }
+  int kept = 0;
+  for (int i = 0; i < n; i++) {
+    bool keep = true;
+    for (int s = 0; s < n_selections && keep; s++) keep = selected_by(&runs[i], &selections[s]);
+    if (keep) runs[kept++] = runs[i];
+    else free_run(&runs[i]);
+  }
+  if (!kept) {
+    fputs("campaign: no run matches every --select at once:", stderr);
+    for (int s = 0; s < n_selections; s++) fprintf(stderr, " %s", selections[s].text);
+    fputc('\n', stderr);
+    exit(2);
+  }
+  return kept;
+}
+
 static void read_summary(const char *path, run_info *r) {
   r->val_loss = NAN;
   char *text = read_text(path);
@@ -246,6 +317,8 @@ typedef struct {
   int others_finished, others_diverged;            /* every finished run not in the group */
   double others_one_sided, others_two_sided;       /* Fisher, against them pooled */
   paired_t val_by_seed; /* final validation loss, group - reference, by seed */
+  int div_step_pairs;                                /* 0: no Mann-Whitney test */
+  double div_step_pairs_earlier, div_step_earlier_p; /* steps to divergence; NaN without one */
 } comparison;
 
 typedef struct {
@@ -318,7 +391,7 @@ static void write_compare_csv(FILE *f, const group_row *g, int ng) {
   fputs("group,reference,finished,diverged,reference_finished,reference_diverged,"
         "fisher_reference_one_sided,fisher_reference_two_sided,others_finished,others_diverged,"
         "fisher_others_one_sided,fisher_others_two_sided,val_pairs,val_diff_mean,val_diff_std,"
-        "val_diff_t,val_diff_p\n", f);
+        "val_diff_t,val_diff_p,div_step_pairs,div_step_pairs_earlier,div_step_earlier_p\n", f);
   const group_row *ref = &g[reference_group];
   for (int i = 0; i < ng; i++) {
     const comparison *c = &g[i].vs;
@@ -337,6 +410,10 @@ static void write_compare_csv(FILE *f, const group_row *g, int ng) {
     csv_num(f, c->val_by_seed.diff.std);
     csv_num(f, c->val_by_seed.t);
     csv_num(f, c->val_by_seed.p);
+    if (c->div_step_pairs) fprintf(f, ",%d", c->div_step_pairs);
+    else fputs(",", f);
+    csv_num(f, c->div_step_pairs_earlier);
+    csv_num(f, c->div_step_earlier_p);
     fputc('\n', f);
   }
 }
@@ -347,11 +424,15 @@ static void write_md_comparison(FILE *f, const group_row *g, int ng) {
   md_name(f, g[reference_group].name);
   fputs(": Fisher's exact test of the divergences (one-sided: the group diverges more "
         "often), against the reference and against all other finished runs pooled; the final "
-        "validation loss paired by seed (group − reference) with its two-sided paired t-test.\n\n"
+        "validation loss paired by seed (group − reference) with its two-sided paired t-test; "
+        "the steps to divergence against the reference's, pairs of a diverged run of each in "
+        "which the group's diverged earlier (ties half) and the exact one-sided Mann-Whitney p "
+        "that the group diverges earlier.\n\n"
         "| group | diverged / finished | vs reference: p one-sided, two-sided | all other runs: "
         "diverged / finished; p one-sided, two-sided | val loss − reference by seed: mean ± "
-        "std, pairs; t, p |\n"
-        "|---|---|---|---|---|\n", f);
+        "std, pairs; t, p | steps to divergence vs reference: pairs earlier; p one-sided "
+        "(earlier) |\n"
+        "|---|---|---|---|---|---|\n", f);
   for (int i = 0; i < ng; i++) {
     const comparison *c = &g[i].vs;
     fputs("| ", f);
@@ -370,6 +451,13 @@ static void write_md_comparison(FILE *f, const group_row *g, int ng) {
       else fprintf(f, "%+.4f, 1; ", v->diff.mean);
       if (isfinite(v->t)) fprintf(f, "t %.3f, p %.3g", v->t, v->p);
       else fputs("-", f);
+    }
+    fputs(" | ", f);
+    if (i == reference_group) fputs("(reference)", f);
+    else if (!c->div_step_pairs) fputs("-", f);
+    else {
+      fprintf(f, "%g / %d; ", c->div_step_pairs_earlier, c->div_step_pairs);
+      md_p(f, c->div_step_earlier_p);
     }
     fputs(" |\n", f);
   }
@@ -537,6 +625,13 @@ static void write_md_warnings(FILE *f, const group_row *g, int ng) {
 
 /* The markdown table: "-" where the CSV is empty; | in a name escaped. */
 static void write_md(FILE *f, const group_row *g, int ng) {
+  if (n_selections) {
+    int runs = 0;
+    for (int i = 0; i < ng; i++) runs += g[i].runs;
+    fputs("Runs selected:", f);
+    for (int s = 0; s < n_selections; s++) fprintf(f, " %s", selections[s].text);
+    fprintf(f, " (%d of the %d runs in the folder).\n\n", runs, n_runs_in_dir);
+  }
   fputs("| group | runs (finished) | diverged | frequency [95% CI] | final val loss: mean "
         "± std (min – max), n | steps to divergence: mean (min – max) |\n"
         "|---|---|---|---|---|---|\n", f);
@@ -606,16 +701,29 @@ static void write_atomic(const char *path, void (*body)(FILE *, const group_row 
   }
 }
 
+/* The steps of divergence of group g's diverged runs, into steps; how many. */
+static int divergence_steps(const run_info *runs, int n, int g, double *steps) {
+  int count = 0;
+  for (int i = 0; i < n; i++)
+    if (runs[i].group == g && !strcmp(runs[i].status, "diverged") && runs[i].diverged_at > 0)
+      steps[count++] = (double)runs[i].diverged_at;
+  return count;
+}
+
 /* Each group against the reference group: Fisher's exact test of its
  * divergences against the reference's and against every other finished run,
- * and its completed runs' final validation loss minus the reference's of the
- * same seed (a seed run twice on a side pairs its first run by folder name). */
+ * its completed runs' final validation loss minus the reference's of the
+ * same seed (a seed run twice on a side pairs its first run by folder name),
+ * and the Mann-Whitney test of its steps of divergence against the reference's. */
 static void compare(group_row *groups, int ng, const run_info *runs, int n) {
   int total_finished = 0, total_diverged = 0;
   for (int g = 0; g < ng; g++)
     total_finished += groups[g].finished, total_diverged += groups[g].diverged;
   const group_row *ref = &groups[reference_group];
   double *differences = xrealloc(NULL, sizeof(double) * n);
+  double *steps = xrealloc(NULL, sizeof(double) * n);
+  double *ref_steps = xrealloc(NULL, sizeof(double) * n);
+  const int n_ref_steps = divergence_steps(runs, n, reference_group, ref_steps);
   for (int g = 0; g < ng; g++) {
     comparison *c = &groups[g].vs;
     const int finished = groups[g].finished, diverged = groups[g].diverged;
@@ -648,11 +756,18 @@ static void compare(group_row *groups, int ng, const run_info *runs, int n) {
         }
     }
     c->val_by_seed = paired_t_test(differences, pairs);
+    c->div_step_pairs_earlier = c->div_step_earlier_p = NAN;
+    const int n_steps = g == reference_group ? 0 : divergence_steps(runs, n, g, steps);
+    if (n_steps && n_ref_steps &&
+        mann_whitney_earlier(steps, n_steps, ref_steps, n_ref_steps, &c->div_step_pairs_earlier,
+                             &c->div_step_earlier_p) == 0)
+      c->div_step_pairs = n_steps * n_ref_steps;
   }
-  free(differences);
+  free(differences), free(steps), free(ref_steps);
 }
 
-#define USAGE "campaign DIR [--out PREFIX] [--reference SUBSTRING [--warn-ratio R]]"
+#define USAGE                                                                            \
+  "campaign DIR [--out PREFIX] [--select KEY=VALUE ...] [--reference SUBSTRING [--warn-ratio R]]"
 
 int main(int argc, char **argv) {
   const char *dir = NULL, *out = NULL, *reference = NULL;
@@ -660,6 +775,14 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
     else if (!strcmp(argv[i], "--reference") && i + 1 < argc) reference = argv[++i];
+    else if (!strcmp(argv[i], "--select") && i + 1 < argc) {
+      const char *text = argv[++i], *eq = strchr(text, '=');
+      if (!eq || eq == text) fail(2, "--select wants KEY=VALUE (the value compared as text)", text);
+      char *key = strndup(text, eq - text);
+      if (!key) fail(1, "out of memory", NULL);
+      selections = xrealloc(selections, sizeof *selections * (n_selections + 1));
+      selections[n_selections++] = (selection){.text = text, .key = key, .value = eq + 1};
+    }
     else if (!strcmp(argv[i], "--warn-ratio") && i + 1 < argc) {
       char *end;
       warn_ratio = strtod(argv[++i], &end);
@@ -668,7 +791,9 @@ int main(int argc, char **argv) {
     }
     else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       printf("usage: " USAGE "   (writes PREFIX.csv, PREFIX.md, PREFIX_curves.csv, with "
-             "--reference PREFIX_compare.csv and PREFIX_warn.csv; default PREFIX DIR/campaign)\n");
+             "--reference PREFIX_compare.csv and PREFIX_warn.csv; default PREFIX DIR/campaign; "
+             "--select keeps the runs whose config.cfg has KEY with VALUE, as text, every "
+             "--select at once)\n");
       return 0;
     } else if (!dir && argv[i][0] != '-') dir = argv[i];
     else fail(2, "unexpected argument (usage: " USAGE ")", argv[i]);
@@ -677,6 +802,8 @@ int main(int argc, char **argv) {
   int n;
   run_info *runs = read_runs(dir, &n);
   if (n == 0) fail(2, "no run directories (subfolders with a config.cfg)", dir);
+  n_runs_in_dir = n;
+  if (n_selections) n = select_runs(runs, n, dir);
 
   const char **keys;
   const int nk = varying_keys(runs, n, &keys);
@@ -733,7 +860,9 @@ int main(int argc, char **argv) {
   snprintf(path, sizeof path, "%s.csv", out ? out : "");
   if (!out) snprintf(path, sizeof path, "%s/campaign.csv", dir);
   write_atomic(path, write_csv, groups, ng);
-  printf("campaign: %d runs in %d groups: %s\n", n, ng, path);
+  if (n_selections)
+    printf("campaign: %d of %d runs selected, in %d groups: %s\n", n, n_runs_in_dir, ng, path);
+  else printf("campaign: %d runs in %d groups: %s\n", n, ng, path);
   path[strlen(path) - 4] = 0;
   strcat(path, ".md");
   write_atomic(path, write_md, groups, ng);
@@ -754,11 +883,9 @@ int main(int argc, char **argv) {
     printf("campaign: %s\n", path);
   }
 
-  for (int i = 0; i < n; i++) {
-    for (int k = 0; k < runs[i].n_keys; k++) free(runs[i].keys[k]), free(runs[i].values[k]);
-    free(runs[i].keys), free(runs[i].values), free(runs[i].name);
-  }
+  for (int i = 0; i < n; i++) free_run(&runs[i]);
+  for (int s = 0; s < n_selections; s++) free(selections[s].key);
   for (int g = 0; g < ng; g++) free(groups[g].name);
-  free(runs), free(groups), free(keys), free(val), free(steps), free(warnings);
+  free(runs), free(groups), free(keys), free(val), free(steps), free(warnings), free(selections);
   return 0;
 }

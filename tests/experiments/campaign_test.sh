@@ -7,8 +7,10 @@
 # them; the unfinished runs counted in `runs` only; the trajectories of the two
 # runs with a log (validation lines with and without the epsilon-sharpness).
 # Then --reference on a synthetic campaign written below, its comparison
-# worked out by hand from the hypergeometric law and the paired differences,
-# and the early-warning rule on synthetic logs, its steps worked out by hand.
+# worked out by hand from the hypergeometric law and the paired differences;
+# --select on that campaign beside a second learning rate, with the
+# Mann-Whitney test of the steps to divergence counted by hand; and the
+# early-warning rule on synthetic logs, its steps worked out by hand.
 # usage: campaign_test.sh CAMPAIGN_BINARY FIXTURE_DIR
 set -uo pipefail
 campaign=$(realpath "$1"); fixture=$(realpath "$2")
@@ -89,13 +91,14 @@ mkrun d_s1 d 1 completed 3.5; mkrun d_s2 d 2 completed 3.75
 #   a  .125 .25 .375: mean .25, std .125, t = 2 sqrt(3) = 3.46410162,
 #      p = I_{2/14}(1, 1/2) = 1 - sqrt(6/7) = 0.0741799002
 #   b  no pair; c  one pair, .25; d  .5 .5: std 0, no t
+# Steps to divergence: bf16 has no diverged run, so no Mann-Whitney test.
 cat > "$tmp/want_compare.csv" <<'CSV'
-group,reference,finished,diverged,reference_finished,reference_diverged,fisher_reference_one_sided,fisher_reference_two_sided,others_finished,others_diverged,fisher_others_one_sided,fisher_others_two_sided,val_pairs,val_diff_mean,val_diff_std,val_diff_t,val_diff_p
-recipe=a,recipe=bf16,4,0,3,0,1,1,12,5,1,0.244505495,3,0.25,0.125,3.46410162,0.0741799002
-recipe=b,recipe=bf16,3,3,3,0,0.05,0.1,13,2,0.0178571429,0.0178571429,0,,,,
-recipe=bf16,recipe=bf16,3,0,3,0,,,13,5,1,0.508928571,,,,,
-recipe=c,recipe=bf16,4,2,3,0,0.285714286,0.428571429,12,3,0.365384615,0.546703297,1,0.25,,,
-recipe=d,recipe=bf16,2,0,3,0,1,1,14,5,1,1,2,0.5,0,,
+group,reference,finished,diverged,reference_finished,reference_diverged,fisher_reference_one_sided,fisher_reference_two_sided,others_finished,others_diverged,fisher_others_one_sided,fisher_others_two_sided,val_pairs,val_diff_mean,val_diff_std,val_diff_t,val_diff_p,div_step_pairs,div_step_pairs_earlier,div_step_earlier_p
+recipe=a,recipe=bf16,4,0,3,0,1,1,12,5,1,0.244505495,3,0.25,0.125,3.46410162,0.0741799002,,,
+recipe=b,recipe=bf16,3,3,3,0,0.05,0.1,13,2,0.0178571429,0.0178571429,0,,,,,,,
+recipe=bf16,recipe=bf16,3,0,3,0,,,13,5,1,0.508928571,,,,,,,,
+recipe=c,recipe=bf16,4,2,3,0,0.285714286,0.428571429,12,3,0.365384615,0.546703297,1,0.25,,,,,,
+recipe=d,recipe=bf16,2,0,3,0,1,1,14,5,1,1,2,0.5,0,,,,,
 CSV
 # same text, or numbers within 1e-8 relative; an empty cell only where one is wanted
 same_csv() { # GOT WANT
@@ -114,11 +117,11 @@ if "$campaign" "$tmp/synthetic" --out "$tmp/ref" --reference recipe=bf16 > "$tmp
   ok "--reference recipe=bf16: Fisher's p values and the paired t-test as worked out by hand"
 else bad "--reference comparison: $(cat "$tmp/out" "$tmp/d")"; fi
 # the markdown table's rows, as they read
-md_rows=("| recipe=a | 0 / 4 | 1, 1 | 5 / 12; 1, 0.245 | +0.2500 ± 0.1250, 3; t 3.464, p 0.0742 |"
-         "| recipe=b | 3 / 3 | 0.05, 0.1 | 2 / 13; 0.0179, 0.0179 | - |"
-         "| recipe=bf16 | 0 / 3 | (reference) | 5 / 13; 1, 0.509 | (reference) |"
-         "| recipe=c | 2 / 4 | 0.286, 0.429 | 3 / 12; 0.365, 0.547 | +0.2500, 1; - |"
-         "| recipe=d | 0 / 2 | 1, 1 | 5 / 14; 1, 1 | +0.5000 ± 0.0000, 2; - |")
+md_rows=("| recipe=a | 0 / 4 | 1, 1 | 5 / 12; 1, 0.245 | +0.2500 ± 0.1250, 3; t 3.464, p 0.0742 | - |"
+         "| recipe=b | 3 / 3 | 0.05, 0.1 | 2 / 13; 0.0179, 0.0179 | - | - |"
+         "| recipe=bf16 | 0 / 3 | (reference) | 5 / 13; 1, 0.509 | (reference) | (reference) |"
+         "| recipe=c | 2 / 4 | 0.286, 0.429 | 3 / 12; 0.365, 0.547 | +0.2500, 1; - | - |"
+         "| recipe=d | 0 / 2 | 1, 1 | 5 / 14; 1, 1 | +0.5000 ± 0.0000, 2; - | - |")
 missing=0
 for row in "${md_rows[@]}"; do grep -qxF -- "$row" "$tmp/ref.md" || { echo "  missing: $row"; missing=1; }; done
 [ $missing = 0 ] && ok "--reference: the markdown comparison table" || bad "--reference: markdown rows missing"
@@ -132,6 +135,91 @@ else bad "without --reference: the outputs differ from the first table of --refe
 expect_2 "--reference matching no group" "$tmp/synthetic" --out "$tmp/y" --reference fp4
 expect_2 "--reference matching two groups (recipe=b, recipe=bf16)" "$tmp/synthetic" --out "$tmp/y" --reference recipe=b
 [ ! -e "$tmp/y.csv" ] && [ ! -e "$tmp/y_compare.csv" ] && ok "bad --reference wrote nothing" || bad "bad --reference wrote files"
+
+# --select: the synthetic campaign (lr 1e-3) beside runs at lr 1e-2, where bf16
+# diverges too.  Steps of divergence at lr 1e-2 (diverged_at):
+#   bf16  300 350 400             (the reference)
+#   b     100 150 200             all 9 pairs earlier; W = 1 + 2 + 3, the least of
+#                                 C(6, 3) = 20 subsets: p = 1/20
+#   c     350 500, seed 3 completed   mid-ranks 2.5 5 | 1 2.5 4: W = 7.5; the ten
+#                                 2-subsets of {1, 2.5, 2.5, 4, 5} sum to 3.5 3.5 5
+#                                 6 5 6.5 6.5 7.5 7.5 9: p = 9/10; pairs earlier:
+#                                 350 = 350 half, 350 < 400: 1.5 of 6
+#   d     seeds 1, 2 completed    no divergence, no test
+#   e     250, seed 2 completed   below all three: 3 of 3 pairs, p = 1/4
+# 13 finished runs at lr 1e-2, 9 diverged; Fisher against bf16 (3 / 3) and
+# against the others pooled (C(13, 9) = 715), P(x) = C(n, x) C(13 - n, 9 - x) / 715:
+#   b, bf16  3/3 vs 6/10: P = 10 135 360 210: one-sided 210/715 = 42/143,
+#            two-sided 355/715 = 71/143; b against bf16 one table, p = 1
+#   c  2/3 against bf16's 3/3: P(2) = P(3) = 1/2, both sides 1; against 7/10:
+#      one-sided 570/715 = 114/143, two-sided 1
+#   d  0/2 against 3/3: P = 1 6 3 (/10): one-sided 1, two-sided 1/10; against
+#      9/11: P = 55 330 330: one-sided 1, two-sided 55/715 = 1/13
+#   e  1/2 against 3/3: P(1) = 2/5, P(2) = 3/5: one-sided 1, two-sided 2/5;
+#      against 8/11: one-sided 660/715 = 12/13, two-sided 1
+# bf16 completed no run at lr 1e-2: no validation pair.
+mklr() { # FOLDER RECIPE SEED STATUS VAL_LOSS_OR_DIVERGED_AT, at lr 1e-2
+  mkdir -p "$tmp/lrs/$1"
+  printf 'lr = 1e-2\nseed = %s\nrun_dir = /runs/%s\nrecipe = %s\n' "$3" "$1" "$2" > "$tmp/lrs/$1/config.cfg"
+  if [ "$4" = diverged ]; then
+    printf '{"status":"diverged","steps":%d,"diverged_at":%d,"val_loss":null}' $(($5 - 1)) "$5"
+  else printf '{"status":"completed","steps":1000,"val_loss":%s}' "$5"; fi > "$tmp/lrs/$1/summary.json"
+}
+cp -r "$tmp/synthetic" "$tmp/lrs"
+rm -f "$tmp/lrs"/*.csv "$tmp/lrs"/*.md
+mklr hi_bf16_s1 bf16 1 diverged 300; mklr hi_bf16_s2 bf16 2 diverged 350; mklr hi_bf16_s3 bf16 3 diverged 400
+mklr hi_b_s1 b 1 diverged 100; mklr hi_b_s2 b 2 diverged 150; mklr hi_b_s3 b 3 diverged 200
+mklr hi_c_s1 c 1 diverged 350; mklr hi_c_s2 c 2 diverged 500; mklr hi_c_s3 c 3 completed 5.0
+mklr hi_d_s1 d 1 completed 5.0; mklr hi_d_s2 d 2 completed 5.25
+mklr hi_e_s1 e 1 diverged 250; mklr hi_e_s2 e 2 completed 5.0
+cat > "$tmp/want_hi_compare.csv" <<'CSV'
+group,reference,finished,diverged,reference_finished,reference_diverged,fisher_reference_one_sided,fisher_reference_two_sided,others_finished,others_diverged,fisher_others_one_sided,fisher_others_two_sided,val_pairs,val_diff_mean,val_diff_std,val_diff_t,val_diff_p,div_step_pairs,div_step_pairs_earlier,div_step_earlier_p
+recipe=b,recipe=bf16,3,3,3,3,1,1,10,6,0.293706294,0.496503497,0,,,,,9,9,0.05
+recipe=bf16,recipe=bf16,3,3,3,3,,,10,6,0.293706294,0.496503497,,,,,,,,
+recipe=c,recipe=bf16,3,2,3,3,1,1,10,7,0.797202797,1,0,,,,,6,1.5,0.9
+recipe=d,recipe=bf16,2,0,3,3,1,0.1,11,9,1,0.0769230769,0,,,,,,,
+recipe=e,recipe=bf16,2,1,3,3,1,0.4,11,8,0.923076923,1,0,,,,,3,3,0.25
+CSV
+if "$campaign" "$tmp/lrs" --out "$tmp/hi" --select lr=1e-2 --reference recipe=bf16 > "$tmp/out" 2>&1 &&
+   same_csv "$tmp/hi_compare.csv" "$tmp/want_hi_compare.csv" > "$tmp/d"; then
+  ok "--select lr=1e-2: Fisher, and steps to divergence: b 9/9 pairs earlier p 1/20, c with a tie p 9/10, e alone p 1/4"
+else bad "--select lr=1e-2: $(cat "$tmp/out" "$tmp/d")"; fi
+md_rows=("Runs selected: lr=1e-2 (13 of the 30 runs in the folder)."
+         "| recipe=b | 3 / 3 | 1, 1 | 6 / 10; 0.294, 0.497 | - | 9 / 9; 0.05 |"
+         "| recipe=bf16 | 3 / 3 | (reference) | 6 / 10; 0.294, 0.497 | (reference) | (reference) |"
+         "| recipe=c | 2 / 3 | 1, 1 | 7 / 10; 0.797, 1 | - | 1.5 / 6; 0.9 |"
+         "| recipe=d | 0 / 2 | 1, 0.1 | 9 / 11; 1, 0.0769 | - | - |"
+         "| recipe=e | 1 / 2 | 1, 0.4 | 8 / 11; 0.923, 1 | - | 3 / 3; 0.25 |")
+missing=0
+for row in "${md_rows[@]}"; do grep -qxF -- "$row" "$tmp/hi.md" || { echo "  missing: $row"; missing=1; }; done
+[ $missing = 0 ] && ok "--select lr=1e-2: the selection and the markdown comparison rows" || bad "--select lr=1e-2: markdown rows missing"
+# lr 1e-3 alone is the synthetic campaign again: the same groups, names and
+# comparison.  Without --select the groups carry lr in their names, recipe=bf16
+# names two of them, and b's "all other runs" pools both rates: 3/3 against
+# 11/26 (N = 29, K = 14), P(3) = C(26, 11) / C(29, 14) = (14 13 12) / (29 28 27)
+# = 26/261 on both sides, the least probable table, against 1/56 at lr 1e-3 alone.
+if "$campaign" "$tmp/lrs" --out "$tmp/lo" --select lr=1e-3 --reference recipe=bf16 > "$tmp/out" 2>&1 &&
+   same_csv "$tmp/lo_compare.csv" "$tmp/want_compare.csv" > "$tmp/d" &&
+   cmp -s "$tmp/lo.csv" "$tmp/ref.csv" && cmp -s "$tmp/lo_warn.csv" "$tmp/ref_warn.csv" &&
+   cmp -s "$tmp/lo_curves.csv" "$tmp/ref_curves.csv" &&
+   cmp -s <(tail -n +3 "$tmp/lo.md") "$tmp/ref.md" &&
+   grep -qxF "campaign: 17 of 30 runs selected, in 5 groups: $tmp/lo.csv" "$tmp/out"; then
+  ok "--select lr=1e-3: the synthetic campaign's tables, but for the selection's line"
+else bad "--select lr=1e-3: $(cat "$tmp/out" "$tmp/d")"; fi
+expect_2 "without --select, recipe=bf16 names both rates' bf16" "$tmp/lrs" --out "$tmp/y" --reference recipe=bf16
+if "$campaign" "$tmp/lrs" --out "$tmp/all" --reference "lr=1e-3 recipe=bf16" > "$tmp/out" 2>&1 &&
+   grep -q '^lr=1e-3 recipe=b,lr=1e-3 recipe=bf16,3,3,3,0,0.05,0.1,26,11,0.0996168582,0.0996168582,0,' "$tmp/all_compare.csv" &&
+   [ "$(tail -n +2 "$tmp/all.csv" | cut -d, -f1 | sort | paste -sd'|')" = "lr=1e-2 recipe=b|lr=1e-2 recipe=bf16|lr=1e-2 recipe=c|lr=1e-2 recipe=d|lr=1e-2 recipe=e|lr=1e-3 recipe=a|lr=1e-3 recipe=b|lr=1e-3 recipe=bf16|lr=1e-3 recipe=c|lr=1e-3 recipe=d" ]; then
+  ok "without --select: ten groups named by lr and recipe, b's pooled Fisher p 26/261 across rates (1/56 with --select lr=1e-3)"
+else bad "without --select: $(cat "$tmp/out"; cut -d, -f1,9-12 "$tmp/all_compare.csv")"; fi
+expect_2 "--select matching no run" "$tmp/lrs" --out "$tmp/y" --select lr=4e-4
+expect_2 "--select with a key no run has" "$tmp/lrs" --out "$tmp/y" --select rounding=rz
+expect_2 "--select lr=1e-2 and lr=1e-3 together" "$tmp/lrs" --out "$tmp/y" --select lr=1e-2 --select lr=1e-3
+expect_2 "--select without =" "$tmp/lrs" --out "$tmp/y" --select lr
+expect_2 "--select with an empty key" "$tmp/lrs" --out "$tmp/y" --select =1e-2
+expect_2 "--select without its argument" "$tmp/lrs" --out "$tmp/y" --select
+[ ! -e "$tmp/y.csv" ] && [ ! -e "$tmp/y.md" ] && [ ! -e "$tmp/y_compare.csv" ] && [ ! -e "$tmp/lrs/campaign.csv" ] &&
+  ok "bad --select wrote nothing" || bad "bad --select wrote files"
 
 # The early-warning rule (--reference): smoothed grad_norm = running median of
 # the last 9 training steps, against the same seed's bf16 run, first step >= 100

@@ -105,8 +105,9 @@
  * reference.  A bad R (not a number > 0) is one line on stderr and exit 2.
  *
  * Without --reference none of these is written and PREFIX.md holds the first table
- * alone.  Each file is written to a temporary name and renamed.  An
- * unreadable DIR, or one without any run, is one line on stderr and exit 2.
+ * alone.  Each file is written to a temporary name and renamed.  Under `bazel run`
+ * a relative DIR or PREFIX is the workspace's.  An unreadable DIR, or one without
+ * any run, is one line on stderr and exit 2.
  */
 #include <dirent.h>
 #include <json-c/json.h>
@@ -799,6 +800,11 @@ int main(int argc, char **argv) {
     else fail(2, "unexpected argument (usage: " USAGE ")", argv[i]);
   }
   if (!dir) fail(2, "usage: " USAGE, NULL);
+  /* under `bazel run` the current directory is the binary's runfiles: DIR and
+   * PREFIX, when relative, are the workspace's */
+  const char *workspace = getenv("BUILD_WORKSPACE_DIRECTORY");
+  if (workspace && *workspace && chdir(workspace) != 0)
+    fail(2, "cannot enter the workspace", workspace);
   int n;
   run_info *runs = read_runs(dir, &n);
   if (n == 0) fail(2, "no run directories (subfolders with a config.cfg)", dir);

@@ -98,8 +98,11 @@
  *   max_ratio              the largest ratio at the steps the rule watches
  *
  * The reference run is the first completed run of the reference group with the
- * seed (by folder name); runs without one are listed with warn_step,
- * steps_ahead and max_ratio empty and count in no summary.  PREFIX.md sums the
+ * seed (by folder name); for a diverged run without one, the reference group's
+ * run of the seed that diverged last, if it diverged after the run (so that
+ * every step compared is one where the reference was still training); runs
+ * without either are listed with warn_step, steps_ahead and max_ratio empty
+ * and count in no summary.  PREFIX.md sums the
  * rule up per group: diverged runs warned / diverged runs with a reference,
  * completed runs with a false alarm (the rule fired) / completed runs with a
  * reference.  A bad R (not a number > 0) is one line on stderr and exit 2.
@@ -526,12 +529,24 @@ static int smoothed_grad_norms(const char *dir, const run_info *r, long **steps,
 }
 
 /* The first completed run of the reference group with r's seed, or NULL. */
+/* The reference run of r's seed: the first completed one; else, for a run
+ * that diverged, the reference run of the seed that diverged last, if it
+ * diverged after r (at a learning rate where no reference run completes, the
+ * rule still compares r with a reference that was training normally at every
+ * step r logged). */
 static const run_info *same_seed_reference(const run_info *r, const run_info *runs, int n) {
   const char *seed = config_value(r, "seed");
-  for (int j = 0; j < n && *seed; j++)
-    if (runs[j].group == reference_group && !strcmp(runs[j].status, "completed") &&
-        !strcmp(config_value(&runs[j], "seed"), seed))
-      return &runs[j];
+  const run_info *outlived = NULL;
+  for (int j = 0; j < n && *seed; j++) {
+    const run_info *c = &runs[j];
+    if (c->group != reference_group || strcmp(config_value(c, "seed"), seed)) continue;
+    if (!strcmp(c->status, "completed")) return c;
+    if (!strcmp(c->status, "diverged") && (!outlived || c->diverged_at > outlived->diverged_at))
+      outlived = c;
+  }
+  if (outlived && !strcmp(r->status, "diverged") && r->diverged_at > 0 &&
+      outlived->diverged_at > r->diverged_at)
+    return outlived;
   return NULL;
 }
 
@@ -588,8 +603,9 @@ static void write_warn_csv(FILE *f, const group_row *g, int ng) {
 static void write_md_warnings(FILE *f, const group_row *g, int ng) {
   fprintf(f, "\nEarly warning: the smoothed gradient norm (running median of 9 training steps) "
           "against the reference run of the same seed; the rule fires at the first step >= 100 "
-          "where the ratio reaches %g.  Runs without a completed reference run of their seed "
-          "show \"-\" and count in no summary.\n\n"
+          "where the ratio reaches %g.  The reference run is the seed's completed one, or for a "
+          "diverged run without one, the seed's reference run that diverged last if it diverged "
+          "later; runs without either show \"-\" and count in no summary.\n\n"
           "| group | diverged runs warned / with a reference | completed runs with a false "
           "alarm / with a reference |\n|---|---|---|\n", warn_threshold);
   for (int k = 0; k < ng; k++) {

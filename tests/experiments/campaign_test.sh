@@ -238,8 +238,8 @@ expect_2 "--select without its argument" "$tmp/lrs" --out "$tmp/y" --select
 #            then steps 101-300 again at 1.0; the later lines of a step win,
 #            so no alarm and max ratio 1.0
 # With --warn-ratio 1.3, fp8_s2 alarms at the first watched step, 100.
-mkwarn() { # FOLDER RECIPE SEED STATUS LAST_STEP GRAD_NORM_AWK_EXPRESSION_OF_s
-  local d="$tmp/warn/$1"; mkdir -p "$d"
+mkwarn() { # FOLDER RECIPE SEED STATUS LAST_STEP GRAD_NORM_AWK_EXPRESSION_OF_s (in $warn_dir)
+  local d="${warn_dir:-$tmp/warn}/$1"; mkdir -p "$d"
   printf 'lr = 1e-3\nseed = %s\nrun_dir = /runs/%s\nrecipe = %s\n' "$3" "$1" "$2" > "$d/config.cfg"
   if [ "$4" = diverged ]; then
     printf '{"status":"diverged","steps":%d,"diverged_at":%d,"val_loss":null}' "$5" $(($5 + 1))
@@ -286,6 +286,25 @@ if "$campaign" "$tmp/warn" --out "$tmp/w13" --reference recipe=bf16 --warn-ratio
    grep -qxF "fp8_s1,recipe=fp8,1,diverged,170,154,16,2" "$tmp/w13_warn.csv"; then
   ok "--warn-ratio 1.3: fp8 seed 2 alarms at step 100"
 else bad "--warn-ratio 1.3: $(cat "$tmp/w13_warn.csv")"; fi
+# A diverged run whose seed has no completed reference run takes the seed's
+# reference run that diverged last, if that diverged after it: fp8_s5
+# (2.0 from step 150, diverged at 200) against bf16_s5 (diverged at 250) warns
+# at 154, 46 ahead; fp8_s6 against bf16_s6, which diverged first (150), has
+# no reference.
+cp -r "$tmp/warn" "$tmp/warn2"
+warn_dir=$tmp/warn2
+mkwarn bf16_s5 bf16 5 diverged 249 1.0
+mkwarn fp8_s5 fp8 5 diverged 199 '(s >= 150 ? 2.0 : 1.0)'
+mkwarn bf16_s6 bf16 6 diverged 149 1.0
+mkwarn fp8_s6 fp8 6 diverged 199 '(s >= 150 ? 2.0 : 1.0)'
+unset warn_dir
+if "$campaign" "$tmp/warn2" --out "$tmp/w2" --reference recipe=bf16 > "$tmp/out" 2>&1 &&
+   grep -qxF "fp8_s5,recipe=fp8,5,diverged,200,154,46,2" "$tmp/w2_warn.csv" &&
+   grep -qxF "fp8_s6,recipe=fp8,6,diverged,200,,," "$tmp/w2_warn.csv" &&
+   grep -qxF "fp8_s1,recipe=fp8,1,diverged,170,154,16,2" "$tmp/w2_warn.csv" &&
+   grep -qxF "| recipe=fp8 | 2 / 2 | 0 / 2 |" "$tmp/w2.md"; then
+  ok "early warning: a diverged run against its seed's reference run that diverged later (46 ahead), none against one that diverged first"
+else bad "early warning with diverged references: $(cat "$tmp/out" "$tmp/w2_warn.csv")"; fi
 [ ! -e "$tmp/plain_warn.csv" ] && ok "without --reference: no warn table" || bad "without --reference: a warn table"
 for ratio in 0 -1 abc 1.5x; do
   expect_2 "--warn-ratio $ratio" "$tmp/warn" --out "$tmp/z" --reference recipe=bf16 --warn-ratio "$ratio"

@@ -112,6 +112,12 @@ same_csv() { # GOT WANT
           print "row " FNR " field " i ": " g[i] ", want " w[i]; bad = 1 } } }
     END { if (FNR != rows) { print FNR " rows, want " rows; bad = 1 }; exit bad }' "$2" "$1"
 }
+# expect_md_rows FILE OK_TEXT BAD_TEXT: every line of md_rows is a line of FILE
+expect_md_rows() {
+  local row missing=0
+  for row in "${md_rows[@]}"; do grep -qxF -- "$row" "$1" || { echo "  missing: $row"; missing=1; }; done
+  [ $missing = 0 ] && ok "$2" || bad "$3"
+}
 if "$campaign" "$tmp/synthetic" --out "$tmp/ref" --reference recipe=bf16 > "$tmp/out" 2>&1 &&
    same_csv "$tmp/ref_compare.csv" "$tmp/want_compare.csv" > "$tmp/d"; then
   ok "--reference recipe=bf16: Fisher's p values and the paired t-test as worked out by hand"
@@ -122,9 +128,7 @@ md_rows=("| recipe=a | 0 / 4 | 1, 1 | 5 / 12; 1, 0.245 | +0.2500 ± 0.1250, 3; t
          "| recipe=bf16 | 0 / 3 | (reference) | 5 / 13; 1, 0.509 | (reference) | (reference) |"
          "| recipe=c | 2 / 4 | 0.286, 0.429 | 3 / 12; 0.365, 0.547 | +0.2500, 1; - | - |"
          "| recipe=d | 0 / 2 | 1, 1 | 5 / 14; 1, 1 | +0.5000 ± 0.0000, 2; - | - |")
-missing=0
-for row in "${md_rows[@]}"; do grep -qxF -- "$row" "$tmp/ref.md" || { echo "  missing: $row"; missing=1; }; done
-[ $missing = 0 ] && ok "--reference: the markdown comparison table" || bad "--reference: markdown rows missing"
+expect_md_rows "$tmp/ref.md" "--reference: the markdown comparison table" "--reference: markdown rows missing"
 # without --reference: the same first table, nothing else
 if "$campaign" "$tmp/synthetic" --out "$tmp/plain" > /dev/null 2>&1 && [ ! -e "$tmp/plain_compare.csv" ] &&
    cmp -s "$tmp/plain.csv" "$tmp/ref.csv" && cmp -s "$tmp/plain_curves.csv" "$tmp/ref_curves.csv" &&
@@ -190,9 +194,7 @@ md_rows=("Runs selected: lr=1e-2 (13 of the 30 runs in the folder)."
          "| recipe=c | 2 / 3 | 1, 1 | 7 / 10; 0.797, 1 | - | 1.5 / 6; 0.9 |"
          "| recipe=d | 0 / 2 | 1, 0.1 | 9 / 11; 1, 0.0769 | - | - |"
          "| recipe=e | 1 / 2 | 1, 0.4 | 8 / 11; 0.923, 1 | - | 3 / 3; 0.25 |")
-missing=0
-for row in "${md_rows[@]}"; do grep -qxF -- "$row" "$tmp/hi.md" || { echo "  missing: $row"; missing=1; }; done
-[ $missing = 0 ] && ok "--select lr=1e-2: the selection and the markdown comparison rows" || bad "--select lr=1e-2: markdown rows missing"
+expect_md_rows "$tmp/hi.md" "--select lr=1e-2: the selection and the markdown comparison rows" "--select lr=1e-2: markdown rows missing"
 # lr 1e-3 alone is the synthetic campaign again: the same groups, names and
 # comparison.  Without --select the groups carry lr in their names, recipe=bf16
 # names two of them, and b's "all other runs" pools both rates: 3/3 against
@@ -278,9 +280,7 @@ else bad "early warning: $(cat "$tmp/out" "$tmp/d")"; fi
 md_rows=("| recipe=e5m2 | 0 / 0 | 1 / 1 |" "| recipe=fp8 | 1 / 1 | 0 / 2 |"
          "| fp8_s1 | recipe=fp8 | 1 | diverged at 170 | 154 | 16 | 2.000 |"
          "| fp8_s4 | recipe=fp8 | 4 | diverged at 120 | - | - | - |")
-missing=0
-for row in "${md_rows[@]}"; do grep -qxF -- "$row" "$tmp/w.md" || { echo "  missing: $row"; missing=1; }; done
-[ $missing = 0 ] && ok "early warning: the markdown summary and rows" || bad "early warning: markdown rows missing"
+expect_md_rows "$tmp/w.md" "early warning: the markdown summary and rows" "early warning: markdown rows missing"
 if "$campaign" "$tmp/warn" --out "$tmp/w13" --reference recipe=bf16 --warn-ratio 1.3 > /dev/null 2>&1 &&
    grep -qxF "fp8_s2,recipe=fp8,2,completed,,100,,1.4" "$tmp/w13_warn.csv" &&
    grep -qxF "fp8_s1,recipe=fp8,1,diverged,170,154,16,2" "$tmp/w13_warn.csv"; then

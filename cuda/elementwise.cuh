@@ -179,6 +179,33 @@ __device__ __forceinline__ void store8f(float *y, size_t base, size_t n, bool fu
   }
 }
 
+/* Per-tensor current scaling's {s, 1/s} from the tensor's amax word (finite
+ * max |x| as float bits): s = exmy_scale_from_amax, 1/s rounded once. */
+__device__ __forceinline__ float2 scale_pair_from_amax(unsigned int amax_bits, float fmax,
+                                                       int margin, int pow2) {
+  const float s = exmy_core_scale_from_amax(fmax, __uint_as_float(amax_bits), margin, pow2);
+  return make_float2(s, __fdiv_rn(1.0f, s));
+}
+
+/* A thread's 8 elements from base of x (n in all) under per-tensor scale s,
+ * inv = 1/s: y = Q(x·s)·inv, NaN kept (mul_keep_nan); y may alias x.  The
+ * float32 rounding of per-tensor scaling (scaled.cu's k_quantize_scaled). */
+template <int ID, int MODE>
+__device__ __forceinline__ void quantize8_scaled(const exmy_format &f, const KOpts &o,
+                                                 const float *x, float *y, size_t base, size_t n,
+                                                 int vec, float s, float inv) {
+  float v[kPer];
+  uint32_t c[kPer];
+  const bool full = load8(x, base, n, vec, v);
+#pragma unroll
+  for (int k = 0; k < kPer; k++) v[k] = mul_keep_nan(v[k], s);
+  encode8<ID, MODE>(f, o, base, v, c);
+  float q[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; k++) q[k] = mul_keep_nan(decode_one<ID>(f, c[k]), inv);
+  store8f(y, base, n, full, q);
+}
+
 /* The 8 codes of a thread, packed into 8, 16 or 32 bytes when `full`. */
 template <typename T>
 __device__ __forceinline__ void store8(T *out, size_t base, size_t n, bool full,

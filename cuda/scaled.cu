@@ -105,9 +105,9 @@ __global__ void k_stats_scale(exmy_tensor_stats *st, const float *scale_inv, flo
 /* exmy_scale_from_amax of the device amax; then inv = 1 / s. */
 __global__ void k_scale(const unsigned int *amax_bits, float fmax, int margin,
                         int pow2, float *scale_inv) {
-  const float s = exmy_core_scale_from_amax(fmax, __uint_as_float(*amax_bits), margin, pow2);
-  scale_inv[0] = s;
-  scale_inv[1] = __fdiv_rn(1.0f, s);
+  const float2 si = scale_pair_from_amax(*amax_bits, fmax, margin, pow2);
+  scale_inv[0] = si.x;
+  scale_inv[1] = si.y;
 }
 
 template <int ID, int MODE>
@@ -117,17 +117,7 @@ __global__ void __launch_bounds__(kThreads)
   const auto &f = kernel_format<ID>(rt);
   const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
   if (base >= n) return;
-  const float s = scale_inv[0], inv = scale_inv[1];
-  float v[kPer];
-  uint32_t c[kPer];
-  const bool full = load8(x, base, n, vec, v);
-#pragma unroll
-  for (int k = 0; k < kPer; k++) v[k] = mul_keep_nan(v[k], s);
-  encode8<ID, MODE>(f, o, base, v, c);
-  float q[kPer];
-#pragma unroll
-  for (int k = 0; k < kPer; k++) q[k] = mul_keep_nan(decode_one<ID>(f, c[k]), inv);
-  store8f(y, base, n, full, q);
+  quantize8_scaled<ID, MODE>(f, o, x, y, base, n, vec, scale_inv[0], scale_inv[1]);
 }
 
 /* The compile-time formats get an rne kernel of their own; everything else

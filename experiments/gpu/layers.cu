@@ -52,6 +52,16 @@ unsigned elementwise_grid(size_t n) {
   return (unsigned)(b ? b : 1);
 }
 
+/* Blocks along x for a kernel with a row of blocks per matrix (blockIdx.y),
+ * each row a grid-stride over `items` per matrix: a few thousand blocks in
+ * all fill the GPU, and the fewer blocks a row, the fewer atomics on its
+ * amax word (block_amax_fold: one per block). */
+unsigned matrix_row_grid(size_t items, size_t matrices) {
+  const unsigned x = elementwise_grid(items),
+                 cap = (unsigned)(4096 / matrices > 0 ? 4096 / matrices : 1);
+  return x < cap ? x : cap;
+}
+
 /* Blocks for a block-per-row kernel (grid-stride over rows beyond the cap). */
 unsigned block_per_row_grid(long rows) {
   return (unsigned)(rows < 65536 ? (rows > 0 ? rows : 1) : 65536);
@@ -586,6 +596,59 @@ __global__ void adamw_kernel(float *p, float *g, float *m, float *v, size_t len,
   fold_output_amax(mx, amax ? amax + (size_t)blockIdx.y * amax_stride : nullptr);
 }
 
+/* Matrix blockIdx.y's finite amax into amax[blockIdx.y], 8 elements a
+ * thread per step of the row's grid-stride. */
+__global__ void __launch_bounds__(kThreads)
+    amax_matrices_kernel(const gpu_matrix *matrices, unsigned int *amax) {
+  using namespace exmy_cuda;
+  const gpu_matrix a = matrices[blockIdx.y];
+  const int vec = ((uintptr_t)a.x & 15u) == 0;
+  float m = 0.0f;
+  for (size_t base = global_index() * kPer; base < a.n; base += global_stride() * kPer) {
+    float v[kPer];
+    load8(a.x, base, a.n, vec, v);
+    amax8(v, base, a.n, m);
+  }
+  fold_output_amax(m, amax + blockIdx.y);
+}
+
+/* Matrix blockIdx.y rounded in place under the scale of its amax word, as
+ * exmy_cuda_quantize_tensor_scaled_f32's kernel rounds it (element indices,
+ * and so sr's stream, counted from the matrix's start). */
+template <int ID>
+__global__ void __launch_bounds__(kThreads)
+    quantize_matrices_kernel(const __grid_constant__ exmy_format rt,
+                             const __grid_constant__ KOpts o, const gpu_matrix *matrices,
+                             const unsigned int *amax, float fmax, int margin, int pow2) {
+  using namespace exmy_cuda;
+  const auto &f = kernel_format<ID>(rt);
+  const gpu_matrix a = matrices[blockIdx.y];
+  const int vec = ((uintptr_t)a.x & 15u) == 0;
+  const float2 si = scale_pair_from_amax(amax[blockIdx.y], fmax, margin, pow2);
+  for (size_t base = global_index() * kPer; base < a.n; base += global_stride() * kPer)
+    quantize8_scaled<ID, EXMY_RNE>(f, o, a.x, a.x, base, a.n, vec, si.x, si.y);
+}
+
+/* The kernel of a table format with float32 scaled kernels; false for any
+ * other (gpu_quantize_matrices_serves). */
+template <int ID>
+struct QuantizeMatricesOp {
+  static bool run(const exmy_format &f, const KOpts &o, const gpu_matrix *matrices, int count,
+                  size_t max_n, const unsigned int *amax, float fmax, int margin, int pow2,
+                  cudaStream_t s) {
+    if constexpr (ID == SPEC_GENERIC) {
+      return false;
+    } else {
+      const dim3 grid(matrix_row_grid((max_n + exmy_cuda::kPer - 1) / exmy_cuda::kPer,
+                                      (size_t)count),
+                      (unsigned)count);
+      quantize_matrices_kernel<ID><<<grid, kThreads, 0, s>>>(f, o, matrices, amax, fmax, margin,
+                                                             pow2);
+      return true;
+    }
+  }
+};
+
 /* The tensors of one gpu_adamw_coat call: tensor i ends before element
  * end[i] and steps with coefs[i]. */
 struct AdamwTensors {
@@ -854,13 +917,36 @@ void gpu_adamw_fold(float *p, float *g, float *m, float *v, size_t n, const doub
                     size_t amax_stride, cudaStream_t s) {
   if (!n || !matrices) return;
   const size_t len = n / matrices;
-  /* a few thousand blocks in all fill the GPU; fewer blocks per matrix, fewer
-   * atomics on its word (block_amax_fold: one per block) */
-  unsigned x = elementwise_grid(len);
-  const unsigned cap = (unsigned)(4096 / matrices > 0 ? 4096 / matrices : 1);
-  if (x > cap) x = cap;
-  adamw_kernel<<<dim3(x, (unsigned)matrices), kThreads, 0, s>>>(p, g, m, v, len, sumsq, max_norm,
-                                                                *c, amax, amax_stride);
+  adamw_kernel<<<dim3(matrix_row_grid(len, matrices), (unsigned)matrices), kThreads, 0, s>>>(
+      p, g, m, v, len, sumsq, max_norm, *c, amax, amax_stride);
+}
+
+void gpu_amax_matrices(const gpu_matrix *matrices, int count, size_t max_n, unsigned int *amax,
+                       cudaStream_t s) {
+  if (count < 1 || !max_n) return;
+  const dim3 grid(matrix_row_grid((max_n + exmy_cuda::kPer - 1) / exmy_cuda::kPer, (size_t)count),
+                  (unsigned)count);
+  amax_matrices_kernel<<<grid, kThreads, 0, s>>>(matrices, amax);
+}
+
+bool gpu_quantize_matrices_serves(const exmy_format *f, const exmy_rounding_opts *o) {
+  const int id = spec_id(f);
+  return id != SPEC_GENERIC && (spec_kernels(id) & EXMY_GPU_SCALED) && o->mode == EXMY_RNE &&
+         exmy_rounding_opts_check(o) == 0;
+}
+
+cudaError_t gpu_quantize_matrices_scaled(const exmy_format *f, const exmy_rounding_opts *o,
+                                         int margin, bool pow2, const gpu_matrix *matrices,
+                                         int count, size_t max_n, const unsigned int *amax,
+                                         cudaStream_t s) {
+  if (!gpu_quantize_matrices_serves(f, o) || count > 65535) return cudaErrorInvalidValue;
+  if (count < 1 || !max_n) return cudaSuccess;
+  exmy_format_info info;
+  exmy_format_get_info(f, &info);
+  with_spec_format<EXMY_GPU_SCALED, QuantizeMatricesOp>(f, *f, kopts_of(o), matrices, count,
+                                                        max_n, amax, info.max, margin,
+                                                        pow2 ? 1 : 0, s);
+  return cudaGetLastError();
 }
 
 cudaError_t gpu_adamw_coat(float *p, float *g, float *m, float *v, const size_t *lengths,

@@ -150,6 +150,32 @@ void gpu_adamw_fold(float *p, float *g, float *m, float *v, size_t n, const doub
                     double max_norm, const adamw_coefs *c, size_t matrices, unsigned int *amax,
                     size_t amax_stride, cudaStream_t s);
 
+/* A matrix of the multi-matrix passes below: n floats at x (device). */
+typedef struct {
+  float *x;
+  size_t n;
+} gpu_matrix;
+
+/* The finite amax of each of `count` matrices (a device array of their
+ * descriptors, count <= 65535; max_n: the largest n) in one launch, a row of
+ * blocks per matrix as gpu_adamw_fold: amax[j] (device words, zeroed by the
+ * caller) = the word that an amax pass over matrix j alone (cuda/reduce.cuh's
+ * k_amax) would leave, NaN and infinities left out as there (layers.h's
+ * `amax` above). */
+void gpu_amax_matrices(const gpu_matrix *matrices, int count, size_t max_n, unsigned int *amax,
+                       cudaStream_t s);
+/* Per-tensor current scaling of each of those matrices in place under its
+ * own amax word (gpu_amax_matrices'), in one launch: the bits that
+ * exmy_cuda_quantize_tensor_scaled_f32 (margin, pow2) leaves on each matrix
+ * alone.  Served for the formats with float32 scaled kernels of their own
+ * (EXMY_GPU_SCALED) in rne (gpu_quantize_matrices_serves); otherwise
+ * cudaErrorInvalidValue and nothing launched. */
+bool gpu_quantize_matrices_serves(const exmy_format *f, const exmy_rounding_opts *o);
+cudaError_t gpu_quantize_matrices_scaled(const exmy_format *f, const exmy_rounding_opts *o,
+                                         int margin, bool pow2, const gpu_matrix *matrices,
+                                         int count, size_t max_n, const unsigned int *amax,
+                                         cudaStream_t s);
+
 /* gpu_adamw over ntensors consecutive tensors at once (tensor i: lengths[i]
  * elements, coefficients coefs[i]; at most GPU_ADAMW_MAX_TENSORS) with the
  * moments stored as COAT stores them (recipe_store_moments, moments = coat):

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
 #include <initializer_list>
 #include <vector>
 
@@ -35,6 +36,9 @@ enum {
   AMAX_DV,      /* dv from the fused attention's backward: dY of V */
   AMAX_PER_LAYER
 };
+
+/* How recipe_round_grads rounds the weight gradients (grad_format). */
+const exmy_rounding_opts grad_rounding = {EXMY_RNE, true};
 
 template <typename T>
 T *dalloc(size_t n) {
@@ -115,6 +119,15 @@ struct gpu_model {
    * has written the parameters since); false: the fills run their passes. */
   unsigned int *weight_amax;
   bool weight_amax_valid;
+  /* grad_format's matrices (recipe_grad_stretches) as device descriptors,
+   * set once (the gradients do not move), for gpu_model_update's one amax
+   * launch and one rounding launch over all of them, and their amax words;
+   * NULL without grad_format or where gpu_quantize_matrices_serves refuses
+   * its format (the update then rounds matrix by matrix) */
+  gpu_matrix *grad_matrices;
+  unsigned int *grad_amax;
+  int n_grad_matrices;
+  size_t grad_matrix_max; /* the largest one's elements */
   unsigned long long amax_folded; /* fills that took a producer's amax */
   bool graphs;          /* cuda_graph = 1 and the recipe lets the step be replayed */
   step_graph fwd, bwd;
@@ -638,6 +651,23 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
   for (int i = 0; i < g->n_sites; i++)
     weights_current = weights_current || gtq_fill_takes_amax_outside_stats(g->gq, i, USE_FWD_W);
   if (weights_current) g->weight_amax = dalloc<unsigned int>(g->n_sites);
+  const int n_grad = rc && rc->grad_quant
+                         ? recipe_grad_stretches(rc, &c, g->param_sizes, NULL, NULL) : 0;
+  if (n_grad > 0 && gpu_quantize_matrices_serves(&rc->grad_format, &grad_rounding)) {
+    std::vector<size_t> offset(n_grad), length(n_grad);
+    recipe_grad_stretches(rc, &c, g->param_sizes, offset.data(), length.data());
+    std::vector<gpu_matrix> mats(n_grad);
+    for (int i = 0; i < n_grad; i++) {
+      mats[i] = {g->grads_mem + offset[i], length[i]};
+      g->grad_matrix_max = std::max(g->grad_matrix_max, length[i]);
+    }
+    g->grad_matrices = dalloc<gpu_matrix>(n_grad);
+    gtq_check(cudaMemcpy(g->grad_matrices, mats.data(), sizeof(gpu_matrix) * n_grad,
+                         cudaMemcpyHostToDevice),
+              "grad_format matrices");
+    g->grad_amax = dalloc<unsigned int>(n_grad);
+    g->n_grad_matrices = n_grad;
+  }
   gpu_model_upload(g, m->params_mem, NULL, NULL);
   return g;
 }
@@ -688,7 +718,7 @@ extern "C" void gpu_model_free(gpu_model *g) {
   graph_drop(g->bwd);
   gtq_free(g->gq);
   void *bufs[] = {g->params_mem, g->grads_mem, g->mom1, g->mom2, g->arena, g->amax_words,
-                  g->weight_amax};
+                  g->weight_amax, g->grad_matrices, g->grad_amax};
   for (void *b : bufs) cudaFree(b);
   free(g->h_bucket_start);
   free(g->h_bucket_pos);
@@ -972,17 +1002,26 @@ static unsigned int *weight_words(const gpu_model *g, int ti, size_t *matrices) 
 
 extern "C" double gpu_model_update(gpu_model *g, const adamw_hparams *h, int t, double max_norm) {
   cudaStream_t s = g->s;
-  if (g->rc && g->rc->grad_quant) {
-    /* recipe_round_grads: MS-AMP O1's FP8 weight gradients, the same stretches */
+  if (g->grad_matrices && !g->amax_unfolded) {
+    /* recipe_round_grads: MS-AMP O1's FP8 weight gradients, every matrix's
+     * amax in one launch, then every matrix rounded under its scale in one */
+    const recipe *r = g->rc;
+    gtq_check(cudaMemsetAsync(g->grad_amax, 0, sizeof(unsigned int) * g->n_grad_matrices, s),
+              "memset (grad_format amax words)");
+    gpu_amax_matrices(g->grad_matrices, g->n_grad_matrices, g->grad_matrix_max, g->grad_amax, s);
+    gtq_check(gpu_quantize_matrices_scaled(&r->grad_format, &grad_rounding, r->grad_margin, false,
+                                           g->grad_matrices, g->n_grad_matrices,
+                                           g->grad_matrix_max, g->grad_amax, s),
+              "grad_format");
+  } else if (g->rc && g->rc->grad_quant) {
+    /* the same, matrix by matrix (recipe_grad_stretches), each with its own amax pass */
     const recipe *r = g->rc;
     const int n = recipe_grad_stretches(r, &g->cfg, g->param_sizes, NULL, NULL);
     std::vector<size_t> offset(n), length(n);
     recipe_grad_stretches(r, &g->cfg, g->param_sizes, offset.data(), length.data());
-    exmy_rounding_opts o = {};
-    o.mode = EXMY_RNE;
-    o.saturate = true;
     for (int i = 0; i < n; i++)
-      gtq_check(exmy_cuda_quantize_tensor_scaled_f32(&r->grad_format, &o, r->grad_margin, false,
+      gtq_check(exmy_cuda_quantize_tensor_scaled_f32(&r->grad_format, &grad_rounding,
+                                                     r->grad_margin, false,
                                                      g->grads_mem + offset[i],
                                                      g->grads_mem + offset[i], length[i], NULL, s),
                 "grad_format");

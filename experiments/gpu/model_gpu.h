@@ -145,8 +145,10 @@ unsigned long long gpu_model_swiglu_fused(const gpu_model *g);
  * as it wrote it (RMSNorm's forward and backward, SwiGLU's forward, RoPE's
  * backward: layers.h's `amax`; the fused attention's forward and backward
  * for its output and dv; AdamW for the weights; the default where the
- * recipe allows it), and gpu_model_update folds nothing; and how many fills
- * took such an amax since gpu_model_new. */
+ * recipe allows it), and gpu_model_update folds nothing and rounds the
+ * weight gradients (grad_format) matrix by matrix, an amax pass each, not
+ * all in one amax launch and one rounding launch; and how many fills took
+ * such an amax since gpu_model_new. */
 void gpu_model_set_amax_unfolded(gpu_model *g, bool on);
 unsigned long long gpu_model_amax_folded(const gpu_model *g);
 /* For tests: on = the COAT moments (moments = coat) stored by AdamW and then

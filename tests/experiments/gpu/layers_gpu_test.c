@@ -1061,6 +1061,85 @@ START_TEST(adamw_coat) {
 }
 END_TEST
 
+/* ------------------------- current scaling of many matrices in one launch */
+
+/* gpu_amax_matrices and gpu_quantize_matrices_scaled (the weight gradients'
+ * grad_format) against exmy_cuda_quantize_tensor_scaled_f32 on each matrix
+ * alone: every word the finite amax of its matrix, every value bit for bit
+ * and the gaps between the matrices untouched; matrices of 0 to 300007
+ * elements at unaligned starts, awkward values with NaN and infinities
+ * planted and a matrix with no finite value; E4M3, E5M2 (margin 1, pow2, not
+ * saturating), E2M1; what is not served refused. */
+START_TEST(quantize_matrices) {
+  static const size_t lengths[] = {1000, 1, 0, 37, 4099, 300007, 64, 5};
+  enum { M = sizeof lengths / sizeof *lengths };
+  static const struct {
+    const char *format;
+    int margin;
+    bool pow2, saturate;
+  } cases[] = {{"e4m3", 0, false, true}, {"e5m2", 1, true, false}, {"e2m1", 0, false, true}};
+  size_t offset[M], n = 0, max_n = 0;
+  for (int j = 0; j < M; j++) { /* one float of gap before each */
+    offset[j] = n + 1, n += lengths[j] + 1;
+    if (lengths[j] > max_n) max_n = lengths[j];
+  }
+  float *x = malloc(n * sizeof(float)), *a = malloc(n * sizeof(float)),
+        *b = malloc(n * sizeof(float));
+  awkward_fill(x, n, 1.0, false, 170);
+  x[offset[0] + 10] = NAN, x[offset[0] + 11] = INFINITY, x[offset[4] + 7] = -INFINITY;
+  x[offset[5] + 123456] = -3e38f;
+  for (size_t i = 0; i < lengths[7]; i++) x[offset[7] + i] = i % 2 ? NAN : -INFINITY;
+  float *d_ref = dev_alloc(n * sizeof(float)), *d_x = dev_alloc(n * sizeof(float));
+  gpu_matrix mats[M];
+  for (int j = 0; j < M; j++) mats[j] = (gpu_matrix){d_x + offset[j], lengths[j]};
+  gpu_matrix *d_mats = dev_from(mats, sizeof mats);
+  unsigned int *d_words = dev_alloc(M * sizeof(unsigned int)), words[M];
+  for (int c = 0; c < (int)(sizeof cases / sizeof cases[0]); c++) {
+    exmy_format f;
+    ck_assert(!exmy_format_parse(cases[c].format, &f));
+    const exmy_rounding_opts o = {.mode = EXMY_RNE, .saturate = cases[c].saturate};
+    ck_assert(gpu_quantize_matrices_serves(&f, &o));
+    to_dev(d_ref, x, n * sizeof(float));
+    to_dev(d_x, x, n * sizeof(float));
+    for (int j = 0; j < M; j++)
+      CU(exmy_cuda_quantize_tensor_scaled_f32(&f, &o, cases[c].margin, cases[c].pow2,
+                                              d_ref + offset[j], d_ref + offset[j], lengths[j],
+                                              NULL, 0));
+    LAUNCHED();
+    CU(cudaMemset(d_words, 0, M * sizeof(unsigned int)));
+    gpu_amax_matrices(d_mats, M, max_n, d_words, 0);
+    LAUNCHED();
+    CU(gpu_quantize_matrices_scaled(&f, &o, cases[c].margin, cases[c].pow2, d_mats, M, max_n,
+                                    d_words, 0));
+    LAUNCHED();
+    to_host(a, d_ref, n * sizeof(float));
+    to_host(b, d_x, n * sizeof(float));
+    to_host(words, d_words, sizeof words);
+    size_t differ = 0, wrong = 0, rounded = 0;
+    for (size_t i = 0; i < n; i++) {
+      differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+      rounded += memcmp(&x[i], &b[i], sizeof(float)) != 0;
+    }
+    for (int j = 0; j < M; j++) wrong += words[j] != finite_amax_bits(x + offset[j], lengths[j]);
+    printf("  %-26s %s: %d matrices, %zu of %zu values rounded, %zu differ, %zu words wrong\n",
+           "quantize_matrices", cases[c].format, M, rounded, n, differ, wrong);
+    ck_assert_msg(differ == 0 && wrong == 0, "quantize_matrices %s: %zu values, %zu words wrong",
+                  cases[c].format, differ, wrong);
+    ck_assert_msg(rounded > n / 4, "quantize_matrices %s: too few values rounded (%zu)",
+                  cases[c].format, rounded);
+  }
+  /* not served: a format without float32 scaled kernels, sr */
+  exmy_format e3m4, e4m3;
+  ck_assert(!exmy_format_parse("float8_e3m4", &e3m4) && !exmy_format_parse("e4m3", &e4m3));
+  const exmy_rounding_opts rne = {.mode = EXMY_RNE}, sr = {.mode = EXMY_SR, .sr_bits = 32};
+  ck_assert(!gpu_quantize_matrices_serves(&e3m4, &rne) && !gpu_quantize_matrices_serves(&e4m3, &sr));
+  ck_assert(gpu_quantize_matrices_scaled(&e3m4, &rne, 0, false, d_mats, M, max_n, d_words, 0) ==
+            cudaErrorInvalidValue);
+  CU(cudaFree(d_ref)); CU(cudaFree(d_x)); CU(cudaFree(d_mats)); CU(cudaFree(d_words));
+  free(x); free(a); free(b);
+}
+END_TEST
+
 /* ---------------------------------------------- 120M scale: repeat, time */
 
 /* Fills a device buffer of n floats with a random pattern (16M random values
@@ -1399,6 +1478,11 @@ int main(void) {
   TCase *tc = tcase_create("adamw_fold");
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, adamw_fold);
+  suite_add_tcase(s, tc);
+  /* on its own: CK_RUN_CASE=quantize_matrices */
+  tc = tcase_create("quantize_matrices");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, quantize_matrices);
   suite_add_tcase(s, tc);
   const int failed = run_suite(s, false);
   clock_gettime(CLOCK_MONOTONIC, &t1);

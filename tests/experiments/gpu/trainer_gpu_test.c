@@ -17,7 +17,8 @@
  *    and delayed-scaling states bit for bit;
  *  - current scaling's fills taking the amax that the layers writing their
  *    tensors fold (fp8-current, msamp-o1, ...) against the fills' own amax
- *    passes: the same, bit for bit;
+ *    passes, and msamp-o1's weight gradients rounded in one amax and one
+ *    rounding launch against a pass per matrix: the same, bit for bit;
  *  - MX and NVFP4 GEMMs on their bf16 images against the reference path
  *    (exmy_cuda_qgemm) within float32 bounds, and the trainer with nvfp4.cfg
  *    running every such GEMM on the images. */
@@ -666,7 +667,10 @@ END_TEST
  * moments, gradients and delayed states after the last, bit for bit; the
  * folded fills: the activations' per_layer a layer plus `extra` in every
  * step, and the weights' w_per_layer plus w_extra (the LM head) in the
- * second and the fourth, the first steps after an update. */
+ * second and the fourth, the first steps after an update.  Where the recipe
+ * rounds its weight gradients (grad_format: msamp-o1), the update's one amax
+ * launch and one rounding launch over all the gradient matrices against the
+ * unfolded path's pass per matrix, in the same comparison. */
 static void amax_folding_steps_same_bits(const char *const *sets, const char *config,
                                          unsigned per_layer, unsigned extra,
                                          unsigned w_per_layer, unsigned w_extra,
@@ -739,12 +743,20 @@ static void amax_folding_steps_same_bits(const char *const *sets, const char *co
 }
 
 START_TEST(model_weight_amax_folding_bit_identical) {
+  /* `everything` with E4M3 weight gradients (named first, for the case's
+   * messages): the LM head's the largest of the gradient matrices, the
+   * layers' of several sizes */
+  static const char *const everything_grads[] = {"grad_format=e4m3", "format_w=e4m3",
+                                                  "format_a=e4m3", "format_g=e5m2",
+                                                  "scaling=tensor", "saturate=1",
+                                                  "quant_attention=1", "quant_lm_head=1", NULL};
   const gpu_attention_kind mat = GPU_ATTENTION_MATERIALIZED, flash = GPU_ATTENTION_FLASH;
   /* the 7 linear sites' W a layer, and the LM head's where it is quantized */
   amax_folding_steps_same_bits(NULL, "fp8-current", 10, 0, 7, 0, "test", mat);
   amax_folding_steps_same_bits(NULL, "msamp-o1", 10, 0, 7, 0, "test", mat);
   amax_folding_steps_same_bits(e4m3_tensor_sr, NULL, 10, 0, 7, 0, "test", mat);
   amax_folding_steps_same_bits(everything, NULL, 10, 1, 7, 1, "test", mat);
+  amax_folding_steps_same_bits(everything_grads, NULL, 10, 1, 7, 1, "test", mat);
   amax_folding_steps_same_bits(NULL, "fp8-te", 0, 0, 0, 0, "test", mat);
   amax_folding_steps_same_bits(NULL, "fp8-current", 12, 0, 7, 0, "tiny", flash);
   amax_folding_steps_same_bits(NULL, "msamp-o1", 12, 0, 7, 0, "tiny", flash);

@@ -8,6 +8,27 @@ Meta's reference code) and grouped-query heads -> residual; RMSNorm -> SwiGLU
 MLP -> residual]; final RMSNorm (eps 1e-5); untied LM head; cross-entropy.
 Parameters in the order and layout of experiments/trainer/model.h (per-layer tensors
 stacked over layers), so that a flat float32 array maps onto them.
+
+autocast_bf16 = True: the model as torch.autocast(dtype=torch.bfloat16) runs it on a
+GPU with float32 parameters, the independent reference of the trainer's
+`activations = bf16` (experiments/README.md, "bf16 activations", lists what is bf16).
+Where torch 1.13's CPU autocast differs from its CUDA autocast, the model says what
+CUDA's does explicitly, so that it runs the same on a CPU:
+  - every product (the linear layers, Q K^T, P V) through Bf16Matmul: the CPU's bf16
+    matmul sums in bf16 in some layouts (up to 15% off at K = 4096), cuBLAS in float32;
+  - softmax in float32 (CUDA autocast's fp32 list; the CPU's runs it in bf16), and
+    the cross-entropy on float32 logits (both lists);
+  - silu of a bf16 tensor computed in float32 and rounded once (the CPU's bf16 silu
+    rounds inside), and the scores' division by sqrt(hs) in float32 (the CPU rounds
+    the divisor to bf16);
+and two choices that autocast leaves to the model's code are LLaMA's: RoPE in float32,
+rounded once to q's dtype (Meta's apply_rotary_emb: xq.float() ... type_as(xq)), and
+the key/value heads repeated by expand (HF's repeat_kv: the group's gradients summed in
+float32, rounded once).  Running it under torch.autocast("cpu", dtype=torch.bfloat16)
+changes no bit (tests/experiments/torch_ref_bf16_test.py checks it).  With
+autocast_bf16 False (the float32 reference, and the GPU speed reference that
+bench_torch_gpu.py runs under CUDA's own autocast) RoPE, SwiGLU and the heads' repeat
+keep their plain forms.
 """
 import math
 
@@ -15,6 +36,35 @@ import torch
 import torch.nn.functional as F
 
 PARAM_NAMES = ["wte", "rms1", "wq", "wk", "wv", "wo", "rms2", "w1", "w3", "w2", "rmsf", "lm_head"]
+
+class Bf16Matmul(torch.autograd.Function):
+    """a @ b as a bf16 GEMM under CUDA autocast: both inputs rounded to bf16, the
+    products summed in float32, the result rounded to bf16; backward the same GEMMs
+    on the bf16 gradient: da = bf16(g b^T), db = bf16(a^T g) (autograd casts them to
+    the inputs' dtypes, exactly: a float32 input gets a bf16-valued gradient).  A 2-D b
+    (a weight) takes one GEMM over every row of a, as F.linear's backward does, not a
+    bf16 result per batch element summed after."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        with torch.autocast("cpu", enabled=False):
+            a16, b16 = a.bfloat16().float(), b.bfloat16().float()
+            ctx.save_for_backward(a16, b16)
+            return (a16 @ b16).bfloat16()
+
+    @staticmethod
+    def backward(ctx, g):
+        a16, b16 = ctx.saved_tensors
+        with torch.autocast("cpu", enabled=False):
+            g = g.bfloat16().float()
+            da = (g @ b16.transpose(-2, -1)).bfloat16()
+            if b16.dim() == 2:
+                K, N = b16.shape
+                db = a16.reshape(-1, K).t() @ g.reshape(-1, N)
+            else:
+                db = a16.transpose(-2, -1) @ g
+            return da, db.bfloat16()
+
 
 SIZES = {  # V, C, L, NH, NKV, H, T  (as model_named_size in model.c)
     "test": (256, 16, 2, 2, 1, 32, 16),
@@ -42,6 +92,7 @@ class Llama(torch.nn.Module):
         self.V, self.C, self.L, self.NH, self.NKV, self.H, self.T = V, C, L, NH, NKV, H, T
         self.hs = C // NH
         self.sdpa = False
+        self.autocast_bf16 = False
         for name, shape in param_shapes(V, C, L, NH, NKV, H, T).items():
             self.register_parameter(name, torch.nn.Parameter(torch.zeros(shape)))
         # rotation angles computed in double, stored in float32, like rope_tables()
@@ -76,11 +127,31 @@ class Llama(torch.nn.Module):
     def rmsnorm(x, w):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
 
-    def rope(self, x):  # x: (B, T, nh, hs)
+    def linear(self, x, w):
+        return Bf16Matmul.apply(x, w.t()) if self.autocast_bf16 else F.linear(x, w)
+
+    def matmul(self, a, b):
+        return Bf16Matmul.apply(a, b) if self.autocast_bf16 else a @ b
+
+    def rope(self, x, in_float32=False):  # x: (B, T, nh, hs)
+        """in_float32 (autocast_bf16): rotated in float32, the result in x's dtype."""
         T = x.shape[1]
-        x0, x1 = x[..., 0::2], x[..., 1::2]
+        xf = x.float() if in_float32 else x
+        x0, x1 = xf[..., 0::2], xf[..., 1::2]
         c, s = self.cos[:T, None, :], self.sin[:T, None, :]
-        return torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1).flatten(-2)
+        out = torch.stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1).flatten(-2)
+        return out.type_as(x) if in_float32 else out
+
+    def repeat_kv(self, x):  # (B, NKV, T, hs) -> (B, NH, T, hs), each head g times in order
+        g = self.NH // self.NKV
+        if not self.autocast_bf16:
+            return x.repeat_interleave(g, dim=1)
+        B, NKV, T, hs = x.shape
+        return x[:, :, None].expand(B, NKV, g, T, hs).reshape(B, NKV * g, T, hs)
+
+    def swiglu(self, h1, h3):  # autocast_bf16: silu in float32, rounded once to h1's dtype
+        s = F.silu(h1.float()).to(h1.dtype) if self.autocast_bf16 else F.silu(h1)
+        return s * h3
 
     def forward(self, idx, targets=None):
         B, T = idx.shape
@@ -89,25 +160,27 @@ class Llama(torch.nn.Module):
         mask = torch.ones(T, T, dtype=torch.bool).triu(1)
         for l in range(self.L):
             h = self.rmsnorm(x, self.rms1[l])
-            q = self.rope(F.linear(h, self.wq[l]).view(B, T, NH, hs)).transpose(1, 2)
-            k = self.rope(F.linear(h, self.wk[l]).view(B, T, NKV, hs)).transpose(1, 2)
-            v = F.linear(h, self.wv[l]).view(B, T, NKV, hs).transpose(1, 2)
-            k = k.repeat_interleave(NH // NKV, dim=1)
-            v = v.repeat_interleave(NH // NKV, dim=1)
+            q = self.rope(self.linear(h, self.wq[l]).view(B, T, NH, hs), self.autocast_bf16)
+            k = self.rope(self.linear(h, self.wk[l]).view(B, T, NKV, hs), self.autocast_bf16)
+            q, k = q.transpose(1, 2), k.transpose(1, 2)
+            v = self.linear(h, self.wv[l]).view(B, T, NKV, hs).transpose(1, 2)
+            k, v = self.repeat_kv(k), self.repeat_kv(v)
             if self.sdpa:  # fused attention (the GPU speed reference)
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             else:
-                att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
-                att = att.masked_fill(mask.to(att.device), float("-inf")).softmax(-1)
-                y = att @ v
+                att = self.matmul(q, k.transpose(-2, -1))
+                att = (att.float() / math.sqrt(hs)).to(att.dtype)
+                att = att.masked_fill(mask.to(att.device), float("-inf")).float().softmax(-1)
+                y = self.matmul(att, v)
             y = y.transpose(1, 2).reshape(B, T, self.C)
-            x = x + F.linear(y, self.wo[l])
+            x = x + self.linear(y, self.wo[l])
             h = self.rmsnorm(x, self.rms2[l])
-            x = x + F.linear(F.silu(F.linear(h, self.w1[l])) * F.linear(h, self.w3[l]), self.w2[l])
-        logits = F.linear(self.rmsnorm(x, self.rmsf), self.lm_head)
+            x = x + self.linear(self.swiglu(self.linear(h, self.w1[l]), self.linear(h, self.w3[l])),
+                                self.w2[l])
+        logits = self.linear(self.rmsnorm(x, self.rmsf), self.lm_head)
         if targets is None:
             return logits, None
-        return logits, F.cross_entropy(logits.reshape(-1, self.V), targets.reshape(-1))
+        return logits, F.cross_entropy(logits.float().reshape(-1, self.V), targets.reshape(-1))
 
     def param_groups(self, weight_decay):
         decay = [getattr(self, n) for n in PARAM_NAMES if not n.startswith("rms")]

@@ -4,9 +4,12 @@
  * initial weights, the batches, the forward loss and every parameter gradient
  * of the first batch, then the losses, learning rates and gradient norms of
  * 10 AdamW steps (warmup + cosine, clipping, weight decay on matrices), all
- * computed here in float32 with the fp32 recipe (plain sgemm).
+ * computed here in float32 with the fp32 recipe (plain sgemm), or with the
+ * recipe of the arguments after OUT.bin: config files (their recipe keys) and
+ * KEY=VALUE assignments, in order (tests/experiments/torch_ref_bf16_test.py:
+ * configs/bf16.cfg with activations = bf16 or f32).
  *
- *   export_ref OUT.bin
+ *   export_ref OUT.bin [RECIPE.cfg | KEY=VALUE]...
  *
  * Layout (little-endian): int32 header[16] = {magic 0x46455258, version 1, V, C,
  * L, NH, NKV, H, T, B, steps, warmup, 0...}; float hp[8] = {lr, beta1, beta2,
@@ -18,14 +21,35 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <string.h>
+
+#include "experiments/trainer/config.h"
 #include "experiments/trainer/model.h"
 #include "experiments/trainer/optim.h"
+#include "experiments/trainer/recipe.h"
 
 enum { STEPS = 10, BATCH = 4 };
 
 int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: export_ref OUT.bin\n");
+  if (argc < 2) {
+    fprintf(stderr, "usage: export_ref OUT.bin [RECIPE.cfg | KEY=VALUE]...\n");
+    return 2;
+  }
+  static config cfg;
+  char err[512] = "";
+  config_defaults(&cfg);
+  for (int i = 2; i < argc; i++) {
+    const size_t len = strlen(argv[i]);
+    const int is_file = len > 4 && !strcmp(argv[i] + len - 4, ".cfg");
+    if (is_file ? config_load_file(&cfg, argv[i], err, sizeof err)
+                : config_set_assignment(&cfg, argv[i], err, sizeof err)) {
+      fprintf(stderr, "export_ref: %s\n", err);
+      return 2;
+    }
+  }
+  recipe rc;
+  if (recipe_from_config(&rc, &cfg, 1337, err, sizeof err)) {
+    fprintf(stderr, "export_ref: %s\n", err);
     return 2;
   }
   model_config c;
@@ -35,6 +59,10 @@ int main(int argc, char **argv) {
   adamw_hparams hp = {lr, 0.9f, 0.95f, 1e-8f, 0.1f};
   model m;
   model_init(&m, &c, 42);
+  tq_site *sites = argc > 2 ? recipe_make_sites(&rc, &c) : NULL; /* none: plain sgemm */
+  m.sites = sites;
+  m.swiglu_row_scale = rc.swiglu_row_scale;
+  m.bf16_activations = rc.bf16_activations;
   const size_t P = m.num_params;
   float *mom1 = calloc(P, sizeof(float)), *mom2 = calloc(P, sizeof(float));
   int *in = malloc(sizeof(int) * STEPS * B * T), *tg = malloc(sizeof(int) * STEPS * B * T);
@@ -82,6 +110,7 @@ int main(int argc, char **argv) {
   fclose(f);
   printf("export_ref: %zu parameters, loss0 %.6f, loss after %d steps %.6f\n", P, losses[0], STEPS,
          losses[STEPS - 1]);
+  if (sites) recipe_free_sites(sites, model_num_sites(&c));
   model_free(&m);
   return 0;
 }

@@ -3,6 +3,9 @@
 #include "experiments/trainer/logit_sharpness.h"
 #include "experiments/trainer/splitmix64.h"
 #include "lib/scale_core.h"
+#ifndef MODEL_DOUBLE
+#include "cpu/exmy_cpu.h"
+#endif
 
 #include <cblas.h>
 #include <math.h>
@@ -16,6 +19,26 @@ const char *const site_kind_names[SITES_PER_LAYER] = {"q", "k", "v", "o", "w1", 
                                                       "att_qk", "att_pv"};
 
 static void *zalloc(size_t n, size_t size) { return calloc(n ? n : 1, size); }
+
+/* activations = bf16 (model.h): x rounded in place to bfloat16, rne, by the
+ * library's bulk kernel (the rounding of every other bf16 operand); the
+ * double build (gradient check) rounds nothing. */
+static void round_bf16(real *x, size_t n) {
+#ifdef MODEL_DOUBLE
+  (void)x, (void)n;
+#else
+  exmy_format bf16;
+  exmy_format_parse("bf16", &bf16);
+  const exmy_rounding_opts rne = {.mode = EXMY_RNE};
+  exmy_quantize_f32(&bf16, &rne, x, x, n);
+#endif
+}
+
+/* dst += src (n elements) */
+static void add_into(real *dst, const real *src, size_t n) {
+#pragma omp parallel for if (n > 65536)
+  for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
 
 /* The one matrix product of site s (NULL: none), of its operands of uses ua
  * and ub: float -> the quantized GEMM with the site's accumulation (the
@@ -117,18 +140,43 @@ void linear_forward(real *out, const real *inp, const real *w, int N, int C, int
   gemm(s, USE_FWD_X, USE_FWD_W, 0, 1, N, OC, C, 1, x, ldx, qx, wq, ldw, qw, 0, out, OC);
 }
 
-void linear_backward(real *dinp, real *dw, const real *dout, const real *inp, const real *w,
-                     int N, int C, int OC, tq_site *s, real dinp_beta) {
+/* bf16_scratch NULL: linear_backward.  Else (activations = bf16) both
+ * products are rounded to bf16 before they are added, as autocast's bf16
+ * GEMMs return them: dX = dinp_beta dX + bf16(dY W) and dW += bf16(dY^T X)
+ * (the gradient of the weight's bf16 cast, summed in float32), each product
+ * first in bf16_scratch (N x C for dinp_beta != 0, and OC x C). */
+static void linear_backward_act(real *dinp, real *dw, const real *dout, const real *inp,
+                                const real *w, int N, int C, int OC, tq_site *s, real dinp_beta,
+                                real *bf16_scratch) {
   const exmy_operand_quant *qdy, *qw, *qdy2, *qx;
   int lddy = OC, ldw = C, lddy2 = OC, ldx = C;
   const real *dy = operand(s, USE_DX_DY, SLOT_DY, FILL, dout, &lddy, N, OC, &qdy);
   const real *wq = operand(s, USE_DX_W, SLOT_W, REUSE, w, &ldw, OC, C, &qw);
   const real *dy2 = operand(s, USE_DW_DY, SLOT_DY, REUSE, dout, &lddy2, N, OC, &qdy2);
   const real *x = operand(s, USE_DW_X, SLOT_X, REUSE, inp, &ldx, N, C, &qx);
-  /* dX = dinp_beta dX + dY W */
-  gemm(s, USE_DX_DY, USE_DX_W, 0, 0, N, C, OC, 1, dy, lddy, qdy, wq, ldw, qw, dinp_beta, dinp, C);
-  /* dW += dY^T X */
-  gemm(s, USE_DW_DY, USE_DW_X, 1, 0, OC, C, N, 1, dy2, lddy2, qdy2, x, ldx, qx, 1, dw, C);
+  if (!bf16_scratch) {
+    /* dX = dinp_beta dX + dY W */
+    gemm(s, USE_DX_DY, USE_DX_W, 0, 0, N, C, OC, 1, dy, lddy, qdy, wq, ldw, qw, dinp_beta, dinp, C);
+    /* dW += dY^T X */
+    gemm(s, USE_DW_DY, USE_DW_X, 1, 0, OC, C, N, 1, dy2, lddy2, qdy2, x, ldx, qx, 1, dw, C);
+    return;
+  }
+  real *dx = dinp_beta == 0 ? dinp : bf16_scratch;
+  gemm(s, USE_DX_DY, USE_DX_W, 0, 0, N, C, OC, 1, dy, lddy, qdy, wq, ldw, qw, 0, dx, C);
+  round_bf16(dx, (size_t)N * C);
+  if (dx != dinp) {
+    if (dinp_beta != 1)
+      for (size_t i = 0; i < (size_t)N * C; i++) dinp[i] *= dinp_beta;
+    add_into(dinp, dx, (size_t)N * C);
+  }
+  gemm(s, USE_DW_DY, USE_DW_X, 1, 0, OC, C, N, 1, dy2, lddy2, qdy2, x, ldx, qx, 0, bf16_scratch, C);
+  round_bf16(bf16_scratch, (size_t)OC * C);
+  add_into(dw, bf16_scratch, (size_t)OC * C);
+}
+
+void linear_backward(real *dinp, real *dw, const real *dout, const real *inp, const real *w,
+                     int N, int C, int OC, tq_site *s, real dinp_beta) {
+  linear_backward_act(dinp, dw, dout, inp, w, N, C, OC, s, dinp_beta, NULL);
 }
 
 /* ---------------------------------------------------------------- RoPE */
@@ -207,13 +255,26 @@ void causal_softmax_backward(real *datt, const real *att, long rows, int T, real
 /* The scale of the attention scores, 1 / sqrt(head size). */
 static real attention_scale(int hs) { return (real)(1.0 / sqrt((double)hs)); }
 
+/* activations = bf16: the scores as autocast computes (Q K^T) / sqrt(hs)
+ * from bf16 tensors, bf16(bf16(Q K^T) / sqrt(hs)), the division in float32;
+ * the same for their gradient, dS <- bf16(bf16(dS) / sqrt(hs)).  n entries of x. */
+static void scale_scores_bf16(real *x, size_t n, int hs) {
+  const real sqrt_hs = (real)sqrt((double)hs);
+  round_bf16(x, n);
+#pragma omp parallel for if (n > 65536)
+  for (size_t i = 0; i < n; i++) x[i] /= sqrt_hs;
+  round_bf16(x, n);
+}
+
 /* Per (batch, head): S = scale Q_h K_g^T (g = the head's key/value group),
  * causal softmax, O_h = P V_g.  Whole tensors are quantized once (per-tensor
- * scaling sees the tensor), the products run per head. */
-void attention_forward(real *out, real *att, const real *q, const real *k, const real *v, int B,
-                       int T, int NH, int NKV, int hs, tq_site *qk, tq_site *pv) {
+ * scaling sees the tensor), the products run per head.  bf16: S as
+ * scale_scores_bf16, P float32 (autocast's softmax), O rounded to bf16. */
+static void attention_forward_act(real *out, real *att, const real *q, const real *k,
+                                  const real *v, int B, int T, int NH, int NKV, int hs,
+                                  tq_site *qk, tq_site *pv, int bf16) {
   const int C = NH * hs, KVC = NKV * hs, group = NH / NKV, N = B * T;
-  const real scale = attention_scale(hs);
+  const real scale = bf16 ? 1 : attention_scale(hs);
   const exmy_operand_quant *qq, *qkk, *qp, *qv;
   int ldq = C, ldk = KVC, ldp = T, ldv = KVC;
   const real *Q = operand(qk, USE_FWD_X, SLOT_X, FILL, q, &ldq, N, C, &qq);
@@ -224,6 +285,7 @@ void attention_forward(real *out, real *att, const real *q, const real *k, const
       gemm(qk, USE_FWD_X, USE_FWD_W, 0, 1, T, T, hs, scale, Q + (size_t)b * T * ldq + h * hs, ldq, qq,
            K + (size_t)b * T * ldk + g * hs, ldk, qkk, 0, att + ((size_t)b * NH + h) * T * T, T);
     }
+  if (bf16) scale_scores_bf16(att, (size_t)B * NH * T * T, hs);
   causal_softmax_forward(att, (long)B * NH * T, T);
   const real *P = operand(pv, USE_FWD_X, SLOT_X, FILL, att, &ldp, B * NH * T, T, &qp);
   const real *V = operand(pv, USE_FWD_W, SLOT_W, FILL, v, &ldv, N, KVC, &qv);
@@ -233,12 +295,32 @@ void attention_forward(real *out, real *att, const real *q, const real *k, const
       gemm(pv, USE_FWD_X, USE_FWD_W, 0, 0, T, hs, T, 1, P + ((size_t)b * NH + h) * T * ldp, ldp, qp,
            V + (size_t)b * T * ldv + g * hs, ldv, qv, 0, out + (size_t)b * T * C + h * hs, C);
     }
+  if (bf16) round_bf16(out, (size_t)N * C);
 }
 
-/* datt: scratch of B * NH * T * T. */
-void attention_backward(real *dq, real *dk, real *dv, real *datt, const real *dout,
-                        const real *att, const real *q, const real *k, const real *v, int B,
-                        int T, int NH, int NKV, int hs, tq_site *qk, tq_site *pv) {
+void attention_forward(real *out, real *att, const real *q, const real *k, const real *v, int B,
+                       int T, int NH, int NKV, int hs, tq_site *qk, tq_site *pv) {
+  attention_forward_act(out, att, q, k, v, B, T, NH, NKV, hs, qk, pv, 0);
+}
+
+/* dst (T x hs, row stride ld) += bf16(piece) (T x hs, packed): a head's
+ * share of its key/value group's dK or dV under bf16 activations. */
+static void add_head_piece_bf16(real *dst, int ld, real *piece, int T, int hs) {
+  round_bf16(piece, (size_t)T * hs);
+  for (int t = 0; t < T; t++)
+    for (int j = 0; j < hs; j++) dst[(size_t)t * ld + j] += piece[(size_t)t * hs + j];
+}
+
+/* datt: scratch of B * NH * T * T.  bf16_scratch NULL: float32.  Else
+ * (activations = bf16, T x hs of scratch) autocast's backward of
+ * attention_forward_act: dP = bf16(dO V^T), dS from the float32 softmax
+ * backward then as scale_scores_bf16, dQ = bf16(dS K); each head's share of
+ * dK and dV rounded to bf16, the shares of a key/value group summed in
+ * float32 and the sum rounded (the backward of the heads' expand). */
+static void attention_backward_act(real *dq, real *dk, real *dv, real *datt, const real *dout,
+                                   const real *att, const real *q, const real *k, const real *v,
+                                   int B, int T, int NH, int NKV, int hs, tq_site *qk,
+                                   tq_site *pv, real *bf16_scratch) {
   const int C = NH * hs, KVC = NKV * hs, group = NH / NKV, N = B * T;
   const exmy_operand_quant *q_do, *q_v, *q_do2, *q_p;
   int ld_do = C, ld_v = KVC, ld_do2 = C, ld_p = T;
@@ -254,10 +336,24 @@ void attention_backward(real *dq, real *dk, real *dv, real *datt, const real *do
       gemm(pv, USE_DX_DY, USE_DX_W, 0, 1, T, T, hs, 1, dO + (size_t)b * T * ld_do + h * hs, ld_do, q_do,
            V + (size_t)b * T * ld_v + g * hs, ld_v, q_v, 0, datt + bh * T * T, T);
       /* dV += P^T dO */
-      gemm(pv, USE_DW_X, USE_DW_DY, 1, 0, T, hs, T, 1, P + bh * T * ld_p, ld_p, q_p, dO2 + (size_t)b * T * ld_do2 + h * hs,
-           ld_do2, q_do2, 1, dv + (size_t)b * T * KVC + g * hs, KVC);
+      real *dv_g = dv + (size_t)b * T * KVC + g * hs;
+      if (bf16_scratch) {
+        gemm(pv, USE_DW_X, USE_DW_DY, 1, 0, T, hs, T, 1, P + bh * T * ld_p, ld_p, q_p,
+             dO2 + (size_t)b * T * ld_do2 + h * hs, ld_do2, q_do2, 0, bf16_scratch, hs);
+        add_head_piece_bf16(dv_g, KVC, bf16_scratch, T, hs);
+      } else {
+        gemm(pv, USE_DW_X, USE_DW_DY, 1, 0, T, hs, T, 1, P + bh * T * ld_p, ld_p, q_p,
+             dO2 + (size_t)b * T * ld_do2 + h * hs, ld_do2, q_do2, 1, dv_g, KVC);
+      }
     }
-  causal_softmax_backward(datt, att, (long)B * NH * T, T, attention_scale(hs));
+  if (bf16_scratch) {
+    round_bf16(dv, (size_t)N * KVC);
+    round_bf16(datt, (size_t)B * NH * T * T);
+    causal_softmax_backward(datt, att, (long)B * NH * T, T, 1);
+    scale_scores_bf16(datt, (size_t)B * NH * T * T, hs);
+  } else {
+    causal_softmax_backward(datt, att, (long)B * NH * T, T, attention_scale(hs));
+  }
   const exmy_operand_quant *q_ds, *q_k, *q_ds2, *q_q;
   int ld_ds = T, ld_k = KVC, ld_ds2 = T, ld_q = C;
   const real *dS = operand(qk, USE_DX_DY, SLOT_DY, FILL, datt, &ld_ds, B * NH * T, T, &q_ds);
@@ -272,9 +368,26 @@ void attention_backward(real *dq, real *dk, real *dv, real *datt, const real *do
       gemm(qk, USE_DX_DY, USE_DX_W, 0, 0, T, hs, T, 1, dS + bh * T * ld_ds, ld_ds, q_ds, K + (size_t)b * T * ld_k + g * hs,
            ld_k, q_k, 0, dq + (size_t)b * T * C + h * hs, C);
       /* dK += dS^T Q */
-      gemm(qk, USE_DW_DY, USE_DW_X, 1, 0, T, hs, T, 1, dS2 + bh * T * ld_ds2, ld_ds2, q_ds2,
-           Q + (size_t)b * T * ld_q + h * hs, ld_q, q_q, 1, dk + (size_t)b * T * KVC + g * hs, KVC);
+      real *dk_g = dk + (size_t)b * T * KVC + g * hs;
+      if (bf16_scratch) {
+        gemm(qk, USE_DW_DY, USE_DW_X, 1, 0, T, hs, T, 1, dS2 + bh * T * ld_ds2, ld_ds2, q_ds2,
+             Q + (size_t)b * T * ld_q + h * hs, ld_q, q_q, 0, bf16_scratch, hs);
+        add_head_piece_bf16(dk_g, KVC, bf16_scratch, T, hs);
+      } else {
+        gemm(qk, USE_DW_DY, USE_DW_X, 1, 0, T, hs, T, 1, dS2 + bh * T * ld_ds2, ld_ds2, q_ds2,
+             Q + (size_t)b * T * ld_q + h * hs, ld_q, q_q, 1, dk_g, KVC);
+      }
     }
+  if (bf16_scratch) {
+    round_bf16(dq, (size_t)N * C);
+    round_bf16(dk, (size_t)N * KVC);
+  }
+}
+
+void attention_backward(real *dq, real *dk, real *dv, real *datt, const real *dout,
+                        const real *att, const real *q, const real *k, const real *v, int B,
+                        int T, int NH, int NKV, int hs, tq_site *qk, tq_site *pv) {
+  attention_backward_act(dq, dk, dv, datt, dout, att, q, k, v, B, T, NH, NKV, hs, qk, pv, NULL);
 }
 
 /* -------------------------------------------------------------- SwiGLU */
@@ -295,6 +408,43 @@ void swiglu_backward(real *dh1, real *dh3, const real *dout, const real *h1, con
     dh3[i] = dout[i] * a * sig;
     dh1[i] = dout[i] * h3[i] * sig * (1 + a * (1 - sig));
   }
+}
+
+/* activations = bf16: autocast's silu(h1) * h3 of bf16 tensors, two bf16
+ * results: out = bf16(s h3), s = bf16(silu(h1)) (each op computed in float32,
+ * its result rounded, as PyTorch's bf16 element-wise kernels on CUDA). */
+static void swiglu_forward_bf16(real *out, const real *h1, const real *h3, size_t n) {
+#pragma omp parallel for if (n > 65536)
+  for (size_t i = 0; i < n; i++) {
+    real a = h1[i], sig = (real)(1.0 / (1.0 + exp(-(double)a)));
+    out[i] = a * sig;
+  }
+  round_bf16(out, n);
+#pragma omp parallel for if (n > 65536)
+  for (size_t i = 0; i < n; i++) out[i] *= h3[i];
+  round_bf16(out, n);
+}
+
+/* Its backward, autograd's through those two ops: dh3 = bf16(dout s),
+ * ds = bf16(dout h3), dh1 = bf16(ds silu'(h1)). */
+static void swiglu_backward_bf16(real *dh1, real *dh3, const real *dout, const real *h1,
+                                 const real *h3, size_t n) {
+#pragma omp parallel for if (n > 65536)
+  for (size_t i = 0; i < n; i++) {
+    real a = h1[i], sig = (real)(1.0 / (1.0 + exp(-(double)a)));
+    dh3[i] = a * sig; /* s, before its rounding */
+    dh1[i] = dout[i] * h3[i]; /* ds, before its rounding */
+  }
+  round_bf16(dh3, n);
+  round_bf16(dh1, n);
+#pragma omp parallel for if (n > 65536)
+  for (size_t i = 0; i < n; i++) {
+    real a = h1[i], sig = (real)(1.0 / (1.0 + exp(-(double)a)));
+    dh3[i] = dout[i] * dh3[i];
+    dh1[i] = dh1[i] * sig * (1 + a * (1 - sig));
+  }
+  round_bf16(dh3, n);
+  round_bf16(dh1, n);
 }
 
 static real smooth_swiglu_row_scale(const real *h3_row, int H) {
@@ -551,8 +701,10 @@ static int model_alloc_acts(model *m, int B, int T) {
   free(m->rope_cos);
   free(m->rope_sin);
   free(m->logit_phi);
+  free(m->bf16_scratch);
   m->acts_mem = m->rope_cos = m->rope_sin = NULL;
   m->logit_phi = NULL;
+  m->bf16_scratch = NULL;
   m->B = m->T = 0;
   model_act_sizes(c, B, T, m->act_sizes, m->grad_act_sizes);
   const size_t bytes = model_point_acts(&m->acts, &m->grad_acts, NULL, m->act_sizes,
@@ -575,7 +727,27 @@ int model_reserve(model *m, int B, int T) {
   return m->B == B && m->T == T ? 0 : model_alloc_acts(m, B, T);
 }
 
+/* activations = bf16: the backward's scratch for a product before it is
+ * added, allocated on first use for micro-batches of B x T: the largest of a
+ * linear layer's dX (N x C), its dW (OC x C) and a head's dK or dV piece. */
+static real *bf16_scratch(model *m) {
+  if (!m->bf16_activations) return NULL;
+  if (!m->bf16_scratch) {
+    const model_config *c = &m->cfg;
+    const size_t C = c->dim, widest = (size_t)(c->hidden > c->vocab ? c->hidden : c->vocab);
+    size_t n = (size_t)m->B * m->T * C;
+    if (widest * C > n) n = widest * C;
+    if (C * C > n) n = C * C;
+    if (!(m->bf16_scratch = malloc(n * sizeof(real)))) {
+      fprintf(stderr, "model_backward: out of memory for the bf16 activations' scratch\n");
+      exit(1);
+    }
+  }
+  return m->bf16_scratch;
+}
+
 void model_free(model *m) {
+  free(m->bf16_scratch);
   free(m->params_mem);
   free(m->grads_mem);
   free(m->acts_mem);
@@ -604,6 +776,12 @@ void model_forward(model *m, const int *tokens, const int *targets, int B, int T
   const size_t BTC = (size_t)N * C, BTK = (size_t)N * KVC, BTH = (size_t)N * H;
   param_tensors p = m->params;
   activation_tensors a = m->acts;
+  const int bf16 = m->bf16_activations;
+  /* activations = bf16: a GEMM's or layer's output rounded where autocast rounds it */
+#define ACT_ROUND(x, n) \
+  do {                  \
+    if (bf16) round_bf16((x), (n)); \
+  } while (0)
 
   encoder_forward(a.res, tokens, p.wte, N, C);
   for (int l = 0; l < L; l++) {
@@ -618,28 +796,44 @@ void model_forward(model *m, const int *tokens, const int *targets, int B, int T
     linear_forward(q, ln1, p.wq + (size_t)l * C * C, N, C, C, site_of(m, l, SITE_Q));
     linear_forward(k, ln1, p.wk + (size_t)l * KVC * C, N, C, KVC, site_of(m, l, SITE_K));
     linear_forward(v, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC, site_of(m, l, SITE_V));
+    ACT_ROUND(q, BTC);
+    ACT_ROUND(k, BTK);
+    ACT_ROUND(v, BTK);
+    /* bf16: the rotation in float32 and rounded once (Meta's apply_rotary_emb) */
     rope_forward(q, m->rope_cos, m->rope_sin, B, T, NH, hs);
     rope_forward(k, m->rope_cos, m->rope_sin, B, T, NKV, hs);
-    attention_forward(atty, att, q, k, v, B, T, NH, NKV, hs, site_of(m, l, SITE_ATT_QK),
-                      site_of(m, l, SITE_ATT_PV));
+    ACT_ROUND(q, BTC);
+    ACT_ROUND(k, BTK);
+    attention_forward_act(atty, att, q, k, v, B, T, NH, NKV, hs, site_of(m, l, SITE_ATT_QK),
+                          site_of(m, l, SITE_ATT_PV), bf16);
     linear_forward(res_mid, atty, p.wo + (size_t)l * C * C, N, C, C, site_of(m, l, SITE_O));
+    ACT_ROUND(res_mid, BTC); /* the residual add promotes the bf16 branch to float32 */
     for (size_t i = 0; i < BTC; i++) res_mid[i] += res[i];
 
     rmsnorm_forward(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, N, C);
     linear_forward(h1, ln2, p.w1 + (size_t)l * H * C, N, C, H, site_of(m, l, SITE_W1));
     linear_forward(h3, ln2, p.w3 + (size_t)l * H * C, N, C, H, site_of(m, l, SITE_W3));
+    ACT_ROUND(h1, BTH);
+    ACT_ROUND(h3, BTH);
     if (m->swiglu_row_scale) {
       smooth_swiglu_forward(hg, h1, h3, N, H);
       linear_forward(res_out, hg, p.w2 + (size_t)l * C * H, N, H, C, site_of(m, l, SITE_W2));
       smooth_swiglu_scale_rows(res_out, res_out, h3, N, C, H);
     } else {
-      swiglu_forward(hg, h1, h3, BTH);
+      if (bf16)
+        swiglu_forward_bf16(hg, h1, h3, BTH);
+      else
+        swiglu_forward(hg, h1, h3, BTH);
       linear_forward(res_out, hg, p.w2 + (size_t)l * C * H, N, H, C, site_of(m, l, SITE_W2));
     }
+    ACT_ROUND(res_out, BTC);
     for (size_t i = 0; i < BTC; i++) res_out[i] += res_mid[i];
   }
   rmsnorm_forward(a.lnf, a.lnf_rstd, a.res + L * BTC, p.rmsf, N, C);
   linear_forward(a.probs, a.lnf, p.lm_head, N, C, V, site_of(m, L, 0));
+  /* bf16: the logits; the cross-entropy in float32 (autocast's fp32 list) */
+  ACT_ROUND(a.probs, (size_t)N * V);
+#undef ACT_ROUND
   if (targets) {
     if (m->logit_sharpness) logit_sharpness_forward(m->logit_phi, a.probs, targets, N, V);
     crossentropy_softmax_forward(a.probs, a.losses, targets, N, V);
@@ -661,10 +855,20 @@ void model_backward(model *m, const int *tokens, const int *targets, real loss_s
   activation_tensors a = m->acts;
   grad_act_tensors d = m->grad_acts;
 
+  /* activations = bf16: every gradient of a bf16 tensor rounded to bf16, and
+   * the linear layers' products rounded before they are added */
+  real *const scratch = bf16_scratch(m);
+#define ACT_ROUND(x, n)                \
+  do {                                 \
+    if (scratch) round_bf16((x), (n)); \
+  } while (0)
+
   /* the logits' gradient replaces the probabilities in place */
   real *dlogits = a.probs;
   crossentropy_softmax_backward(dlogits, a.probs, targets, N, V, loss_scale / N);
-  linear_backward(d.dln, g.lm_head, dlogits, a.lnf, p.lm_head, N, C, V, site_of(m, L, 0), 0);
+  ACT_ROUND(dlogits, (size_t)N * V);
+  linear_backward_act(d.dln, g.lm_head, dlogits, a.lnf, p.lm_head, N, C, V, site_of(m, L, 0), 0,
+                      scratch);
   memset(d.dres, 0, BTC * sizeof(real));
   rmsnorm_backward(d.dres, g.rmsf, d.dln, a.res + L * BTC, p.rmsf, a.lnf_rstd, N, C);
 
@@ -680,37 +884,53 @@ void model_backward(model *m, const int *tokens, const int *targets, real loss_s
       linear_backward(d.dhg, g.w2 + (size_t)l * C * H, d.dln, hg, p.w2 + (size_t)l * C * H, N, H,
                       C, site_of(m, l, SITE_W2), 0);
       smooth_swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, N, H);
+    } else if (scratch) {
+      /* W2's output gradient bf16(d(res_out)) in dln (free until W1's dX); dres stays float32 */
+      memcpy(d.dln, d.dres, BTC * sizeof(real));
+      round_bf16(d.dln, BTC);
+      linear_backward_act(d.dhg, g.w2 + (size_t)l * C * H, d.dln, hg, p.w2 + (size_t)l * C * H, N,
+                          H, C, site_of(m, l, SITE_W2), 0, scratch);
+      swiglu_backward_bf16(d.dh1, d.dh3, d.dhg, h1, h3, BTH);
     } else {
       linear_backward(d.dhg, g.w2 + (size_t)l * C * H, d.dres, hg, p.w2 + (size_t)l * C * H, N, H,
                       C, site_of(m, l, SITE_W2), 0);
       swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, BTH);
     }
-    linear_backward(d.dln, g.w1 + (size_t)l * H * C, d.dh1, ln2, p.w1 + (size_t)l * H * C, N, C, H,
-                    site_of(m, l, SITE_W1), 0);
-    linear_backward(d.dln, g.w3 + (size_t)l * H * C, d.dh3, ln2, p.w3 + (size_t)l * H * C, N, C, H,
-                    site_of(m, l, SITE_W3), 1);
+    linear_backward_act(d.dln, g.w1 + (size_t)l * H * C, d.dh1, ln2, p.w1 + (size_t)l * H * C, N,
+                        C, H, site_of(m, l, SITE_W1), 0, scratch);
+    linear_backward_act(d.dln, g.w3 + (size_t)l * H * C, d.dh3, ln2, p.w3 + (size_t)l * H * C, N,
+                        C, H, site_of(m, l, SITE_W3), 1, scratch);
     rmsnorm_backward(d.dres, g.rms2 + (size_t)l * C, d.dln, res_mid, p.rms2 + (size_t)l * C,
                      a.ln2_rstd + (size_t)l * N, N, C);
-    /* attention: dres becomes d(res) */
-    linear_backward(d.datty, g.wo + (size_t)l * C * C, d.dres, atty, p.wo + (size_t)l * C * C, N, C,
-                    C, site_of(m, l, SITE_O), 0);
+    /* attention: dres becomes d(res); bf16: WO's output gradient bf16(d(res_mid)) in dln */
+    const real *dy_o = d.dres;
+    if (scratch) {
+      memcpy(d.dln, d.dres, BTC * sizeof(real));
+      round_bf16(d.dln, BTC);
+      dy_o = d.dln;
+    }
+    linear_backward_act(d.datty, g.wo + (size_t)l * C * C, dy_o, atty, p.wo + (size_t)l * C * C, N,
+                        C, C, site_of(m, l, SITE_O), 0, scratch);
     /* attention_backward accumulates dk and dv head by head */
     memset(d.dk, 0, BTK * sizeof(real));
     memset(d.dv, 0, BTK * sizeof(real));
-    attention_backward(d.dq, d.dk, d.dv, d.datt, d.datty, att, q, k, v, B, T, NH, NKV, hs,
-                       site_of(m, l, SITE_ATT_QK), site_of(m, l, SITE_ATT_PV));
+    attention_backward_act(d.dq, d.dk, d.dv, d.datt, d.datty, att, q, k, v, B, T, NH, NKV, hs,
+                           site_of(m, l, SITE_ATT_QK), site_of(m, l, SITE_ATT_PV), scratch);
     rope_backward(d.dq, m->rope_cos, m->rope_sin, B, T, NH, hs);
     rope_backward(d.dk, m->rope_cos, m->rope_sin, B, T, NKV, hs);
-    linear_backward(d.dln, g.wq + (size_t)l * C * C, d.dq, ln1, p.wq + (size_t)l * C * C, N, C, C,
-                    site_of(m, l, SITE_Q), 0);
-    linear_backward(d.dln, g.wk + (size_t)l * KVC * C, d.dk, ln1, p.wk + (size_t)l * KVC * C, N, C,
-                    KVC, site_of(m, l, SITE_K), 1);
-    linear_backward(d.dln, g.wv + (size_t)l * KVC * C, d.dv, ln1, p.wv + (size_t)l * KVC * C, N, C,
-                    KVC, site_of(m, l, SITE_V), 1);
+    ACT_ROUND(d.dq, BTC);
+    ACT_ROUND(d.dk, BTK);
+    linear_backward_act(d.dln, g.wq + (size_t)l * C * C, d.dq, ln1, p.wq + (size_t)l * C * C, N, C,
+                        C, site_of(m, l, SITE_Q), 0, scratch);
+    linear_backward_act(d.dln, g.wk + (size_t)l * KVC * C, d.dk, ln1, p.wk + (size_t)l * KVC * C, N,
+                        C, KVC, site_of(m, l, SITE_K), 1, scratch);
+    linear_backward_act(d.dln, g.wv + (size_t)l * KVC * C, d.dv, ln1, p.wv + (size_t)l * KVC * C, N,
+                        C, KVC, site_of(m, l, SITE_V), 1, scratch);
     rmsnorm_backward(d.dres, g.rms1 + (size_t)l * C, d.dln, res, p.rms1 + (size_t)l * C,
                      a.ln1_rstd + (size_t)l * N, N, C);
   }
   encoder_backward(g.wte, d.dres, tokens, N, C);
+#undef ACT_ROUND
 }
 
 int model_named_size(const char *name, model_config *c) {

@@ -151,6 +151,13 @@ typedef struct {
   tq_site *sites;
   /* Smooth-SwiGLU per token row (the recipe's swiglu_scale = row) */
   int swiglu_row_scale;
+  /* The recipe's activations = bf16: the tensors that PyTorch autocast keeps
+   * in bf16 rounded rne to bfloat16 where autocast rounds them, forward and
+   * backward (experiments/README.md, "bf16 activations", lists the points);
+   * 0: float32 between the GEMMs.  Set before the first forward; the double
+   * build (gradient check) rounds nothing. */
+  int bf16_activations;
+  real *bf16_scratch; /* its backward's products before they are added (allocated on use) */
   real loss; /* mean loss of the last forward with targets */
   /* when set, a forward with targets also writes the epsilon-sharpness of
    * every position's logits (logit_sharpness.h) into logit_phi

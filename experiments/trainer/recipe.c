@@ -168,6 +168,13 @@ int recipe_from_config(recipe *r, const config *c, uint64_t seed, char *err, siz
   }
   /* none | row (the key table refuses anything else) */
   r->swiglu_row_scale = !strcmp(config_str(c, "swiglu_scale"), "row");
+  /* f32 | bf16 (the key table refuses anything else) */
+  r->bf16_activations = !strcmp(config_str(c, "activations"), "bf16");
+  if (r->bf16_activations && r->swiglu_row_scale) {
+    snprintf(err, errlen, "activations = bf16 with swiglu_scale = row is not defined (where "
+             "the row scale's division would round is not chosen yet)");
+    return -1;
+  }
   return 0;
 }
 

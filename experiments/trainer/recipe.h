@@ -43,6 +43,10 @@ typedef struct {
    * token row by the row's max |h3| before the W2 GEMM, W2's output
    * multiplied back by it (model.h, smooth_swiglu_*) */
   bool swiglu_row_scale;
+  /* `activations = bf16`: the tensors between the GEMMs rounded to bfloat16
+   * where PyTorch autocast has them in bf16 (experiments/README.md, "bf16
+   * activations"; model.h, bf16_activations); CPU only */
+  bool bf16_activations;
 } recipe;
 
 /* 0, or -1 with a message. */

@@ -804,6 +804,97 @@ START_TEST(test_fp8_adam_moments) {
 }
 END_TEST
 
+/* activations = bf16 (experiments/README.md, "bf16 activations"): after a
+ * forward and backward of the bf16 recipe on the `test` size, the tensors the
+ * definition makes bf16 hold bf16 values only, those it keeps float32 do not
+ * (and under activations = f32 neither do the former); SwiGLU's output is
+ * bf16(bf16(silu(h1)) h3) bit for bit by the scalar reference rounding. */
+static bool all_bf16(const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &x[i], 4);
+    if (u & 0xFFFF) return false;
+  }
+  return true;
+}
+
+START_TEST(test_bf16_activations_rounding_points) {
+  model_config c;
+  model_named_size("test", &c);
+  const int T = c.seq_len, N = B * T, C = c.dim, H = c.hidden, L = c.n_layers, V = c.vocab,
+            NH = c.n_heads, KVC = c.n_kv_heads * (C / NH);
+  const size_t BTC = (size_t)N * C, BTH = (size_t)N * H;
+  int in[B * 64], tg[B * 64];
+  batch(in, tg, N);
+  config cfg;
+  config_defaults(&cfg);
+  char err[256] = "";
+  ck_assert(config_load_file(&cfg, "experiments/configs/bf16.cfg", err, sizeof err) == 0);
+  for (int bf16 = 0; bf16 < 2; bf16++) {
+    ck_assert(config_set(&cfg, "activations", bf16 ? "bf16" : "f32", err, sizeof err) == 0);
+    recipe r;
+    ck_assert_msg(recipe_from_config(&r, &cfg, 1, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(r.bf16_activations, bf16);
+    model m;
+    model_init(&m, &c, 9);
+    m.sites = recipe_make_sites(&r, &c);
+    m.bf16_activations = r.bf16_activations;
+    model_forward(&m, in, tg, B, T);
+    model_zero_grad(&m);
+    model_backward(&m, in, tg, 1);
+    const activation_tensors *a = &m.acts;
+    const grad_act_tensors *d = &m.grad_acts;
+    /* bf16 under activations = bf16: every layer's GEMM outputs and element-wise
+     * layers' results; the backward's last layer (0) gradients of bf16 tensors;
+     * the linear layers' weight gradients */
+    const struct { const char *name; const float *x; size_t n; } bf16_tensors[] = {
+        {"q", a->q, L * BTC}, {"k", a->k, (size_t)L * N * KVC}, {"v", a->v, (size_t)L * N * KVC},
+        {"atty", a->atty, L * BTC}, {"h1", a->h1, L * BTH}, {"h3", a->h3, L * BTH},
+        {"hg", a->hg, L * BTH}, {"dq", d->dq, BTC}, {"dk", d->dk, (size_t)N * KVC},
+        {"dv", d->dv, (size_t)N * KVC}, {"datt (dS)", d->datt, (size_t)B * NH * T * T},
+        {"dhg", d->dhg, BTH}, {"dh1", d->dh1, BTH}, {"dh3", d->dh3, BTH},
+        {"dwq", m.grads.wq, (size_t)L * C * C}, {"dwk", m.grads.wk, (size_t)L * KVC * C},
+        {"dw1", m.grads.w1, (size_t)L * H * C}, {"dw2", m.grads.w2, (size_t)L * C * H},
+        {"dwo", m.grads.wo, (size_t)L * C * C}, {"dlm_head", m.grads.lm_head, (size_t)V * C}};
+    /* float32 under both: the residual stream past the embedding, the RMSNorms'
+     * outputs, the attention probabilities, the float32 tensors' gradients */
+    const struct { const char *name; const float *x; size_t n; } f32_tensors[] = {
+        {"res", a->res + BTC, L * BTC}, {"res_mid", a->res_mid, L * BTC},
+        {"ln1", a->ln1, L * BTC}, {"ln2", a->ln2, L * BTC}, {"lnf", a->lnf, BTC},
+        {"att (P)", a->att, (size_t)L * B * NH * T * T}, {"dres", d->dres, BTC},
+        {"dln", d->dln, BTC}, {"drms1", m.grads.rms1, (size_t)L * C},
+        {"dwte", m.grads.wte, (size_t)V * C}};
+    for (size_t i = 0; i < sizeof bf16_tensors / sizeof *bf16_tensors; i++)
+      ck_assert_msg(all_bf16(bf16_tensors[i].x, bf16_tensors[i].n) == (bool)bf16,
+                    "activations = %s: %s %s", bf16 ? "bf16" : "f32", bf16_tensors[i].name,
+                    bf16 ? "has values that are not bf16" : "has bf16 values only");
+    for (size_t i = 0; i < sizeof f32_tensors / sizeof *f32_tensors; i++)
+      ck_assert_msg(!all_bf16(f32_tensors[i].x, f32_tensors[i].n),
+                    "activations = %s: %s has bf16 values only", bf16 ? "bf16" : "f32",
+                    f32_tensors[i].name);
+    if (bf16) {
+      exmy_format f;
+      exmy_format_parse("bf16", &f);
+      const exmy_rounding_opts rne = {.mode = EXMY_RNE};
+      long bad = 0;
+      for (size_t i = 0; i < L * BTH; i++) {
+        const float x = a->h1[i], sig = (float)(1.0 / (1.0 + exp(-(double)x)));
+        const float s = exmy_ref_quantize(&f, &rne, x * sig, 0);
+        const float want = exmy_ref_quantize(&f, &rne, s * a->h3[i], 0);
+        bad += memcmp(&want, &a->hg[i], 4) != 0;
+      }
+      ck_assert_int_eq(bad, 0);
+    }
+    printf("activations = %s: the %zu tensors the definition rounds %s bf16 values only, the %zu "
+           "it keeps float32 do not\n", bf16 ? "bf16" : "f32",
+           sizeof bf16_tensors / sizeof *bf16_tensors, bf16 ? "hold" : "do not hold",
+           sizeof f32_tensors / sizeof *f32_tensors);
+    recipe_free_sites(m.sites, model_num_sites(&c));
+    model_free(&m);
+  }
+}
+END_TEST
+
 int main(void) {
   const TTest *const tests[] = {test_fp32_recipe_is_unquantized_path, test_spy_e8m3, test_spy_bf16,
                                 test_spy_fp8_current, test_spy_mxfp4, test_spy_nvfp4,
@@ -811,6 +902,7 @@ int main(void) {
                                 test_msamp_grads_rounded,
                                 test_msamp_grads_high_first_last, test_accumulate_key,
                                 test_smooth_swiglu_forward, test_smooth_swiglu_same_function,
-                                test_fp8_adam_moments, NULL};
+                                test_fp8_adam_moments, test_bf16_activations_rounding_points,
+                                NULL};
   return run_suite(suite_of("recipes", 60, tests), false);
 }

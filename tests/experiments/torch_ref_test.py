@@ -8,13 +8,10 @@ usage: torch_ref_test.py EXPORT_REF_BINARY REFERENCE_DIR
 Skips (exit 0, with a message) when torch is missing, unless CI=true.
 """
 import os
-import struct
-import subprocess
 import sys
-import tempfile
 
 try:
-    import numpy as np
+    import numpy  # noqa: F401 (ref_export.py reads with it)
     import torch
 except ImportError as e:
     if os.environ.get("CI") == "true":
@@ -25,43 +22,24 @@ except ImportError as e:
 
 exe, refdir = sys.argv[1], sys.argv[2]
 sys.path.insert(0, refdir)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_torch import Llama, lr_schedule  # noqa: E402
+from ref_export import run_export  # noqa: E402
 
 torch.set_num_threads(1)
 TOL = 1e-4
 
-with tempfile.TemporaryDirectory() as tmp:
-    path = os.path.join(tmp, "ref.bin")
-    subprocess.run([exe, path], check=True)
-    raw = open(path, "rb").read()
-
-hdr = struct.unpack_from("<16i", raw, 0)
-assert hdr[0] == 0x46455258 and hdr[1] == 1, "bad export_ref header"
-V, C, L, NH, NKV, H, T, B, STEPS, WARMUP = hdr[2:12]
-lr, b1, b2, eps, wd, clip, min_frac, _ = struct.unpack_from("<8f", raw, 64)
-off = 96
-
+ex = run_export(exe)
+V, C, L, NH, NKV, H, T, B, STEPS, WARMUP = (ex[k] for k in (
+    "V", "C", "L", "NH", "NKV", "H", "T", "B", "STEPS", "WARMUP"))
+lr, b1, b2, eps, wd, clip, min_frac = (ex[k] for k in (
+    "lr", "b1", "b2", "eps", "wd", "clip", "min_frac"))
 model = Llama(V, C, L, NH, NKV, H, T)
 P = sum(p.numel() for p in model.parameters())
-
-
-def take(dtype, n):
-    global off
-    a = np.frombuffer(raw, dtype=dtype, count=n, offset=off)
-    off += a.nbytes
-    return a
-
-
-params0 = torch.from_numpy(take("<f4", P).copy())
-inputs = torch.from_numpy(take("<i4", STEPS * B * T).astype(np.int64)).view(STEPS, B, T)
-targets = torch.from_numpy(take("<i4", STEPS * B * T).astype(np.int64)).view(STEPS, B, T)
-c_loss0 = float(take("<f4", 1)[0])
-c_grads0 = torch.from_numpy(take("<f4", P).copy())
-c_losses = take("<f4", STEPS)
-c_lrs = take("<f4", STEPS)
-c_norms = take("<f4", STEPS)
-c_params_final = torch.from_numpy(take("<f4", P).copy())
-assert off == len(raw), (off, len(raw))
+assert P == ex["P"], (P, ex["P"])
+params0, inputs, targets = ex["params0"], ex["inputs"], ex["targets"]
+c_loss0, c_grads0 = ex["loss0"], ex["grads0"]
+c_losses, c_lrs, c_norms, c_params_final = ex["losses"], ex["lrs"], ex["norms"], ex["params_final"]
 
 failures = []
 

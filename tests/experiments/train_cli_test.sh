@@ -9,7 +9,10 @@
 #    --recipe resumes a checkpoint under another recipe (its delayed-scaling states
 #    dropped; under the same recipe they are kept and the losses bit-identical);
 #  - msamp-o1 (grad_format): the forward of step 1 is fp8-current's, the update is
-#    not (on the GPU: tests/experiments/gpu/trainer_gpu_test.c, bit for bit).
+#    not (on the GPU: tests/experiments/gpu/trainer_gpu_test.c, bit for bit);
+#  - activations = bf16: resumed bit for bit from its config.cfg, another first loss
+#    than the bf16 recipe's, a resume under activations = f32 says so; refused on
+#    the GPU (not yet built there) and with Smooth-SwiGLU.
 # Usage: train_cli_test.sh [TRAIN]
 set -euo pipefail
 train=${1:-experiments/trainer/train}
@@ -127,6 +130,28 @@ if [ "$(losses "$tmp/msamp" | head -1)" = "$(losses "$tmp/cur" | head -1)" ] &&
   passed=$((passed+1))
 else echo "FAIL msamp-o1 vs fp8-current: $(losses "$tmp/msamp") / $(losses "$tmp/cur")"; fail=$((fail+1)); fi
 
+# activations = bf16 (the CPU twin of PyTorch autocast's bf16): resume, and a change on resume
+act=(--config experiments/configs/bf16.cfg "${common[@]}" --set activations=bf16)
+"$train" "${act[@]}" --set run_dir="$tmp/act-full" >/dev/null
+"$train" "${act[@]}" --set run_dir="$tmp/act-cut" --set interrupt_at=4 >/dev/null
+cp -r "$tmp/act-cut" "$tmp/act-switch"
+"$train" --resume "$tmp/act-cut" --set progress=0 >/dev/null
+"$train" --config experiments/configs/bf16.cfg "${common[@]}" --set steps=1 --set run_dir="$tmp/act-f32" >/dev/null
+if diff <(losses "$tmp/act-full") <(losses "$tmp/act-cut") >/dev/null && grep -q '^activations = bf16$' "$tmp/act-full/config.cfg" \
+   && [ "$(losses "$tmp/act-full" | head -1)" != "$(losses "$tmp/act-f32" | head -1)" ]; then
+  echo "ok   activations = bf16: resumed from its config.cfg, 8 losses bit-identical; step 1 $(losses "$tmp/act-full" | head -1 | cut -d: -f3) vs bf16's $(losses "$tmp/act-f32" | head -1 | cut -d: -f3)"
+  passed=$((passed+1))
+else echo "FAIL activations = bf16 resume"; diff <(losses "$tmp/act-full") <(losses "$tmp/act-cut"); fail=$((fail+1)); fi
+"$train" --resume "$tmp/act-switch" --set activations=f32 --set progress=0 2>"$tmp/act-switch.err" >/dev/null
+if grep -q "resuming under another recipe (activations: bf16 -> f32)" "$tmp/act-switch.err" \
+   && grep -q '^activations = f32$' "$tmp/act-switch/config.cfg"; then
+  echo "ok   a resume under activations = f32 says so: $(cat "$tmp/act-switch.err")"; passed=$((passed+1))
+else echo "FAIL activations change on resume: $(cat "$tmp/act-switch.err")"; fail=$((fail+1)); fi
+err=$("$train" "${act[@]}" --set device=gpu --set run_dir="$tmp/act-gpu" 2>&1 >/dev/null) && rc=0 || rc=$?
+if [ $rc -eq 2 ] && [ "$(wc -l <<<"$err")" -eq 1 ] && grep -q "not yet on the GPU" <<<"$err" && [ ! -e "$tmp/act-gpu" ]; then
+  echo "ok   activations = bf16 with device = gpu: exit 2: $err"; passed=$((passed+1))
+else echo "FAIL activations = bf16 on the GPU: rc $rc: $err"; fail=$((fail+1)); fi
+
 # bad input: exit 2, one line
 bad "unknown key" --config experiments/configs/fp32.cfg --set no_such_key=1 --set run_dir="$tmp/bad"
 bad "missing config" --config /nonexistent.cfg
@@ -135,6 +160,8 @@ bad "unknown format" --config experiments/configs/fp32.cfg --set format_w=e9m9 -
 bad "hadamard on one dW input" --config experiments/configs/nvfp4.cfg --set format_a=fp32 --set run_dir="$tmp/bad"
 bad "2-D blocks without block scaling" --config experiments/configs/mxfp4.cfg --set weight_block_rows=32 --set run_dir="$tmp/bad"
 bad "unknown moments" --config experiments/configs/fp8-deepseek.cfg --set moments=fp8 --set run_dir="$tmp/bad"
+bad "unknown activations" --config experiments/configs/bf16.cfg --set activations=fp16 --set run_dir="$tmp/bad"
+bad "activations = bf16 with Smooth-SwiGLU" --config experiments/configs/fp8-smooth-swiglu.cfg --set activations=bf16 --set run_dir="$tmp/bad"
 bad "missing --recipe file" --config experiments/configs/fp32.cfg --recipe /nonexistent.cfg --set run_dir="$tmp/bad"
 
 echo "$passed passed, $fail failed"

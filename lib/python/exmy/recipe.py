@@ -52,6 +52,7 @@ RECIPE_DEFAULTS = {
     "high_format": "fp32",
     "accumulate": "fp32",
     "swiglu_scale": "none",
+    "activations": "f32",
     "grad_format": "fp32",
     "moments": "fp32",
     "moment1_format": "e4m3",
@@ -218,6 +219,13 @@ class Recipe:
         if self.swiglu_scale not in ("none", "row"):
             raise ValueError(f"{source}: config key 'swiglu_scale' must be one of none|row, "
                              f"not '{v['swiglu_scale']}'")
+        # likewise model-level (model.c: which tensors are rounded to bf16 between the GEMMs)
+        self.activations = v["activations"]
+        if self.activations not in ("f32", "bf16"):
+            raise ValueError(f"{source}: config key 'activations' must be one of f32|bf16, "
+                             f"not '{v['activations']}'")
+        if self.activations == "bf16" and self.swiglu_scale == "row":
+            raise ValueError(f"{source}: activations = bf16 with swiglu_scale = row is not defined")
         self.moments = v["moments"]
         if self.moments in ("coat", "fp8"):
             for key in ("moment1_format", "moment2_format"):

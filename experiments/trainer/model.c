@@ -303,12 +303,21 @@ void attention_forward(real *out, real *att, const real *q, const real *k, const
   attention_forward_act(out, att, q, k, v, B, T, NH, NKV, hs, qk, pv, 0);
 }
 
-/* dst (T x hs, row stride ld) += bf16(piece) (T x hs, packed): a head's
- * share of its key/value group's dK or dV under bf16 activations. */
-static void add_head_piece_bf16(real *dst, int ld, real *piece, int T, int hs) {
-  round_bf16(piece, (size_t)T * hs);
+/* dst (T x hs, leading dimension ld) += op(a) op(b), one head's share of a
+ * key/value group's gradient: accumulated by the GEMM in float32, or with
+ * bf16_scratch (activations = bf16) rounded to bf16 before the sum. */
+static void add_head_share(const tq_site *s, int ua, int ub, int ta, int tb, int T, int hs,
+                           int k, const real *a, int lda, const exmy_operand_quant *qa,
+                           const real *b, int ldb, const exmy_operand_quant *qb, real *dst,
+                           int ld, real *bf16_scratch) {
+  if (!bf16_scratch) {
+    gemm(s, ua, ub, ta, tb, T, hs, k, 1, a, lda, qa, b, ldb, qb, 1, dst, ld);
+    return;
+  }
+  gemm(s, ua, ub, ta, tb, T, hs, k, 1, a, lda, qa, b, ldb, qb, 0, bf16_scratch, hs);
+  round_bf16(bf16_scratch, (size_t)T * hs);
   for (int t = 0; t < T; t++)
-    for (int j = 0; j < hs; j++) dst[(size_t)t * ld + j] += piece[(size_t)t * hs + j];
+    for (int j = 0; j < hs; j++) dst[(size_t)t * ld + j] += bf16_scratch[(size_t)t * hs + j];
 }
 
 /* datt: scratch of B * NH * T * T.  bf16_scratch NULL: float32.  Else
@@ -336,15 +345,9 @@ static void attention_backward_act(real *dq, real *dk, real *dv, real *datt, con
       gemm(pv, USE_DX_DY, USE_DX_W, 0, 1, T, T, hs, 1, dO + (size_t)b * T * ld_do + h * hs, ld_do, q_do,
            V + (size_t)b * T * ld_v + g * hs, ld_v, q_v, 0, datt + bh * T * T, T);
       /* dV += P^T dO */
-      real *dv_g = dv + (size_t)b * T * KVC + g * hs;
-      if (bf16_scratch) {
-        gemm(pv, USE_DW_X, USE_DW_DY, 1, 0, T, hs, T, 1, P + bh * T * ld_p, ld_p, q_p,
-             dO2 + (size_t)b * T * ld_do2 + h * hs, ld_do2, q_do2, 0, bf16_scratch, hs);
-        add_head_piece_bf16(dv_g, KVC, bf16_scratch, T, hs);
-      } else {
-        gemm(pv, USE_DW_X, USE_DW_DY, 1, 0, T, hs, T, 1, P + bh * T * ld_p, ld_p, q_p,
-             dO2 + (size_t)b * T * ld_do2 + h * hs, ld_do2, q_do2, 1, dv_g, KVC);
-      }
+      add_head_share(pv, USE_DW_X, USE_DW_DY, 1, 0, T, hs, T, P + bh * T * ld_p, ld_p, q_p,
+                     dO2 + (size_t)b * T * ld_do2 + h * hs, ld_do2, q_do2,
+                     dv + (size_t)b * T * KVC + g * hs, KVC, bf16_scratch);
     }
   if (bf16_scratch) {
     round_bf16(dv, (size_t)N * KVC);
@@ -368,15 +371,9 @@ static void attention_backward_act(real *dq, real *dk, real *dv, real *datt, con
       gemm(qk, USE_DX_DY, USE_DX_W, 0, 0, T, hs, T, 1, dS + bh * T * ld_ds, ld_ds, q_ds, K + (size_t)b * T * ld_k + g * hs,
            ld_k, q_k, 0, dq + (size_t)b * T * C + h * hs, C);
       /* dK += dS^T Q */
-      real *dk_g = dk + (size_t)b * T * KVC + g * hs;
-      if (bf16_scratch) {
-        gemm(qk, USE_DW_DY, USE_DW_X, 1, 0, T, hs, T, 1, dS2 + bh * T * ld_ds2, ld_ds2, q_ds2,
-             Q + (size_t)b * T * ld_q + h * hs, ld_q, q_q, 0, bf16_scratch, hs);
-        add_head_piece_bf16(dk_g, KVC, bf16_scratch, T, hs);
-      } else {
-        gemm(qk, USE_DW_DY, USE_DW_X, 1, 0, T, hs, T, 1, dS2 + bh * T * ld_ds2, ld_ds2, q_ds2,
-             Q + (size_t)b * T * ld_q + h * hs, ld_q, q_q, 1, dk_g, KVC);
-      }
+      add_head_share(qk, USE_DW_DY, USE_DW_X, 1, 0, T, hs, T, dS2 + bh * T * ld_ds2, ld_ds2,
+                     q_ds2, Q + (size_t)b * T * ld_q + h * hs, ld_q, q_q,
+                     dk + (size_t)b * T * KVC + g * hs, KVC, bf16_scratch);
     }
   if (bf16_scratch) {
     round_bf16(dq, (size_t)N * C);

@@ -18,6 +18,7 @@
 #include "experiments/gpu/layers.h"
 #include "cuda/elementwise.cuh"
 #include "cuda/group_dre.cuh"
+#include "experiments/trainer/act_bf16_core.h"
 #include "experiments/trainer/logit_sharpness.h"
 #include "lib/scale_core.h"
 
@@ -114,10 +115,8 @@ __device__ double block_sum(double v) {
   return sh[0];
 }
 
-/* The CPU's sigmoid: (real)(1.0 / (1.0 + exp(-(double)a))). */
-__device__ __forceinline__ float sigmoid_as_cpu(float a) {
-  return (float)(1.0 / (1.0 + exp(-(double)a)));
-}
+/* The CPU's sigmoid: (real)(1.0 / (1.0 + exp(-(double)a))), act_bf16_core.h's text. */
+__device__ __forceinline__ float sigmoid_as_cpu(float a) { return silu_sigmoid(a); }
 
 /* A device buffer kept between calls, grown on demand (cudaFree synchronizes
  * the device, so a growth never frees memory a queued kernel still reads). */
@@ -266,7 +265,9 @@ size_t dw_scratch_cap = 0;
 
 /* A block per row bt of B * T (grid-stride); pair k of the row is
  * (x[2k], x[2k+1]), frequency i = k % half of head k / half; the rotated
- * tensor's amax folded into *amax (NULL: not wanted). */
+ * tensor's amax folded into *amax (NULL: not wanted).  ACT_BF16: each rotated
+ * value rounded to bf16 (activations = bf16); false: the float32 rotation. */
+template <bool ACT_BF16>
 __global__ void rope_kernel(float *x, const float *cos_t, const float *sin_t, long rows, int T,
                             int nh, int half, float sign, unsigned int *amax) {
   const int pairs = nh * half;
@@ -277,9 +278,8 @@ __global__ void rope_kernel(float *x, const float *cos_t, const float *sin_t, lo
     for (int k = threadIdx.x; k < pairs; k += blockDim.x) {
       const int i = k % half;
       const float c = cs[i], s = sign * sn[i];
-      const float x0 = row[2 * k], x1 = row[2 * k + 1];
-      const float y0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)),
-                  y1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+      float y0, y1;
+      rope_rotate_pair(row[2 * k], row[2 * k + 1], c, s, ACT_BF16, &y0, &y1);
       row[2 * k] = y0;
       row[2 * k + 1] = y1;
       fold_finite_amax(y0, m);
@@ -302,6 +302,27 @@ __global__ void swiglu_forward_kernel(float *out, const float *h1, const float *
     fold_finite_amax(v, m);
   }
   fold_output_amax(m, amax);
+}
+
+/* activations = bf16: model.c's swiglu_forward_act_bf16 (act_bf16_core.h),
+ * float32 storage of bf16 values; out's amax folded into *amax (NULL: not
+ * wanted). */
+__global__ void swiglu_forward_act_bf16_kernel(float *out, const float *h1, const float *h3,
+                                               size_t n, unsigned int *amax) {
+  float m = 0.0f;
+  for (size_t i = global_index(); i < n; i += global_stride()) {
+    const float v = swiglu_forward_act_bf16_element(h1[i], h3[i]);
+    out[i] = v;
+    fold_finite_amax(v, m);
+  }
+  fold_output_amax(m, amax);
+}
+
+/* model.c's swiglu_backward_act_bf16, the same storage. */
+__global__ void swiglu_backward_act_bf16_kernel(float *dh1, float *dh3, const float *dout,
+                                                const float *h1, const float *h3, size_t n) {
+  for (size_t i = global_index(); i < n; i += global_stride())
+    swiglu_backward_act_bf16_element(dout[i], h1[i], h3[i], &dh1[i], &dh3[i]);
 }
 
 /* The gradients of one element: model.c's swiglu_backward. */
@@ -789,8 +810,8 @@ void gpu_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, i
                       int hs, cudaStream_t s) {
   const long rows = (long)B * T;
   if (rows <= 0 || nh * (hs / 2) <= 0) return;
-  rope_kernel<<<block_per_row_grid(rows), kThreads, 0, s>>>(x, cos_t, sin_t, rows, T, nh, hs / 2,
-                                                            1.0f, nullptr);
+  rope_kernel<false><<<block_per_row_grid(rows), kThreads, 0, s>>>(x, cos_t, sin_t, rows, T, nh,
+                                                                   hs / 2, 1.0f, nullptr);
 }
 
 /* The rotation is orthogonal: its gradient is the inverse rotation. */
@@ -798,8 +819,24 @@ void gpu_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B,
                        int hs, unsigned int *amax, cudaStream_t s) {
   const long rows = (long)B * T;
   if (rows <= 0 || nh * (hs / 2) <= 0) return;
-  rope_kernel<<<block_per_row_grid(rows), kThreads, 0, s>>>(dx, cos_t, sin_t, rows, T, nh, hs / 2,
-                                                            -1.0f, amax);
+  rope_kernel<false><<<block_per_row_grid(rows), kThreads, 0, s>>>(dx, cos_t, sin_t, rows, T, nh,
+                                                                   hs / 2, -1.0f, amax);
+}
+
+void gpu_rope_forward_act_bf16(float *x, const float *cos_t, const float *sin_t, int B, int T,
+                               int nh, int hs, cudaStream_t s) {
+  const long rows = (long)B * T;
+  if (rows <= 0 || nh * (hs / 2) <= 0) return;
+  rope_kernel<true><<<block_per_row_grid(rows), kThreads, 0, s>>>(x, cos_t, sin_t, rows, T, nh,
+                                                                  hs / 2, 1.0f, nullptr);
+}
+
+void gpu_rope_backward_act_bf16(float *dx, const float *cos_t, const float *sin_t, int B, int T,
+                                int nh, int hs, unsigned int *amax, cudaStream_t s) {
+  const long rows = (long)B * T;
+  if (rows <= 0 || nh * (hs / 2) <= 0) return;
+  rope_kernel<true><<<block_per_row_grid(rows), kThreads, 0, s>>>(dx, cos_t, sin_t, rows, T, nh,
+                                                                  hs / 2, -1.0f, amax);
 }
 
 void gpu_swiglu_forward(float *out, const float *h1, const float *h3, size_t n,
@@ -812,6 +849,19 @@ void gpu_swiglu_backward(float *dh1, float *dh3, const float *dout, const float 
                          const float *h3, size_t n, cudaStream_t s) {
   if (!n) return;
   swiglu_backward_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(dh1, dh3, dout, h1, h3, n);
+}
+
+void gpu_swiglu_forward_act_bf16(float *out, const float *h1, const float *h3, size_t n,
+                                 unsigned int *amax, cudaStream_t s) {
+  if (!n) return;
+  swiglu_forward_act_bf16_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(out, h1, h3, n, amax);
+}
+
+void gpu_swiglu_backward_act_bf16(float *dh1, float *dh3, const float *dout, const float *h1,
+                                  const float *h3, size_t n, cudaStream_t s) {
+  if (!n) return;
+  swiglu_backward_act_bf16_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(dh1, dh3, dout, h1,
+                                                                           h3, n);
 }
 
 /* The table rows of the bf16 operand path (every one bf16-exact). */

@@ -66,6 +66,20 @@ void gpu_swiglu_forward(float *out, const float *h1, const float *h3, size_t n,
 void gpu_swiglu_backward(float *dh1, float *dh3, const float *dout, const float *h1,
                          const float *h3, size_t n, cudaStream_t s);
 
+/* activations = bf16 (experiments/README.md, "bf16 activations"): RoPE and
+ * SwiGLU as model.h's rope_*_act_bf16 and swiglu_*_act_bf16, bit for bit
+ * (one text, experiments/trainer/act_bf16_core.h): every output rounded to
+ * bf16 where autocast rounds it, stored as float32 (bf16 values); amax as
+ * above. */
+void gpu_rope_forward_act_bf16(float *x, const float *cos_t, const float *sin_t, int B, int T,
+                               int nh, int hs, cudaStream_t s);
+void gpu_rope_backward_act_bf16(float *dx, const float *cos_t, const float *sin_t, int B, int T,
+                                int nh, int hs, unsigned int *amax, cudaStream_t s);
+void gpu_swiglu_forward_act_bf16(float *out, const float *h1, const float *h3, size_t n,
+                                 unsigned int *amax, cudaStream_t s);
+void gpu_swiglu_backward_act_bf16(float *dh1, float *dh3, const float *dout, const float *h1,
+                                  const float *h3, size_t n, cudaStream_t s);
+
 /* The same, dh1 and dh3 (n bf16 values each, bit patterns) written as the
  * bf16 GEMM operand images that cuda/exmy_cuda.h's bf16 quantizers make of
  * the float32 gradients above with format f and options o1 (dh1) and o3

@@ -4,6 +4,7 @@
 #include "experiments/trainer/splitmix64.h"
 #include "lib/scale_core.h"
 #ifndef MODEL_DOUBLE
+#include "experiments/trainer/act_bf16_core.h"
 #include "cpu/exmy_cpu.h"
 #endif
 
@@ -190,8 +191,14 @@ void rope_tables(real *cos_t, real *sin_t, int T, int hs, double theta) {
     }
 }
 
+/* x rotated pair by pair (sign -1: the inverse rotation); bf16: each result
+ * rounded once (activations = bf16).  The float build rotates with the text
+ * the GPU compiles (act_bf16_core.h); the double build rounds nothing. */
 static void rope_rotate(real *x, const real *cos_t, const real *sin_t, int B, int T, int nh,
-                        int hs, real sign) {
+                        int hs, real sign, int bf16) {
+#ifdef MODEL_DOUBLE
+  (void)bf16;
+#endif
 #pragma omp parallel for collapse(2) if (B * T > 64)
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
@@ -201,19 +208,33 @@ static void rope_rotate(real *x, const real *cos_t, const real *sin_t, int B, in
         for (int i = 0; i < hs / 2; i++) {
           real *p = row + h * hs + 2 * i;
           real x0 = p[0], x1 = p[1], c = cs[i], s = sign * sn[i];
+#ifdef MODEL_DOUBLE
           p[0] = x0 * c - x1 * s;
           p[1] = x0 * s + x1 * c;
+#else
+          rope_rotate_pair(x0, x1, c, s, bf16, &p[0], &p[1]);
+#endif
         }
     }
 }
 
 void rope_forward(real *x, const real *cos_t, const real *sin_t, int B, int T, int nh, int hs) {
-  rope_rotate(x, cos_t, sin_t, B, T, nh, hs, 1);
+  rope_rotate(x, cos_t, sin_t, B, T, nh, hs, 1, 0);
 }
 
 /* The rotation is orthogonal: its gradient is the inverse rotation. */
 void rope_backward(real *dx, const real *cos_t, const real *sin_t, int B, int T, int nh, int hs) {
-  rope_rotate(dx, cos_t, sin_t, B, T, nh, hs, -1);
+  rope_rotate(dx, cos_t, sin_t, B, T, nh, hs, -1, 0);
+}
+
+void rope_forward_act_bf16(real *x, const real *cos_t, const real *sin_t, int B, int T, int nh,
+                           int hs) {
+  rope_rotate(x, cos_t, sin_t, B, T, nh, hs, 1, 1);
+}
+
+void rope_backward_act_bf16(real *dx, const real *cos_t, const real *sin_t, int B, int T, int nh,
+                            int hs) {
+  rope_rotate(dx, cos_t, sin_t, B, T, nh, hs, -1, 1);
 }
 
 /* ----------------------------------------------------------- attention */
@@ -407,41 +428,27 @@ void swiglu_backward(real *dh1, real *dh3, const real *dout, const real *h1, con
   }
 }
 
-/* activations = bf16: autocast's silu(h1) * h3 of bf16 tensors, two bf16
- * results: out = bf16(s h3), s = bf16(silu(h1)) (each op computed in float32,
- * its result rounded, as PyTorch's bf16 element-wise kernels on CUDA). */
-static void swiglu_forward_bf16(real *out, const real *h1, const real *h3, size_t n) {
+/* activations = bf16: autocast's silu(h1) * h3 of bf16 tensors and its
+ * backward, element by element in act_bf16_core.h (the GPU's text); the
+ * double build rounds nothing. */
+void swiglu_forward_act_bf16(real *out, const real *h1, const real *h3, size_t n) {
+#ifdef MODEL_DOUBLE
+  swiglu_forward(out, h1, h3, n);
+#else
 #pragma omp parallel for if (n > 65536)
-  for (size_t i = 0; i < n; i++) {
-    real a = h1[i], sig = (real)(1.0 / (1.0 + exp(-(double)a)));
-    out[i] = a * sig;
-  }
-  round_bf16(out, n);
-#pragma omp parallel for if (n > 65536)
-  for (size_t i = 0; i < n; i++) out[i] *= h3[i];
-  round_bf16(out, n);
+  for (size_t i = 0; i < n; i++) out[i] = swiglu_forward_act_bf16_element(h1[i], h3[i]);
+#endif
 }
 
-/* Its backward, autograd's through those two ops: dh3 = bf16(dout s),
- * ds = bf16(dout h3), dh1 = bf16(ds silu'(h1)). */
-static void swiglu_backward_bf16(real *dh1, real *dh3, const real *dout, const real *h1,
-                                 const real *h3, size_t n) {
+void swiglu_backward_act_bf16(real *dh1, real *dh3, const real *dout, const real *h1,
+                              const real *h3, size_t n) {
+#ifdef MODEL_DOUBLE
+  swiglu_backward(dh1, dh3, dout, h1, h3, n);
+#else
 #pragma omp parallel for if (n > 65536)
-  for (size_t i = 0; i < n; i++) {
-    real a = h1[i], sig = (real)(1.0 / (1.0 + exp(-(double)a)));
-    dh3[i] = a * sig; /* s, before its rounding */
-    dh1[i] = dout[i] * h3[i]; /* ds, before its rounding */
-  }
-  round_bf16(dh3, n);
-  round_bf16(dh1, n);
-#pragma omp parallel for if (n > 65536)
-  for (size_t i = 0; i < n; i++) {
-    real a = h1[i], sig = (real)(1.0 / (1.0 + exp(-(double)a)));
-    dh3[i] = dout[i] * dh3[i];
-    dh1[i] = dh1[i] * sig * (1 + a * (1 - sig));
-  }
-  round_bf16(dh3, n);
-  round_bf16(dh1, n);
+  for (size_t i = 0; i < n; i++)
+    swiglu_backward_act_bf16_element(dout[i], h1[i], h3[i], &dh1[i], &dh3[i]);
+#endif
 }
 
 static real smooth_swiglu_row_scale(const real *h3_row, int H) {
@@ -797,10 +804,13 @@ void model_forward(model *m, const int *tokens, const int *targets, int B, int T
     ACT_ROUND(k, BTK);
     ACT_ROUND(v, BTK);
     /* bf16: the rotation in float32 and rounded once (Meta's apply_rotary_emb) */
-    rope_forward(q, m->rope_cos, m->rope_sin, B, T, NH, hs);
-    rope_forward(k, m->rope_cos, m->rope_sin, B, T, NKV, hs);
-    ACT_ROUND(q, BTC);
-    ACT_ROUND(k, BTK);
+    if (bf16) {
+      rope_forward_act_bf16(q, m->rope_cos, m->rope_sin, B, T, NH, hs);
+      rope_forward_act_bf16(k, m->rope_cos, m->rope_sin, B, T, NKV, hs);
+    } else {
+      rope_forward(q, m->rope_cos, m->rope_sin, B, T, NH, hs);
+      rope_forward(k, m->rope_cos, m->rope_sin, B, T, NKV, hs);
+    }
     attention_forward_act(atty, att, q, k, v, B, T, NH, NKV, hs, site_of(m, l, SITE_ATT_QK),
                           site_of(m, l, SITE_ATT_PV), bf16);
     linear_forward(res_mid, atty, p.wo + (size_t)l * C * C, N, C, C, site_of(m, l, SITE_O));
@@ -818,7 +828,7 @@ void model_forward(model *m, const int *tokens, const int *targets, int B, int T
       smooth_swiglu_scale_rows(res_out, res_out, h3, N, C, H);
     } else {
       if (bf16)
-        swiglu_forward_bf16(hg, h1, h3, BTH);
+        swiglu_forward_act_bf16(hg, h1, h3, BTH);
       else
         swiglu_forward(hg, h1, h3, BTH);
       linear_forward(res_out, hg, p.w2 + (size_t)l * C * H, N, H, C, site_of(m, l, SITE_W2));
@@ -887,7 +897,7 @@ void model_backward(model *m, const int *tokens, const int *targets, real loss_s
       round_bf16(d.dln, BTC);
       linear_backward_act(d.dhg, g.w2 + (size_t)l * C * H, d.dln, hg, p.w2 + (size_t)l * C * H, N,
                           H, C, site_of(m, l, SITE_W2), 0, scratch);
-      swiglu_backward_bf16(d.dh1, d.dh3, d.dhg, h1, h3, BTH);
+      swiglu_backward_act_bf16(d.dh1, d.dh3, d.dhg, h1, h3, BTH);
     } else {
       linear_backward(d.dhg, g.w2 + (size_t)l * C * H, d.dres, hg, p.w2 + (size_t)l * C * H, N, H,
                       C, site_of(m, l, SITE_W2), 0);
@@ -913,10 +923,13 @@ void model_backward(model *m, const int *tokens, const int *targets, real loss_s
     memset(d.dv, 0, BTK * sizeof(real));
     attention_backward_act(d.dq, d.dk, d.dv, d.datt, d.datty, att, q, k, v, B, T, NH, NKV, hs,
                            site_of(m, l, SITE_ATT_QK), site_of(m, l, SITE_ATT_PV), scratch);
-    rope_backward(d.dq, m->rope_cos, m->rope_sin, B, T, NH, hs);
-    rope_backward(d.dk, m->rope_cos, m->rope_sin, B, T, NKV, hs);
-    ACT_ROUND(d.dq, BTC);
-    ACT_ROUND(d.dk, BTK);
+    if (scratch) {
+      rope_backward_act_bf16(d.dq, m->rope_cos, m->rope_sin, B, T, NH, hs);
+      rope_backward_act_bf16(d.dk, m->rope_cos, m->rope_sin, B, T, NKV, hs);
+    } else {
+      rope_backward(d.dq, m->rope_cos, m->rope_sin, B, T, NH, hs);
+      rope_backward(d.dk, m->rope_cos, m->rope_sin, B, T, NKV, hs);
+    }
     linear_backward_act(d.dln, g.wq + (size_t)l * C * C, d.dq, ln1, p.wq + (size_t)l * C * C, N, C,
                         C, site_of(m, l, SITE_Q), 0, scratch);
     linear_backward_act(d.dln, g.wk + (size_t)l * KVC * C, d.dk, ln1, p.wk + (size_t)l * KVC * C, N,

@@ -226,6 +226,12 @@ void rope_tables(real *cos_t, real *sin_t, int T, int hs, double theta);
 /* x (B, T, nh*hs) rotated in place, pairs (2i, 2i+1) of each head */
 void rope_forward(real *x, const real *cos_t, const real *sin_t, int B, int T, int nh, int hs);
 void rope_backward(real *dx, const real *cos_t, const real *sin_t, int B, int T, int nh, int hs);
+/* The same under activations = bf16: each rotated value rounded to bf16 once
+ * (act_bf16_core.h's rope_rotate_pair, the GPU's text too). */
+void rope_forward_act_bf16(real *x, const real *cos_t, const real *sin_t, int B, int T, int nh,
+                           int hs);
+void rope_backward_act_bf16(real *dx, const real *cos_t, const real *sin_t, int B, int T, int nh,
+                            int hs);
 /* The causal softmax of attention on `rows` rows of T (row r is query r % T),
  * in place; backward: datt = scale P (dP - rowsum(dP P)) from dP = datt. */
 void causal_softmax_forward(real *att, long rows, int T);
@@ -239,6 +245,12 @@ void attention_backward(real *dq, real *dk, real *dv, real *datt_scratch, const 
                         tq_site *qk, tq_site *pv);
 void swiglu_forward(real *out, const real *h1, const real *h3, size_t n);
 void swiglu_backward(real *dh1, real *dh3, const real *dout, const real *h1, const real *h3, size_t n);
+/* The same under activations = bf16: out = bf16(s h3), s = bf16(silu(h1));
+ * dh3 = bf16(dout s), dh1 = bf16(bf16(dout h3) silu'(h1)) (act_bf16_core.h,
+ * the GPU's text too). */
+void swiglu_forward_act_bf16(real *out, const real *h1, const real *h3, size_t n);
+void swiglu_backward_act_bf16(real *dh1, real *dh3, const real *dout, const real *h1,
+                              const real *h3, size_t n);
 /* Smooth-SwiGLU per token row (Fishman et al. 2024's reference code): the row
  * scale s_t = max_j |h3[t, j]| (lib/scale_core.h), out = silu(h1) (h3 / s_t)
  * into the W2 GEMM, whose output row is then multiplied by s_t

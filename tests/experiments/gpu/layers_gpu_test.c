@@ -1461,6 +1461,132 @@ START_TEST(scale_120m) {
 }
 END_TEST
 
+/* ------------------------------------------- activations = bf16: RoPE, SwiGLU */
+
+/* Bit for bit, or the first difference.  A NaN matches any NaN: the sign of
+ * a NaN that arithmetic makes is each device's own (x86 makes inf - inf and
+ * 0 inf a negative NaN, the GPU a positive one), and bf16 rounding keeps it. */
+static void check_bits_equal(const char *fn, const char *what, const char *shape,
+                             const float *gpu, const float *cpu, size_t n) {
+  size_t differ = 0, first = n;
+  for (size_t i = 0; i < n; i++)
+    if (memcmp(&gpu[i], &cpu[i], sizeof(float)) && !(isnan(gpu[i]) && isnan(cpu[i]))) {
+      if (!differ) first = i;
+      differ++;
+    }
+  uint32_t g = 0, c = 0;
+  if (differ) memcpy(&g, &gpu[first], 4), memcpy(&c, &cpu[first], 4);
+  ck_assert_msg(!differ, "%s %s (%s): %zu of %zu differ, first at %zu: gpu %08x cpu %08x", fn,
+                what, shape, differ, n, first, g, c);
+}
+
+/* Every value of x[0..n) a bf16 value (NaN counted as one). */
+static bool all_bf16_values(const float *x, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &x[i], 4);
+    if ((u & 0xFFFFu) && !isnan(x[i])) return false;
+  }
+  return true;
+}
+
+/* activations = bf16's element-wise layers (layers.h's *_act_bf16) against
+ * model.c's, bit for bit: RoPE forward and backward (q and k heads), SwiGLU
+ * forward and backward; inputs from awkward_fill (zeros, float32 subnormals,
+ * 1e25, near-equal runs, NaN) plus infinities, large h1 whose exp overflows,
+ * and a length that is not a multiple of a block.  The amax the kernels fold
+ * must be the output's finite amax, and every output a bf16 value. */
+START_TEST(act_bf16_elementwise) {
+  unsigned *d_amax = dev_alloc(sizeof(unsigned));
+  for (int si = 0; si < NSHAPES; si++) {
+    const shape *sh = &shapes[si];
+    const int B = sh->B, T = sh->T, hs = sh->C / sh->NH;
+    float *cs = malloc((size_t)T * hs / 2 * sizeof(float)),
+          *sn = malloc((size_t)T * hs / 2 * sizeof(float));
+    rope_tables(cs, sn, T, hs, 10000.0);
+    float *d_cs = dev_from(cs, (size_t)T * hs / 2 * sizeof(float)),
+          *d_sn = dev_from(sn, (size_t)T * hs / 2 * sizeof(float));
+    const int heads[2] = {sh->NH, sh->NKV};
+    for (int q = 0; q < 2; q++) {
+      const size_t n = (size_t)B * T * heads[q] * hs;
+      float *x = malloc(n * sizeof(float)), *cpu = malloc(n * sizeof(float)),
+            *g = malloc(n * sizeof(float));
+      awkward_fill(x, n, 4.0, false, 400 + 2 * si + q);
+      plant_specials(x, n, n / 2 + 1);
+      float *d_x = dev_alloc(n * sizeof(float));
+      for (int back = 0; back < 2; back++) {
+        memcpy(cpu, x, n * sizeof(float));
+        to_dev(d_x, x, n * sizeof(float));
+        CU(cudaMemset(d_amax, 0, sizeof(unsigned)));
+        if (back) {
+          rope_backward_act_bf16(cpu, cs, sn, B, T, heads[q], hs);
+          gpu_rope_backward_act_bf16(d_x, d_cs, d_sn, B, T, heads[q], hs, d_amax, 0);
+        } else {
+          rope_forward_act_bf16(cpu, cs, sn, B, T, heads[q], hs);
+          gpu_rope_forward_act_bf16(d_x, d_cs, d_sn, B, T, heads[q], hs, 0);
+        }
+        LAUNCHED();
+        to_host(g, d_x, n * sizeof(float));
+        const char *fn = back ? "rope_backward_act_bf16" : "rope_forward_act_bf16";
+        check_bits_equal(fn, q ? "k" : "q", sh->name, g, cpu, n);
+        ck_assert_msg(all_bf16_values(g, n), "%s (%s): a value not bf16", fn, sh->name);
+        if (back) {
+          unsigned word;
+          to_host(&word, d_amax, sizeof word);
+          ck_assert_msg(word == finite_amax_bits(cpu, n), "%s (%s): folded amax %08x", fn,
+                        sh->name, word);
+        }
+      }
+      CU(cudaFree(d_x));
+      free(x); free(cpu); free(g);
+    }
+    CU(cudaFree(d_cs)); CU(cudaFree(d_sn));
+    free(cs); free(sn);
+
+    const size_t n = (size_t)B * T * sh->H + 5;
+    float *h1 = malloc(n * sizeof(float)), *h3 = malloc(n * sizeof(float)),
+          *dout = malloc(n * sizeof(float));
+    awkward_fill(h1, n, 16.0, false, 500 + si);
+    awkward_fill(h3, n, 4.0, false, 510 + si);
+    awkward_fill(dout, n, 1.0, false, 520 + si);
+    plant_specials(h1, n, 11);
+    plant_specials(h3, n, n / 3);
+    plant_specials(dout, n, n - 4);
+    h1[20] = 100.0f, h1[21] = -100.0f, h1[22] = 3e38f, h1[23] = -3e38f; /* exp over/underflows */
+    h1[24] = 0.0f, h1[25] = -0.0f, h3[26] = 3e38f, dout[27] = -3e38f;   /* bf16 overflow */
+    float *out = malloc(n * sizeof(float)), *dh1 = malloc(n * sizeof(float)),
+          *dh3 = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
+    swiglu_forward_act_bf16(out, h1, h3, n);
+    swiglu_backward_act_bf16(dh1, dh3, dout, h1, h3, n);
+    float *d_h1 = dev_from(h1, n * sizeof(float)), *d_h3 = dev_from(h3, n * sizeof(float)),
+          *d_dout = dev_from(dout, n * sizeof(float)), *d_out = dev_alloc(n * sizeof(float)),
+          *d_dh1 = dev_alloc(n * sizeof(float)), *d_dh3 = dev_alloc(n * sizeof(float));
+    CU(cudaMemset(d_amax, 0, sizeof(unsigned)));
+    gpu_swiglu_forward_act_bf16(d_out, d_h1, d_h3, n, d_amax, 0);
+    LAUNCHED();
+    to_host(g, d_out, n * sizeof(float));
+    check_bits_equal("swiglu_forward_act_bf16", "out", sh->name, g, out, n);
+    ck_assert(all_bf16_values(g, n));
+    unsigned word;
+    to_host(&word, d_amax, sizeof word);
+    ck_assert_msg(word == finite_amax_bits(out, n), "swiglu_forward_act_bf16 (%s): amax %08x",
+                  sh->name, word);
+    gpu_swiglu_backward_act_bf16(d_dh1, d_dh3, d_dout, d_h1, d_h3, n, 0);
+    LAUNCHED();
+    to_host(g, d_dh1, n * sizeof(float));
+    check_bits_equal("swiglu_backward_act_bf16", "dh1", sh->name, g, dh1, n);
+    ck_assert(all_bf16_values(g, n));
+    to_host(g, d_dh3, n * sizeof(float));
+    check_bits_equal("swiglu_backward_act_bf16", "dh3", sh->name, g, dh3, n);
+    ck_assert(all_bf16_values(g, n));
+    CU(cudaFree(d_h1)); CU(cudaFree(d_h3)); CU(cudaFree(d_dout)); CU(cudaFree(d_out));
+    CU(cudaFree(d_dh1)); CU(cudaFree(d_dh3));
+    free(h1); free(h3); free(dout); free(out); free(dh1); free(dh3); free(g);
+  }
+  CU(cudaFree(d_amax));
+}
+END_TEST
+
 int main(void) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -1478,6 +1604,11 @@ int main(void) {
   TCase *tc = tcase_create("adamw_fold");
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, adamw_fold);
+  suite_add_tcase(s, tc);
+  /* on its own: CK_RUN_CASE=act_bf16 */
+  tc = tcase_create("act_bf16");
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, act_bf16_elementwise);
   suite_add_tcase(s, tc);
   /* on its own: CK_RUN_CASE=quantize_matrices */
   tc = tcase_create("quantize_matrices");

@@ -10,7 +10,10 @@
  * the keys that do not change what is trained (run_dir, data paths, threads,
  * device, progress, checkpointing, fault injection; operational_keys below).
  * Its name lists the keys that differ between groups, "key=value ...", in
- * config.cfg's order.  Per group:
+ * config.cfg's order.  A key absent from a run's config.cfg reads as the
+ * trainer's default (config_defaults, as config_write writes it), so a run
+ * made before the trainer gained a key groups with later runs of its
+ * setting.  Per group:
  *
  *   runs               subfolders with a config.cfg in the group
  *   finished           of them, completed or diverged (summary.json's status);
@@ -123,6 +126,7 @@
 #include <unistd.h>
 
 #include "experiments/studies/campaign_stats.h"
+#include "experiments/trainer/config.h"
 #include "experiments/studies/collect.h"
 
 /* config.cfg keys that do not change what is trained */
@@ -164,10 +168,8 @@ static bool operational(const char *key) {
   return false;
 }
 
-/* "key = value" lines; others are ignored.  false when the file is absent. */
-static bool read_config(const char *path, run_info *r) {
-  char *text = read_text(path);
-  if (!text) return false;
+/* The "key = value" lines of text (which it cuts up) into r; others are ignored. */
+static void parse_config_text(char *text, run_info *r) {
   for (char *line = text, *next; *line; line = next) {
     next = line + strcspn(line, "\n");
     if (*next) *next++ = 0;
@@ -179,14 +181,48 @@ static bool read_config(const char *path, run_info *r) {
     r->keys[r->n_keys] = xstrdup(line);
     r->values[r->n_keys++] = xstrdup(eq + 3);
   }
+}
+
+/* false when the file is absent. */
+static bool read_config(const char *path, run_info *r) {
+  char *text = read_text(path);
+  if (!text) return false;
+  parse_config_text(text, r);
   free(text);
   return true;
 }
 
-static const char *config_value(const run_info *r, const char *key) {
+/* The trainer's defaults as its config.cfg writes them (config_write).  A key
+ * the trainer gained after a run was made is absent from that run's
+ * config.cfg and reads as its default, which is the behaviour the run had, so
+ * the run groups with later runs of its setting. */
+static run_info trainer_defaults;
+
+static void read_trainer_defaults(void) {
+  config c;
+  config_defaults(&c);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) fail(1, "out of memory", NULL);
+  config_write(&c, f);
+  fclose(f);
+  parse_config_text(text, &trainer_defaults);
+  free(text);
+}
+
+/* key's value in r's config.cfg, else the trainer's default, else NULL. */
+static const char *config_value_or_null(const run_info *r, const char *key) {
   for (int i = 0; i < r->n_keys; i++)
     if (!strcmp(r->keys[i], key)) return r->values[i];
-  return "";
+  for (int i = 0; i < trainer_defaults.n_keys; i++)
+    if (!strcmp(trainer_defaults.keys[i], key)) return trainer_defaults.values[i];
+  return NULL;
+}
+
+static const char *config_value(const run_info *r, const char *key) {
+  const char *v = config_value_or_null(r, key);
+  return v ? v : "";
 }
 
 /* --select KEY=VALUE: the key split from the value at the first "=" */
@@ -199,12 +235,12 @@ typedef struct {
 static selection *selections;
 static int n_selections, n_runs_in_dir;
 
-/* Whether r's config.cfg has the key with the value (as text: grouping
- * compares values so too); an absent key is not an empty value here. */
+/* Whether r has the key with the value (as text: grouping compares values so
+ * too; a key absent from its config.cfg has the trainer's default); a key
+ * unknown to both is not an empty value here. */
 static bool selected_by(const run_info *r, const selection *s) {
-  for (int i = 0; i < r->n_keys; i++)
-    if (!strcmp(r->keys[i], s->key)) return !strcmp(r->values[i], s->value);
-  return false;
+  const char *v = config_value_or_null(r, s->key);
+  return v && !strcmp(v, s->value);
 }
 
 static void free_run(run_info *r) {
@@ -789,6 +825,7 @@ static void compare(group_row *groups, int ng, const run_info *runs, int n) {
 int main(int argc, char **argv) {
   const char *dir = NULL, *out = NULL, *reference = NULL;
   double warn_ratio = 1.5;
+  read_trainer_defaults();
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
     else if (!strcmp(argv[i], "--reference") && i + 1 < argc) reference = argv[++i];

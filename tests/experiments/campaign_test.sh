@@ -37,6 +37,24 @@ else bad "default output missing or different"; fi
 "$campaign" "$tmp/runs" > /dev/null 2>&1
 cmp -s "$tmp/runs/campaign.csv" "$fixture/expected.csv" && ok "rerun in place: same table" || bad "rerun in place differs"
 
+# A key the trainer gained after some runs were made: a run whose config.cfg
+# has it at the trainer's default (activations = f32) groups with the runs that
+# lack it, and the same runs select by it; at another value it is a group of
+# its own.
+cp -rL "$fixture/runs" "$tmp/newkey"  # -L: real files, not links into the runfiles
+rm -f "$tmp"/newkey/campaign*
+echo "activations = f32" >> "$tmp/newkey/bf16_lr1e-3_s1/config.cfg"
+if "$campaign" "$tmp/newkey" --out "$tmp/nk" > /dev/null 2>&1 && diff -q "$tmp/nk.csv" "$fixture/expected.csv" > /dev/null &&
+   "$campaign" "$tmp/newkey" --select activations=f32 --out "$tmp/nks" > /dev/null 2>&1 &&
+   [ "$(tail -n +2 "$tmp/nks.csv" | wc -l)" = "$(tail -n +2 "$fixture/expected.csv" | wc -l)" ]; then
+  ok "a key absent from older runs reads as the trainer's default: the same groups, and --select by it keeps every run"
+else bad "a new key at its default: $(diff "$tmp/nk.csv" "$fixture/expected.csv")"; fi
+sed -i 's/^activations = f32$/activations = bf16/' "$tmp/newkey/bf16_lr1e-3_s1/config.cfg"
+if "$campaign" "$tmp/newkey" --out "$tmp/nk2" > /dev/null 2>&1 && grep -q "activations=bf16" "$tmp/nk2.csv" &&
+   [ "$(tail -n +2 "$tmp/nk2.csv" | wc -l)" = "$(( $(tail -n +2 "$fixture/expected.csv" | wc -l) + 1 ))" ]; then
+  ok "the new key at another value: a group of its own"
+else bad "a new key at another value: $(cat "$tmp/nk2.csv")"; fi
+
 # bad input: one line on stderr, exit 2, nothing written
 expect_2() { # NAME ARGS...
   local name=$1; shift

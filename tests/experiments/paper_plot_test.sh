@@ -10,7 +10,7 @@ bad() { echo "FAIL: $1"; fail=1; }
 plot=$(pwd)/experiments/studies/paper/plot.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cp -r experiments/results/paper-120m "$tmp/runs"
+cp -rL experiments/results/paper-120m "$tmp/runs"  # -L: real files, not links into the runfiles
 rm -f "$tmp"/runs/paper_*
 before=$(cd "$tmp/runs" && find . -type f | sort | xargs md5sum)
 if ! command -v gnuplot >/dev/null; then echo "skip: no gnuplot"; exit 0; fi

@@ -289,40 +289,38 @@ __global__ void rope_kernel(float *x, const float *cos_t, const float *sin_t, lo
   fold_output_amax(m, amax);
 }
 
+/* RoPE's rotation of every row (sign 1), or its gradient, the inverse
+ * rotation (sign -1: the rotation is orthogonal); ACT_BF16: rope_kernel's. */
+template <bool ACT_BF16>
+static void launch_rope(float *x, const float *cos_t, const float *sin_t, int B, int T, int nh,
+                        int hs, float sign, unsigned int *amax, cudaStream_t s) {
+  const long rows = (long)B * T;
+  if (rows <= 0 || nh * (hs / 2) <= 0) return;
+  rope_kernel<ACT_BF16><<<block_per_row_grid(rows), kThreads, 0, s>>>(x, cos_t, sin_t, rows, T,
+                                                                      nh, hs / 2, sign, amax);
+}
+
 /* -------------------------------------------------------------- SwiGLU */
 
-/* out's amax folded into *amax (NULL: not wanted). */
+/* out's amax folded into *amax (NULL: not wanted).  ACT_BF16: model.c's
+ * swiglu_forward_act_bf16 (act_bf16_core.h; float32 storage of bf16 values);
+ * false: model.c's swiglu_forward. */
+template <bool ACT_BF16>
 __global__ void swiglu_forward_kernel(float *out, const float *h1, const float *h3, size_t n,
                                       unsigned int *amax) {
   float m = 0.0f;
   for (size_t i = global_index(); i < n; i += global_stride()) {
-    const float a = h1[i], sig = sigmoid_as_cpu(a);
-    const float v = __fmul_rn(__fmul_rn(a, sig), h3[i]);
+    float v;
+    if constexpr (ACT_BF16) {
+      v = swiglu_forward_act_bf16_element(h1[i], h3[i]);
+    } else {
+      const float a = h1[i], sig = sigmoid_as_cpu(a);
+      v = __fmul_rn(__fmul_rn(a, sig), h3[i]);
+    }
     out[i] = v;
     fold_finite_amax(v, m);
   }
   fold_output_amax(m, amax);
-}
-
-/* activations = bf16: model.c's swiglu_forward_act_bf16 (act_bf16_core.h),
- * float32 storage of bf16 values; out's amax folded into *amax (NULL: not
- * wanted). */
-__global__ void swiglu_forward_act_bf16_kernel(float *out, const float *h1, const float *h3,
-                                               size_t n, unsigned int *amax) {
-  float m = 0.0f;
-  for (size_t i = global_index(); i < n; i += global_stride()) {
-    const float v = swiglu_forward_act_bf16_element(h1[i], h3[i]);
-    out[i] = v;
-    fold_finite_amax(v, m);
-  }
-  fold_output_amax(m, amax);
-}
-
-/* model.c's swiglu_backward_act_bf16, the same storage. */
-__global__ void swiglu_backward_act_bf16_kernel(float *dh1, float *dh3, const float *dout,
-                                                const float *h1, const float *h3, size_t n) {
-  for (size_t i = global_index(); i < n; i += global_stride())
-    swiglu_backward_act_bf16_element(dout[i], h1[i], h3[i], &dh1[i], &dh3[i]);
 }
 
 /* The gradients of one element: model.c's swiglu_backward. */
@@ -333,10 +331,17 @@ __device__ __forceinline__ void swiglu_grads(float d, float a, float b, float *g
                   __fadd_rn(1.0f, __fmul_rn(a, __fsub_rn(1.0f, sig))));
 }
 
+/* ACT_BF16: model.c's swiglu_backward_act_bf16, the same storage; false:
+ * its swiglu_backward. */
+template <bool ACT_BF16>
 __global__ void swiglu_backward_kernel(float *dh1, float *dh3, const float *dout, const float *h1,
                                        const float *h3, size_t n) {
-  for (size_t i = global_index(); i < n; i += global_stride())
-    swiglu_grads(dout[i], h1[i], h3[i], &dh1[i], &dh3[i]);
+  for (size_t i = global_index(); i < n; i += global_stride()) {
+    if constexpr (ACT_BF16)
+      swiglu_backward_act_bf16_element(dout[i], h1[i], h3[i], &dh1[i], &dh3[i]);
+    else
+      swiglu_grads(dout[i], h1[i], h3[i], &dh1[i], &dh3[i]);
+  }
 }
 
 /* The same, each gradient rounded straight into its bf16 GEMM operand image:
@@ -808,60 +813,48 @@ void gpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float
 
 void gpu_rope_forward(float *x, const float *cos_t, const float *sin_t, int B, int T, int nh,
                       int hs, cudaStream_t s) {
-  const long rows = (long)B * T;
-  if (rows <= 0 || nh * (hs / 2) <= 0) return;
-  rope_kernel<false><<<block_per_row_grid(rows), kThreads, 0, s>>>(x, cos_t, sin_t, rows, T, nh,
-                                                                   hs / 2, 1.0f, nullptr);
+  launch_rope<false>(x, cos_t, sin_t, B, T, nh, hs, 1.0f, nullptr, s);
 }
 
-/* The rotation is orthogonal: its gradient is the inverse rotation. */
 void gpu_rope_backward(float *dx, const float *cos_t, const float *sin_t, int B, int T, int nh,
                        int hs, unsigned int *amax, cudaStream_t s) {
-  const long rows = (long)B * T;
-  if (rows <= 0 || nh * (hs / 2) <= 0) return;
-  rope_kernel<false><<<block_per_row_grid(rows), kThreads, 0, s>>>(dx, cos_t, sin_t, rows, T, nh,
-                                                                   hs / 2, -1.0f, amax);
+  launch_rope<false>(dx, cos_t, sin_t, B, T, nh, hs, -1.0f, amax, s);
 }
 
 void gpu_rope_forward_act_bf16(float *x, const float *cos_t, const float *sin_t, int B, int T,
                                int nh, int hs, cudaStream_t s) {
-  const long rows = (long)B * T;
-  if (rows <= 0 || nh * (hs / 2) <= 0) return;
-  rope_kernel<true><<<block_per_row_grid(rows), kThreads, 0, s>>>(x, cos_t, sin_t, rows, T, nh,
-                                                                  hs / 2, 1.0f, nullptr);
+  launch_rope<true>(x, cos_t, sin_t, B, T, nh, hs, 1.0f, nullptr, s);
 }
 
 void gpu_rope_backward_act_bf16(float *dx, const float *cos_t, const float *sin_t, int B, int T,
                                 int nh, int hs, unsigned int *amax, cudaStream_t s) {
-  const long rows = (long)B * T;
-  if (rows <= 0 || nh * (hs / 2) <= 0) return;
-  rope_kernel<true><<<block_per_row_grid(rows), kThreads, 0, s>>>(dx, cos_t, sin_t, rows, T, nh,
-                                                                  hs / 2, -1.0f, amax);
+  launch_rope<true>(dx, cos_t, sin_t, B, T, nh, hs, -1.0f, amax, s);
 }
 
 void gpu_swiglu_forward(float *out, const float *h1, const float *h3, size_t n,
                         unsigned int *amax, cudaStream_t s) {
   if (!n) return;
-  swiglu_forward_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(out, h1, h3, n, amax);
+  swiglu_forward_kernel<false><<<elementwise_grid(n), kThreads, 0, s>>>(out, h1, h3, n, amax);
 }
 
 void gpu_swiglu_backward(float *dh1, float *dh3, const float *dout, const float *h1,
                          const float *h3, size_t n, cudaStream_t s) {
   if (!n) return;
-  swiglu_backward_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(dh1, dh3, dout, h1, h3, n);
+  swiglu_backward_kernel<false><<<elementwise_grid(n), kThreads, 0, s>>>(dh1, dh3, dout, h1, h3,
+                                                                         n);
 }
 
 void gpu_swiglu_forward_act_bf16(float *out, const float *h1, const float *h3, size_t n,
                                  unsigned int *amax, cudaStream_t s) {
   if (!n) return;
-  swiglu_forward_act_bf16_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(out, h1, h3, n, amax);
+  swiglu_forward_kernel<true><<<elementwise_grid(n), kThreads, 0, s>>>(out, h1, h3, n, amax);
 }
 
 void gpu_swiglu_backward_act_bf16(float *dh1, float *dh3, const float *dout, const float *h1,
                                   const float *h3, size_t n, cudaStream_t s) {
   if (!n) return;
-  swiglu_backward_act_bf16_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(dh1, dh3, dout, h1,
-                                                                           h3, n);
+  swiglu_backward_kernel<true><<<elementwise_grid(n), kThreads, 0, s>>>(dh1, dh3, dout, h1, h3,
+                                                                        n);
 }
 
 /* The table rows of the bf16 operand path (every one bf16-exact). */

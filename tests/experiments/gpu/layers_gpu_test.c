@@ -233,15 +233,34 @@ END_TEST
 
 /* ---------------------------------------------------------------- RoPE */
 
+/* RoPE's tables (base 10000) for T positions and head size hs, on the host
+ * (cs, sn) and copied to the device (d_cs, d_sn). */
+typedef struct {
+  float *cs, *sn, *d_cs, *d_sn;
+} rope_table_pair;
+
+static rope_table_pair rope_tables_on_both(int T, int hs) {
+  const size_t bytes = (size_t)T * hs / 2 * sizeof(float);
+  rope_table_pair t = {malloc(bytes), malloc(bytes), NULL, NULL};
+  rope_tables(t.cs, t.sn, T, hs, 10000.0);
+  t.d_cs = dev_from(t.cs, bytes);
+  t.d_sn = dev_from(t.sn, bytes);
+  return t;
+}
+
+static void rope_tables_free(rope_table_pair t) {
+  CU(cudaFree(t.d_cs));
+  CU(cudaFree(t.d_sn));
+  free(t.cs);
+  free(t.sn);
+}
+
 START_TEST(rope) {
   for (int si = 0; si < NSHAPES; si++) {
     const shape *sh = &shapes[si];
     const int B = sh->B, T = sh->T, hs = sh->C / sh->NH;
-    float *cs = malloc((size_t)T * hs / 2 * sizeof(float)),
-          *sn = malloc((size_t)T * hs / 2 * sizeof(float));
-    rope_tables(cs, sn, T, hs, 10000.0);
-    float *d_cs = dev_from(cs, (size_t)T * hs / 2 * sizeof(float)),
-          *d_sn = dev_from(sn, (size_t)T * hs / 2 * sizeof(float));
+    const rope_table_pair rt = rope_tables_on_both(T, hs);
+    const float *cs = rt.cs, *sn = rt.sn, *d_cs = rt.d_cs, *d_sn = rt.d_sn;
     const int heads[2] = {sh->NH, sh->NKV}; /* q, then k */
     for (int q = 0; q < 2; q++) {
       const int nh = heads[q];
@@ -263,8 +282,7 @@ START_TEST(rope) {
       CU(cudaFree(d_x));
       free(x); free(cpu); free(g);
     }
-    CU(cudaFree(d_cs)); CU(cudaFree(d_sn));
-    free(cs); free(sn);
+    rope_tables_free(rt);
   }
 }
 END_TEST
@@ -1501,11 +1519,8 @@ START_TEST(act_bf16_elementwise) {
   for (int si = 0; si < NSHAPES; si++) {
     const shape *sh = &shapes[si];
     const int B = sh->B, T = sh->T, hs = sh->C / sh->NH;
-    float *cs = malloc((size_t)T * hs / 2 * sizeof(float)),
-          *sn = malloc((size_t)T * hs / 2 * sizeof(float));
-    rope_tables(cs, sn, T, hs, 10000.0);
-    float *d_cs = dev_from(cs, (size_t)T * hs / 2 * sizeof(float)),
-          *d_sn = dev_from(sn, (size_t)T * hs / 2 * sizeof(float));
+    const rope_table_pair rt = rope_tables_on_both(T, hs);
+    const float *cs = rt.cs, *sn = rt.sn, *d_cs = rt.d_cs, *d_sn = rt.d_sn;
     const int heads[2] = {sh->NH, sh->NKV};
     for (int q = 0; q < 2; q++) {
       const size_t n = (size_t)B * T * heads[q] * hs;
@@ -1540,8 +1555,7 @@ START_TEST(act_bf16_elementwise) {
       CU(cudaFree(d_x));
       free(x); free(cpu); free(g);
     }
-    CU(cudaFree(d_cs)); CU(cudaFree(d_sn));
-    free(cs); free(sn);
+    rope_tables_free(rt);
 
     const size_t n = (size_t)B * T * sh->H + 5;
     float *h1 = malloc(n * sizeof(float)), *h3 = malloc(n * sizeof(float)),

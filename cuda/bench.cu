@@ -162,6 +162,19 @@ int main(int argc, char **argv) {
     row("mx encode", "float8_e4m3fn", "rne", n, 5.0 + 1.0 / 32, ms, codes, n, ">= 0.8");
     ms = median_ms(g_reps, [&] { CK(exmy_cuda_mx_decode_f32(&f, 32, codes, scales, rows, cols, y, 0)); });
     row("mx decode", "float8_e4m3fn", "-", n, 5.0 + 1.0 / 32, ms, y, n * 4, "-");
+    /* the trainer's MX GEMM operand: blocks of 32 along K into a bf16 image,
+     * from K-contiguous rows and from a transposed tensor (dW's operands) */
+    unsigned *flag;
+    CK(cudaMalloc(&flag, sizeof *flag));
+    ms = median_ms(g_reps, [&] {
+      CK(exmy_cuda_mx_quantize_bf16(&f, &o, 32, x, cols, false, rows, cols, y, flag, 1, 0));
+    });
+    row("mx bf16 image", "float8_e4m3fn", "rne", n, 6.0, ms, y, n * 2, ">= 0.8");
+    ms = median_ms(g_reps, [&] {
+      CK(exmy_cuda_mx_quantize_bf16(&f, &o, 32, x, cols, true, cols, rows, y, flag, 1, 0));
+    });
+    row("mx bf16 img T", "float8_e4m3fn", "rne", n, 6.0, ms, y, n * 2, ">= 0.8");
+    CK(cudaFree(flag));
     ms = median_ms(g_reps, [&] { CK(exmy_cuda_quantize_tensor_scaled_f32(&f, &o, 0, false, x, y, n, NULL, 0)); });
     row("tensor-scaled", "float8_e4m3fn", "rne", n, 8.0, ms, y, n * 4, "- (reads x twice)");
     CK(exmy_cuda_quantize_f32(&f, &o, x, y, n, 0));

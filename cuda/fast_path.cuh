@@ -126,6 +126,37 @@ __device__ __forceinline__ bool fast_encode(int R, int saturate, float x, uint32
   return fast_encode_f<MODE>(f, R, saturate, x, rnd, code);
 }
 
+/* The value of x rounded to nearest even, decode(fast_encode_f<EXMY_RNE>(x)),
+ * without the code: the rounded bits of a normal value are the sum of the
+ * classic trick masked, a subnormal one is (|x| + C) - C (exact), and an
+ * overflow saturates to the largest value.  False for inf and NaN and for
+ * an overflow without saturation (the caller runs the core).  For the MX
+ * images, which want the value: a third of encode-then-decode's integer
+ * instructions.  tests/cuda checks it against the core on all 2^32 inputs. */
+__device__ __forceinline__ bool fast_quantize_rne_f(const exmy_format &f, int saturate, float x,
+                                                    float &q) {
+  const int M = f.man_bits, drop = 23 - M;
+  const uint32_t min_normal = pow2_bits(f.emin);
+  const uint32_t base = (uint32_t)(127 + f.emin - 1) << M;
+  const uint32_t max_bits = (f.max_code + base) << drop;
+  const uint32_t xb = __float_as_uint(x), a = xb & 0x7FFFFFFFu;
+  const uint32_t rn = (a + ((1u << (drop - 1)) - 1u) + ((a >> drop) & 1u)) & (~0u << drop);
+  const float c = __uint_as_float(pow2_bits(f.emin - M + 23));
+  const uint32_t rs = __float_as_uint(__fsub_rn(__fadd_rn(__uint_as_float(a), c), c));
+  uint32_t v = a < min_normal ? rs : rn;
+  const bool over = v > max_bits;
+  v = over ? max_bits : v;
+  const uint32_t sign = f.specials == EXMY_SPECIALS_FNUZ && v == 0 ? 0u : xb & 0x80000000u;
+  q = __uint_as_float(v | sign);
+  return a < 0x7F800000u && (saturate || !over);
+}
+
+template <int ID>
+__device__ __forceinline__ bool fast_quantize_rne(int saturate, float x, float &q) {
+  constexpr exmy_format f = spec_format<ID>();
+  return fast_quantize_rne_f(f, saturate, x, q);
+}
+
 /* code -> float32 for finite codes; the core for the special ones. */
 __device__ __forceinline__ float fast_decode_f(const exmy_format &f, uint32_t code) {
   const int M = f.man_bits, drop = 23 - M;

@@ -1,8 +1,9 @@
 /* The fast paths of cuda/fast_path.cuh against the reference core, both on
  * the GPU, on ALL 2^32 float32 inputs: rne, rna, rz, ru, rd, ro (saturating
  * and not), and sr with 32, 7 and 1 random bits (random words from a hash of
- * the input), for every format that has a fast path; and fast_decode against
- * the core on every code.  Needs a GPU (tag "gpu"). */
+ * the input), for every format that has a fast path; fast_quantize_rne
+ * against the core's code decoded; and fast_decode against the core on every
+ * code.  Needs a GPU (tag "gpu"). */
 #include <check.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -43,6 +44,37 @@ __global__ void k_sweep(const __grid_constant__ exmy_format rt, int R, int sat, 
     }
   }
   if (bad) atomicAdd(&m->count, bad);
+}
+
+/* On every float32: fast_quantize_rne (fast_quantize_rne_f for SPEC_GENERIC)
+ * against the core's code decoded by the core, as float bits; m->count of
+ * differences, and `served` the inputs the fast path took (not inf, NaN or
+ * an overflow it leaves to the core). */
+template <int ID>
+__global__ void k_sweep_value(const __grid_constant__ exmy_format rt, int sat, Miss *m,
+                              unsigned long long *served) {
+  const auto &f = kernel_format<ID>(rt);
+  const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+  unsigned long long bad = 0, took = 0;
+  for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (1ull << 32); i += stride) {
+    const float x = __uint_as_float((uint32_t)i);
+    float q;
+    bool fast;
+    if constexpr (ID == SPEC_GENERIC)
+      fast = fast_quantize_rne_f(rt, sat, x, q);
+    else
+      fast = fast_quantize_rne<ID>(sat, x, q);
+    if (!fast) continue;
+    took++;
+    const uint32_t cc = exmy_core_encode(&f, EXMY_RNE, sat, 0, 32, x, 0);
+    const uint32_t want = __float_as_uint(exmy_core_decode(&f, cc));
+    if (__float_as_uint(q) != want) {
+      if (bad == 0) { m->x = (uint32_t)i; m->fast = __float_as_uint(q); m->core = want; }
+      bad++;
+    }
+  }
+  if (bad) atomicAdd(&m->count, bad);
+  atomicAdd(served, took);
 }
 
 /* fast_decode (or fast_decode_f) against the core on every code (the first
@@ -105,6 +137,26 @@ static unsigned long long check_runs(const char *name, const exmy_format &f, con
     printf("\n");
     total += h.count;
   }
+  /* the value path, saturating and not: it must take every finite input
+   * but the overflows it leaves to the core */
+  unsigned long long *served, n;
+  ck_assert_int_eq(cudaMalloc(&served, sizeof *served), cudaSuccess);
+  for (int sat = 0; sat <= 1; sat++) {
+    ck_assert_int_eq(cudaMemset(d, 0, sizeof *d), cudaSuccess);
+    ck_assert_int_eq(cudaMemset(served, 0, sizeof *served), cudaSuccess);
+    k_sweep_value<ID><<<132 * 16, 256>>>(f, sat, d, served);
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+    ck_assert_int_eq(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+    ck_assert_int_eq(cudaMemcpy(&n, served, sizeof n, cudaMemcpyDeviceToHost), cudaSuccess);
+    printf("fast path %-14s value  rne  sat=%d: %llu differences from the core's decoded code, "
+           "%llu inputs served%s", name, sat, h.count, n, what);
+    if (h.count) printf(" (first: 0x%08x fast 0x%x core 0x%x)", h.x, h.fast, h.core);
+    printf("\n");
+    /* 2^32 less 2^24 infinities and NaNs: all served when saturating */
+    if (sat) ck_assert_msg(n == (1ull << 32) - (1ull << 24), "%s: %llu served", name, n);
+    total += h.count;
+  }
+  cudaFree(served);
   cudaFree(d);
   return total;
 }

@@ -320,12 +320,17 @@ static uint16_t bf16_rne(float v) {
 START_TEST(mx_bf16_image_matches_cpu) {
   const char *names[] = {"float8_e4m3fn", "float8_e5m2", "float6_e2m3fn", "float6_e3m2fn",
                          "float4_e2m1fn"};
-  /* rows, cols, ld, trans: aligned, a tail block, transposed with ld > rows */
-  const size_t shapes[][4] = {{37, 256, 256, 0}, {5, 100, 103, 0}, {64, 96, 70, 1},
-                              {33, 40, 33, 1}, {130, 64, 64, 0}};
+  /* rows, cols, ld, trans: the row kernel (cols % 32 == 0, ld % 4 == 0;
+   * transposed also rows % 4 == 0) untransposed, with a tail of rows and ld >
+   * cols, transposed over tiles of 64 rows and a tail; the tile kernel
+   * for a tail block, ld % 4 != 0 and rows % 4 != 0 */
+  const size_t shapes[][4] = {{37, 256, 256, 0}, {130, 64, 68, 0}, {260, 96, 264, 1},
+                              {132, 64, 136, 1}, {5, 100, 103, 0}, {64, 96, 70, 1},
+                              {33, 40, 36, 1}};
+  const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
   size_t bad = 0, inexact_total = 0;
   for (int k = 0; k < 5; k++)
-    for (int s = 0; s < 5; s++)
+    for (int s = 0; s < n_shapes; s++)
       for (int mode = EXMY_RNE; mode <= EXMY_SR; mode++) {
         exmy_format f;
         ck_assert_int_eq(exmy_format_parse(names[k], &f), 0);

@@ -107,9 +107,34 @@ bool site_bf16(const tq_site &s) {
  * set to the GEMM's tag when a value is not a bf16 value, and how many GEMMs
  * fell back; NVFP4's two tensor scales S_enc (A's, B's) on the device; how
  * many GEMMs of operands quantized along K took each path (host counts). */
+/* An MX operand's bf16 image kept for the later GEMMs of a share region
+ * (gtq_mx_share_begin): what was imaged, and a device word that is 1 where
+ * the image holds a value outside bf16's grid (the later GEMMs must take the
+ * fallback as the first did). */
+struct MxKept {
+  bool valid = false;
+  const void *ptr = nullptr;
+  long ld = 0;
+  bool trans = false;
+  size_t rows = 0, k = 0;
+  exmy_format format = {};
+  exmy_rounding_opts round = {};
+  int block = 0;
+  void *img = nullptr;
+  size_t cap = 0;
+  unsigned *inexact = nullptr;
+  unsigned long long used = 0; /* for least-recently-used replacement */
+};
+constexpr int kMxKept = 4;
+
 struct MxImages {
   void *img[2] = {nullptr, nullptr};
   size_t img_cap[2] = {0, 0};
+  int share = 0;         /* inside gtq_mx_share_begin .. end */
+  bool share_off = false; /* gtq_set_mx_share_off: every use its own image */
+  MxKept kept[kMxKept];
+  unsigned long long clock = 0;
+  unsigned long long shared_hits = 0;
   float *result = nullptr;
   size_t result_cap = 0;
   unsigned *flag = nullptr;
@@ -119,6 +144,12 @@ struct MxImages {
   gtq_along_k_path_counts paths = {};
   bool reference = false; /* tests: every MX and NVFP4 GEMM through exmy_cuda_qgemm */
 };
+
+/* A GEMM that takes a kept image takes the fallback where the image's word
+ * (1: a value outside bf16's grid) says so, as the image kernel flags it. */
+__global__ void k_flag_carry(const unsigned *word, unsigned *flag, unsigned tag) {
+  if (*word) *flag = tag;
+}
 
 /* C (m x n, ldc) = r where the image kernels flagged this GEMM. */
 __global__ void k_copy_if(const unsigned *flag, unsigned tag, const float *r, size_t m, size_t n,
@@ -321,6 +352,10 @@ extern "C" void gtq_free(gtq_ctx *g) {
   cudaFree(g->mx_codes);
   cudaFree(g->mx_scales);
   for (int i = 0; i < 2; i++) cudaFree(g->mx_img.img[i]);
+  for (MxKept &e : g->mx_img.kept) {
+    cudaFree(e.img);
+    cudaFree(e.inexact);
+  }
   cudaFree(g->mx_img.result);
   cudaFree(g->mx_img.flag);
   cudaFree(g->mx_img.fallbacks);
@@ -697,6 +732,93 @@ static bool mx_bf16_candidate(const gtq_ctx *g, const gtq_operand &a,
   return true;
 }
 
+static bool same_format(const exmy_format &a, const exmy_format &b) {
+  return strcmp(a.name, b.name) == 0 && a.exp_bits == b.exp_bits && a.man_bits == b.man_bits &&
+         a.bias == b.bias && a.specials == b.specials && a.max_code == b.max_code;
+}
+static bool same_rounding(const exmy_rounding_opts &a, const exmy_rounding_opts &b) {
+  return a.mode == b.mode && a.saturate == b.saturate &&
+         a.flush_subnormals == b.flush_subnormals && a.sr_bits == b.sr_bits && a.seed == b.seed &&
+         a.offset == b.offset;
+}
+
+/* The bf16 image of MX operand o (rows x k of op(o), trans: o is stored k x
+ * rows) for the GEMM of tag x.tag: made into image buffer `slot`, or, inside
+ * a share region, found among the kept images (the same tensor read the same
+ * way under the same format, rounding and stream offset: the same bits) or
+ * made into the least recently used one.  A kept image that held a value
+ * outside bf16's grid flags every GEMM that takes it. */
+static const void *mx_image(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_operand_quant &q,
+                            bool trans, size_t rows, size_t k, int slot) {
+  MxImages &x = g->mx_img;
+  cudaStream_t st = g->stream;
+  const int block = q.scaling.group;
+  if (!x.share || x.share_off) {
+    reserve(&x.img[slot], &x.img_cap[slot], rows * k * 2);
+    gtq_check(exmy_cuda_mx_quantize_bf16(&q.format, &q.round, block, (const float *)o.ptr, o.ld,
+                                         trans, rows, k, x.img[slot], x.flag, x.tag, st),
+              "MX image");
+    return x.img[slot];
+  }
+  MxKept *e = nullptr;
+  for (MxKept &c : x.kept)
+    if (c.valid && c.ptr == o.ptr && c.ld == o.ld && c.trans == trans && c.rows == rows &&
+        c.k == k && c.block == block && same_format(c.format, q.format) &&
+        same_rounding(c.round, q.round)) {
+      e = &c;
+      break;
+    }
+  if (e) {
+    e->used = ++x.clock;
+    x.shared_hits++;
+    k_flag_carry<<<1, 1, 0, st>>>(e->inexact, x.flag, x.tag);
+    gtq_check(cudaGetLastError(), "MX image (kept)");
+    return e->img;
+  }
+  for (MxKept &c : x.kept) { /* a free one, else the least recently used */
+    if (!c.valid) {
+      e = &c;
+      break;
+    }
+    if (!e || c.used < e->used) e = &c;
+  }
+  if (!e->inexact)
+    gtq_check(cudaMalloc((void **)&e->inexact, sizeof(unsigned)), "cudaMalloc (MX kept)");
+  reserve(&e->img, &e->cap, rows * k * 2);
+  /* its own word (tag 1), so that the other operand's image does not mark it */
+  gtq_check(cudaMemsetAsync(e->inexact, 0, sizeof(unsigned), st), "MX image (kept)");
+  gtq_check(exmy_cuda_mx_quantize_bf16(&q.format, &q.round, block, (const float *)o.ptr, o.ld,
+                                       trans, rows, k, e->img, e->inexact, 1, st),
+            "MX image");
+  k_flag_carry<<<1, 1, 0, st>>>(e->inexact, x.flag, x.tag);
+  gtq_check(cudaGetLastError(), "MX image (kept)");
+  e->valid = true;
+  e->ptr = o.ptr;
+  e->ld = o.ld;
+  e->trans = trans;
+  e->rows = rows;
+  e->k = k;
+  e->format = q.format;
+  e->round = q.round;
+  e->block = block;
+  e->used = ++x.clock;
+  return e->img;
+}
+
+extern "C" void gtq_mx_share_begin(gtq_ctx *g) { g->mx_img.share++; }
+
+extern "C" void gtq_mx_share_end(gtq_ctx *g) {
+  MxImages &x = g->mx_img;
+  if (x.share > 0 && --x.share == 0)
+    for (MxKept &e : x.kept) e.valid = false;
+}
+
+extern "C" void gtq_set_mx_share_off(gtq_ctx *g, bool off) { g->mx_img.share_off = off; }
+
+extern "C" unsigned long long gtq_mx_shared_hits(const gtq_ctx *g) {
+  return g->mx_img.shared_hits;
+}
+
 /* C = alpha op(A) op(B) + beta C for two MX operands without a host round
  * trip: each operand rounded once, along this GEMM's K, into a bf16 image
  * (exmy_cuda_mx_quantize_bf16: the values of exmy_cuda_qgemm's MX images),
@@ -719,23 +841,17 @@ static void mx_gemm_bf16(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, floa
   }
   if (++x.tag == 0) x.tag = 1; /* 0 is the flag's initial value */
   const size_t M = (size_t)m, N = (size_t)n, K = (size_t)k;
-  reserve(&x.img[0], &x.img_cap[0], M * K * 2);
-  reserve(&x.img[1], &x.img_cap[1], N * K * 2);
   reserve((void **)&x.result, &x.result_cap, M * N * sizeof(float));
   /* op(A) as m x k and op(B)^T as n x k, K contiguous */
-  gtq_check(exmy_cuda_mx_quantize_bf16(&qa.format, &qa.round, qa.scaling.group,
-                                       (const float *)a.ptr, a.ld, ta, M, K, x.img[0], x.flag,
-                                       x.tag, st), "MX image (A)");
-  gtq_check(exmy_cuda_mx_quantize_bf16(&qb.format, &qb.round, qb.scaling.group,
-                                       (const float *)b.ptr, b.ld, !tb, N, K, x.img[1], x.flag,
-                                       x.tag, st), "MX image (B)");
+  const void *img_a = mx_image(g, a, qa, ta, M, K, 0);
+  const void *img_b = mx_image(g, b, qb, !tb, N, K, 1);
   gtq_check(exmy_cuda_mx_gemm_f32_if(x.flag, x.tag, ta, tb, M, N, K, alpha, (const float *)a.ptr,
                                      a.ld, &qa.format, &qa.round, (const float *)b.ptr, b.ld,
                                      &qb.format, &qb.round, beta, c, ldc, x.result, x.fallbacks,
                                      st), "MX fallback GEMM");
   /* column-major: C^T (n x m) = (op(B)^T as k x n)^T . (op(A)^T as k x m) */
-  blas_check(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, x.img[1],
-                          CUDA_R_16BF, k, x.img[0], CUDA_R_16BF, k, &beta, c, CUDA_R_32F,
+  blas_check(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, img_b,
+                          CUDA_R_16BF, k, img_a, CUDA_R_16BF, k, &beta, c, CUDA_R_32F,
                           (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
              "cublasGemmEx (MX)");
   k_copy_if<<<264, 256, 0, st>>>(x.flag, x.tag, x.result, M, N, c, ldc);
@@ -781,9 +897,9 @@ static void nvfp4_gemm_bf16(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, f
   cudaStream_t st = g->stream;
   if (!x.s_enc) gtq_check(cudaMalloc((void **)&x.s_enc, 2 * sizeof(float)), "cudaMalloc (S_enc)");
   const size_t M = (size_t)m, N = (size_t)n, K = (size_t)k;
+  /* the gathered (and transformed) operand, one after the other in stream order */
   reserve(&x.img[0], &x.img_cap[0], M * K * 2);
   reserve(&x.img[1], &x.img_cap[1], N * K * 2);
-  /* the gathered (and transformed) operand, one after the other in stream order */
   reserve(&g->stage, &g->stage_cap, (M > N ? M : N) * K * sizeof(float));
   float *work = (float *)g->stage;
   /* op(A) as m x k and op(B)^T as n x k, K contiguous */

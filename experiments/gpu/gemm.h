@@ -16,7 +16,8 @@
  *   FP32 path: otherwise, float32 slots and pedantic SGEMM (never TF32);
  *   MX operands: rounded along this GEMM's K at every use (the blocks run
  *     along K, a different axis of the same tensor in the forward and the
- *     backward GEMMs, so nothing is cached across uses) into a bf16 image
+ *     backward GEMMs, so no slot holds them; GEMMs that read one tensor the
+ *     same way may share its image, gtq_mx_share_begin) into a bf16 image
  *     (exmy_cuda_mx_quantize_bf16) that cuBLAS multiplies as on the BF16
  *     path; should a value fall outside bf16's grid (a float32 subnormal
  *     below 2^-133), that GEMM runs the FP32 fallback, decided on the device
@@ -84,6 +85,18 @@ void gtq_fetch_stats(gtq_ctx *g);
 /* Delayed-scaling states: device -> host sites (for a checkpoint) and back. */
 void gtq_states_download(gtq_ctx *g);
 void gtq_states_upload(gtq_ctx *g);
+/* Between gtq_mx_share_begin and gtq_mx_share_end (nestable), an MX
+ * operand's bf16 image (the same tensor at the same address, read the same
+ * way under the same format, rounding and sr offset: the same bits) is made
+ * once and taken by the region's later GEMMs; the caller promises that no
+ * tensor those GEMMs read is written inside the region.  The end forgets the
+ * images.  Elsewhere every use makes its own.  gtq_mx_shared_hits counts the
+ * images taken (for tests and logs). */
+void gtq_mx_share_begin(gtq_ctx *g);
+void gtq_mx_share_end(gtq_ctx *g);
+unsigned long long gtq_mx_shared_hits(const gtq_ctx *g);
+/* Tests: regions share nothing (each use makes its own image, as outside). */
+void gtq_set_mx_share_off(gtq_ctx *g, bool off);
 /* Whether site i runs on the BF16 path (for logs and tests). */
 bool gtq_site_bf16(const gtq_ctx *g, int site);
 

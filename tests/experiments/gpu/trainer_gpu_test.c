@@ -869,6 +869,157 @@ START_TEST(mx_gemm_bf16_path_matches_reference) {
 }
 END_TEST
 
+/* One MX image for GEMMs that read one tensor the same way (gtq_mx_share_begin):
+ * W1's and W3's GEMMs of one X (a 32 x 32 corner at 2^-125, below bf16's
+ * grid once MX-scaled) in the model's order (Y1, Y3; dX = dY1 W1, dW1, dX +=
+ * dY3 W3, dW3), in one context without share regions and in another with
+ * the forward and the backward each in one.  Every output bit for bit alike;
+ * the second context takes X's image twice (Y3, dW3) and each GEMM that
+ * reads X falls back to FP32 in both (the kept image carries its flag).
+ * Under sr each use draws its own stream indices: nothing is shared. */
+static void mx_share_same_bits(const char *rounding) {
+  const char *const sets[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", "scaling=mx",
+                              "mx_block=32", "saturate=1", rounding, NULL};
+  recipe rc;
+  make_recipe(&rc, sets);
+  tq_site *s1, *s2;
+  const int n_sites = make_twin_sites(&rc, &s1, &s2);
+  gtq_ctx *ctx[2] = {gtq_new(s1, n_sites, 0), gtq_new(s2, n_sites, 0)};
+  const int N = 96, C = 64, OC = 72, ldx = C + 4;
+  linear_tensors t1 = linear_new(N, C, OC, ldx), t3 = linear_new(N, C, OC, ldx);
+  linear_fill(&t1, 4.0, 0.1, 1e-3);
+  linear_fill(&t3, 4.0, 0.1, 1e-3);
+  for (int r = 0; r < 32; r++)
+    for (int i = 0; i < 32; i++) t1.x[r * ldx + i] = ldexpf(t1.x[r * ldx + i], -125);
+  linear_upload(&t1);
+  linear_upload(&t3);
+  const int sites[2] = {SITE_W1, SITE_W3};
+  const linear_tensors *lt[2] = {&t1, &t3};
+  const size_t ny = (size_t)N * OC, nx = (size_t)N * C, nw = (size_t)OC * C;
+  float *out[2][5]; /* Y1, Y3, dX, dW1, dW3 */
+  unsigned long long fell[2];
+  for (int p = 0; p < 2; p++) {
+    gtq_ctx *g = ctx[p];
+    gtq_begin_step(g, 5ull << 36, false);
+    const unsigned long long before = gtq_mx_fallbacks(g);
+    float *y[2] = {dev_alloc(sizeof(float) * ny), dev_alloc(sizeof(float) * ny)};
+    float *dx = dev_alloc(sizeof(float) * nx);
+    float *dw[2] = {dev_alloc(sizeof(float) * nw), dev_alloc(sizeof(float) * nw)};
+    CU(cudaMemset(dw[0], 0, sizeof(float) * nw));
+    CU(cudaMemset(dw[1], 0, sizeof(float) * nw));
+    if (p) gtq_mx_share_begin(g);
+    for (int j = 0; j < 2; j++) {
+      const gtq_operand x = gtq_operand_for_gemm(g, sites[j], USE_FWD_X, SLOT_X, true, t1.d_x, ldx, N, C);
+      const gtq_operand w = gtq_operand_for_gemm(g, sites[j], USE_FWD_W, SLOT_W, true, lt[j]->d_w, C, OC, C);
+      gtq_gemm(g, false, true, N, OC, C, 1.0f, x, w, 0.0f, y[j], OC);
+    }
+    if (p) gtq_mx_share_end(g);
+    if (p) gtq_mx_share_begin(g);
+    for (int j = 0; j < 2; j++) {
+      const gtq_operand dy = gtq_operand_for_gemm(g, sites[j], USE_DX_DY, SLOT_DY, true, lt[j]->d_dy, OC, N, OC);
+      const gtq_operand w = gtq_operand_for_gemm(g, sites[j], USE_DX_W, SLOT_W, false, lt[j]->d_w, C, OC, C);
+      const gtq_operand dy2 = gtq_operand_for_gemm(g, sites[j], USE_DW_DY, SLOT_DY, false, lt[j]->d_dy, OC, N, OC);
+      const gtq_operand x = gtq_operand_for_gemm(g, sites[j], USE_DW_X, SLOT_X, false, t1.d_x, ldx, N, C);
+      gtq_gemm(g, false, false, N, C, OC, 1.0f, dy, w, j ? 1.0f : 0.0f, dx, C);
+      gtq_gemm(g, true, false, OC, C, N, 1.0f, dy2, x, 1.0f, dw[j], C);
+    }
+    if (p) gtq_mx_share_end(g);
+    fell[p] = gtq_mx_fallbacks(g) - before;
+    float *dev[5] = {y[0], y[1], dx, dw[0], dw[1]};
+    const size_t n[5] = {ny, ny, nx, nw, nw};
+    for (int i = 0; i < 5; i++) {
+      out[p][i] = malloc(sizeof(float) * n[i]);
+      to_host_free(out[p][i], dev[i], sizeof(float) * n[i]);
+    }
+  }
+  const char *names[5] = {"Y1", "Y3", "dX", "dW1", "dW3"};
+  const size_t n[5] = {ny, ny, nx, nw, nw};
+  size_t differ = 0;
+  for (int i = 0; i < 5; i++) {
+    size_t d = 0;
+    for (size_t e = 0; e < n[i]; e++) d += memcmp(&out[0][i][e], &out[1][i][e], sizeof(float)) != 0;
+    if (d) printf("  MX share (%s): %s: %zu of %zu values differ\n", rounding, names[i], d, n[i]);
+    differ += d;
+    free(out[0][i]), free(out[1][i]);
+  }
+  const unsigned long long hits = gtq_mx_shared_hits(ctx[1]);
+  const bool sr = strstr(rounding, "sr") != NULL;
+  printf("MX share (%s): %zu values differ; %llu images taken from the first use; fallbacks %llu "
+         "/ %llu\n", rounding, differ, hits, fell[0], fell[1]);
+  ck_assert_msg(differ == 0, "MX share (%s): %zu values differ", rounding, differ);
+  /* rne: X's image again for Y3 and for dW3; sr: each use its own stream */
+  ck_assert_msg(hits == (sr ? 0u : 2u), "MX share (%s): %llu images shared", rounding, hits);
+  ck_assert_uint_eq(gtq_mx_shared_hits(ctx[0]), 0);
+  ck_assert_msg(fell[0] == 4 && fell[1] == 4, "MX share (%s): fallbacks %llu / %llu, want 4", rounding,
+                fell[0], fell[1]);
+  ck_assert_uint_eq(gtq_sr_counter(ctx[0]), gtq_sr_counter(ctx[1]));
+  gtq_free(ctx[0]);
+  gtq_free(ctx[1]);
+  recipe_free_sites(s1, n_sites);
+  recipe_free_sites(s2, n_sites);
+  linear_free(&t1);
+  linear_free(&t3);
+}
+
+/* The model's share regions (q, k and v; W1 and W3; forward and backward):
+ * `config`'s steps with and without sharing bit for bit alike (losses,
+ * parameters, moments, gradients), and `per_step` images taken a step. */
+static void model_mx_share_same_bits(const char *config, gpu_attention_kind attention,
+                                     unsigned long long per_step) {
+  recipe rc;
+  load_config_recipe(&rc, config);
+  model_pair mp;
+  model_pair_new(&mp, &rc, true, "tiny", attention, false);
+  gpu_model *g = mp.g;
+  gtq_ctx *gq = gpu_model_gemm(g);
+  const size_t P = mp.m.num_params;
+  const adamw_hparams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  enum { STEPS = 2 };
+  float *zero = calloc(P, sizeof(float)), *end[2][4], loss[2][STEPS];
+  unsigned long long hits[2];
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 4; i++) end[k][i] = malloc(sizeof(float) * P);
+    gtq_set_mx_share_off(gq, k == 1);
+    gpu_model_upload(g, mp.m.params_mem, zero, zero);
+    const unsigned long long before = gtq_mx_shared_hits(gq);
+    for (int step = 1; step <= STEPS; step++) {
+      gpu_model_begin_step(g, (uint64_t)step << 36, false);
+      gpu_model_zero_grad(g);
+      loss[k][step - 1] = gpu_model_forward(g, mp.tok, mp.tgt);
+      gpu_model_backward(g, 1.0f);
+      gpu_model_update(g, &hp, step, 1.0);
+    }
+    hits[k] = gtq_mx_shared_hits(gq) - before;
+    gpu_model_download(g, end[k][0], end[k][1], end[k][2]);
+    CU(cudaMemcpy(end[k][3], gpu_model_grads(g), sizeof(float) * P, cudaMemcpyDeviceToHost));
+  }
+  size_t differ = 0;
+  for (int i = 0; i < 4; i++) differ += count_bit_diffs(end[0][i], end[1][i], P);
+  const unsigned long long want = STEPS * per_step * (unsigned long long)mp.mc.n_layers;
+  printf("MX share in the model, %s (%s): %llu images taken (want %llu), then %llu unshared; "
+         "losses %.7f %.7f / %.7f %.7f; %zu of 4 x %zu values differ\n", config,
+         attention == GPU_ATTENTION_FLASH ? "flash" : "materialised", hits[0], want, hits[1],
+         loss[0][0], loss[0][1], loss[1][0], loss[1][1], differ, P);
+  ck_assert_msg(hits[0] == want && hits[1] == 0, "%s: %llu then %llu images shared, want %llu",
+                config, hits[0], hits[1], want);
+  ck_assert_msg(!memcmp(loss[0], loss[1], sizeof loss[0]), "%s: losses differ", config);
+  ck_assert_msg(differ == 0, "%s: %zu values differ", config, differ);
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < 4; i++) free(end[k][i]);
+  free(zero);
+  model_pair_free(&mp);
+}
+
+START_TEST(mx_shared_images_bit_identical) {
+  mx_share_same_bits("rounding=rne");
+  mx_share_same_bits("rounding=sr");
+  /* a layer's step: q, k, v's X twice and W1, W3's once, forward and
+   * backward (mxfp8 rounds to nearest; nvfp4, not MX, takes no images) */
+  model_mx_share_same_bits("mxfp8", GPU_ATTENTION_FLASH, 6);
+  model_mx_share_same_bits("mxfp8", GPU_ATTENTION_MATERIALIZED, 6);
+}
+END_TEST
+
 /* ----------------------------------------------------------- NVFP4 GEMMs */
 
 /* op(X) (rows x k) of X stored with leading dimension ld (X is k x rows
@@ -1404,6 +1555,7 @@ int main(void) {
                                 model_swiglu_fusion_bit_identical,
                                 model_amax_folding_bit_identical,
                                 mx_gemm_bf16_path_matches_reference,
+                                mx_shared_images_bit_identical,
                                 nvfp4_gemm_bf16_path_matches_reference,
                                 model_nvfp4_takes_bf16_images, msamp_grads_match_cpu,
                                 accumulate_gemms_bit_identical, model_accumulate_matches_cpu,

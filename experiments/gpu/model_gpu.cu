@@ -76,13 +76,15 @@ struct gpu_model {
   /* lean_activations under the fused attention: q, k, v, ln1, ln2 and hg
    * hold one layer (the layer being computed), not L.  The flash backward
    * reads Q, K, V from their bf16 copies (and RoPE's backward needs no saved
-   * values), so q, k, v are never read again; ln1, ln2 and hg are recomputed
-   * by the forward's kernels from res, res_mid, h1 and h3 (the same float32
-   * values) where a backward GEMM reads them in float32 (recompute_*), and
-   * not at all where it reads the slot the forward filled.  The GEMM
+   * values), so q, k, v are never read again; ln1, ln2 and hg are kept for
+   * every layer where a backward GEMM reads them in float32 (keep_*), or, at
+   * lean_activations = 2, recomputed there by the forward's kernels from res,
+   * res_mid, h1 and h3 (the same float32 values; recompute_*), and not read
+   * at all where the GEMM reads the slot the forward filled.  The GEMM
    * sites' dY slots share one buffer (gtq_share_dy_slots). */
   bool lean;
   bool recompute_ln1, recompute_ln2, recompute_hg;
+  bool keep_ln1, keep_ln2, keep_hg; /* lean, but every layer's: a GEMM reads them */
   activation_tensors acts;
   grad_act_tensors grad_acts;
   float *lse; /* (L, B, NH, T) the fused attention's log-sum-exp per row */
@@ -515,7 +517,7 @@ extern "C" gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *s
 
 extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_site *sites,
                                          int n_sites, int B, int T,
-                                         gpu_attention_kind attention, bool lean_activations,
+                                         gpu_attention_kind attention, int lean_activations,
                                          char *err, size_t errlen) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices < 1) {
@@ -565,11 +567,33 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
   model_act_sizes(&c, B, T, act, grad_act);
   const bool flash = attention == GPU_ATTENTION_FLASH;
   if (flash) act[ACT_ATT] = grad_act[GRAD_ACT_DATT] = 0; /* the fused kernel keeps no scores */
-  g->lean = flash && lean_activations;
-  if (g->lean) { /* one layer of q, k, v, ln1, ln2, hg (see recompute_*) */
-    act[ACT_Q] = act[ACT_LN1] = act[ACT_LN2] = BT * C;
+  g->lean = flash && lean_activations > 0;
+  g->gq = gtq_new(sites, n_sites, g->s);
+  if (g->lean) {
+    /* one layer of q, k, v; of ln1, ln2 and hg one layer where no backward
+     * GEMM reads the float32 tensor (it reads the slot the forward filled),
+     * else every layer's (lean_activations = 1) or one recomputed in the
+     * backward (2: the least memory, a RMSNorm or SwiGLU pass more) */
+    auto reads = [&](int kind) { /* a dW GEMM's X reads the float32 tensor */
+      bool any = false;
+      for (int l = 0; l < c.n_layers; l++)
+        any = any || gtq_use_reads_source(g->gq, site_index(g, l, kind), USE_DW_X);
+      return any;
+    };
+    const bool recompute = lean_activations >= 2;
+    const bool read_ln1 = reads(SITE_Q) || reads(SITE_K) || reads(SITE_V);
+    const bool read_ln2 = reads(SITE_W1) || reads(SITE_W3), read_hg = reads(SITE_W2);
+    g->recompute_ln1 = read_ln1 && recompute;
+    g->recompute_ln2 = read_ln2 && recompute;
+    g->recompute_hg = read_hg && recompute;
+    g->keep_ln1 = read_ln1 && !recompute;
+    g->keep_ln2 = read_ln2 && !recompute;
+    g->keep_hg = read_hg && !recompute;
+    act[ACT_Q] = BT * C;
     act[ACT_K] = act[ACT_V] = BT * KVC;
-    act[ACT_HG] = BT * c.hidden;
+    if (!g->keep_ln1) act[ACT_LN1] = BT * C;
+    if (!g->keep_ln2) act[ACT_LN2] = BT * C;
+    if (!g->keep_hg) act[ACT_HG] = BT * c.hidden;
   }
   /* plain bf16 copies kept per layer for the backward (unquantized attention) */
   const bool plain_bf16 = flash && !(sites && sites[SITE_ATT_QK].op[USE_FWD_X].enabled);
@@ -625,19 +649,7 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
   free(sin_t);
   g->h_bucket_start = (int *)malloc(sizeof(int) * (V + 1));
   g->h_bucket_pos = (int *)malloc(sizeof(int) * BT);
-  g->gq = gtq_new(sites, n_sites, g->s);
   if (g->lean) {
-    /* the float32 tensor is needed where a dW GEMM's X reads it rather than
-     * the slot of the forward (unquantized, or quantized along K at each use) */
-    auto reads = [&](int kind) {
-      bool any = false;
-      for (int l = 0; l < c.n_layers; l++)
-        any = any || gtq_use_reads_source(g->gq, site_index(g, l, kind), USE_DW_X);
-      return any;
-    };
-    g->recompute_ln1 = reads(SITE_Q) || reads(SITE_K) || reads(SITE_V);
-    g->recompute_ln2 = reads(SITE_W1) || reads(SITE_W3);
-    g->recompute_hg = reads(SITE_W2);
     /* each site's dY is filled and read by its GEMMs before the next site's
      * is filled (linear_backward, flash_backward): one buffer for all */
     gtq_share_dy_slots(g->gq);
@@ -807,21 +819,27 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
   gpu_encoder_forward(a.res, g->tokens, p.wte, N, C, s);
   for (int l = 0; l < L; l++) {
     const float *res = a.res + l * BTC;
-    const size_t kl = g->lean ? 0 : l; /* the layer's place in q, k, v, ln1, ln2, hg */
-    float *ln1 = a.ln1 + kl * BTC, *q = a.q + kl * BTC, *k = a.k + kl * BTK, *v = a.v + kl * BTK;
-    float *atty = a.atty + l * BTC, *res_mid = a.res_mid + l * BTC, *ln2 = a.ln2 + kl * BTC;
-    float *h1 = a.h1 + l * BTH, *h3 = a.h3 + l * BTH, *hg = a.hg + kl * BTH;
+    /* the layer's place in q, k, v, ln1, ln2, hg: 0 where one layer is kept */
+    const size_t kl = g->lean ? 0 : l, kl1 = g->keep_ln1 ? l : kl,
+                 kl2 = g->keep_ln2 ? l : kl, klg = g->keep_hg ? l : kl;
+    float *ln1 = a.ln1 + kl1 * BTC, *q = a.q + kl * BTC, *k = a.k + kl * BTK, *v = a.v + kl * BTK;
+    float *atty = a.atty + l * BTC, *res_mid = a.res_mid + l * BTC, *ln2 = a.ln2 + kl2 * BTC;
+    float *h1 = a.h1 + l * BTH, *h3 = a.h3 + l * BTH, *hg = a.hg + klg * BTH;
     float *res_out = a.res + (l + 1) * BTC;
     unsigned int *ln1_amax = amax_word(g, l, AMAX_LN1, {SITE_Q, SITE_K, SITE_V}, USE_FWD_X),
                  *ln2_amax = amax_word(g, l, AMAX_LN2, {SITE_W1, SITE_W3}, USE_FWD_X);
     gpu_rmsnorm_forward(ln1, a.ln1_rstd + (size_t)l * N, res, p.rms1 + (size_t)l * C, N, C,
                         ln1_amax, s);
+    /* q, k and v read ln1 along the same K: one MX image of it, not three
+     * (gtq_mx_share_begin; nothing the three GEMMs read changes in between) */
+    gtq_mx_share_begin(g->gq);
     linear_forward(g, q, ln1, p.wq + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_Q),
                    ln1_amax);
     linear_forward(g, k, ln1, p.wk + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_K),
                    ln1_amax);
     linear_forward(g, v, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V),
                    ln1_amax);
+    gtq_mx_share_end(g->gq);
     gpu_rope_forward(q, g->rope_cos, g->rope_sin, B, T, NH, hs, s);
     gpu_rope_forward(k, g->rope_cos, g->rope_sin, B, T, NKV, hs, s);
     unsigned int *atty_amax = nullptr; /* the materialised attention's output: cuBLAS's */
@@ -836,10 +854,12 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     gpu_add_inplace(res_mid, res, BTC, s);
     gpu_rmsnorm_forward(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, N, C,
                         ln2_amax, s);
+    gtq_mx_share_begin(g->gq); /* W1 and W3 read ln2 */
     linear_forward(g, h1, ln2, p.w1 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W1),
                    ln2_amax);
     linear_forward(g, h3, ln2, p.w3 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W3),
                    ln2_amax);
+    gtq_mx_share_end(g->gq);
     unsigned int *hg_amax = nullptr;
     if (g->rc && g->rc->swiglu_row_scale) {
       gpu_smooth_swiglu_forward(hg, h1, h3, N, H, s);
@@ -900,12 +920,13 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
                 *h3 = a.h3 + l * BTH, *hg = a.hg + l * BTH;
     if (g->lean) {
       /* the flash backward reads the bf16 copies of q, k, v; ln1, ln2 and hg
-       * again from the forward's kernels on the same inputs where a GEMM
-       * reads them in float32, else NULL (read nowhere) */
+       * kept (every layer's), or again from the forward's kernels on the same
+       * inputs (recompute_*) where a GEMM reads them in float32, else NULL
+       * (read nowhere) */
       q = k = v = nullptr;
-      ln1 = g->recompute_ln1 ? a.ln1 : nullptr;
-      ln2 = g->recompute_ln2 ? a.ln2 : nullptr;
-      hg = g->recompute_hg ? a.hg : nullptr;
+      if (!g->keep_ln1) ln1 = g->recompute_ln1 ? a.ln1 : nullptr;
+      if (!g->keep_ln2) ln2 = g->recompute_ln2 ? a.ln2 : nullptr;
+      if (!g->keep_hg) hg = g->recompute_hg ? a.hg : nullptr;
       if (g->recompute_hg) {
         if (smooth)
           gpu_smooth_swiglu_forward(a.hg, h1, h3, N, H, s);
@@ -928,10 +949,13 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
       gpu_smooth_swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, N, H, s);
     else if (!(fused = swiglu_backward_fused(g, l, d.dhg, h1, h3, BTH, d.dh3)))
       gpu_swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, BTH, s);
+    /* dW1 and dW3 read ln2 along the tokens; the GEMMs between write dln */
+    gtq_mx_share_begin(g->gq);
     linear_backward(g, d.dln, gr.w1 + (size_t)l * H * C, d.dh1, ln2, p.w1 + (size_t)l * H * C,
                     N, C, H, site_index(g, l, SITE_W1), 0, fused);
     linear_backward(g, d.dln, gr.w3 + (size_t)l * H * C, d.dh3, ln2, p.w3 + (size_t)l * H * C,
                     N, C, H, site_index(g, l, SITE_W3), 1, fused);
+    gtq_mx_share_end(g->gq);
     unsigned int *dres_wo_amax = amax_word(g, l, AMAX_DRES_WO, {SITE_O}, USE_DX_DY);
     gpu_rmsnorm_backward(d.dres, gr.rms2 + (size_t)l * C, d.dln, res_mid,
                          p.rms2 + (size_t)l * C, a.ln2_rstd + (size_t)l * N, N, C, dres_wo_amax,
@@ -957,6 +981,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
                  *dk_amax = amax_word(g, l, AMAX_DK, {SITE_K}, USE_DX_DY);
     gpu_rope_backward(d.dq, g->rope_cos, g->rope_sin, B, T, NH, hs, dq_amax, s);
     gpu_rope_backward(d.dk, g->rope_cos, g->rope_sin, B, T, NKV, hs, dk_amax, s);
+    gtq_mx_share_begin(g->gq); /* dWq, dWk and dWv read ln1 */
     linear_backward(g, d.dln, gr.wq + (size_t)l * C * C, d.dq, ln1, p.wq + (size_t)l * C * C,
                     N, C, C, site_index(g, l, SITE_Q), 0, false, dq_amax);
     linear_backward(g, d.dln, gr.wk + (size_t)l * KVC * C, d.dk, ln1,
@@ -965,6 +990,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     linear_backward(g, d.dln, gr.wv + (size_t)l * KVC * C, d.dv, ln1,
                     p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V), 1, false,
                     dv_amax);
+    gtq_mx_share_end(g->gq);
     gpu_rmsnorm_backward(d.dres, gr.rms1 + (size_t)l * C, d.dln, res, p.rms1 + (size_t)l * C,
                          a.ln1_rstd + (size_t)l * N, N, C, dres_amax(l - 1), s);
   }

@@ -37,17 +37,20 @@ typedef struct gpu_model gpu_model;
  * when the GPU or the configuration cannot serve. */
 gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *sites, int n_sites, int B,
                          int T, gpu_attention_kind attention, char *err, size_t errlen);
-/* The same, choosing what the fused attention keeps (gpu_model_new: lean).
- * lean: q, k, v, ln1, ln2 and hg for one layer, not every layer (the flash
- * backward reads Q, K, V from their bf16 copies; ln1, ln2 and hg are
- * recomputed in the backward by the forward's kernels where a GEMM reads
- * them in float32), and one buffer behind the GEMM sites' dY slots
- * (gtq_share_dy_slots) rather than one per site: the same bits, about 13
- * GiB less at 120m (bf16).  !lean: every layer's, as model.c keeps them,
- * and a dY slot per site (for comparisons, and the tests that read the
- * slots).  The materialised attention is never lean. */
+/* The same, choosing what the fused attention keeps (gpu_model_new: 1).
+ * lean_activations 1: q, k and v for one layer, not every layer (the flash
+ * backward reads Q, K, V from their bf16 copies), ln1, ln2 and hg too where
+ * no backward GEMM reads them in float32 (every layer's where one does: MX,
+ * NVFP4 and group-scaled or unquantized sites), and one buffer behind the
+ * GEMM sites' dY slots (gtq_share_dy_slots) rather than one per site: the
+ * same bits, about 13 GiB less at 120m (bf16).  2: as 1, but ln1, ln2 and
+ * hg are always one layer, recomputed in the backward by the forward's
+ * kernels where a GEMM reads them (the least memory: mxfp8 at 120m 16.1
+ * GiB in use against 21.0 at 1, and 6 ms a step slower).  0: every layer's, as model.c
+ * keeps them, and a dY slot per site (for comparisons, and the tests that
+ * read the slots).  The materialised attention is never lean. */
 gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_site *sites, int n_sites,
-                              int B, int T, gpu_attention_kind attention, bool lean_activations,
+                              int B, int T, gpu_attention_kind attention, int lean_activations,
                               char *err, size_t errlen);
 void gpu_model_free(gpu_model *g);
 

@@ -19,7 +19,7 @@ gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *sites, int n
 }
 
 gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_site *sites, int n_sites,
-                              int B, int T, gpu_attention_kind attention, bool lean_activations,
+                              int B, int T, gpu_attention_kind attention, int lean_activations,
                               char *err, size_t errlen) {
   (void)lean_activations;
   return gpu_model_new(m, rc, sites, n_sites, B, T, attention, err, errlen);

@@ -82,7 +82,7 @@ static const config_key keys[] = {
     INT("crash_at", "0", 0, STEPS_MAX, "testing: die by SIGKILL after this step (as a crash: nothing saved)"),
     CHOICE("device", "cpu", "cpu|gpu", "cpu | gpu (CUDA: the same model, recipes, logs and checkpoints)"),
     CHOICE("attention_kernel", "materialized", "materialized|flash", "gpu: materialized (scores stored, every product through the recipe, as on the CPU) | flash (fused bf16 kernel)"),
-    BOOL("lean_activations", "1", "gpu, attention_kernel = flash: q, k, v, ln1, ln2 and hg kept for one layer, not all (ln1, ln2, hg recomputed in the backward where a GEMM reads them in float32), one buffer for every GEMM site's quantized dY: the same bits, less memory; 0 keeps every layer's"),
+    INT("lean_activations", "1", 0, 2, "gpu, attention_kernel = flash: 1 keeps q, k and v for one layer, not all, ln1, ln2 and hg too where no backward GEMM reads them in float32 (MX, NVFP4, group-scaled and unquantized sites read them), and one buffer for every GEMM site's quantized dY: the same bits, less memory; 2 keeps ln1, ln2 and hg for one layer always, recomputed in the backward where a GEMM reads them (the least memory, slower); 0 keeps every layer's"),
     BOOL("cuda_graph", "1", "gpu: replay each step's forward and backward launches from a CUDA graph (the same bits; recipes with sr, scaling or MX, and statistics steps, run eagerly)"),
     /* precision recipe (`--recipe FILE` resets these keys) */
     R_STR("recipe", "fp32", "recipe name (informational)"),

@@ -8,7 +8,8 @@
 #   ./bench_gpu.sh OUTDIR [STEPS (12)] [BATCH at 120m (32)] [SIZES ("120m 350m 1b")]
 # All three sizes take more than 7 minutes on an H100: one size per call.
 # BENCH_RUNS="bf16 flash;mxfp8 flash;fp8-te flash accumulate=hopper,pow2_scale=1" replaces
-# every size's list of runs by these (";"-separated "recipe kernel [key=value[,key=value]]").
+# every size's list of runs by these (";"-separated "recipe kernel [key=value[,key=value]]");
+# BENCH_TORCH=0 skips PyTorch (the ratio column stays empty).
 # Prints, per size, recipe (with an optional --set override, e.g. rounding=rz)
 # and attention kernel: median ms/step over steps 4..,
 # tokens/s, MFU, GPU memory, and the ratio to PyTorch compiled.
@@ -46,6 +47,8 @@ bench() {
     n = L * (2 * C * C + 2 * KV * C + 3 * C * H) + V * C; printf "%.6e", 6 * n + 6 * L * C * T }')
   echo "bench_gpu: $size, batch $B x $T, $steps steps per run; $(nvidia-smi --query-gpu=name,clocks.sm --format=csv,noheader 2>/dev/null)"
   # PyTorch first: its compiled tokens/s is the reference of the ratio column
+  # (BENCH_TORCH=0 leaves it out: a call whose runs continue another's list)
+  [ "${BENCH_TORCH:-1}" = 0 ] ||
   PYTHONUNBUFFERED=1 python3 "$here/bench_torch_gpu.py" --size $size --batch $B --steps $((steps + 8)) \
     --out "$tmp/torch-$size.txt" > "$out/bench_torch_$size.log" 2>&1 ||
     echo "bench_gpu: PyTorch reference failed (see $out/bench_torch_$size.log)"

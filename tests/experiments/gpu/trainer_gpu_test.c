@@ -765,6 +765,16 @@ END_TEST
 
 /* ------------------------------------------------------------ MX GEMMs */
 
+/* Twin sites of an MX recipe (E4M3 weights and activations, E5M2 gradients,
+ * blocks of 32, saturating) rounding by `rounding` ("rounding=rne", ...). */
+static int mx_twin_sites(const char *rounding, tq_site **s1, tq_site **s2) {
+  const char *const sets[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", "scaling=mx",
+                              "mx_block=32", "saturate=1", rounding, NULL};
+  recipe rc;
+  make_recipe(&rc, sets);
+  return make_twin_sites(&rc, s1, s2);
+}
+
 /* A linear site's three GEMMs (Y = X W^T, dX = dY W, dW += dY^T X) with MX
  * operands, on the BF16 path (bf16 images, decided on the device) and on the
  * reference path (exmy_cuda_qgemm: float32 images, pedantic SGEMM): the same
@@ -776,12 +786,8 @@ END_TEST
  * that read it must take the device's FP32 fallback (counted), dX, which
  * does not, the bf16 images. */
 static void mx_paths_agree(const char *rounding) {
-  const char *const sets[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", "scaling=mx",
-                              "mx_block=32", "saturate=1", rounding, NULL};
-  recipe rc;
-  make_recipe(&rc, sets);
   tq_site *s1, *s2;
-  const int n_sites = make_twin_sites(&rc, &s1, &s2);
+  const int n_sites = mx_twin_sites(rounding, &s1, &s2);
   gtq_ctx *fast = gtq_new(s1, n_sites, 0), *ref = gtq_new(s2, n_sites, 0);
   gtq_set_mx_reference(ref, true);
   const int site = SITE_W1, N = 96, C = 40, OC = 72, ldx = C + 3;
@@ -878,12 +884,8 @@ END_TEST
  * reads X falls back to FP32 in both (the kept image carries its flag).
  * Under sr each use draws its own stream indices: nothing is shared. */
 static void mx_share_same_bits(const char *rounding) {
-  const char *const sets[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", "scaling=mx",
-                              "mx_block=32", "saturate=1", rounding, NULL};
-  recipe rc;
-  make_recipe(&rc, sets);
   tq_site *s1, *s2;
-  const int n_sites = make_twin_sites(&rc, &s1, &s2);
+  const int n_sites = mx_twin_sites(rounding, &s1, &s2);
   gtq_ctx *ctx[2] = {gtq_new(s1, n_sites, 0), gtq_new(s2, n_sites, 0)};
   const int N = 96, C = 64, OC = 72, ldx = C + 4;
   linear_tensors t1 = linear_new(N, C, OC, ldx), t3 = linear_new(N, C, OC, ldx);

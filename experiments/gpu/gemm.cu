@@ -29,6 +29,7 @@ struct Slot {
   float *scale = nullptr; /* device {s, 1/s} of the slot's quantization (scaled recipes) */
   unsigned int *amax = nullptr; /* device: a producer's amax for current scaling */
   bool scaled = false;
+  bool borrowed = false; /* data is another site's slot (a share region's fill) */
 };
 
 struct Site {
@@ -108,7 +109,7 @@ bool site_bf16(const tq_site &s) {
  * fell back; NVFP4's two tensor scales S_enc (A's, B's) on the device; how
  * many GEMMs of operands quantized along K took each path (host counts). */
 /* An MX operand's bf16 image kept for the later GEMMs of a share region
- * (gtq_mx_share_begin): what was imaged, and a device word that is 1 where
+ * (gtq_share_begin): what was imaged, and a device word that is 1 where
  * the image holds a value outside bf16's grid (the later GEMMs must take the
  * fallback as the first did). */
 struct MxKept {
@@ -130,8 +131,6 @@ constexpr int kMxKept = 4;
 struct MxImages {
   void *img[2] = {nullptr, nullptr};
   size_t img_cap[2] = {0, 0};
-  int share = 0;         /* inside gtq_mx_share_begin .. end */
-  bool share_off = false; /* gtq_set_mx_share_off: every use its own image */
   MxKept kept[kMxKept];
   unsigned long long clock = 0;
   unsigned long long shared_hits = 0;
@@ -144,6 +143,27 @@ struct MxImages {
   gtq_along_k_path_counts paths = {};
   bool reference = false; /* tests: every MX and NVFP4 GEMM through exmy_cuda_qgemm */
 };
+
+/* An element-wise slot filled inside a share region: whose, and from what,
+ * for a later fill of the same tensor the same way to borrow. */
+struct SlotFill {
+  int site, slot;
+  const float *x;
+  long ld, rows, cols;
+  exmy_format format;
+  exmy_rounding_opts round;
+};
+constexpr int kSlotFills = 4;
+
+static bool same_format(const exmy_format &a, const exmy_format &b) {
+  return strcmp(a.name, b.name) == 0 && a.exp_bits == b.exp_bits && a.man_bits == b.man_bits &&
+         a.bias == b.bias && a.specials == b.specials && a.max_code == b.max_code;
+}
+static bool same_rounding(const exmy_rounding_opts &a, const exmy_rounding_opts &b) {
+  return a.mode == b.mode && a.saturate == b.saturate &&
+         a.flush_subnormals == b.flush_subnormals && a.sr_bits == b.sr_bits && a.seed == b.seed &&
+         a.offset == b.offset;
+}
 
 /* A GEMM that takes a kept image takes the fallback where the image's word
  * (1: a value outside bf16's grid) says so, as the image kernel flags it. */
@@ -273,6 +293,13 @@ struct gtq_ctx {
   void *mx_codes = nullptr, *mx_scales = nullptr; /* MX statistics */
   size_t mx_codes_cap = 0, mx_scales_cap = 0;
   MxImages mx_img; /* the BF16 path of MX operands (mx_gemm_bf16) */
+  /* share regions (gtq_share_begin): their depth, the test switch, and the
+   * element-wise slots filled in the current one */
+  int share = 0;
+  bool share_off = false;
+  SlotFill filled[kSlotFills];
+  int n_filled = 0;
+  unsigned long long slots_borrowed = 0;
   AccumFast accum; /* cuBLASLt's FP8 GEMM for the hopper models */
 };
 
@@ -336,7 +363,7 @@ extern "C" void gtq_free(gtq_ctx *g) {
   for (int i = 0; i < g->n_sites; i++) {
     Site &s = g->sites[i];
     for (int sl = 0; sl < SLOTS_PER_SITE; sl++) {
-      if (!(g->share_dy && sl == SLOT_DY)) cudaFree(s.slot[sl].data);
+      if (!(g->share_dy && sl == SLOT_DY) && !s.slot[sl].borrowed) cudaFree(s.slot[sl].data);
       cudaFree(s.slot[sl].scale);
       cudaFree(s.slot[sl].amax);
     }
@@ -496,6 +523,28 @@ extern "C" bool gtq_fill_takes_amax(const gtq_ctx *g, int site, int use) {
   return !g->collect && gtq_fill_takes_amax_outside_stats(g, site, use);
 }
 
+/* Whether a fill of the X slot of `site` (use q) may borrow, or be
+ * borrowed: inside a share region, on the hot BF16 path, unscaled and not
+ * stochastic (so the slot's bits are a function of x, the format and the
+ * rounding alone). */
+static bool slot_shareable(const gtq_ctx *g, const Site &s, const exmy_operand_quant &q, int slot) {
+  return g->share && !g->share_off && s.bf16 && !g->collect && slot == SLOT_X &&
+         q.scaling.kind == EXMY_SCALING_NONE && q.round.mode != EXMY_SR;
+}
+
+/* The slot an earlier fill of this share region made from the same tensor
+ * the same way (x, its layout, format and rounding), or NULL. */
+static const Slot *slot_filled_alike(const gtq_ctx *g, const exmy_operand_quant &q,
+                                     const float *x, long ld, long rows, long cols) {
+  for (int i = 0; i < g->n_filled; i++) {
+    const SlotFill &f = g->filled[i];
+    if (f.x == x && f.ld == ld && f.rows == rows && f.cols == cols &&
+        same_format(f.format, q.format) && same_rounding(f.round, q.round))
+      return &g->sites[f.site].slot[f.slot];
+  }
+  return nullptr;
+}
+
 extern "C" gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int slot, bool fill,
                                             const float *x, long ld, long rows, long cols) {
   return gtq_operand_for_gemm_amax(g, site, use, slot, fill, x, ld, rows, cols, nullptr);
@@ -515,7 +564,27 @@ extern "C" gtq_operand gtq_operand_for_gemm_amax(gtq_ctx *g, int site, int use, 
   Site &s = g->sites[site];
   Slot &sl = s.slot[slot];
   const size_t n = (size_t)rows * cols;
-  if (fill) {
+  if (fill && sl.borrowed) { /* a borrow lasts until the slot's next fill */
+    sl.data = nullptr;
+    sl.cap = 0;
+    sl.borrowed = false;
+  }
+  const bool shareable = fill && slot_shareable(g, s, q, slot);
+  const Slot *alike = shareable ? slot_filled_alike(g, q, x, ld, rows, cols) : nullptr;
+  if (alike) {
+    /* the same bits as a pass of its own would write: borrow them, and give
+     * back the slot's own buffer (the memory is the point) */
+    if (sl.data) {
+      gtq_check(cudaFree(sl.data), "cudaFree");
+      realloc_epoch++;
+    }
+    sl.data = alike->data;
+    sl.cap = 0;
+    sl.borrowed = true;
+    sl.scaled = false;
+    g->slots_borrowed++;
+  }
+  if (fill && !alike) {
     cudaStream_t st = g->stream;
     const float *src = x;
     const bool need_stage = ld != cols;
@@ -564,6 +633,10 @@ extern "C" gtq_operand gtq_operand_for_gemm_amax(gtq_ctx *g, int site, int use, 
     } else {
       quantize_into(g, s, use, q, src, (float *)sl.data, n, sl.scale);
     }
+    if (shareable) {
+      SlotFill &f = g->filled[g->n_filled < kSlotFills ? g->n_filled++ : kSlotFills - 1];
+      f = {site, slot, x, ld, rows, cols, q.format, q.round};
+    }
   }
   r.ptr = sl.data;
   r.ld = cols;
@@ -606,6 +679,11 @@ extern "C" void gtq_fill_bf16_slot(gtq_ctx *g, int site, int use, int slot, size
                                    void *spare, gtq_bf16_fill *fill) {
   Site &s = g->sites[site];
   Slot &sl = s.slot[slot];
+  if (sl.borrowed) { /* never the owner's buffer */
+    sl.data = nullptr;
+    sl.cap = 0;
+    sl.borrowed = false;
+  }
   const exmy_operand_quant &q = g->host[site].op[use];
   if (slot == SLOT_DY && g->share_dy) { /* as gtq_operand_for_gemm's fill, or borrowed */
     if (spare) {
@@ -732,16 +810,6 @@ static bool mx_bf16_candidate(const gtq_ctx *g, const gtq_operand &a,
   return true;
 }
 
-static bool same_format(const exmy_format &a, const exmy_format &b) {
-  return strcmp(a.name, b.name) == 0 && a.exp_bits == b.exp_bits && a.man_bits == b.man_bits &&
-         a.bias == b.bias && a.specials == b.specials && a.max_code == b.max_code;
-}
-static bool same_rounding(const exmy_rounding_opts &a, const exmy_rounding_opts &b) {
-  return a.mode == b.mode && a.saturate == b.saturate &&
-         a.flush_subnormals == b.flush_subnormals && a.sr_bits == b.sr_bits && a.seed == b.seed &&
-         a.offset == b.offset;
-}
-
 /* The bf16 image of MX operand o (rows x k of op(o), trans: o is stored k x
  * rows) for the GEMM of tag x.tag: made into image buffer `slot`, or, inside
  * a share region, found among the kept images (the same tensor read the same
@@ -753,7 +821,7 @@ static const void *mx_image(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_op
   MxImages &x = g->mx_img;
   cudaStream_t st = g->stream;
   const int block = q.scaling.group;
-  if (!x.share || x.share_off) {
+  if (!g->share || g->share_off) {
     reserve(&x.img[slot], &x.img_cap[slot], rows * k * 2);
     gtq_check(exmy_cuda_mx_quantize_bf16(&q.format, &q.round, block, (const float *)o.ptr, o.ld,
                                          trans, rows, k, x.img[slot], x.flag, x.tag, st),
@@ -805,15 +873,18 @@ static const void *mx_image(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_op
   return e->img;
 }
 
-extern "C" void gtq_mx_share_begin(gtq_ctx *g) { g->mx_img.share++; }
+extern "C" void gtq_share_begin(gtq_ctx *g) { g->share++; }
 
-extern "C" void gtq_mx_share_end(gtq_ctx *g) {
-  MxImages &x = g->mx_img;
-  if (x.share > 0 && --x.share == 0)
-    for (MxKept &e : x.kept) e.valid = false;
+extern "C" void gtq_share_end(gtq_ctx *g) {
+  if (g->share > 0 && --g->share == 0) {
+    for (MxKept &e : g->mx_img.kept) e.valid = false;
+    g->n_filled = 0;
+  }
 }
 
-extern "C" void gtq_set_mx_share_off(gtq_ctx *g, bool off) { g->mx_img.share_off = off; }
+extern "C" void gtq_set_share_off(gtq_ctx *g, bool off) { g->share_off = off; }
+
+extern "C" unsigned long long gtq_slots_borrowed(const gtq_ctx *g) { return g->slots_borrowed; }
 
 extern "C" unsigned long long gtq_mx_shared_hits(const gtq_ctx *g) {
   return g->mx_img.shared_hits;

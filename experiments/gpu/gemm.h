@@ -6,7 +6,8 @@
  * in dX = dY W) and reused by the later ones, exactly as the CPU's cache, with
  * the same recipe, sr stream offsets and delayed-scaling sequence, so that the
  * quantized operands are bit-identical to the CPU's (the recipe kernels of
- * cuda/ are).  Products:
+ * cuda/ are); sites whose copies would be the same bits may hold one
+ * (gtq_share_begin: q, k and v of ln1, W1 and W3 of ln2).  Products:
  *   BF16 path: when every operand of the site is in a format whose values are
  *     bfloat16 values and is unscaled or per-tensor scaled, the slots hold
  *     bfloat16 copies (for scaled operands the scaled values Q(x s), the
@@ -17,7 +18,7 @@
  *   MX operands: rounded along this GEMM's K at every use (the blocks run
  *     along K, a different axis of the same tensor in the forward and the
  *     backward GEMMs, so no slot holds them; GEMMs that read one tensor the
- *     same way may share its image, gtq_mx_share_begin) into a bf16 image
+ *     same way may share its image, gtq_share_begin) into a bf16 image
  *     (exmy_cuda_mx_quantize_bf16) that cuBLAS multiplies as on the BF16
  *     path; should a value fall outside bf16's grid (a float32 subnormal
  *     below 2^-133), that GEMM runs the FP32 fallback, decided on the device
@@ -85,18 +86,22 @@ void gtq_fetch_stats(gtq_ctx *g);
 /* Delayed-scaling states: device -> host sites (for a checkpoint) and back. */
 void gtq_states_download(gtq_ctx *g);
 void gtq_states_upload(gtq_ctx *g);
-/* Between gtq_mx_share_begin and gtq_mx_share_end (nestable), an MX
- * operand's bf16 image (the same tensor at the same address, read the same
- * way under the same format, rounding and sr offset: the same bits) is made
- * once and taken by the region's later GEMMs; the caller promises that no
- * tensor those GEMMs read is written inside the region.  The end forgets the
- * images.  Elsewhere every use makes its own.  gtq_mx_shared_hits counts the
- * images taken (for tests and logs). */
-void gtq_mx_share_begin(gtq_ctx *g);
-void gtq_mx_share_end(gtq_ctx *g);
+/* Between gtq_share_begin and gtq_share_end (nestable), GEMMs that read one
+ * tensor the same way (the same address and layout, format, rounding and sr
+ * offset: the same bits) share its rounded copy: an MX operand's bf16 image
+ * is made once and taken by the region's later GEMMs, and an element-wise
+ * slot on the BF16 path (unscaled, not stochastic, not a statistics step)
+ * borrows the slot an earlier fill of the region made, giving back its own
+ * buffer, until its next fill.  The caller promises that no tensor those
+ * GEMMs read is written inside the region.  The end forgets the images and
+ * the fills.  Elsewhere every use rounds its own.  gtq_mx_shared_hits and
+ * gtq_slots_borrowed count them (for tests and logs). */
+void gtq_share_begin(gtq_ctx *g);
+void gtq_share_end(gtq_ctx *g);
 unsigned long long gtq_mx_shared_hits(const gtq_ctx *g);
-/* Tests: regions share nothing (each use makes its own image, as outside). */
-void gtq_set_mx_share_off(gtq_ctx *g, bool off);
+unsigned long long gtq_slots_borrowed(const gtq_ctx *g);
+/* Tests: regions share nothing (each use rounds its own, as outside). */
+void gtq_set_share_off(gtq_ctx *g, bool off);
 /* Whether site i runs on the BF16 path (for logs and tests). */
 bool gtq_site_bf16(const gtq_ctx *g, int site);
 

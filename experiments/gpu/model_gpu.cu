@@ -830,16 +830,17 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
                  *ln2_amax = amax_word(g, l, AMAX_LN2, {SITE_W1, SITE_W3}, USE_FWD_X);
     gpu_rmsnorm_forward(ln1, a.ln1_rstd + (size_t)l * N, res, p.rms1 + (size_t)l * C, N, C,
                         ln1_amax, s);
-    /* q, k and v read ln1 along the same K: one MX image of it, not three
-     * (gtq_mx_share_begin; nothing the three GEMMs read changes in between) */
-    gtq_mx_share_begin(g->gq);
+    /* q, k and v read ln1 the same way: one rounded copy of it (an MX image
+     * or an element-wise slot), not three (gtq_share_begin; nothing the three
+     * GEMMs read changes in between) */
+    gtq_share_begin(g->gq);
     linear_forward(g, q, ln1, p.wq + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_Q),
                    ln1_amax);
     linear_forward(g, k, ln1, p.wk + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_K),
                    ln1_amax);
     linear_forward(g, v, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V),
                    ln1_amax);
-    gtq_mx_share_end(g->gq);
+    gtq_share_end(g->gq);
     gpu_rope_forward(q, g->rope_cos, g->rope_sin, B, T, NH, hs, s);
     gpu_rope_forward(k, g->rope_cos, g->rope_sin, B, T, NKV, hs, s);
     unsigned int *atty_amax = nullptr; /* the materialised attention's output: cuBLAS's */
@@ -854,12 +855,12 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     gpu_add_inplace(res_mid, res, BTC, s);
     gpu_rmsnorm_forward(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, N, C,
                         ln2_amax, s);
-    gtq_mx_share_begin(g->gq); /* W1 and W3 read ln2 */
+    gtq_share_begin(g->gq); /* W1 and W3 read ln2 */
     linear_forward(g, h1, ln2, p.w1 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W1),
                    ln2_amax);
     linear_forward(g, h3, ln2, p.w3 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W3),
                    ln2_amax);
-    gtq_mx_share_end(g->gq);
+    gtq_share_end(g->gq);
     unsigned int *hg_amax = nullptr;
     if (g->rc && g->rc->swiglu_row_scale) {
       gpu_smooth_swiglu_forward(hg, h1, h3, N, H, s);
@@ -950,12 +951,12 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     else if (!(fused = swiglu_backward_fused(g, l, d.dhg, h1, h3, BTH, d.dh3)))
       gpu_swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, BTH, s);
     /* dW1 and dW3 read ln2 along the tokens; the GEMMs between write dln */
-    gtq_mx_share_begin(g->gq);
+    gtq_share_begin(g->gq);
     linear_backward(g, d.dln, gr.w1 + (size_t)l * H * C, d.dh1, ln2, p.w1 + (size_t)l * H * C,
                     N, C, H, site_index(g, l, SITE_W1), 0, fused);
     linear_backward(g, d.dln, gr.w3 + (size_t)l * H * C, d.dh3, ln2, p.w3 + (size_t)l * H * C,
                     N, C, H, site_index(g, l, SITE_W3), 1, fused);
-    gtq_mx_share_end(g->gq);
+    gtq_share_end(g->gq);
     unsigned int *dres_wo_amax = amax_word(g, l, AMAX_DRES_WO, {SITE_O}, USE_DX_DY);
     gpu_rmsnorm_backward(d.dres, gr.rms2 + (size_t)l * C, d.dln, res_mid,
                          p.rms2 + (size_t)l * C, a.ln2_rstd + (size_t)l * N, N, C, dres_wo_amax,
@@ -981,7 +982,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
                  *dk_amax = amax_word(g, l, AMAX_DK, {SITE_K}, USE_DX_DY);
     gpu_rope_backward(d.dq, g->rope_cos, g->rope_sin, B, T, NH, hs, dq_amax, s);
     gpu_rope_backward(d.dk, g->rope_cos, g->rope_sin, B, T, NKV, hs, dk_amax, s);
-    gtq_mx_share_begin(g->gq); /* dWq, dWk and dWv read ln1 */
+    gtq_share_begin(g->gq); /* dWq, dWk and dWv read ln1 */
     linear_backward(g, d.dln, gr.wq + (size_t)l * C * C, d.dq, ln1, p.wq + (size_t)l * C * C,
                     N, C, C, site_index(g, l, SITE_Q), 0, false, dq_amax);
     linear_backward(g, d.dln, gr.wk + (size_t)l * KVC * C, d.dk, ln1,
@@ -990,7 +991,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     linear_backward(g, d.dln, gr.wv + (size_t)l * KVC * C, d.dv, ln1,
                     p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V), 1, false,
                     dv_amax);
-    gtq_mx_share_end(g->gq);
+    gtq_share_end(g->gq);
     gpu_rmsnorm_backward(d.dres, gr.rms1 + (size_t)l * C, d.dln, res, p.rms1 + (size_t)l * C,
                          a.ln1_rstd + (size_t)l * N, N, C, dres_amax(l - 1), s);
   }

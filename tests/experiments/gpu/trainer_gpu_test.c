@@ -875,7 +875,7 @@ START_TEST(mx_gemm_bf16_path_matches_reference) {
 }
 END_TEST
 
-/* One MX image for GEMMs that read one tensor the same way (gtq_mx_share_begin):
+/* One MX image for GEMMs that read one tensor the same way (gtq_share_begin):
  * W1's and W3's GEMMs of one X (a 32 x 32 corner at 2^-125, below bf16's
  * grid once MX-scaled) in the model's order (Y1, Y3; dX = dY1 W1, dW1, dX +=
  * dY3 W3, dW3), in one context without share regions and in another with
@@ -909,14 +909,14 @@ static void mx_share_same_bits(const char *rounding) {
     float *dw[2] = {dev_alloc(sizeof(float) * nw), dev_alloc(sizeof(float) * nw)};
     CU(cudaMemset(dw[0], 0, sizeof(float) * nw));
     CU(cudaMemset(dw[1], 0, sizeof(float) * nw));
-    if (p) gtq_mx_share_begin(g);
+    if (p) gtq_share_begin(g);
     for (int j = 0; j < 2; j++) {
       const gtq_operand x = gtq_operand_for_gemm(g, sites[j], USE_FWD_X, SLOT_X, true, t1.d_x, ldx, N, C);
       const gtq_operand w = gtq_operand_for_gemm(g, sites[j], USE_FWD_W, SLOT_W, true, lt[j]->d_w, C, OC, C);
       gtq_gemm(g, false, true, N, OC, C, 1.0f, x, w, 0.0f, y[j], OC);
     }
-    if (p) gtq_mx_share_end(g);
-    if (p) gtq_mx_share_begin(g);
+    if (p) gtq_share_end(g);
+    if (p) gtq_share_begin(g);
     for (int j = 0; j < 2; j++) {
       const gtq_operand dy = gtq_operand_for_gemm(g, sites[j], USE_DX_DY, SLOT_DY, true, lt[j]->d_dy, OC, N, OC);
       const gtq_operand w = gtq_operand_for_gemm(g, sites[j], USE_DX_W, SLOT_W, false, lt[j]->d_w, C, OC, C);
@@ -925,7 +925,7 @@ static void mx_share_same_bits(const char *rounding) {
       gtq_gemm(g, false, false, N, C, OC, 1.0f, dy, w, j ? 1.0f : 0.0f, dx, C);
       gtq_gemm(g, true, false, OC, C, N, 1.0f, dy2, x, 1.0f, dw[j], C);
     }
-    if (p) gtq_mx_share_end(g);
+    if (p) gtq_share_end(g);
     fell[p] = gtq_mx_fallbacks(g) - before;
     float *dev[5] = {y[0], y[1], dx, dw[0], dw[1]};
     const size_t n[5] = {ny, ny, nx, nw, nw};
@@ -965,9 +965,10 @@ static void mx_share_same_bits(const char *rounding) {
 
 /* The model's share regions (q, k and v; W1 and W3; forward and backward):
  * `config`'s steps with and without sharing bit for bit alike (losses,
- * parameters, moments, gradients), and `per_step` images taken a step. */
-static void model_mx_share_same_bits(const char *config, gpu_attention_kind attention,
-                                     unsigned long long per_step) {
+ * parameters, moments, gradients), with `images` MX images taken and
+ * `slots` element-wise X slots borrowed a layer a step. */
+static void model_share_same_bits(const char *config, gpu_attention_kind attention,
+                                  unsigned long long images, unsigned long long slots) {
   recipe rc;
   load_config_recipe(&rc, config);
   model_pair mp;
@@ -978,12 +979,12 @@ static void model_mx_share_same_bits(const char *config, gpu_attention_kind atte
   const adamw_hparams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
   enum { STEPS = 2 };
   float *zero = calloc(P, sizeof(float)), *end[2][4], loss[2][STEPS];
-  unsigned long long hits[2];
+  unsigned long long hits[2], borrowed[2];
   for (int k = 0; k < 2; k++) {
     for (int i = 0; i < 4; i++) end[k][i] = malloc(sizeof(float) * P);
-    gtq_set_mx_share_off(gq, k == 1);
+    gtq_set_share_off(gq, k == 1);
     gpu_model_upload(g, mp.m.params_mem, zero, zero);
-    const unsigned long long before = gtq_mx_shared_hits(gq);
+    const unsigned long long before = gtq_mx_shared_hits(gq), before_slots = gtq_slots_borrowed(gq);
     for (int step = 1; step <= STEPS; step++) {
       gpu_model_begin_step(g, (uint64_t)step << 36, false);
       gpu_model_zero_grad(g);
@@ -992,18 +993,22 @@ static void model_mx_share_same_bits(const char *config, gpu_attention_kind atte
       gpu_model_update(g, &hp, step, 1.0);
     }
     hits[k] = gtq_mx_shared_hits(gq) - before;
+    borrowed[k] = gtq_slots_borrowed(gq) - before_slots;
     gpu_model_download(g, end[k][0], end[k][1], end[k][2]);
     CU(cudaMemcpy(end[k][3], gpu_model_grads(g), sizeof(float) * P, cudaMemcpyDeviceToHost));
   }
   size_t differ = 0;
   for (int i = 0; i < 4; i++) differ += count_bit_diffs(end[0][i], end[1][i], P);
-  const unsigned long long want = STEPS * per_step * (unsigned long long)mp.mc.n_layers;
-  printf("MX share in the model, %s (%s): %llu images taken (want %llu), then %llu unshared; "
-         "losses %.7f %.7f / %.7f %.7f; %zu of 4 x %zu values differ\n", config,
-         attention == GPU_ATTENTION_FLASH ? "flash" : "materialised", hits[0], want, hits[1],
-         loss[0][0], loss[0][1], loss[1][0], loss[1][1], differ, P);
-  ck_assert_msg(hits[0] == want && hits[1] == 0, "%s: %llu then %llu images shared, want %llu",
-                config, hits[0], hits[1], want);
+  const unsigned long long per = STEPS * (unsigned long long)mp.mc.n_layers;
+  printf("sharing in the model, %s (%s): %llu MX images taken (want %llu), %llu slots borrowed "
+         "(want %llu), then %llu and %llu unshared; losses %.7f %.7f / %.7f %.7f; %zu of 4 x %zu "
+         "values differ\n", config, attention == GPU_ATTENTION_FLASH ? "flash" : "materialised",
+         hits[0], images * per, borrowed[0], slots * per, hits[1], borrowed[1], loss[0][0],
+         loss[0][1], loss[1][0], loss[1][1], differ, P);
+  ck_assert_msg(hits[0] == images * per && borrowed[0] == slots * per && hits[1] == 0 &&
+                    borrowed[1] == 0,
+                "%s: %llu images, %llu slots shared, then %llu and %llu", config, hits[0],
+                borrowed[0], hits[1], borrowed[1]);
   ck_assert_msg(!memcmp(loss[0], loss[1], sizeof loss[0]), "%s: losses differ", config);
   ck_assert_msg(differ == 0, "%s: %zu values differ", config, differ);
   for (int k = 0; k < 2; k++)
@@ -1017,8 +1022,20 @@ START_TEST(mx_shared_images_bit_identical) {
   mx_share_same_bits("rounding=sr");
   /* a layer's step: q, k, v's X twice and W1, W3's once, forward and
    * backward (mxfp8 rounds to nearest; nvfp4, not MX, takes no images) */
-  model_mx_share_same_bits("mxfp8", GPU_ATTENTION_FLASH, 6);
-  model_mx_share_same_bits("mxfp8", GPU_ATTENTION_MATERIALIZED, 6);
+  model_share_same_bits("mxfp8", GPU_ATTENTION_FLASH, 6, 0);
+  model_share_same_bits("mxfp8", GPU_ATTENTION_MATERIALIZED, 6, 0);
+}
+END_TEST
+
+/* The element-wise X slots: K's and V's borrow Q's copy of ln1, W3's W1's
+ * of ln2 (3 a layer a step) where the copies are the same bits (bf16; E8M3
+ * by rz), and none where they are not (sr: each its own stream indices;
+ * fp8-te: each site's own delayed scale). */
+START_TEST(slots_shared_bit_identical) {
+  model_share_same_bits("bf16", GPU_ATTENTION_FLASH, 0, 3);
+  model_share_same_bits("e8m3", GPU_ATTENTION_MATERIALIZED, 0, 3);
+  model_share_same_bits("e8m3-sr", GPU_ATTENTION_FLASH, 0, 0);
+  model_share_same_bits("fp8-te", GPU_ATTENTION_FLASH, 0, 0);
 }
 END_TEST
 
@@ -1557,7 +1574,7 @@ int main(void) {
                                 model_swiglu_fusion_bit_identical,
                                 model_amax_folding_bit_identical,
                                 mx_gemm_bf16_path_matches_reference,
-                                mx_shared_images_bit_identical,
+                                mx_shared_images_bit_identical, slots_shared_bit_identical,
                                 nvfp4_gemm_bf16_path_matches_reference,
                                 model_nvfp4_takes_bf16_images, msamp_grads_match_cpu,
                                 accumulate_gemms_bit_identical, model_accumulate_matches_cpu,

@@ -434,6 +434,13 @@ __global__ void add_inplace_kernel(float *y, const float *x, size_t n) {
   for (size_t i = global_index(); i < n; i += global_stride()) y[i] = __fadd_rn(y[i], x[i]);
 }
 
+/* activations = bf16: the scores (or their gradient) as model.c's
+ * scale_scores_bf16, act_bf16_core.h's text. */
+__global__ void scores_act_bf16_kernel(float *x, size_t n, float sqrt_hs) {
+  for (size_t i = global_index(); i < n; i += global_stride())
+    x[i] = scores_act_bf16_element(x[i], sqrt_hs);
+}
+
 /* ----------------------------------------------------- causal softmax */
 
 /* One warp per row; the row's query sits at t = row % T. */
@@ -898,6 +905,12 @@ cudaError_t gpu_swiglu_backward_amax(const float *dout, const float *h1, const f
 void gpu_add_inplace(float *y, const float *x, size_t n, cudaStream_t s) {
   if (!n) return;
   add_inplace_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(y, x, n);
+}
+
+void gpu_scores_act_bf16(float *x, size_t n, int hs, cudaStream_t s) {
+  if (!n) return;
+  const float sqrt_hs = (float)sqrt((double)hs); /* model.c's */
+  scores_act_bf16_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(x, n, sqrt_hs);
 }
 
 void gpu_causal_softmax_forward(float *att, long rows, int T, cudaStream_t s) {

@@ -79,6 +79,9 @@ void gpu_swiglu_forward_act_bf16(float *out, const float *h1, const float *h3, s
                                  unsigned int *amax, cudaStream_t s);
 void gpu_swiglu_backward_act_bf16(float *dh1, float *dh3, const float *dout, const float *h1,
                                   const float *h3, size_t n, cudaStream_t s);
+/* The attention scores of n entries of x, or their gradient, as model.c's
+ * scale_scores_bf16: x <- bf16(bf16(x) / sqrt(hs)). */
+void gpu_scores_act_bf16(float *x, size_t n, int hs, cudaStream_t s);
 
 /* The same, dh1 and dh3 (n bf16 values each, bit patterns) written as the
  * bf16 GEMM operand images that cuda/exmy_cuda.h's bf16 quantizers make of

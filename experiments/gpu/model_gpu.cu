@@ -95,6 +95,11 @@ struct gpu_model {
   int *tokens, *targets, *bucket_start, *bucket_pos;
   double *loss_dev, *sumsq, *sumsq_scratch;
   float *logit_phi;     /* (LOGIT_SHARPNESS_NUM_EPS, B*T), written when logit_sharpness */
+  /* activations = bf16 (model.c's bf16_activations): the tensors between the
+   * GEMMs rounded to bf16 where autocast rounds them, stored in float32; the
+   * backward's products rounded in act_scratch before they are added */
+  bool act_bf16;
+  float *act_scratch;
   bool logit_sharpness; /* gpu_model_set_logit_sharpness */
   int *h_bucket_start, *h_bucket_pos;
   gpu_attention_kind attention;
@@ -201,6 +206,14 @@ static void run_step_part(gpu_model *g, step_graph &sg, float arg, F body) {
   gtq_check(cudaGraphLaunch(sg.exec, g->s), "graph launch");
 }
 
+/* activations = bf16: x (n values) rounded in place to bf16, model.c's
+ * round_bf16 (the same kernel's bits as the library's); else nothing. */
+static void act_round(gpu_model *g, float *x, size_t n) {
+  if (!g->act_bf16 || !n) return;
+  const exmy_rounding_opts rne = {};
+  gtq_check(exmy_cuda_quantize_f32(&g->bf16, &rne, x, x, n, g->s), "bf16 activations");
+}
+
 static int site_index(const gpu_model *g, int layer, int kind) {
   return g->sites ? layer * SITES_PER_LAYER + kind : -1;
 }
@@ -268,6 +281,20 @@ static void linear_backward(gpu_model *g, float *dinp, float *dw, const float *d
   gtq_operand wq = gtq_operand_for_gemm(g->gq, site, USE_DX_W, SLOT_W, REUSE, w, C, OC, C);
   gtq_operand dy2 = gtq_operand_for_gemm(g->gq, site, USE_DW_DY, SLOT_DY, REUSE, dout, OC, N, OC);
   gtq_operand x = gtq_operand_for_gemm(g->gq, site, USE_DW_X, SLOT_X, REUSE, inp, C, N, C);
+  if (g->act_bf16) {
+    /* model.c's linear_backward_act: each product rounded to bf16 before it
+     * is added (dX = dinp_beta dX + bf16(dY W), dW += bf16(dY^T X)) */
+    if (dinp_beta != 0.0f && dinp_beta != 1.0f) gtq_check(cudaErrorInvalidValue, "dinp_beta");
+    const size_t nx = (size_t)N * C, nw = (size_t)OC * C;
+    float *dx = dinp_beta == 0.0f ? dinp : g->act_scratch;
+    gtq_gemm(g->gq, false, false, N, C, OC, 1.0f, dy, wq, 0.0f, dx, C);
+    act_round(g, dx, nx);
+    if (dx != dinp) gpu_add_inplace(dinp, dx, nx, g->s);
+    gtq_gemm(g->gq, true, false, OC, C, N, 1.0f, dy2, x, 0.0f, g->act_scratch, C);
+    act_round(g, g->act_scratch, nw);
+    gpu_add_inplace(dw, g->act_scratch, nw, g->s);
+    return;
+  }
   gtq_gemm(g->gq, false, false, N, C, OC, 1.0f, dy, wq, dinp_beta, dinp, C);
   gtq_gemm(g->gq, true, false, OC, C, N, 1.0f, dy2, x, 1.0f, dw, C);    /* dW += dY^T X */
 }
@@ -332,18 +359,22 @@ static void attention_forward(gpu_model *g, float *out, float *att, const float 
   const model_config &c = g->cfg;
   const int B = g->B, T = g->T, NH = c.n_heads, NKV = c.n_kv_heads, hs = c.dim / NH,
             C = c.dim, KVC = NKV * hs, group = NH / NKV, N = B * T;
-  const float scale = (float)(1.0 / sqrt((double)hs));
+  /* activations = bf16: S = bf16(bf16(Q K^T) / sqrt(hs)) (model.c's
+   * attention_forward_act), P in float32, O rounded */
+  const float scale = g->act_bf16 ? 1.0f : (float)(1.0 / sqrt((double)hs));
   const int qk = site_index(g, l, SITE_ATT_QK), pv = site_index(g, l, SITE_ATT_PV);
   gtq_operand Q = gtq_operand_for_gemm(g->gq, qk, USE_FWD_X, SLOT_X, FILL, q, C, N, C);
   gtq_operand K = gtq_operand_for_gemm(g->gq, qk, USE_FWD_W, SLOT_W, FILL, k, KVC, N, KVC);
   const long TT = (long)T * T;
   gtq_gemm_batched(g->gq, false, true, T, T, hs, scale, Q, {T * Q.ld, hs, 1}, K,
                    {T * K.ld, hs, group}, 0.0f, att, T, {NH * TT, TT, 1}, B, NH);
+  if (g->act_bf16) gpu_scores_act_bf16(att, (size_t)B * NH * TT, hs, g->s);
   gpu_causal_softmax_forward(att, (long)B * NH * T, T, g->s);
   gtq_operand P = gtq_operand_for_gemm(g->gq, pv, USE_FWD_X, SLOT_X, FILL, att, T, (long)B * NH * T, T);
   gtq_operand V = gtq_operand_for_gemm(g->gq, pv, USE_FWD_W, SLOT_W, FILL, v, KVC, N, KVC);
   gtq_gemm_batched(g->gq, false, false, T, hs, T, 1.0f, P, {NH * TT, TT, 1}, V,
                    {T * V.ld, hs, group}, 0.0f, out, C, {(long)T * C, hs, 1}, B, NH);
+  act_round(g, out, (size_t)N * C);
 }
 
 /* One accumulating product per member j of each key/value group: head
@@ -361,6 +392,10 @@ static void attention_backward(gpu_model *g, float *dq, float *dk, float *dv, fl
             C = c.dim, KVC = NKV * hs, group = NH / NKV, N = B * T;
   const float scale = (float)(1.0 / sqrt((double)hs));
   const long TT = (long)T * T, rows = (long)B * NH * T;
+  /* activations = bf16 (model.c's attention_backward_act): dP and dS as the
+   * forward's S, each head's share of dK and dV rounded before the group's
+   * sum (act_scratch, laid out as dk), the sums and dQ rounded */
+  const bool act = g->act_bf16;
   const int qk = site_index(g, l, SITE_ATT_QK), pv = site_index(g, l, SITE_ATT_PV);
   gtq_ctx *gq = g->gq;
   gtq_operand dO = gtq_operand_for_gemm(gq, pv, USE_DX_DY, SLOT_DY, FILL, dout, C, N, C);
@@ -371,11 +406,24 @@ static void attention_backward(gpu_model *g, float *dq, float *dk, float *dv, fl
   gtq_gemm_batched(gq, false, true, T, T, hs, 1.0f, dO, {T * dO.ld, hs, 1}, V,
                    {T * V.ld, hs, group}, 0.0f, datt, T, {NH * TT, TT, 1}, B, NH);
   /* dV += P^T dO */
-  for (int j = 0; j < group; j++)
+  for (int j = 0; j < group; j++) {
+    float *dst = act ? g->act_scratch : dv;
     gtq_gemm_batched(gq, true, false, T, hs, T, 1.0f, shifted(P, j * TT), {NH * TT, group * TT, 1},
-                     shifted(dO2, (long)j * hs), {T * dO2.ld, (long)group * hs, 1}, 1.0f, dv, KVC,
-                     {(long)T * KVC, hs, 1}, B, NKV);
-  gpu_causal_softmax_backward(datt, att, rows, T, scale, g->s);
+                     shifted(dO2, (long)j * hs), {T * dO2.ld, (long)group * hs, 1},
+                     act ? 0.0f : 1.0f, dst, KVC, {(long)T * KVC, hs, 1}, B, NKV);
+    if (act) {
+      act_round(g, dst, (size_t)N * KVC);
+      gpu_add_inplace(dv, dst, (size_t)N * KVC, g->s);
+    }
+  }
+  if (act) {
+    act_round(g, dv, (size_t)N * KVC);
+    act_round(g, datt, (size_t)B * NH * TT);
+    gpu_causal_softmax_backward(datt, att, rows, T, 1.0f, g->s);
+    gpu_scores_act_bf16(datt, (size_t)B * NH * TT, hs, g->s);
+  } else {
+    gpu_causal_softmax_backward(datt, att, rows, T, scale, g->s);
+  }
   gtq_operand dS = gtq_operand_for_gemm(gq, qk, USE_DX_DY, SLOT_DY, FILL, datt, T, rows, T);
   gtq_operand K = gtq_operand_for_gemm(gq, qk, USE_DX_W, SLOT_W, REUSE, k, KVC, N, KVC);
   gtq_operand dS2 = gtq_operand_for_gemm(gq, qk, USE_DW_DY, SLOT_DY, REUSE, datt, T, rows, T);
@@ -384,10 +432,18 @@ static void attention_backward(gpu_model *g, float *dq, float *dk, float *dv, fl
   gtq_gemm_batched(gq, false, false, T, hs, T, 1.0f, dS, {NH * TT, TT, 1}, K,
                    {T * K.ld, hs, group}, 0.0f, dq, C, {(long)T * C, hs, 1}, B, NH);
   /* dK += dS^T Q */
-  for (int j = 0; j < group; j++)
+  for (int j = 0; j < group; j++) {
+    float *dst = act ? g->act_scratch : dk;
     gtq_gemm_batched(gq, true, false, T, hs, T, 1.0f, shifted(dS2, j * TT), {NH * TT, group * TT, 1},
-                     shifted(Q, (long)j * hs), {T * Q.ld, (long)group * hs, 1}, 1.0f, dk, KVC,
-                     {(long)T * KVC, hs, 1}, B, NKV);
+                     shifted(Q, (long)j * hs), {T * Q.ld, (long)group * hs, 1},
+                     act ? 0.0f : 1.0f, dst, KVC, {(long)T * KVC, hs, 1}, B, NKV);
+    if (act) {
+      act_round(g, dst, (size_t)N * KVC);
+      gpu_add_inplace(dk, dst, (size_t)N * KVC, g->s);
+    }
+  }
+  act_round(g, dq, (size_t)N * C);
+  act_round(g, dk, (size_t)N * KVC);
 }
 
 /* The fused kernel's bf16 inputs: the site's quantized copy when the recipe
@@ -539,6 +595,13 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
       return NULL;
     }
   }
+  const bool act_bf16 = rc && rc->bf16_activations;
+  if (act_bf16 && (attention == GPU_ATTENTION_FLASH || rc->swiglu_row_scale)) {
+    snprintf(err, errlen, "activations = bf16 on the GPU: attention_kernel = materialized and "
+                          "swiglu_scale = none only, so far (the fused kernel does not round S, "
+                          "dP and dS)");
+    return NULL;
+  }
   gpu_model *g = new gpu_model();
   g->cfg = c;
   g->B = B;
@@ -637,6 +700,18 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
   g->bucket_pos = (int *)(arena + at_bucket_pos);
   g->loss_dev = (double *)(arena + at_loss_dev);
   g->logit_phi = (float *)(arena + at_logit_phi);
+  g->act_bf16 = act_bf16;
+  if (act_bf16) {
+    /* model.c's bf16_scratch: the largest of a linear layer's dX (B T x C),
+     * its dW (widest x C) and a key/value head group's gradient (B T x KVC);
+     * producers fold the amaxes of tensors that are rounded after them, so
+     * under bf16 activations every amax comes from a pass of its own */
+    const size_t widest = (size_t)(c.hidden > c.vocab ? c.hidden : c.vocab);
+    size_t n = BT * C;
+    if (widest * C > n) n = widest * C;
+    g->act_scratch = dalloc<float>(n);
+    g->amax_unfolded = true;
+  }
   g->sumsq = (double *)(arena + at_sumsq);
   g->sumsq_scratch = (double *)(arena + at_sumsq_scratch);
   /* RoPE tables computed by the host code of model.c, so both devices rotate alike */
@@ -730,7 +805,7 @@ extern "C" void gpu_model_free(gpu_model *g) {
   graph_drop(g->bwd);
   gtq_free(g->gq);
   void *bufs[] = {g->params_mem, g->grads_mem, g->mom1, g->mom2, g->arena, g->amax_words,
-                  g->weight_amax, g->grad_matrices, g->grad_amax};
+                  g->weight_amax, g->grad_matrices, g->grad_amax, g->act_scratch};
   for (void *b : bufs) cudaFree(b);
   free(g->h_bucket_start);
   free(g->h_bucket_pos);
@@ -841,8 +916,16 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     linear_forward(g, v, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V),
                    ln1_amax);
     gtq_share_end(g->gq);
-    gpu_rope_forward(q, g->rope_cos, g->rope_sin, B, T, NH, hs, s);
-    gpu_rope_forward(k, g->rope_cos, g->rope_sin, B, T, NKV, hs, s);
+    if (g->act_bf16) { /* model.c's forward under activations = bf16, point by point */
+      act_round(g, q, BTC);
+      act_round(g, k, BTK);
+      act_round(g, v, BTK);
+      gpu_rope_forward_act_bf16(q, g->rope_cos, g->rope_sin, B, T, NH, hs, s);
+      gpu_rope_forward_act_bf16(k, g->rope_cos, g->rope_sin, B, T, NKV, hs, s);
+    } else {
+      gpu_rope_forward(q, g->rope_cos, g->rope_sin, B, T, NH, hs, s);
+      gpu_rope_forward(k, g->rope_cos, g->rope_sin, B, T, NKV, hs, s);
+    }
     unsigned int *atty_amax = nullptr; /* the materialised attention's output: cuBLAS's */
     if (g->attention == GPU_ATTENTION_FLASH) {
       atty_amax = amax_word(g, l, AMAX_ATTY, {SITE_O}, USE_FWD_X);
@@ -852,6 +935,7 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     }
     linear_forward(g, res_mid, atty, p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O),
                    atty_amax);
+    act_round(g, res_mid, BTC); /* the residual add promotes the bf16 branch */
     gpu_add_inplace(res_mid, res, BTC, s);
     gpu_rmsnorm_forward(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, N, C,
                         ln2_amax, s);
@@ -861,21 +945,28 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     linear_forward(g, h3, ln2, p.w3 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W3),
                    ln2_amax);
     gtq_share_end(g->gq);
+    act_round(g, h1, BTH);
+    act_round(g, h3, BTH);
     unsigned int *hg_amax = nullptr;
     if (g->rc && g->rc->swiglu_row_scale) {
       gpu_smooth_swiglu_forward(hg, h1, h3, N, H, s);
     } else {
       hg_amax = amax_word(g, l, AMAX_HG, {SITE_W2}, USE_FWD_X);
-      gpu_swiglu_forward(hg, h1, h3, BTH, hg_amax, s);
+      if (g->act_bf16)
+        gpu_swiglu_forward_act_bf16(hg, h1, h3, BTH, hg_amax, s);
+      else
+        gpu_swiglu_forward(hg, h1, h3, BTH, hg_amax, s);
     }
     linear_forward(g, res_out, hg, p.w2 + (size_t)l * C * H, N, H, C, site_index(g, l, SITE_W2),
                    hg_amax);
     if (g->rc && g->rc->swiglu_row_scale) gpu_smooth_swiglu_scale_rows(res_out, res_out, h3, N, C, H, s);
+    act_round(g, res_out, BTC);
     gpu_add_inplace(res_out, res_mid, BTC, s);
   }
   unsigned int *lnf_amax = amax_word(g, L, 0, {0}, USE_FWD_X);
   gpu_rmsnorm_forward(a.lnf, a.lnf_rstd, a.res + L * BTC, p.rmsf, N, C, lnf_amax, s);
   linear_forward(g, a.probs, a.lnf, p.lm_head, N, C, V, site_index(g, L, 0), lnf_amax);
+  act_round(g, a.probs, (size_t)N * V); /* the logits; the loss in float32 */
   if (g->logit_sharpness) gpu_logit_sharpness_forward(g->logit_phi, a.probs, g->targets, N, V, s);
   gpu_crossentropy_forward(a.probs, a.losses, g->targets, N, V, s);
   gpu_mean(a.losses, N, g->loss_dev, s);
@@ -909,6 +1000,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
   run_step_part(g, g->bwd, loss_scale, [&] {
   amax_words_clear(g);
   gpu_crossentropy_backward(dlogits, a.probs, g->targets, N, V, loss_scale / N, s);
+  act_round(g, dlogits, (size_t)N * V);
   linear_backward(g, d.dln, gr.lm_head, dlogits, a.lnf, p.lm_head, N, C, V, site_index(g, L, 0),
                   0);
   gtq_check(cudaMemsetAsync(d.dres, 0, BTC * sizeof(float), s), "memset");
@@ -942,12 +1034,20 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
                             C, nullptr, s);
     }
     if (smooth) gpu_smooth_swiglu_scale_rows(d.dln, d.dres, h3, N, C, H, s);
-    linear_backward(g, d.dhg, gr.w2 + (size_t)l * C * H, smooth ? d.dln : d.dres, hg,
-                    p.w2 + (size_t)l * C * H, N, H, C, site_index(g, l, SITE_W2), 0, false,
-                    dres_amax(l));
+    const float *dy_w2 = smooth ? d.dln : d.dres;
+    if (g->act_bf16) { /* W2's output gradient bf16(d(res_out)) in dln; dres stays float32 */
+      gtq_check(cudaMemcpyAsync(d.dln, d.dres, BTC * sizeof(float), cudaMemcpyDeviceToDevice, s),
+                "copy");
+      act_round(g, d.dln, BTC);
+      dy_w2 = d.dln;
+    }
+    linear_backward(g, d.dhg, gr.w2 + (size_t)l * C * H, dy_w2, hg, p.w2 + (size_t)l * C * H, N,
+                    H, C, site_index(g, l, SITE_W2), 0, false, dres_amax(l));
     bool fused = false;
     if (smooth)
       gpu_smooth_swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, N, H, s);
+    else if (g->act_bf16)
+      gpu_swiglu_backward_act_bf16(d.dh1, d.dh3, d.dhg, h1, h3, BTH, s);
     else if (!(fused = swiglu_backward_fused(g, l, d.dhg, h1, h3, BTH, d.dh3)))
       gpu_swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, BTH, s);
     /* dW1 and dW3 read ln2 along the tokens; the GEMMs between write dln */
@@ -961,9 +1061,15 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     gpu_rmsnorm_backward(d.dres, gr.rms2 + (size_t)l * C, d.dln, res_mid,
                          p.rms2 + (size_t)l * C, a.ln2_rstd + (size_t)l * N, N, C, dres_wo_amax,
                          s);
-    linear_backward(g, d.datty, gr.wo + (size_t)l * C * C, d.dres, atty,
-                    p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O), 0, false,
-                    dres_wo_amax);
+    const float *dy_o = d.dres;
+    if (g->act_bf16) { /* WO's output gradient bf16(d(res_mid)) in dln */
+      gtq_check(cudaMemcpyAsync(d.dln, d.dres, BTC * sizeof(float), cudaMemcpyDeviceToDevice, s),
+                "copy");
+      act_round(g, d.dln, BTC);
+      dy_o = d.dln;
+    }
+    linear_backward(g, d.datty, gr.wo + (size_t)l * C * C, dy_o, atty, p.wo + (size_t)l * C * C,
+                    N, C, C, site_index(g, l, SITE_O), 0, false, dres_wo_amax);
     /* attention_backward accumulates dk and dv head by head (the fused kernel overwrites them) */
     if (g->attention == GPU_ATTENTION_MATERIALIZED) {
       gtq_check(cudaMemsetAsync(d.dk, 0, BTK * sizeof(float), s), "memset");
@@ -980,8 +1086,13 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     }
     unsigned int *dq_amax = amax_word(g, l, AMAX_DQ, {SITE_Q}, USE_DX_DY),
                  *dk_amax = amax_word(g, l, AMAX_DK, {SITE_K}, USE_DX_DY);
-    gpu_rope_backward(d.dq, g->rope_cos, g->rope_sin, B, T, NH, hs, dq_amax, s);
-    gpu_rope_backward(d.dk, g->rope_cos, g->rope_sin, B, T, NKV, hs, dk_amax, s);
+    if (g->act_bf16) {
+      gpu_rope_backward_act_bf16(d.dq, g->rope_cos, g->rope_sin, B, T, NH, hs, dq_amax, s);
+      gpu_rope_backward_act_bf16(d.dk, g->rope_cos, g->rope_sin, B, T, NKV, hs, dk_amax, s);
+    } else {
+      gpu_rope_backward(d.dq, g->rope_cos, g->rope_sin, B, T, NH, hs, dq_amax, s);
+      gpu_rope_backward(d.dk, g->rope_cos, g->rope_sin, B, T, NKV, hs, dk_amax, s);
+    }
     gtq_share_begin(g->gq); /* dWq, dWk and dWv read ln1 */
     linear_backward(g, d.dln, gr.wq + (size_t)l * C * C, d.dq, ln1, p.wq + (size_t)l * C * C,
                     N, C, C, site_index(g, l, SITE_Q), 0, false, dq_amax);

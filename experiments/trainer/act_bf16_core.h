@@ -59,4 +59,11 @@ EXMY_HD void rope_rotate_pair(float x0, float x1, float c, float s, int round_bf
   *y1 = round_bf16 ? act_bf16(r1) : r1;
 }
 
+/* Attention's scores under bf16 activations, autocast's (Q K^T) / sqrt(hs)
+ * of a bf16 product: the product rounded, divided in float32 by sqrt_hs =
+ * (float)sqrt((double)hs), rounded again; the backward's dS the same. */
+EXMY_HD float scores_act_bf16_element(float x, float sqrt_hs) {
+  return act_bf16(exmy_fdiv_rn(act_bf16(x), sqrt_hs));
+}
+
 #endif /* EXPERIMENTS_ACT_BF16_CORE_H */

@@ -281,10 +281,14 @@ static real attention_scale(int hs) { return (real)(1.0 / sqrt((double)hs)); }
  * the same for their gradient, dS <- bf16(bf16(dS) / sqrt(hs)).  n entries of x. */
 static void scale_scores_bf16(real *x, size_t n, int hs) {
   const real sqrt_hs = (real)sqrt((double)hs);
-  round_bf16(x, n);
+#ifdef MODEL_DOUBLE
 #pragma omp parallel for if (n > 65536)
   for (size_t i = 0; i < n; i++) x[i] /= sqrt_hs;
-  round_bf16(x, n);
+#else
+  /* act_bf16_core.h's text, the GPU's too */
+#pragma omp parallel for if (n > 65536)
+  for (size_t i = 0; i < n; i++) x[i] = scores_act_bf16_element(x[i], sqrt_hs);
+#endif
 }
 
 /* Per (batch, head): S = scale Q_h K_g^T (g = the head's key/value group),

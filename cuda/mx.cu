@@ -261,6 +261,16 @@ __device__ __forceinline__ float mx_value(const exmy_format &rt, const KOpts &o,
                     : mul_keep_nan(decode_one<ID>(f, code), exmy_pow2f(sc - 127));
 }
 
+/* The bf16 bits of an image value q: its rounding (exact where q is a bf16
+ * value), and for NaN its sign and top payload bits, as the float32 image
+ * holds it; *bad where q is not a bf16 value (a float32 subnormal with bits
+ * below 2^-133). */
+__device__ __forceinline__ uint16_t image_bits(float q, bool *bad) {
+  const uint32_t u = __float_as_uint(q);
+  *bad |= (u & 0xFFFFu) != 0 && q == q;
+  return q == q ? __bfloat16_as_ushort(__float2bfloat16_rn(q)) : (uint16_t)((u >> 16) | 0x0040u);
+}
+
 template <int ID>
 __global__ void __launch_bounds__(256)
     k_mx_image_bf16(const __grid_constant__ exmy_format rt, const __grid_constant__ KOpts o,
@@ -278,13 +288,7 @@ __global__ void __launch_bounds__(256)
     const bool in = r < rows && c < cols;
     const float q = mx_value<ID>(rt, o, t[i][lane], in, r, c, cols);
     if (!in) continue;
-    /* NaN keeps its sign and top payload bits, as the float32 image holds it */
-    const uint32_t u = __float_as_uint(q);
-    const uint16_t b = q == q ? __bfloat16_as_ushort(__float2bfloat16_rn(q))
-                              : (uint16_t)((u >> 16) | 0x0040u);
-    /* not a bf16 value: a float32 subnormal with bits below 2^-133 */
-    bad |= (u & 0xFFFFu) != 0 && q == q;
-    y[r * cols + c] = b;
+    y[r * cols + c] = image_bits(q, &bad);
   }
   if (bad) *inexact = tag;
 }
@@ -389,18 +393,14 @@ __global__ void __launch_bounds__(kImageThreads, 5)
       b[k + 1] = __bfloat16_as_ushort(h.y);
     }
     bad = low != 0 && r < rows;
-  } else {
-    /* NaN keeps its sign and top payload bits, as the float32 image holds it */
+  } else { /* an infinity or NaN: the products that keep a NaN, as mx_value */
 #pragma unroll
     for (int k = 0; k < kPer; k++) w[k] = mul_keep_nan(w[k], s);
     encode8<ID, MODE>(f, o, r * cols + c0 + kPer * g, w, code);
 #pragma unroll
-    for (int k = 0; k < kPer; k++) {
-      const float q = mul_keep_nan(decode_one<ID>(f, code[k]), back);
-      const uint32_t u = __float_as_uint(q);
-      b[k] = q == q ? __bfloat16_as_ushort(__float2bfloat16_rn(q)) : (u >> 16) | 0x0040u;
-      bad |= (u & 0xFFFFu) != 0 && q == q && r < rows;
-    }
+    for (int k = 0; k < kPer; k++)
+      b[k] = image_bits(mul_keep_nan(decode_one<ID>(f, code[k]), back), &bad);
+    bad = bad && r < rows;
   }
   /* out through shared memory, so that 4 lanes store a row's 64 bytes
    * together (whole 32-byte sectors; a lane a row sent L2 a partial sector

@@ -103,24 +103,37 @@ bool site_bf16(const tq_site &s) {
   return true;
 }
 
-/* MX and NVFP4 operands on the BF16 path: the two bf16 images of the GEMM
- * in flight, the MX fallback's result, the device flag the MX image kernels
- * set to the GEMM's tag when a value is not a bf16 value, and how many GEMMs
- * fell back; NVFP4's two tensor scales S_enc (A's, B's) on the device; how
- * many GEMMs of operands quantized along K took each path (host counts). */
-/* An MX operand's bf16 image kept for the later GEMMs of a share region
- * (gtq_share_begin): what was imaged, and a device word that is 1 where
- * the image holds a value outside bf16's grid (the later GEMMs must take the
- * fallback as the first did). */
-struct MxKept {
-  bool valid = false;
-  const void *ptr = nullptr;
+/* A tensor as a share region's rounding read it (gtq_share_begin): the same
+ * address, layout, format, rounding and sr offset give the same bits. */
+struct ReadKey {
+  const void *x = nullptr;
   long ld = 0;
   bool trans = false;
-  size_t rows = 0, k = 0;
+  size_t rows = 0, cols = 0;
+  int block = 0; /* MX: the block along K */
   exmy_format format = {};
   exmy_rounding_opts round = {};
-  int block = 0;
+};
+
+static bool same_read(const ReadKey &a, const ReadKey &b) {
+  return a.x == b.x && a.ld == b.ld && a.trans == b.trans && a.rows == b.rows &&
+         a.cols == b.cols && a.block == b.block && strcmp(a.format.name, b.format.name) == 0 &&
+         a.format.exp_bits == b.format.exp_bits && a.format.man_bits == b.format.man_bits &&
+         a.format.bias == b.format.bias && a.format.specials == b.format.specials &&
+         a.format.max_code == b.format.max_code && a.round.mode == b.round.mode &&
+         a.round.saturate == b.round.saturate &&
+         a.round.flush_subnormals == b.round.flush_subnormals &&
+         a.round.sr_bits == b.round.sr_bits && a.round.seed == b.round.seed &&
+         a.round.offset == b.round.offset;
+}
+
+/* An MX operand's bf16 image kept for the later GEMMs of a share region:
+ * what was imaged (rows x K), and a device word that is 1 where the image
+ * holds a value outside bf16's grid (the later GEMMs must take the fallback
+ * as the first did). */
+struct MxKept {
+  bool valid = false;
+  ReadKey key;
   void *img = nullptr;
   size_t cap = 0;
   unsigned *inexact = nullptr;
@@ -128,6 +141,20 @@ struct MxKept {
 };
 constexpr int kMxKept = 4;
 
+/* An element-wise slot filled inside a share region: whose, and from what,
+ * for a later fill of the same tensor the same way to borrow. */
+struct SlotFill {
+  int site, slot;
+  ReadKey key;
+};
+constexpr int kSlotFills = 4;
+
+/* MX and NVFP4 operands on the BF16 path: the two bf16 images of the GEMM
+ * in flight, the images kept for a share region's later GEMMs (and how many
+ * were taken), the MX fallback's result, the device flag the MX image kernels
+ * set to the GEMM's tag when a value is not a bf16 value, and how many GEMMs
+ * fell back; NVFP4's two tensor scales S_enc (A's, B's) on the device; how
+ * many GEMMs of operands quantized along K took each path (host counts). */
 struct MxImages {
   void *img[2] = {nullptr, nullptr};
   size_t img_cap[2] = {0, 0};
@@ -143,27 +170,6 @@ struct MxImages {
   gtq_along_k_path_counts paths = {};
   bool reference = false; /* tests: every MX and NVFP4 GEMM through exmy_cuda_qgemm */
 };
-
-/* An element-wise slot filled inside a share region: whose, and from what,
- * for a later fill of the same tensor the same way to borrow. */
-struct SlotFill {
-  int site, slot;
-  const float *x;
-  long ld, rows, cols;
-  exmy_format format;
-  exmy_rounding_opts round;
-};
-constexpr int kSlotFills = 4;
-
-static bool same_format(const exmy_format &a, const exmy_format &b) {
-  return strcmp(a.name, b.name) == 0 && a.exp_bits == b.exp_bits && a.man_bits == b.man_bits &&
-         a.bias == b.bias && a.specials == b.specials && a.max_code == b.max_code;
-}
-static bool same_rounding(const exmy_rounding_opts &a, const exmy_rounding_opts &b) {
-  return a.mode == b.mode && a.saturate == b.saturate &&
-         a.flush_subnormals == b.flush_subnormals && a.sr_bits == b.sr_bits && a.seed == b.seed &&
-         a.offset == b.offset;
-}
 
 /* A GEMM that takes a kept image takes the fallback where the image's word
  * (1: a value outside bf16's grid) says so, as the image kernel flags it. */
@@ -534,14 +540,9 @@ static bool slot_shareable(const gtq_ctx *g, const Site &s, const exmy_operand_q
 
 /* The slot an earlier fill of this share region made from the same tensor
  * the same way (x, its layout, format and rounding), or NULL. */
-static const Slot *slot_filled_alike(const gtq_ctx *g, const exmy_operand_quant &q,
-                                     const float *x, long ld, long rows, long cols) {
-  for (int i = 0; i < g->n_filled; i++) {
-    const SlotFill &f = g->filled[i];
-    if (f.x == x && f.ld == ld && f.rows == rows && f.cols == cols &&
-        same_format(f.format, q.format) && same_rounding(f.round, q.round))
-      return &g->sites[f.site].slot[f.slot];
-  }
+static const Slot *slot_filled_alike(const gtq_ctx *g, const ReadKey &key) {
+  for (int i = 0; i < g->n_filled; i++)
+    if (same_read(g->filled[i].key, key)) return &g->sites[g->filled[i].site].slot[g->filled[i].slot];
   return nullptr;
 }
 
@@ -570,7 +571,10 @@ extern "C" gtq_operand gtq_operand_for_gemm_amax(gtq_ctx *g, int site, int use, 
     sl.borrowed = false;
   }
   const bool shareable = fill && slot_shareable(g, s, q, slot);
-  const Slot *alike = shareable ? slot_filled_alike(g, q, x, ld, rows, cols) : nullptr;
+  ReadKey key;
+  key.x = x, key.ld = ld, key.rows = (size_t)rows, key.cols = (size_t)cols;
+  key.format = q.format, key.round = q.round;
+  const Slot *alike = shareable ? slot_filled_alike(g, key) : nullptr;
   if (alike) {
     /* the same bits as a pass of its own would write: borrow them, and give
      * back the slot's own buffer (the memory is the point) */
@@ -634,8 +638,7 @@ extern "C" gtq_operand gtq_operand_for_gemm_amax(gtq_ctx *g, int site, int use, 
       quantize_into(g, s, use, q, src, (float *)sl.data, n, sl.scale);
     }
     if (shareable) {
-      SlotFill &f = g->filled[g->n_filled < kSlotFills ? g->n_filled++ : kSlotFills - 1];
-      f = {site, slot, x, ld, rows, cols, q.format, q.round};
+      g->filled[g->n_filled < kSlotFills ? g->n_filled++ : kSlotFills - 1] = {site, slot, key};
     }
   }
   r.ptr = sl.data;
@@ -828,11 +831,12 @@ static const void *mx_image(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_op
               "MX image");
     return x.img[slot];
   }
+  ReadKey key;
+  key.x = o.ptr, key.ld = o.ld, key.trans = trans, key.rows = rows, key.cols = k;
+  key.block = block, key.format = q.format, key.round = q.round;
   MxKept *e = nullptr;
   for (MxKept &c : x.kept)
-    if (c.valid && c.ptr == o.ptr && c.ld == o.ld && c.trans == trans && c.rows == rows &&
-        c.k == k && c.block == block && same_format(c.format, q.format) &&
-        same_rounding(c.round, q.round)) {
+    if (c.valid && same_read(c.key, key)) {
       e = &c;
       break;
     }
@@ -861,14 +865,7 @@ static const void *mx_image(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_op
   k_flag_carry<<<1, 1, 0, st>>>(e->inexact, x.flag, x.tag);
   gtq_check(cudaGetLastError(), "MX image (kept)");
   e->valid = true;
-  e->ptr = o.ptr;
-  e->ld = o.ld;
-  e->trans = trans;
-  e->rows = rows;
-  e->k = k;
-  e->format = q.format;
-  e->round = q.round;
-  e->block = block;
+  e->key = key;
   e->used = ++x.clock;
   return e->img;
 }

@@ -214,6 +214,15 @@ static void act_round(gpu_model *g, float *x, size_t n) {
   gtq_check(exmy_cuda_quantize_f32(&g->bf16, &rne, x, x, n, g->s), "bf16 activations");
 }
 
+/* activations = bf16: a GEMM's output gradient as its bf16 copy in dst
+ * (the float32 dy stays for the residual stream); else dy itself. */
+static const float *act_dy(gpu_model *g, float *dst, const float *dy, size_t n) {
+  if (!g->act_bf16) return dy;
+  gtq_check(cudaMemcpyAsync(dst, dy, n * sizeof(float), cudaMemcpyDeviceToDevice, g->s), "copy");
+  act_round(g, dst, n);
+  return dst;
+}
+
 static int site_index(const gpu_model *g, int layer, int kind) {
   return g->sites ? layer * SITES_PER_LAYER + kind : -1;
 }
@@ -398,6 +407,22 @@ static void attention_backward(gpu_model *g, float *dq, float *dk, float *dv, fl
   const bool act = g->act_bf16;
   const int qk = site_index(g, l, SITE_ATT_QK), pv = site_index(g, l, SITE_ATT_PV);
   gtq_ctx *gq = g->gq;
+  /* sum (B T x KVC) += x^T y over the heads of each key/value group, x the
+   * (b, h) rows of a T x T tensor, y the (b, h) columns of a B T x C one:
+   * dV from P and dO, dK from dS and Q */
+  auto add_head_shares = [&](const gtq_operand &x, const gtq_operand &y, float *sum) {
+    for (int j = 0; j < group; j++) {
+      float *dst = act ? g->act_scratch : sum;
+      gtq_gemm_batched(gq, true, false, T, hs, T, 1.0f, shifted(x, j * TT),
+                       {NH * TT, group * TT, 1}, shifted(y, (long)j * hs),
+                       {T * y.ld, (long)group * hs, 1}, act ? 0.0f : 1.0f, dst, KVC,
+                       {(long)T * KVC, hs, 1}, B, NKV);
+      if (act) {
+        act_round(g, dst, (size_t)N * KVC);
+        gpu_add_inplace(sum, dst, (size_t)N * KVC, g->s);
+      }
+    }
+  };
   gtq_operand dO = gtq_operand_for_gemm(gq, pv, USE_DX_DY, SLOT_DY, FILL, dout, C, N, C);
   gtq_operand V = gtq_operand_for_gemm(gq, pv, USE_DX_W, SLOT_W, REUSE, v, KVC, N, KVC);
   gtq_operand dO2 = gtq_operand_for_gemm(gq, pv, USE_DW_DY, SLOT_DY, REUSE, dout, C, N, C);
@@ -405,17 +430,7 @@ static void attention_backward(gpu_model *g, float *dq, float *dk, float *dv, fl
   /* dP = dO V^T */
   gtq_gemm_batched(gq, false, true, T, T, hs, 1.0f, dO, {T * dO.ld, hs, 1}, V,
                    {T * V.ld, hs, group}, 0.0f, datt, T, {NH * TT, TT, 1}, B, NH);
-  /* dV += P^T dO */
-  for (int j = 0; j < group; j++) {
-    float *dst = act ? g->act_scratch : dv;
-    gtq_gemm_batched(gq, true, false, T, hs, T, 1.0f, shifted(P, j * TT), {NH * TT, group * TT, 1},
-                     shifted(dO2, (long)j * hs), {T * dO2.ld, (long)group * hs, 1},
-                     act ? 0.0f : 1.0f, dst, KVC, {(long)T * KVC, hs, 1}, B, NKV);
-    if (act) {
-      act_round(g, dst, (size_t)N * KVC);
-      gpu_add_inplace(dv, dst, (size_t)N * KVC, g->s);
-    }
-  }
+  add_head_shares(P, dO2, dv); /* dV += P^T dO */
   if (act) {
     act_round(g, dv, (size_t)N * KVC);
     act_round(g, datt, (size_t)B * NH * TT);
@@ -431,17 +446,7 @@ static void attention_backward(gpu_model *g, float *dq, float *dk, float *dv, fl
   /* dQ = dS K */
   gtq_gemm_batched(gq, false, false, T, hs, T, 1.0f, dS, {NH * TT, TT, 1}, K,
                    {T * K.ld, hs, group}, 0.0f, dq, C, {(long)T * C, hs, 1}, B, NH);
-  /* dK += dS^T Q */
-  for (int j = 0; j < group; j++) {
-    float *dst = act ? g->act_scratch : dk;
-    gtq_gemm_batched(gq, true, false, T, hs, T, 1.0f, shifted(dS2, j * TT), {NH * TT, group * TT, 1},
-                     shifted(Q, (long)j * hs), {T * Q.ld, (long)group * hs, 1},
-                     act ? 0.0f : 1.0f, dst, KVC, {(long)T * KVC, hs, 1}, B, NKV);
-    if (act) {
-      act_round(g, dst, (size_t)N * KVC);
-      gpu_add_inplace(dk, dst, (size_t)N * KVC, g->s);
-    }
-  }
+  add_head_shares(dS2, Q, dk); /* dK += dS^T Q */
   act_round(g, dq, (size_t)N * C);
   act_round(g, dk, (size_t)N * KVC);
 }
@@ -1034,13 +1039,8 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
                             C, nullptr, s);
     }
     if (smooth) gpu_smooth_swiglu_scale_rows(d.dln, d.dres, h3, N, C, H, s);
-    const float *dy_w2 = smooth ? d.dln : d.dres;
-    if (g->act_bf16) { /* W2's output gradient bf16(d(res_out)) in dln; dres stays float32 */
-      gtq_check(cudaMemcpyAsync(d.dln, d.dres, BTC * sizeof(float), cudaMemcpyDeviceToDevice, s),
-                "copy");
-      act_round(g, d.dln, BTC);
-      dy_w2 = d.dln;
-    }
+    /* W2's output gradient (bf16 activations: bf16(d(res_out)) in dln) */
+    const float *dy_w2 = smooth ? d.dln : act_dy(g, d.dln, d.dres, BTC);
     linear_backward(g, d.dhg, gr.w2 + (size_t)l * C * H, dy_w2, hg, p.w2 + (size_t)l * C * H, N,
                     H, C, site_index(g, l, SITE_W2), 0, false, dres_amax(l));
     bool fused = false;
@@ -1061,13 +1061,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     gpu_rmsnorm_backward(d.dres, gr.rms2 + (size_t)l * C, d.dln, res_mid,
                          p.rms2 + (size_t)l * C, a.ln2_rstd + (size_t)l * N, N, C, dres_wo_amax,
                          s);
-    const float *dy_o = d.dres;
-    if (g->act_bf16) { /* WO's output gradient bf16(d(res_mid)) in dln */
-      gtq_check(cudaMemcpyAsync(d.dln, d.dres, BTC * sizeof(float), cudaMemcpyDeviceToDevice, s),
-                "copy");
-      act_round(g, d.dln, BTC);
-      dy_o = d.dln;
-    }
+    const float *dy_o = act_dy(g, d.dln, d.dres, BTC); /* WO's output gradient */
     linear_backward(g, d.datty, gr.wo + (size_t)l * C * C, dy_o, atty, p.wo + (size_t)l * C * C,
                     N, C, C, site_index(g, l, SITE_O), 0, false, dres_wo_amax);
     /* attention_backward accumulates dk and dv head by head (the fused kernel overwrites them) */

@@ -601,10 +601,16 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
     }
   }
   const bool act_bf16 = rc && rc->bf16_activations;
-  if (act_bf16 && (attention == GPU_ATTENTION_FLASH || rc->swiglu_row_scale)) {
-    snprintf(err, errlen, "activations = bf16 on the GPU: attention_kernel = materialized and "
-                          "swiglu_scale = none only, so far (the fused kernel does not round S, "
-                          "dP and dS)");
+  if (act_bf16 && rc->swiglu_row_scale) {
+    snprintf(err, errlen, "activations = bf16 with swiglu_scale = row: not on the GPU");
+    return NULL;
+  }
+  /* the fused kernel sums a key/value group's heads of dK and dV in float32
+   * before it writes them; bf16 activations round each head's share first */
+  if (act_bf16 && attention == GPU_ATTENTION_FLASH && c.n_kv_heads != c.n_heads) {
+    snprintf(err, errlen, "activations = bf16 with grouped-query attention (n_kv_heads %d < "
+                          "n_heads %d): attention_kernel = materialized only",
+             c.n_kv_heads, c.n_heads);
     return NULL;
   }
   gpu_model *g = new gpu_model();
@@ -935,6 +941,7 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     if (g->attention == GPU_ATTENTION_FLASH) {
       atty_amax = amax_word(g, l, AMAX_ATTY, {SITE_O}, USE_FWD_X);
       flash_forward(g, atty, g->lse + (size_t)l * B * NH * T, q, k, v, l, atty_amax);
+      act_round(g, atty, BTC); /* O, as FlashAttention writes it in bf16 */
     } else {
       attention_forward(g, atty, a.att + (size_t)l * B * NH * T * T, q, k, v, l);
     }
@@ -1028,6 +1035,8 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
       if (g->recompute_hg) {
         if (smooth)
           gpu_smooth_swiglu_forward(a.hg, h1, h3, N, H, s);
+        else if (g->act_bf16)
+          gpu_swiglu_forward_act_bf16(a.hg, h1, h3, BTH, nullptr, s);
         else
           gpu_swiglu_forward(a.hg, h1, h3, BTH, nullptr, s);
       }
@@ -1074,6 +1083,9 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
       dv_amax = amax_word(g, l, AMAX_DV, {SITE_V}, USE_DX_DY);
       flash_backward(g, d.dq, d.dk, d.dv, d.datty, atty, g->lse + (size_t)l * B * NH * T, q,
                      k, v, l, dv_amax);
+      act_round(g, d.dq, BTC); /* as written in bf16 (one head per key/value head) */
+      act_round(g, d.dk, BTK);
+      act_round(g, d.dv, BTK);
     } else {
       attention_backward(g, d.dq, d.dk, d.dv, d.datt, d.datty,
                          a.att + (size_t)l * B * NH * T * T, q, k, v, l);

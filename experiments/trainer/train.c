@@ -475,8 +475,6 @@ static void build_model(run *r) {
   r->tg = malloc(sizeof(int) * s->B * s->T);
   if (!r->sites || !r->mom1 || !r->mom2 || !r->in || !r->tg) die(1, "%s", "out of memory");
   if (s->on_gpu) {
-    if (r->rc.bf16_activations)
-      die(2, "%s", "activations = bf16 is not yet on the GPU: its CPU twin only (device = cpu)");
     r->gpu = gpu_model_new_lean(&r->m, &r->rc, r->sites, r->n_sites, s->B, s->T,
                                 strcmp(s->attn, "flash") ? GPU_ATTENTION_MATERIALIZED
                                                          : GPU_ATTENTION_FLASH,

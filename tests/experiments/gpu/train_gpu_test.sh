@@ -23,8 +23,11 @@
 #     the backward where a GEMM reads them) against every layer's and a slot
 #     per site (lean_activations = 0): every logged value but the timings
 #     bit-identical, on recipes whose GEMMs read all three in float32 (fp32,
-#     Smooth-SwiGLU on fp32, MX), none (bf16, graphs on; e8m3 sr with
-#     quantized attention) and GQA; the arenas 2 <= 1 < 0.
+#     Smooth-SwiGLU on fp32, MX, fp32 with bf16 activations), none (bf16,
+#     graphs on; e8m3 sr with quantized attention) and GQA; the arenas
+#     2 <= 1 < 0;
+#  7. activations = bf16: GPU (materialised) vs CPU and flash vs materialised,
+#     bf16 tiny, 20 losses within 1e-2; GQA under the fused kernel refused.
 # usage: train_gpu_test.sh TRAIN_BINARY CONFIG_DIR
 set -uo pipefail
 train=$(realpath "$1"); configs=$(realpath "$2")
@@ -171,7 +174,7 @@ else bad "bf16-sr: $(grep 'CUDA graphs' "$tmp/graph-bf16-sr.out") $(tail -1 "$tm
 # layout, in less memory (2, which recomputes, in no more than 1)
 arena() { grep -o 'activation arena: [0-9.]*' "$tmp/$1.out" | grep -o '[0-9.]*$'; }
 for spec in "fp32" "fp32 swiglu_scale=row" "bf16" "e8m3 rounding=sr" "mxfp8" "fp32 n_kv_heads=2" \
-            "fp8-smooth-swiglu"; do
+            "fp8-smooth-swiglu" "fp32 activations=bf16"; do
   set -- $spec
   name="lean-$1${2:+-${2//[=_]/}}"
   g=("$1" "${common[@]}" --set steps=8 --set warmup=2 --set device=gpu --set attention_kernel=flash
@@ -187,6 +190,28 @@ for spec in "fp32" "fp32 swiglu_scale=row" "bf16" "e8m3 rounding=sr" "mxfp8" "fp
     else bad "lean_activations $spec: arena $a2, $a1 vs $a0 MiB; $(diff <(values "$name-1") <(values "$name-0") | head -3) $(diff <(values "$name-2") <(values "$name-0") | head -3)"; fi
   else bad "lean_activations $spec run failed: $(tail -1 "$tmp/$name-2.out") $(tail -1 "$tmp/$name-1.out") $(tail -1 "$tmp/$name-0.out")"; fi
 done
+
+# 7. activations = bf16 (PyTorch autocast's bf16) on the GPU: materialised
+# against the CPU twin; the fused attention (FlashAttention's roundings, not
+# model.c's S, dP and dS) against the materialised; grouped-query attention
+# under the fused kernel refused (it sums a group's heads before rounding)
+act=(bf16 "${common[@]}" --set activations=bf16)
+if run act-cpu "${act[@]}" && run act-gpu "${act[@]}" --set device=gpu &&
+   run act-flash "${act[@]}" --set device=gpu --set attention_kernel=flash; then
+  read -r m n < <(maxrel act-cpu act-gpu)
+  read -r mf nf < <(maxrel act-gpu act-flash)
+  read -r m32 n32 < <(maxrel full-gpu act-gpu)
+  if [ "$n" = 20 ] && [ "$nf" = 20 ] && awk -v m="$m" -v f="$mf" 'BEGIN { exit !(m <= 1e-2 && f <= 1e-2) }' &&
+     [ "$(losses act-gpu | head -1)" != "$(losses full-gpu | head -1)" ]; then
+    ok "activations = bf16, bf16 tiny: GPU vs CPU 20 losses within $m, flash vs materialised within $mf (vs activations = f32: $m32)"
+  else bad "activations = bf16: GPU vs CPU $m over $n, flash vs materialised $mf over $nf; first losses $(losses act-gpu | head -1) / f32 $(losses full-gpu | head -1)"; fi
+else bad "activations = bf16 run failed: $(tail -1 "$tmp/act-cpu.out") $(tail -1 "$tmp/act-gpu.out") $(tail -1 "$tmp/act-flash.out")"; fi
+err=$("$train" --config "$configs/bf16.cfg" --set data="$data" --set val_data= --set progress=0 \
+        --set size=tiny --set n_kv_heads=2 --set activations=bf16 --set device=gpu \
+        --set attention_kernel=flash --set run_dir="$tmp/act-gqa" 2>&1 >/dev/null) && rc=0 || rc=$?
+if [ $rc -eq 2 ] && [ "$(wc -l <<<"$err")" -eq 1 ] && grep -q "grouped-query" <<<"$err" && [ ! -e "$tmp/act-gqa" ]; then
+  ok "activations = bf16, GQA, flash: exit 2: $err"
+else bad "activations = bf16 GQA flash: rc $rc: $err"; fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

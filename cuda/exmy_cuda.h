@@ -136,6 +136,11 @@ cudaError_t exmy_cuda_delayed_state_download(const exmy_cuda_delayed_state *s,
                                              exmy_delayed_state *host);
 cudaError_t exmy_cuda_delayed_state_upload(exmy_cuda_delayed_state *s,
                                            const exmy_delayed_state *host);
+/* dst becomes src (counters, history and scale; the same history length, else
+ * cudaErrorInvalidValue), in stream order. */
+cudaError_t exmy_cuda_delayed_state_copy(exmy_cuda_delayed_state *dst,
+                                         const exmy_cuda_delayed_state *src,
+                                         cudaStream_t stream);
 
 /* exmy_tensor_stats_f32 of a per-tensor-scaled quantization: x the input, y
  * its dequantized image, scale_inv (device) the {s, 1/s} that was used (NULL:

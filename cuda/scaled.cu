@@ -233,6 +233,19 @@ extern "C" const float *exmy_cuda_delayed_scale(const exmy_cuda_delayed_state *s
   return s->scale_inv;
 }
 
+extern "C" cudaError_t exmy_cuda_delayed_state_copy(exmy_cuda_delayed_state *dst,
+                                                    const exmy_cuda_delayed_state *src,
+                                                    cudaStream_t stream) {
+  if (!dst || !src || dst->history_len != src->history_len) return cudaErrorInvalidValue;
+  if (dst == src) return cudaSuccess;
+  dst->count = src->count;
+  dst->latest = src->latest;
+  EXMY_CUDA_TRY(cudaMemcpyAsync(dst->history, src->history, sizeof(float) * src->history_len,
+                                cudaMemcpyDeviceToDevice, stream));
+  return cudaMemcpyAsync(dst->scale_inv, src->scale_inv, 2 * sizeof(float),
+                         cudaMemcpyDeviceToDevice, stream);
+}
+
 extern "C" cudaError_t exmy_cuda_delayed_begin(exmy_cuda_delayed_state *state,
                                                const float **scale_inv,
                                                unsigned int **amax_bits, cudaStream_t stream) {

@@ -59,7 +59,7 @@ bench() {
   done < <(cat "$tmp/torch-$size.txt" 2>/dev/null)
   for spec in "$@"; do
     set -- $spec
-    r=$1; a=$2; extra=${3:-}
+    r=$1; a=${2:-flash}; extra=${3:-} # the attention kernel defaults to flash
     label=${extra#rounding=} # rounding=rz shows as rz, other keys as key=value
     name="exmy $r${label:+ $label} ($a)"
     tag="$size-$r${label:+-${label//[=,]/-}}-$a"

@@ -35,6 +35,9 @@ struct Slot {
 struct Site {
   Slot slot[SLOTS_PER_SITE];
   exmy_cuda_delayed_state *delayed[USES_PER_SITE] = {};
+  /* Delayed scaling: two states with the same tag hold the same bits (see
+   * state_tag_after) */
+  uint64_t state_tag[USES_PER_SITE] = {};
   exmy_tensor_stats *stats = nullptr; /* device, USES_PER_SITE */
   bool filled_stats[USES_PER_SITE] = {};
   bool bf16 = false;
@@ -104,7 +107,10 @@ bool site_bf16(const tq_site &s) {
 }
 
 /* A tensor as a share region's rounding read it (gtq_share_begin): the same
- * address, layout, format, rounding and sr offset give the same bits. */
+ * address, layout, format, rounding and sr offset give the same bits, and
+ * under per-tensor current scaling the same scale (a function of the
+ * tensor's amax, the format, the margin and pow2); under delayed scaling,
+ * from the same state, the same scale and the same state after. */
 struct ReadKey {
   const void *x = nullptr;
   long ld = 0;
@@ -113,6 +119,11 @@ struct ReadKey {
   int block = 0; /* MX: the block along K */
   exmy_format format = {};
   exmy_rounding_opts round = {};
+  exmy_scaling_kind scaling = EXMY_SCALING_NONE; /* NONE, TENSOR or DELAYED */
+  int margin = 0;
+  bool pow2 = false;
+  bool most_recent = false; /* DELAYED */
+  int history_len = 0;      /* DELAYED */
 };
 
 static bool same_read(const ReadKey &a, const ReadKey &b) {
@@ -124,7 +135,8 @@ static bool same_read(const ReadKey &a, const ReadKey &b) {
          a.round.saturate == b.round.saturate &&
          a.round.flush_subnormals == b.round.flush_subnormals &&
          a.round.sr_bits == b.round.sr_bits && a.round.seed == b.round.seed &&
-         a.round.offset == b.round.offset;
+         a.round.offset == b.round.offset && a.scaling == b.scaling && a.margin == b.margin &&
+         a.pow2 == b.pow2 && a.most_recent == b.most_recent && a.history_len == b.history_len;
 }
 
 /* An MX operand's bf16 image kept for the later GEMMs of a share region:
@@ -142,10 +154,13 @@ struct MxKept {
 constexpr int kMxKept = 4;
 
 /* An element-wise slot filled inside a share region: whose, and from what,
- * for a later fill of the same tensor the same way to borrow. */
+ * for a later fill of the same tensor the same way to borrow; under delayed
+ * scaling the use whose state it moved on, and that state's tags before and
+ * after. */
 struct SlotFill {
-  int site, slot;
+  int site, slot, use;
   ReadKey key;
+  uint64_t tag_before, tag_after;
 };
 constexpr int kSlotFills = 4;
 
@@ -305,6 +320,11 @@ struct gtq_ctx {
   bool share_off = false;
   SlotFill filled[kSlotFills];
   int n_filled = 0;
+  /* the delayed states' fills in the current share region (state_tag_after),
+   * and the last tag given out */
+  SlotFill tag_fills[kSlotFills];
+  int n_tag_fills = 0;
+  uint64_t last_tag = 0;
   unsigned long long slots_borrowed = 0;
   AccumFast accum; /* cuBLASLt's FP8 GEMM for the hopper models */
 };
@@ -342,6 +362,8 @@ extern "C" gtq_ctx *gtq_new(tq_site *sites, int n_sites, cudaStream_t stream) {
       if (q.enabled && q.scaling.kind == EXMY_SCALING_DELAYED) {
         s.delayed[u] = exmy_cuda_delayed_state_new(q.delayed->history_len);
         if (!s.delayed[u]) gtq_check(cudaErrorMemoryAllocation, "delayed state");
+        /* fresh states of one history length are equal: tag = the length */
+        s.state_tag[u] = (uint64_t)q.delayed->history_len;
       }
     }
     for (int sl = 0; sl < SLOTS_PER_SITE; sl++) {
@@ -349,6 +371,7 @@ extern "C" gtq_ctx *gtq_new(tq_site *sites, int n_sites, cudaStream_t stream) {
       gtq_check(cudaMalloc((void **)&s.slot[sl].amax, sizeof(unsigned int)), "cudaMalloc (amax)");
     }
   }
+  g->last_tag = (uint64_t)1 << 32; /* above every history length */
   const float consts[2] = {0.0f, 1.0f};
   gtq_check(cudaMalloc((void **)&g->consts, sizeof consts), "cudaMalloc");
   gtq_check(cudaMemcpy(g->consts, consts, sizeof consts, cudaMemcpyHostToDevice), "consts");
@@ -460,13 +483,30 @@ extern "C" void gtq_states_download(gtq_ctx *g) {
                   "delayed state download");
 }
 
+static bool same_state(const exmy_delayed_state *a, const exmy_delayed_state *b) {
+  return a->history_len == b->history_len && a->count == b->count && a->latest == b->latest &&
+         !memcmp(&a->scale, &b->scale, sizeof(float)) &&
+         !memcmp(&a->scale_inv, &b->scale_inv, sizeof(float)) &&
+         !memcmp(a->amax_history, b->amax_history, sizeof(float) * (size_t)a->history_len);
+}
+
 extern "C" void gtq_states_upload(gtq_ctx *g) {
   gtq_check(cudaStreamSynchronize(g->stream), "sync");
   for (int i = 0; i < g->n_sites; i++)
-    for (int u = 0; u < USES_PER_SITE; u++)
-      if (g->sites[i].delayed[u])
-        gtq_check(exmy_cuda_delayed_state_upload(g->sites[i].delayed[u], g->host[i].op[u].delayed),
-                  "delayed state upload");
+    for (int u = 0; u < USES_PER_SITE; u++) {
+      if (!g->sites[i].delayed[u]) continue;
+      const exmy_delayed_state *h = g->host[i].op[u].delayed;
+      gtq_check(exmy_cuda_delayed_state_upload(g->sites[i].delayed[u], h), "delayed state upload");
+      /* the tag of an equal state uploaded before it, else a new one */
+      uint64_t tag = ++g->last_tag;
+      for (int j = 0; j <= i && tag == g->last_tag; j++)
+        for (int v = 0; v < USES_PER_SITE && (j < i || v < u); v++)
+          if (g->sites[j].delayed[v] && same_state(g->host[j].op[v].delayed, h)) {
+            tag = g->sites[j].state_tag[v];
+            break;
+          }
+      g->sites[i].state_tag[u] = tag;
+    }
 }
 
 /* The operand's rounding options with its own stretch of the sr stream (n
@@ -530,20 +570,42 @@ extern "C" bool gtq_fill_takes_amax(const gtq_ctx *g, int site, int use) {
 }
 
 /* Whether a fill of the X slot of `site` (use q) may borrow, or be
- * borrowed: inside a share region, on the hot BF16 path, unscaled and not
- * stochastic (so the slot's bits are a function of x, the format and the
- * rounding alone). */
+ * borrowed: inside a share region, on the hot BF16 path, unscaled or under
+ * per-tensor current or delayed scaling, and not stochastic (so the slot's
+ * bits and scale are a function of x, the format, the rounding, the
+ * scaling's options and a delayed state alone). */
 static bool slot_shareable(const gtq_ctx *g, const Site &s, const exmy_operand_quant &q, int slot) {
   return g->share && !g->share_off && s.bf16 && !g->collect && slot == SLOT_X &&
-         q.scaling.kind == EXMY_SCALING_NONE && q.round.mode != EXMY_SR;
+         (q.scaling.kind == EXMY_SCALING_NONE || q.scaling.kind == EXMY_SCALING_TENSOR ||
+          q.scaling.kind == EXMY_SCALING_DELAYED) &&
+         q.round.mode != EXMY_SR;
 }
 
-/* The slot an earlier fill of this share region made from the same tensor
- * the same way (x, its layout, format and rounding), or NULL. */
-static const Slot *slot_filled_alike(const gtq_ctx *g, const ReadKey &key) {
+/* The fill of this share region that made a slot from the same tensor the
+ * same way (x, its layout, format, rounding and scaling; delayed: from a
+ * state with the tag `tag`), or NULL. */
+static const SlotFill *slot_filled_alike(const gtq_ctx *g, const ReadKey &key, uint64_t tag) {
   for (int i = 0; i < g->n_filled; i++)
-    if (same_read(g->filled[i].key, key)) return &g->sites[g->filled[i].site].slot[g->filled[i].slot];
+    if (same_read(g->filled[i].key, key) &&
+        (key.scaling != EXMY_SCALING_DELAYED || g->filled[i].tag_before == tag))
+      return &g->filled[i];
   return nullptr;
+}
+
+/* The tag of a delayed state after a pass over `key` from a state tagged
+ * `before`.  Inside a share region, the tag an earlier pass of the region
+ * over the same tensor read the same way from an equally tagged state
+ * (equal states fed the same tensor stay equal: the statistics steps' passes
+ * keep the tags together); otherwise a new tag, equal to no other. */
+static uint64_t state_tag_after(gtq_ctx *g, const ReadKey &key, uint64_t before) {
+  if (g->share)
+    for (int i = 0; i < g->n_tag_fills; i++)
+      if (same_read(g->tag_fills[i].key, key) && g->tag_fills[i].tag_before == before)
+        return g->tag_fills[i].tag_after;
+  const uint64_t after = ++g->last_tag;
+  if (g->share && g->n_tag_fills < kSlotFills)
+    g->tag_fills[g->n_tag_fills++] = {-1, -1, -1, key, before, after};
+  return after;
 }
 
 extern "C" gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int slot, bool fill,
@@ -574,10 +636,17 @@ extern "C" gtq_operand gtq_operand_for_gemm_amax(gtq_ctx *g, int site, int use, 
   ReadKey key;
   key.x = x, key.ld = ld, key.rows = (size_t)rows, key.cols = (size_t)cols;
   key.format = q.format, key.round = q.round;
-  const Slot *alike = shareable ? slot_filled_alike(g, key) : nullptr;
+  key.scaling = q.scaling.kind, key.margin = q.scaling.margin, key.pow2 = q.scaling.pow2;
+  const bool delayed = q.scaling.kind == EXMY_SCALING_DELAYED;
+  if (delayed) key.most_recent = q.scaling.history_most_recent, key.history_len = q.delayed->history_len;
+  const uint64_t tag_before = delayed ? s.state_tag[use] : 0;
+  const SlotFill *alike_fill = shareable ? slot_filled_alike(g, key, tag_before) : nullptr;
+  const Slot *alike = alike_fill ? &g->sites[alike_fill->site].slot[alike_fill->slot] : nullptr;
   if (alike) {
     /* the same bits as a pass of its own would write: borrow them, and give
-     * back the slot's own buffer (the memory is the point) */
+     * back the slot's own buffer (the memory is the point); a scale is the
+     * slot's own, for its GEMMs: the same value, copied; a delayed state
+     * becomes the one its pass would have left, the other's */
     if (sl.data) {
       gtq_check(cudaFree(sl.data), "cudaFree");
       realloc_epoch++;
@@ -585,7 +654,18 @@ extern "C" gtq_operand gtq_operand_for_gemm_amax(gtq_ctx *g, int site, int use, 
     sl.data = alike->data;
     sl.cap = 0;
     sl.borrowed = true;
-    sl.scaled = false;
+    sl.scaled = q.scaling.kind != EXMY_SCALING_NONE;
+    if (sl.scaled)
+      gtq_check(cudaMemcpyAsync(sl.scale, alike->scale, 2 * sizeof(float),
+                                cudaMemcpyDeviceToDevice, g->stream),
+                "scale (borrowed slot)");
+    if (delayed) {
+      gtq_check(exmy_cuda_delayed_state_copy(s.delayed[use],
+                                             g->sites[alike_fill->site].delayed[alike_fill->use],
+                                             g->stream),
+                "delayed state (borrowed slot)");
+      s.state_tag[use] = alike_fill->tag_after;
+    }
     g->slots_borrowed++;
   }
   if (fill && !alike) {
@@ -637,8 +717,11 @@ extern "C" gtq_operand gtq_operand_for_gemm_amax(gtq_ctx *g, int site, int use, 
     } else {
       quantize_into(g, s, use, q, src, (float *)sl.data, n, sl.scale);
     }
+    uint64_t tag_after = 0;
+    if (delayed) s.state_tag[use] = tag_after = state_tag_after(g, key, tag_before);
     if (shareable) {
-      g->filled[g->n_filled < kSlotFills ? g->n_filled++ : kSlotFills - 1] = {site, slot, key};
+      g->filled[g->n_filled < kSlotFills ? g->n_filled++ : kSlotFills - 1] = {
+          site, slot, use, key, tag_before, tag_after};
     }
   }
   r.ptr = sl.data;
@@ -706,6 +789,7 @@ extern "C" void gtq_fill_bf16_slot(gtq_ctx *g, int site, int use, int slot, size
     gtq_check(exmy_cuda_delayed_begin(s.delayed[use], &fill->scale_inv, &fill->amax_bits,
                                       g->stream),
               "delayed scaling (begin)");
+    s.state_tag[use] = ++g->last_tag; /* moved on by a producer's pass: equal to no other */
   } else if (q.scaling.kind == EXMY_SCALING_TENSOR) {
     gtq_check(cudaMemsetAsync(sl.amax, 0, sizeof(unsigned int), g->stream), "memset (amax)");
     fill->amax_bits = sl.amax;
@@ -876,6 +960,7 @@ extern "C" void gtq_share_end(gtq_ctx *g) {
   if (g->share > 0 && --g->share == 0) {
     for (MxKept &e : g->mx_img.kept) e.valid = false;
     g->n_filled = 0;
+    g->n_tag_fills = 0;
   }
 }
 

@@ -374,12 +374,17 @@ static void model_pair_free(model_pair *p) {
   free(p->tok), free(p->tgt);
 }
 
-static void model_step_compare(const char *const *sets, const char *size, double loss_tol,
-                               double grad_tol, int check_weights) {
+/* One step of the GPU model against model.c's.  check_weights: 0, each
+ * gradient tensor within grad_tol (max abs / max); 1, every weight operand
+ * bit-identical, then the whole gradient within grad_tol (relative l2); 2,
+ * the whole gradient alone (sites without weight slots). */
+static void model_step_compare_on(const char *const *sets, const char *size,
+                                  gpu_attention_kind attention, double loss_tol, double grad_tol,
+                                  int check_weights) {
   recipe rc;
   make_recipe(&rc, sets);
   model_pair mp;
-  model_pair_new(&mp, &rc, sets[0] != NULL, size, GPU_ATTENTION_MATERIALIZED, true);
+  model_pair_new(&mp, &rc, sets[0] != NULL, size, attention, true);
   const model_config mc = mp.mc;
   const int B = mp.B, T = mp.T;
   model *m = &mp.m;
@@ -404,7 +409,7 @@ static void model_step_compare(const char *const *sets, const char *size, double
   int worst_t = 0;
   size_t off = 0;
   for (int t = 0; t < NUM_PARAM_TENSORS; t++) {
-    const double r = rel_diff(m->grads_mem + off, gg + off, m->param_sizes[t], check_weights);
+    const double r = rel_diff(m->grads_mem + off, gg + off, m->param_sizes[t], check_weights != 0);
     if (r > worst) worst = r, worst_t = t;
     off += m->param_sizes[t];
   }
@@ -413,12 +418,14 @@ static void model_step_compare(const char *const *sets, const char *size, double
    * values to their E8M3 neighbours (2^-3 apart) cascade through the layers,
    * so single tensors may differ by more (seen: 4.5e-2 for wk in `tiny`) */
   const double whole = rel_diff(m->grads_mem, gg, m->num_params, 1);
+  if (attention == GPU_ATTENTION_FLASH) printf("model %s %s: fused attention\n", size,
+                                               sets[0] ? sets[0] : "fp32");
   printf("model %s %s: worst tensor %s, whole gradient relative l2 %.2e\n", size,
          sets[0] ? sets[0] : "fp32", param_tensor_names[worst_t], whole);
   printf("model %s %s: loss cpu %.7f gpu %.7f (rel %.2e), worst gradient rel err %.2e (%s)\n", size,
          sets[0] ? sets[0] : "fp32", m->loss, gl, dl, worst,
          check_weights ? "relative l2 per tensor" : "max abs / max per tensor");
-  if (check_weights) { /* the exact property first, then the bounds */
+  if (check_weights == 1) { /* the exact property first, then the bounds */
     /* every weight operand of every linear site: bit-identical */
     gtq_ctx *gq = gpu_model_gemm(g);
     const int L = mc.n_layers, C = mc.dim, KVC = mc.n_kv_heads * (C / mc.n_heads);
@@ -445,6 +452,11 @@ static void model_step_compare(const char *const *sets, const char *size, double
     ck_assert_msg(worst <= grad_tol, "gradient rel %.3e > %.1e", worst, grad_tol);
   model_pair_free(&mp);
   free(gg);
+}
+static void model_step_compare(const char *const *sets, const char *size, double loss_tol,
+                               double grad_tol, int check_weights) {
+  model_step_compare_on(sets, size, GPU_ATTENTION_MATERIALIZED, loss_tol, grad_tol,
+                        check_weights);
 }
 
 START_TEST(model_fp32_matches_cpu) {
@@ -486,6 +498,12 @@ START_TEST(model_act_bf16_matches_cpu) {
   model_step_compare(fp32, "test", 1e-3, 5e-2, 0);
   model_step_compare(bf16, "test", 1e-3, 5e-2, 1);
   model_step_compare(bf16, "tiny", 1e-3, 5e-2, 1);
+  /* the fused attention (FlashAttention's roundings: S and dP in float32, P
+   * and dS rounded once, O, dQ, dK and dV written in bf16) against model.c's
+   * materialised definition: attention's roundings differ at bf16's 2^-8,
+   * the rest point by point, so the same bounds */
+  model_step_compare_on(bf16, "tiny", GPU_ATTENTION_FLASH, 1e-3, 5e-2, 1);
+  model_step_compare_on(fp32, "tiny", GPU_ATTENTION_FLASH, 1e-3, 5e-2, 2);
 }
 END_TEST
 
@@ -984,56 +1002,84 @@ static void mx_share_same_bits(const char *rounding) {
 
 /* The model's share regions (q, k and v; W1 and W3; forward and backward):
  * `config`'s steps with and without sharing bit for bit alike (losses,
- * parameters, moments, gradients), with `images` MX images taken and
- * `slots` element-wise X slots borrowed a layer a step. */
-static void model_share_same_bits(const char *config, gpu_attention_kind attention,
-                                  unsigned long long images, unsigned long long slots) {
+ * parameters, moments, gradients, delayed states), with `images` MX images
+ * taken and `slots` element-wise X slots borrowed a layer a step.
+ * stats_mid: three steps, the second collecting statistics (no sharing in
+ * it; delayed states moved on alike by their own passes share again after).
+ * unequal_k0: layer 0's K starts from a delayed X state unlike Q's (its
+ * scale doubled), so it never borrows: one slot fewer a step. */
+static void model_share_same_bits_as(const char *config, gpu_attention_kind attention,
+                                     unsigned long long images, unsigned long long slots,
+                                     bool stats_mid, bool unequal_k0) {
   recipe rc;
   load_config_recipe(&rc, config);
   model_pair mp;
   model_pair_new(&mp, &rc, true, "tiny", attention, false);
   gpu_model *g = mp.g;
   gtq_ctx *gq = gpu_model_gemm(g);
-  const size_t P = mp.m.num_params;
+  const size_t P = mp.m.num_params, ns = delayed_states_size(mp.gsites, mp.n_sites);
   const adamw_hparams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
-  enum { STEPS = 2 };
-  float *zero = calloc(P, sizeof(float)), *end[2][4], loss[2][STEPS];
+  const int STEPS = stats_mid ? 3 : 2, sharing_steps = STEPS - (stats_mid ? 1 : 0);
+  float *zero = calloc(P, sizeof(float)), *end[2][4], loss[2][3] = {{0}};
+  if (unequal_k0) {
+    exmy_delayed_state *d = mp.gsites[SITE_K].op[USE_FWD_X].delayed;
+    ck_assert_msg(d != NULL, "%s: K's X is not delayed-scaled", config);
+    d->scale *= 2.0f, d->scale_inv *= 0.5f;
+  }
+  float *states0 = malloc(sizeof(float) * (ns + 1));
+  delayed_states_copy(mp.gsites, mp.n_sites, states0, NULL); /* as gpu_model_new uploaded them */
+  float *end_states[2];
   unsigned long long hits[2], borrowed[2];
   for (int k = 0; k < 2; k++) {
     for (int i = 0; i < 4; i++) end[k][i] = malloc(sizeof(float) * P);
     gtq_set_share_off(gq, k == 1);
+    delayed_states_copy(mp.gsites, mp.n_sites, NULL, states0); /* both runs from the same scales */
     gpu_model_upload(g, mp.m.params_mem, zero, zero);
     const unsigned long long before = gtq_mx_shared_hits(gq), before_slots = gtq_slots_borrowed(gq);
     for (int step = 1; step <= STEPS; step++) {
-      gpu_model_begin_step(g, (uint64_t)step << 36, false);
+      const bool stats = stats_mid && step == 2;
+      gpu_model_begin_step(g, (uint64_t)step << 36, stats);
       gpu_model_zero_grad(g);
       loss[k][step - 1] = gpu_model_forward(g, mp.tok, mp.tgt);
       gpu_model_backward(g, 1.0f);
+      if (stats) gpu_model_fetch_stats(g);
       gpu_model_update(g, &hp, step, 1.0);
     }
     hits[k] = gtq_mx_shared_hits(gq) - before;
     borrowed[k] = gtq_slots_borrowed(gq) - before_slots;
     gpu_model_download(g, end[k][0], end[k][1], end[k][2]);
     CU(cudaMemcpy(end[k][3], gpu_model_grads(g), sizeof(float) * P, cudaMemcpyDeviceToHost));
+    end_states[k] = malloc(sizeof(float) * (ns + 1));
+    delayed_states_copy(mp.gsites, mp.n_sites, end_states[k], NULL);
   }
+  const size_t states_differ = count_bit_diffs(end_states[0], end_states[1], ns);
   size_t differ = 0;
   for (int i = 0; i < 4; i++) differ += count_bit_diffs(end[0][i], end[1][i], P);
-  const unsigned long long per = STEPS * (unsigned long long)mp.mc.n_layers;
+  const unsigned long long per = sharing_steps * (unsigned long long)mp.mc.n_layers;
+  const unsigned long long want_slots = slots * per - (unequal_k0 ? sharing_steps : 0);
   printf("sharing in the model, %s (%s): %llu MX images taken (want %llu), %llu slots borrowed "
          "(want %llu), then %llu and %llu unshared; losses %.7f %.7f / %.7f %.7f; %zu of 4 x %zu "
-         "values differ\n", config, attention == GPU_ATTENTION_FLASH ? "flash" : "materialised",
-         hits[0], images * per, borrowed[0], slots * per, hits[1], borrowed[1], loss[0][0],
-         loss[0][1], loss[1][0], loss[1][1], differ, P);
-  ck_assert_msg(hits[0] == images * per && borrowed[0] == slots * per && hits[1] == 0 &&
+         "values and %zu delayed-state values differ%s%s\n", config,
+         attention == GPU_ATTENTION_FLASH ? "flash" : "materialised", hits[0], images * per,
+         borrowed[0], want_slots, hits[1], borrowed[1], loss[0][0], loss[0][1], loss[1][0],
+         loss[1][1], differ, P, states_differ, stats_mid ? "; step 2 collected statistics" : "",
+         unequal_k0 ? "; layer 0's K from an unequal state" : "");
+  ck_assert_msg(hits[0] == images * per && borrowed[0] == want_slots && hits[1] == 0 &&
                     borrowed[1] == 0,
                 "%s: %llu images, %llu slots shared, then %llu and %llu", config, hits[0],
                 borrowed[0], hits[1], borrowed[1]);
   ck_assert_msg(!memcmp(loss[0], loss[1], sizeof loss[0]), "%s: losses differ", config);
   ck_assert_msg(differ == 0, "%s: %zu values differ", config, differ);
+  ck_assert_msg(states_differ == 0, "%s: %zu delayed-state values differ", config, states_differ);
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < 4; i++) free(end[k][i]);
   free(zero);
+  free(states0), free(end_states[0]), free(end_states[1]);
   model_pair_free(&mp);
+}
+static void model_share_same_bits(const char *config, gpu_attention_kind attention,
+                                  unsigned long long images, unsigned long long slots) {
+  model_share_same_bits_as(config, attention, images, slots, false, false);
 }
 
 START_TEST(mx_shared_images_bit_identical) {
@@ -1048,13 +1094,28 @@ END_TEST
 
 /* The element-wise X slots: K's and V's borrow Q's copy of ln1, W3's W1's
  * of ln2 (3 a layer a step) where the copies are the same bits (bf16; E8M3
- * by rz), and none where they are not (sr: each its own stream indices;
- * fp8-te: each site's own delayed scale). */
+ * by rz), and none where they are not (sr: each its own stream indices). */
 START_TEST(slots_shared_bit_identical) {
   model_share_same_bits("bf16", GPU_ATTENTION_FLASH, 0, 3);
   model_share_same_bits("e8m3", GPU_ATTENTION_MATERIALIZED, 0, 3);
   model_share_same_bits("e8m3-sr", GPU_ATTENTION_FLASH, 0, 0);
-  model_share_same_bits("fp8-te", GPU_ATTENTION_FLASH, 0, 0);
+}
+END_TEST
+
+/* Scaled copies: under per-tensor current scaling the same bits and the same
+ * scale (a function of the tensor's amax, format, margin and pow2); under
+ * delayed scaling the same from equal states, the borrower's state then the
+ * lender's (as its own pass would have left it): 3 a layer a step, bit for
+ * bit with the states; through a statistics step; and not from a state
+ * unlike the lender's. */
+START_TEST(slots_shared_scaled_bit_identical) {
+  model_share_same_bits("fp8-current", GPU_ATTENTION_FLASH, 0, 3);
+  model_share_same_bits("msamp-o1", GPU_ATTENTION_MATERIALIZED, 0, 3);
+  model_share_same_bits("fp8-te", GPU_ATTENTION_FLASH, 0, 3);
+  model_share_same_bits("fp8-coat", GPU_ATTENTION_MATERIALIZED, 0, 3);
+  model_share_same_bits_as("fp8-te", GPU_ATTENTION_FLASH, 0, 3, true, false);
+  model_share_same_bits_as("fp8-current", GPU_ATTENTION_FLASH, 0, 3, true, false);
+  model_share_same_bits_as("fp8-te", GPU_ATTENTION_MATERIALIZED, 0, 3, false, true);
 }
 END_TEST
 
@@ -1598,7 +1659,8 @@ int main(void) {
                                 model_nvfp4_takes_bf16_images, msamp_grads_match_cpu,
                                 accumulate_gemms_bit_identical, model_accumulate_matches_cpu,
                                 fishman_recipes_match_cpu, coat_update_fused_bit_identical,
-                                slots_shared_bit_identical, model_act_bf16_matches_cpu, NULL};
+                                slots_shared_bit_identical, model_act_bf16_matches_cpu,
+                                slots_shared_scaled_bit_identical, NULL};
   Suite *s = suite_of_loop("trainer_gpu", 600, operands_match_cpu, N_RECIPES, tests);
   TCase *tc = tcase_create("along_k");
   tcase_set_timeout(tc, 600);

@@ -32,6 +32,12 @@ extern "C" {
  * functions call it themselves; call it first for a clear message. */
 int exmy_cuda_cublas_load(char *err, size_t errlen);
 
+/* How many times a stream's reduction scratch (the amax and statistics
+ * passes' device buffer, kept per stream and grown on demand) has moved: a
+ * CUDA graph that captured such a pass must be captured again once it has
+ * changed. */
+unsigned long long exmy_cuda_scratch_epoch(void);
+
 /* y[i] = the nearest value of x[i] in format f (per o), as float32; y may
  * alias x.  Device pointers. */
 cudaError_t exmy_cuda_quantize_f32(const exmy_format *f,
@@ -207,6 +213,12 @@ cudaError_t exmy_cuda_delayed_end(const exmy_format *f, int margin, bool pow2,
 cudaError_t exmy_cuda_scale_from_amax(const exmy_format *f, int margin, bool pow2,
                                       const unsigned int *amax_bits, float *scale_inv,
                                       cudaStream_t stream);
+/* The amax pass of exmy_cuda_quantize_tensor_bf16 on its own: x's finite max
+ * |x| folded into *amax_bits (device; the caller zeroes it), as float bits.
+ * Then exmy_cuda_scale_from_amax and exmy_cuda_quantize_scaled_bf16 are that
+ * call, with no stream scratch (which a CUDA graph's capture cannot grow). */
+cudaError_t exmy_cuda_amax_fold(const float *x, size_t n, unsigned int *amax_bits,
+                                cudaStream_t stream);
 
 /* Per-group scaling (EXMY_SCALING_GROUP) of a row-major rows x cols tensor:
  * each group of `group` consecutive elements of a row (0 = the whole row; the

@@ -310,6 +310,13 @@ extern "C" cudaError_t exmy_cuda_scale_from_amax(const exmy_format *f, int margi
   return cudaGetLastError();
 }
 
+extern "C" cudaError_t exmy_cuda_amax_fold(const float *x, size_t n, unsigned int *amax_bits,
+                                           cudaStream_t stream) {
+  if (!amax_bits) return cudaErrorInvalidValue;
+  if (n) launch_amax(x, n, amax_bits, stream);
+  return cudaGetLastError();
+}
+
 /* Per-tensor current scaling's first pass: the stream's scratch holds {amax
  * bits, s, 1/s} with s = exmy_scale_from_amax of x's amax; *si -> {s, 1/s}. */
 static cudaError_t current_scale(const exmy_format *f, int margin, bool pow2, const float *x,

@@ -19,6 +19,7 @@ struct StreamScratch {
 
 std::mutex scratch_mutex;
 std::vector<StreamScratch> scratches; /* a few streams: searched in order */
+unsigned long long scratch_moves = 0;  /* exmy_cuda_scratch_epoch */
 
 }  // namespace
 
@@ -53,9 +54,19 @@ cudaError_t stream_scratch(cudaStream_t stream, size_t bytes, void **out) {
     }
     s->ptr = p;
     s->cap = cap;
+    scratch_moves++;
   }
   *out = s->ptr;
   return cudaSuccess;
 }
+
+}  // namespace exmy_cuda
+
+extern "C" unsigned long long exmy_cuda_scratch_epoch(void) {
+  std::lock_guard<std::mutex> lock(exmy_cuda::scratch_mutex);
+  return exmy_cuda::scratch_moves;
+}
+
+namespace exmy_cuda {
 
 }  // namespace exmy_cuda

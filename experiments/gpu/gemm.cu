@@ -445,6 +445,12 @@ extern "C" void gtq_free(gtq_ctx *g) {
 extern "C" void gtq_begin_step(gtq_ctx *g, uint64_t sr_counter, bool collect_stats) {
   g->sr_counter = sr_counter;
   g->collect = collect_stats && g->n_sites > 0;
+  /* MX GEMMs' tags count from 1 each step, on a cleared flag: a replayed
+   * step's tags are the captured ones, and a tag never meets a flag set in
+   * an earlier step */
+  if (g->mx_img.flag)
+    gtq_check(cudaMemsetAsync(g->mx_img.flag, 0, sizeof(unsigned), g->stream), "MX flag");
+  g->mx_img.tag = 0;
   for (int i = 0; i < g->n_sites; i++)
     memset(g->sites[i].filled_stats, 0, sizeof g->sites[i].filled_stats);
 }
@@ -699,10 +705,16 @@ extern "C" gtq_operand gtq_operand_for_gemm_amax(gtq_ctx *g, int site, int use, 
                   "tensor scaling (scale of the producer's amax)");
         gtq_check(exmy_cuda_quantize_scaled_bf16(&q.format, &o, sl.scale, src, sl.data, n, st),
                   "quantize (bf16, tensor scaling)");
-      } else if (sc.kind == EXMY_SCALING_TENSOR)
-        gtq_check(exmy_cuda_quantize_tensor_bf16(&q.format, &o, sc.margin, sc.pow2, src, sl.data,
-                                                 n, sl.scale, st),
+      } else if (sc.kind == EXMY_SCALING_TENSOR) {
+        /* exmy_cuda_quantize_tensor_bf16 with the amax in the slot's own word:
+         * nothing from the stream's scratch in a step a CUDA graph replays */
+        gtq_check(cudaMemsetAsync(sl.amax, 0, sizeof(unsigned int), st), "memset (amax)");
+        gtq_check(exmy_cuda_amax_fold(src, n, sl.amax, st), "amax");
+        gtq_check(exmy_cuda_scale_from_amax(&q.format, sc.margin, sc.pow2, sl.amax, sl.scale, st),
+                  "tensor scaling (scale)");
+        gtq_check(exmy_cuda_quantize_scaled_bf16(&q.format, &o, sl.scale, src, sl.data, n, st),
                   "quantize (bf16, tensor scaling)");
+      }
       else
         gtq_check(exmy_cuda_quantize_delayed_bf16(&q.format, &o, sc.margin, sc.pow2,
                                                   sc.history_most_recent, s.delayed[use], src,
@@ -883,17 +895,47 @@ static void mx_stats(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_operand_q
   s.filled_stats[o.use] = true;
 }
 
+/* Whether an operand can be one of the BF16 path's MX images: MX scaling
+ * (not group or NVFP4) in a format whose values are bf16 values, a byte a
+ * code, blocks of 32 (the image kernel's tile). */
+static bool mx_image_operand(const exmy_format &f, const exmy_scaling &sc) {
+  return sc.kind == EXMY_SCALING_MX && exmy_cuda_bf16_exact(&f) && exmy_code_bytes(&f) == 1 &&
+         (sc.group == 0 || sc.group == 32);
+}
+
 /* Whether a GEMM of operands quantized along K can take the BF16 path: both
- * operands MX (not group or NVFP4 scaling) in a format whose values are bf16
- * values, blocks of 32 (the image kernel's tile). */
+ * operands MX images. */
 static bool mx_bf16_candidate(const gtq_ctx *g, const gtq_operand &a,
                               const exmy_cuda_operand_quant &qa, const gtq_operand &b,
                               const exmy_cuda_operand_quant &qb, int m, int n, int k) {
   if (g->mx_img.reference || !a.mx || !b.mx || m <= 0 || n <= 0 || k <= 0) return false;
-  for (const exmy_cuda_operand_quant *q : {&qa, &qb})
-    if (q->scaling.kind != EXMY_SCALING_MX || !exmy_cuda_bf16_exact(&q->format) ||
-        exmy_code_bytes(&q->format) != 1 || (q->scaling.group != 0 && q->scaling.group != 32))
-      return false;
+  return mx_image_operand(qa.format, qa.scaling) && mx_image_operand(qb.format, qb.scaling);
+}
+
+extern "C" bool gtq_replayable(const gtq_ctx *g) {
+  if (g->mx_img.reference) return false;
+  for (int i = 0; i < g->n_sites; i++) {
+    const tq_site &s = g->host[i];
+    /* exmy_cuda_qgemm_accum gathers into workspaces it may grow */
+    if (s.accum.group != EXMY_ACCUM_FP32) return false;
+    bool mx = false, all_mx = true;
+    for (int u = 0; u < USES_PER_SITE; u++) {
+      const exmy_operand_quant &q = s.op[u];
+      /* current scaling off the BF16 path: an amax pass in the stream's scratch */
+      if (q.enabled && q.scaling.kind == EXMY_SCALING_TENSOR && !g->sites[i].bf16) return false;
+      if (!q.enabled || q.scaling.kind == EXMY_SCALING_NONE ||
+          q.scaling.kind == EXMY_SCALING_TENSOR) {
+        all_mx = false;
+      } else if (mx_image_operand(q.format, q.scaling)) {
+        mx = true;
+      } else {
+        return false; /* delayed: the history's position on the host; group, NVFP4 */
+      }
+      if (q.enabled && q.round.mode == EXMY_SR) return false; /* each step's offsets */
+    }
+    /* a GEMM with one MX operand takes exmy_cuda_qgemm */
+    if (mx && !all_mx) return false;
+  }
   return true;
 }
 
@@ -938,8 +980,10 @@ static const void *mx_image(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_op
     }
     if (!e || c.used < e->used) e = &c;
   }
-  if (!e->inexact)
+  if (!e->inexact) {
+    realloc_epoch++;
     gtq_check(cudaMalloc((void **)&e->inexact, sizeof(unsigned)), "cudaMalloc (MX kept)");
+  }
   reserve(&e->img, &e->cap, rows * k * 2);
   /* its own word (tag 1), so that the other operand's image does not mark it */
   gtq_check(cudaMemsetAsync(e->inexact, 0, sizeof(unsigned), st), "MX image (kept)");
@@ -987,6 +1031,7 @@ static void mx_gemm_bf16(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, floa
   MxImages &x = g->mx_img;
   cudaStream_t st = g->stream;
   if (!x.flag) {
+    realloc_epoch++;
     gtq_check(cudaMalloc((void **)&x.flag, sizeof(unsigned)), "cudaMalloc (MX flag)");
     gtq_check(cudaMalloc((void **)&x.fallbacks, sizeof(unsigned long long)), "cudaMalloc");
     gtq_check(cudaMemsetAsync(x.flag, 0, sizeof(unsigned), st), "MX flag");

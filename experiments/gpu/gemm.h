@@ -72,6 +72,13 @@ void gtq_free(gtq_ctx *g);
 
 /* Per step, as tq_collect_stats / tq_sr_counter on the CPU. */
 void gtq_begin_step(gtq_ctx *g, uint64_t sr_counter, bool collect_stats);
+/* Whether a step's launches are the same every step (no per-step host
+ * state in them), so that CUDA graphs may replay them: no sr (each step's
+ * stream offsets), no delayed scaling (the history's position on the host),
+ * no accumulation models, and block scalings only as MX images on the BF16
+ * path (each step's MX tags count from 1, gtq_begin_step); unscaled and
+ * per-tensor current scaling otherwise. */
+bool gtq_replayable(const gtq_ctx *g);
 uint64_t gtq_sr_counter(const gtq_ctx *g);
 /* Takes the next n indices of the sr stream, as quantizing an operand of n
  * elements would, for values rounded elsewhere (the fused attention's P and

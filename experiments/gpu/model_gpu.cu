@@ -56,7 +56,10 @@ struct step_graph {
   cudaGraphExec_t exec = nullptr;
   bool warm = false;    /* one eager run of this part since the last discard */
   uint64_t epoch = 0;   /* alloc_epoch() at capture */
-  float arg = 0;        /* the backward's loss_scale */
+  /* at the eager run, then at capture: the part's argument (the backward's
+   * loss_scale, the forward's sharpness) and gpu_model.weight_amax_valid */
+  float arg = 0;
+  bool weights_folded = false;
 };
 
 }  // namespace
@@ -146,22 +149,9 @@ struct gpu_model {
  * scaling the history position the host advances, current scaling allocates
  * per call, MX GEMMs tag each call for their device-side exactness flag:
  * those recipes run eagerly. */
-static bool recipe_replayable(const tq_site *sites, int n_sites) {
-  for (int i = 0; sites && i < n_sites; i++) {
-    /* exmy_cuda_qgemm_accum gathers into workspaces it may grow */
-    if (sites[i].accum.group != EXMY_ACCUM_FP32) return false;
-    for (int u = 0; u < USES_PER_SITE; u++) {
-      const exmy_operand_quant &q = sites[i].op[u];
-      if (q.enabled && (q.scaling.kind != EXMY_SCALING_NONE || q.round.mode == EXMY_SR))
-        return false;
-    }
-  }
-  return true;
-}
-
 /* Every reallocation a captured launch could have read from. */
 static uint64_t alloc_epoch(const gpu_model *g) {
-  return gtq_alloc_epoch(g->gq) + gpu_layers_scratch_epoch();
+  return gtq_alloc_epoch(g->gq) + gpu_layers_scratch_epoch() + exmy_cuda_scratch_epoch();
 }
 
 static void graph_drop(step_graph &sg) {
@@ -180,10 +170,17 @@ static void run_step_part(gpu_model *g, step_graph &sg, float arg, F body) {
     body();
     return;
   }
-  if (sg.exec && (sg.epoch != alloc_epoch(g) || sg.arg != arg)) graph_drop(sg);
-  if (!sg.exec && !sg.warm) {
+  /* current scaling: the weights' fills take AdamW's folded amaxes, or run
+   * their own passes after an upload; a graph is captured only after an
+   * eager run of the same launches */
+  const bool folded = g->weight_amax_valid;
+  if (sg.exec && (sg.epoch != alloc_epoch(g) || sg.arg != arg || sg.weights_folded != folded))
+    graph_drop(sg);
+  if (!sg.exec && !(sg.warm && sg.arg == arg && sg.weights_folded == folded)) {
     body();
     sg.warm = true;
+    sg.arg = arg;
+    sg.weights_folded = folded;
     return;
   }
   if (!sg.exec) {
@@ -202,6 +199,7 @@ static void run_step_part(gpu_model *g, step_graph &sg, float arg, F body) {
     cudaGraphDestroy(graph);
     sg.epoch = epoch;
     sg.arg = arg;
+    sg.weights_folded = g->weight_amax_valid;
   }
   gtq_check(cudaGraphLaunch(sg.exec, g->s), "graph launch");
 }
@@ -793,7 +791,7 @@ extern "C" void gpu_model_along_k_paths(const gpu_model *g, unsigned long long *
 extern "C" void gpu_model_set_cuda_graph(gpu_model *g, bool on) {
   graph_drop(g->fwd);
   graph_drop(g->bwd);
-  g->graphs = on && recipe_replayable(g->sites, g->n_sites);
+  g->graphs = on && gtq_replayable(g->gq);
 }
 extern "C" bool gpu_model_cuda_graph(const gpu_model *g) { return g->graphs; }
 

@@ -66,7 +66,3 @@ extern "C" unsigned long long exmy_cuda_scratch_epoch(void) {
   std::lock_guard<std::mutex> lock(exmy_cuda::scratch_mutex);
   return exmy_cuda::scratch_moves;
 }
-
-namespace exmy_cuda {
-
-}  // namespace exmy_cuda

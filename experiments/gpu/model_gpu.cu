@@ -143,13 +143,8 @@ struct gpu_model {
   step_graph fwd, bwd;
 };
 
-/* Whether a step's launches can be replayed from a graph: every kernel
- * argument the host computes must be the same at every step.  Stochastic
- * rounding passes each operand's stream offset (new every step), delayed
- * scaling the history position the host advances, current scaling allocates
- * per call, MX GEMMs tag each call for their device-side exactness flag:
- * those recipes run eagerly. */
-/* Every reallocation a captured launch could have read from. */
+/* Every reallocation a captured launch could have read from (which recipes
+ * may be replayed at all: gtq_replayable). */
 static uint64_t alloc_epoch(const gpu_model *g) {
   return gtq_alloc_epoch(g->gq) + gpu_layers_scratch_epoch() + exmy_cuda_scratch_epoch();
 }
@@ -199,7 +194,7 @@ static void run_step_part(gpu_model *g, step_graph &sg, float arg, F body) {
     cudaGraphDestroy(graph);
     sg.epoch = epoch;
     sg.arg = arg;
-    sg.weights_folded = g->weight_amax_valid;
+    sg.weights_folded = folded;
   }
   gtq_check(cudaGraphLaunch(sg.exec, g->s), "graph launch");
 }

@@ -104,8 +104,8 @@ for size in $sizes; do
             "bf16 materialized" "fp8-te materialized" "e8m3 materialized" \
             "e8m3 materialized rounding=rz" "e8m3-sr materialized" "mxfp8 flash" "fp8-coat flash" \
             "msamp-o1 flash" "e8m4 flash rounding=rz" "e8m5 flash rounding=rz" "e8m6 flash rounding=rz" ;;
-    # micro-batches that fit 80 GB with float32 activations (about 45 and 60 GiB
-    # estimated from 120m's 35 GiB at 32 x 1024)
+    # micro-batches of 16 and 8 sequences (every recipe at most 30.6 and 37.2
+    # GiB measured: experiments/results/speed-h200/)
     350m) bench 350m 16 "bf16 flash" "fp8-te flash" "mxfp8 flash" ;;
     1b) bench 1b 8 "bf16 flash" "fp8-te flash" "mxfp8 flash" ;;
     *) echo "bench_gpu: unknown size $size"; exit 2 ;;

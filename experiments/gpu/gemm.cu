@@ -445,6 +445,12 @@ extern "C" void gtq_free(gtq_ctx *g) {
 extern "C" void gtq_begin_step(gtq_ctx *g, uint64_t sr_counter, bool collect_stats) {
   g->sr_counter = sr_counter;
   g->collect = collect_stats && g->n_sites > 0;
+  /* MX GEMMs' tags count from 1 each step, on a cleared flag: a replayed
+   * step's tags are the captured ones, and a tag never meets a flag set in
+   * an earlier step */
+  if (g->mx_img.flag)
+    gtq_check(cudaMemsetAsync(g->mx_img.flag, 0, sizeof(unsigned), g->stream), "MX flag");
+  g->mx_img.tag = 0;
   for (int i = 0; i < g->n_sites; i++)
     memset(g->sites[i].filled_stats, 0, sizeof g->sites[i].filled_stats);
 }
@@ -1116,12 +1122,6 @@ static void nvfp4_gemm_bf16(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, f
 }
 
 extern "C" void gtq_set_mx_reference(gtq_ctx *g, bool on) { g->mx_img.reference = on; }
-
-extern "C" void gtq_mx_tags_restart(gtq_ctx *g) {
-  if (g->mx_img.flag)
-    gtq_check(cudaMemsetAsync(g->mx_img.flag, 0, sizeof(unsigned), g->stream), "MX flag");
-  g->mx_img.tag = 0;
-}
 
 extern "C" void gtq_along_k_paths(const gtq_ctx *g, gtq_along_k_path_counts *counts) {
   *counts = g->mx_img.paths;

@@ -76,14 +76,9 @@ void gtq_begin_step(gtq_ctx *g, uint64_t sr_counter, bool collect_stats);
  * state in them), so that CUDA graphs may replay them: no sr (each step's
  * stream offsets), no delayed scaling (the history's position on the host),
  * no accumulation models, and block scalings only as MX images on the BF16
- * path (their tags restarted by gtq_mx_tags_restart); unscaled and
+ * path (each step's MX tags count from 1, gtq_begin_step); unscaled and
  * per-tensor current scaling otherwise. */
 bool gtq_replayable(const gtq_ctx *g);
-/* The MX GEMMs' tags count from 1 again, on a cleared flag (enqueued on the
- * stream): called at the start of each forward, a forward and its backward
- * take the same tags every time, as a replayed graph does, and no tag meets
- * a flag an earlier forward or backward set. */
-void gtq_mx_tags_restart(gtq_ctx *g);
 uint64_t gtq_sr_counter(const gtq_ctx *g);
 /* Takes the next n indices of the sr stream, as quantizing an operand of n
  * elements would, for values rounded elsewhere (the fused attention's P and

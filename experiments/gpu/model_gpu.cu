@@ -894,7 +894,6 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
   const activation_tensors &a = g->acts;
   /* the graph's argument: a forward with the sharpness has one more launch */
   run_step_part(g, g->fwd, g->logit_sharpness ? 1.0f : 0.0f, [&] {
-  gtq_mx_tags_restart(g->gq);
   amax_words_clear(g);
   gpu_encoder_forward(a.res, g->tokens, p.wte, N, C, s);
   for (int l = 0; l < L; l++) {

@@ -56,6 +56,13 @@ __host__ __device__ constexpr uint32_t pow2_bits(int p) { /* p in [-126, 127] */
   return (uint32_t)(p + 127) << 23;
 }
 
+/* Round to nearest even on a normal magnitude's bits a, keeping 23 - drop
+ * mantissa bits: the sum whose bits above `drop` are the rounded magnitude
+ * (add half an ulp less one, plus the kept last bit: ties go to even). */
+__device__ __forceinline__ uint32_t rne_magnitude_sum(uint32_t a, int drop) {
+  return a + ((1u << (drop - 1)) - 1u) + ((a >> drop) & 1u);
+}
+
 /* The code of x under MODE (sr: sr_bits R, random word rnd), or false.
  * f must pass fast_path_ok(); when f is a compile-time constant every field
  * folds. */
@@ -69,8 +76,7 @@ __device__ __forceinline__ bool fast_encode_f(const exmy_format &f, int R, int s
   const float ax = __uint_as_float(a);
   uint32_t c;
   if constexpr (MODE == EXMY_RNE) {
-    const uint32_t r = a + ((1u << (drop - 1)) - 1u) + ((a >> drop) & 1u);
-    const uint32_t cn = (r >> drop) - base;
+    const uint32_t cn = (rne_magnitude_sum(a, drop) >> drop) - base;
     const uint32_t cbits = pow2_bits(f.emin - M + 23);
     const float t = __fadd_rn(ax, __uint_as_float(cbits));
     const uint32_t cs = __float_as_uint(t) - cbits;
@@ -140,7 +146,7 @@ __device__ __forceinline__ bool fast_quantize_rne_f(const exmy_format &f, int sa
   const uint32_t base = (uint32_t)(127 + f.emin - 1) << M;
   const uint32_t max_bits = (f.max_code + base) << drop;
   const uint32_t xb = __float_as_uint(x), a = xb & 0x7FFFFFFFu;
-  const uint32_t rn = (a + ((1u << (drop - 1)) - 1u) + ((a >> drop) & 1u)) & (~0u << drop);
+  const uint32_t rn = rne_magnitude_sum(a, drop) & (~0u << drop);
   const float c = __uint_as_float(pow2_bits(f.emin - M + 23));
   const uint32_t rs = __float_as_uint(__fsub_rn(__fadd_rn(__uint_as_float(a), c), c));
   uint32_t v = a < min_normal ? rs : rn;

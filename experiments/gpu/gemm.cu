@@ -35,8 +35,8 @@ struct Slot {
 struct Site {
   Slot slot[SLOTS_PER_SITE];
   exmy_cuda_delayed_state *delayed[USES_PER_SITE] = {};
-  /* Delayed scaling: two states with the same tag hold the same bits (see
-   * state_tag_after) */
+  /* Delayed scaling: two states with the same tag hold the same bits (how
+   * tags are given: gtq_states_upload, gtq_operand_for_gemm_amax's fill) */
   uint64_t state_tag[USES_PER_SITE] = {};
   exmy_tensor_stats *stats = nullptr; /* device, USES_PER_SITE */
   bool filled_stats[USES_PER_SITE] = {};
@@ -153,16 +153,18 @@ struct MxKept {
 };
 constexpr int kMxKept = 4;
 
-/* An element-wise slot filled inside a share region: whose, and from what,
- * for a later fill of the same tensor the same way to borrow; under delayed
- * scaling the use whose state it moved on, and that state's tags before and
- * after. */
+/* An element-wise slot filled inside a share region: whose, and from what;
+ * under delayed scaling the use whose state it moved on, and that state's
+ * tags before and after.  A later fill of the same tensor the same way
+ * borrows a lendable one's slot (slot_shareable); a later delayed pass
+ * from an equally tagged state takes any one's tag_after. */
 struct SlotFill {
   int site, slot, use;
   ReadKey key;
   uint64_t tag_before, tag_after;
+  bool lendable;
 };
-constexpr int kSlotFills = 4;
+constexpr int kSlotFills = 8;
 
 /* MX and NVFP4 operands on the BF16 path: the two bf16 images of the GEMM
  * in flight, the images kept for a share region's later GEMMs (and how many
@@ -314,16 +316,13 @@ struct gtq_ctx {
   void *mx_codes = nullptr, *mx_scales = nullptr; /* MX statistics */
   size_t mx_codes_cap = 0, mx_scales_cap = 0;
   MxImages mx_img; /* the BF16 path of MX operands (mx_gemm_bf16) */
-  /* share regions (gtq_share_begin): their depth, the test switch, and the
-   * element-wise slots filled in the current one */
+  /* share regions (gtq_share_begin): their depth, the test switch, the
+   * element-wise slots filled in the current one; the last delayed state
+   * tag given out */
   int share = 0;
   bool share_off = false;
-  SlotFill filled[kSlotFills];
-  int n_filled = 0;
-  /* the delayed states' fills in the current share region (state_tag_after),
-   * and the last tag given out */
-  SlotFill tag_fills[kSlotFills];
-  int n_tag_fills = 0;
+  SlotFill fills[kSlotFills];
+  int n_fills = 0;
   uint64_t last_tag = 0;
   unsigned long long slots_borrowed = 0;
   AccumFast accum; /* cuBLASLt's FP8 GEMM for the hopper models */
@@ -442,15 +441,21 @@ extern "C" void gtq_free(gtq_ctx *g) {
   delete g;
 }
 
-extern "C" void gtq_begin_step(gtq_ctx *g, uint64_t sr_counter, bool collect_stats) {
-  g->sr_counter = sr_counter;
-  g->collect = collect_stats && g->n_sites > 0;
-  /* MX GEMMs' tags count from 1 each step, on a cleared flag: a replayed
-   * step's tags are the captured ones, and a tag never meets a flag set in
-   * an earlier step */
+/* MX GEMMs' tags count from 1 at every forward, on a cleared flag (the
+ * memset is one of the forward's launches, so a replayed forward clears it
+ * too): a replay's tags are the captured ones, and no tag meets a flag left
+ * by another forward of the step (a second micro-batch, a second
+ * validation batch) or by its backward. */
+extern "C" void gtq_begin_forward(gtq_ctx *g) {
   if (g->mx_img.flag)
     gtq_check(cudaMemsetAsync(g->mx_img.flag, 0, sizeof(unsigned), g->stream), "MX flag");
   g->mx_img.tag = 0;
+}
+
+extern "C" void gtq_begin_step(gtq_ctx *g, uint64_t sr_counter, bool collect_stats) {
+  g->sr_counter = sr_counter;
+  g->collect = collect_stats && g->n_sites > 0;
+  gtq_begin_forward(g);
   for (int i = 0; i < g->n_sites; i++)
     memset(g->sites[i].filled_stats, 0, sizeof g->sites[i].filled_stats);
 }
@@ -587,31 +592,17 @@ static bool slot_shareable(const gtq_ctx *g, const Site &s, const exmy_operand_q
          q.round.mode != EXMY_SR;
 }
 
-/* The fill of this share region that made a slot from the same tensor the
- * same way (x, its layout, format, rounding and scaling; delayed: from a
- * state with the tag `tag`), or NULL. */
-static const SlotFill *slot_filled_alike(const gtq_ctx *g, const ReadKey &key, uint64_t tag) {
-  for (int i = 0; i < g->n_filled; i++)
-    if (same_read(g->filled[i].key, key) &&
-        (key.scaling != EXMY_SCALING_DELAYED || g->filled[i].tag_before == tag))
-      return &g->filled[i];
+/* The fill of this share region from the same tensor the same way (x, its
+ * layout, format, rounding and scaling; delayed: from a state with the tag
+ * `tag`), a lendable one where `lend`, or NULL. */
+static const SlotFill *fill_alike(const gtq_ctx *g, const ReadKey &key, uint64_t tag, bool lend) {
+  for (int i = 0; g->share && i < g->n_fills; i++) {
+    const SlotFill &f = g->fills[i];
+    if (same_read(f.key, key) && (key.scaling != EXMY_SCALING_DELAYED || f.tag_before == tag) &&
+        (f.lendable || !lend))
+      return &f;
+  }
   return nullptr;
-}
-
-/* The tag of a delayed state after a pass over `key` from a state tagged
- * `before`.  Inside a share region, the tag an earlier pass of the region
- * over the same tensor read the same way from an equally tagged state
- * (equal states fed the same tensor stay equal: the statistics steps' passes
- * keep the tags together); otherwise a new tag, equal to no other. */
-static uint64_t state_tag_after(gtq_ctx *g, const ReadKey &key, uint64_t before) {
-  if (g->share)
-    for (int i = 0; i < g->n_tag_fills; i++)
-      if (same_read(g->tag_fills[i].key, key) && g->tag_fills[i].tag_before == before)
-        return g->tag_fills[i].tag_after;
-  const uint64_t after = ++g->last_tag;
-  if (g->share && g->n_tag_fills < kSlotFills)
-    g->tag_fills[g->n_tag_fills++] = {-1, -1, -1, key, before, after};
-  return after;
 }
 
 extern "C" gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int slot, bool fill,
@@ -646,7 +637,7 @@ extern "C" gtq_operand gtq_operand_for_gemm_amax(gtq_ctx *g, int site, int use, 
   const bool delayed = q.scaling.kind == EXMY_SCALING_DELAYED;
   if (delayed) key.most_recent = q.scaling.history_most_recent, key.history_len = q.delayed->history_len;
   const uint64_t tag_before = delayed ? s.state_tag[use] : 0;
-  const SlotFill *alike_fill = shareable ? slot_filled_alike(g, key, tag_before) : nullptr;
+  const SlotFill *alike_fill = shareable ? fill_alike(g, key, tag_before, true) : nullptr;
   const Slot *alike = alike_fill ? &g->sites[alike_fill->site].slot[alike_fill->slot] : nullptr;
   if (alike) {
     /* the same bits as a pass of its own would write: borrow them, and give
@@ -729,12 +720,16 @@ extern "C" gtq_operand gtq_operand_for_gemm_amax(gtq_ctx *g, int site, int use, 
     } else {
       quantize_into(g, s, use, q, src, (float *)sl.data, n, sl.scale);
     }
+    /* a delayed state's tag after the pass: that of an earlier pass of the
+     * share region over the same tensor read the same way from an equally
+     * tagged state (equal states fed the same tensor stay equal: the
+     * statistics steps' passes keep the tags together), else a new one */
+    const SlotFill *same_pass = delayed ? fill_alike(g, key, tag_before, false) : nullptr;
     uint64_t tag_after = 0;
-    if (delayed) s.state_tag[use] = tag_after = state_tag_after(g, key, tag_before);
-    if (shareable) {
-      g->filled[g->n_filled < kSlotFills ? g->n_filled++ : kSlotFills - 1] = {
-          site, slot, use, key, tag_before, tag_after};
-    }
+    if (delayed) s.state_tag[use] = tag_after = same_pass ? same_pass->tag_after : ++g->last_tag;
+    if (g->share && (shareable || (delayed && !same_pass))) /* full: the last one yields */
+      g->fills[g->n_fills < kSlotFills ? g->n_fills++ : kSlotFills - 1] = {
+          site, slot, use, key, tag_before, tag_after, shareable};
   }
   r.ptr = sl.data;
   r.ld = cols;
@@ -755,6 +750,29 @@ extern "C" void gtq_share_dy_slots(gtq_ctx *g) {
   }
   g->share_dy = true;
   realloc_epoch++;
+}
+
+extern "C" bool gtq_use_plain_bf16(const gtq_ctx *g, int site, int use) {
+  if (site < 0 || site >= g->n_sites || !g->sites[site].bf16) return false;
+  const exmy_operand_quant &q = g->host[site].op[use];
+  return q.enabled && !tq_along_k(&q) && q.scaling.kind == EXMY_SCALING_NONE &&
+         !accumulates(g->host[site]);
+}
+
+extern "C" bool gtq_use_bf16_identity(const gtq_ctx *g, int site, int use) {
+  if (!gtq_use_plain_bf16(g, site, use)) return false;
+  const exmy_operand_quant &q = g->host[site].op[use];
+  const exmy_format &f = q.format;
+  /* bf16's own grid, every value kept: inf and NaN as they are, no value
+   * flushed, no sr stream taken */
+  return f.exp_bits == 8 && f.man_bits == 7 && f.bias == 127 &&
+         f.specials == EXMY_SPECIALS_IEEE && f.is_signed && q.round.mode != EXMY_SR &&
+         !q.round.saturate && !q.round.flush_subnormals;
+}
+
+extern "C" gtq_operand gtq_operand_bf16(int site, int use, const void *x, long ld) {
+  gtq_operand r = {x, ld, true, nullptr, nullptr, site, use, nullptr};
+  return r;
 }
 
 extern "C" bool gtq_use_reads_source(const gtq_ctx *g, int site, int use) {
@@ -1003,8 +1021,7 @@ extern "C" void gtq_share_begin(gtq_ctx *g) { g->share++; }
 extern "C" void gtq_share_end(gtq_ctx *g) {
   if (g->share > 0 && --g->share == 0) {
     for (MxKept &e : g->mx_img.kept) e.valid = false;
-    g->n_filled = 0;
-    g->n_tag_fills = 0;
+    g->n_fills = 0;
   }
 }
 
@@ -2096,6 +2113,25 @@ extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, floa
                           CUDA_R_32F, (int)ldc, ct, CUBLAS_GEMM_DEFAULT),
              "cublasGemmEx");
   if (dev) blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_HOST), "pointer mode");
+}
+
+extern "C" bool gtq_bf16_out_serves(const gtq_ctx *g, gtq_operand a, gtq_operand b) {
+  exmy_accum_model accum;
+  const float *sa = nullptr, *sb = nullptr;
+  return a.bf16 && b.bf16 && !a.mx && !b.mx && !a.scale && !b.scale && !a.qscale && !b.qscale &&
+         !accum_of(g, a, b, &accum, &sa, &sb);
+}
+
+extern "C" void gtq_gemm_bf16_out(gtq_ctx *g, bool ta, bool tb, int m, int n, int k,
+                                  gtq_operand a, gtq_operand b, void *c, long ldc) {
+  if (!gtq_bf16_out_serves(g, a, b))
+    gtq_check(cudaErrorInvalidValue, "gemm into bf16 (operands not plain bf16)");
+  const float one = 1.0f, zero = 0.0f;
+  blas_check(cublasGemmEx(g->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                          n, m, k, &one, b.ptr, CUDA_R_16BF, (int)b.ld, a.ptr, CUDA_R_16BF,
+                          (int)a.ld, &zero, c, CUDA_R_16BF, (int)ldc, CUBLAS_COMPUTE_32F,
+                          CUBLAS_GEMM_DEFAULT),
+             "cublasGemmEx (bf16 out)");
 }
 
 extern "C" void gtq_gemm_batched(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,

@@ -72,11 +72,13 @@ void gtq_free(gtq_ctx *g);
 
 /* Per step, as tq_collect_stats / tq_sr_counter on the CPU. */
 void gtq_begin_step(gtq_ctx *g, uint64_t sr_counter, bool collect_stats);
+/* At the start of every forward, inside its captured launches (MX tags). */
+void gtq_begin_forward(gtq_ctx *g);
 /* Whether a step's launches are the same every step (no per-step host
  * state in them), so that CUDA graphs may replay them: no sr (each step's
  * stream offsets), no delayed scaling (the history's position on the host),
  * no accumulation models, and block scalings only as MX images on the BF16
- * path (each step's MX tags count from 1, gtq_begin_step); unscaled and
+ * path (each forward's MX tags count from 1, gtq_begin_forward); unscaled and
  * per-tensor current scaling otherwise. */
 bool gtq_replayable(const gtq_ctx *g);
 uint64_t gtq_sr_counter(const gtq_ctx *g);
@@ -159,6 +161,25 @@ gtq_operand gtq_operand_for_gemm_amax(gtq_ctx *g, int site, int use, int slot, b
  * only gtq_slot_download of a dY slot no longer sees an earlier site's.
  * One way; call before the first GEMM. */
 void gtq_share_dy_slots(gtq_ctx *g);
+
+/* Tensors stored in bf16 (activations = bf16).  gtq_use_plain_bf16: use
+ * `use` of site `site` reads an unscaled bf16 operand through a plain
+ * cuBLAS GEMM (the BF16 path, no scaling, not along K, no accumulation
+ * model), as gtq_gemm_bf16_out needs of both its operands.
+ * gtq_use_bf16_identity: moreover its fill leaves a bf16 value as it is
+ * (format bf16, not sr, neither saturating nor flushing), so that outside
+ * statistics steps (which fill, for the statistics) a tensor stored in bf16
+ * is its own operand: gtq_operand_bf16 (x: rows of ld bf16 values).
+ * gtq_gemm_bf16_out: C (bf16, m x n, ldc) = op(A) op(B), accumulated in
+ * float32 and rounded to bf16 once, by cuBLAS (alpha 1, beta 0), for the
+ * operands gtq_bf16_out_serves (both unscaled bf16, not along K, no
+ * accumulation model); others: an error. */
+bool gtq_use_plain_bf16(const gtq_ctx *g, int site, int use);
+bool gtq_use_bf16_identity(const gtq_ctx *g, int site, int use);
+gtq_operand gtq_operand_bf16(int site, int use, const void *x, long ld);
+bool gtq_bf16_out_serves(const gtq_ctx *g, gtq_operand a, gtq_operand b);
+void gtq_gemm_bf16_out(gtq_ctx *g, bool trans_a, bool trans_b, int m, int n, int k,
+                       gtq_operand a, gtq_operand b, void *c, long ldc);
 
 /* Whether a !fill call for `use` of site `site` hands back the float32 tensor
  * x itself (site < 0, the use not quantized, or quantized along K at every

@@ -23,6 +23,8 @@
 #include "lib/scale_core.h"
 
 #include <cuda_bf16.h>
+#include <initializer_list>
+#include <stdint.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -323,6 +325,54 @@ __global__ void swiglu_forward_kernel(float *out, const float *h1, const float *
   fold_output_amax(m, amax);
 }
 
+/* bf16 storage of activations = bf16: the same element formulas (swiglu_*
+ * act_bf16, act_bf16_core.h) on bf16 tensors, 8 elements a thread through
+ * 16-byte loads and stores (n % 8 == 0 and 16-byte aligned pointers; the
+ * launcher checks).  Every output is a bf16 value, so its conversion to
+ * bf16 is exact: the bits are those of the float32-storage kernels. */
+struct bf16x8 {
+  __nv_bfloat16 v[8];
+};
+__device__ __forceinline__ bf16x8 load_bf16x8(const uint16_t *p, size_t i) {
+  uint4 w = reinterpret_cast<const uint4 *>(p)[i];
+  return *reinterpret_cast<bf16x8 *>(&w);
+}
+__device__ __forceinline__ void store_bf16x8(uint16_t *p, size_t i, const bf16x8 &x) {
+  reinterpret_cast<uint4 *>(p)[i] = *reinterpret_cast<const uint4 *>(&x);
+}
+
+__global__ void swiglu_forward_bf16_storage_kernel(uint16_t *out, const uint16_t *h1,
+                                                   const uint16_t *h3, size_t n8) {
+  for (size_t i = global_index(); i < n8; i += global_stride()) {
+    const bf16x8 a = load_bf16x8(h1, i), b = load_bf16x8(h3, i);
+    bf16x8 o;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+      o.v[j] = __float2bfloat16_rn(swiglu_forward_act_bf16_element(__bfloat162float(a.v[j]),
+                                                                   __bfloat162float(b.v[j])));
+    store_bf16x8(out, i, o);
+  }
+}
+
+__global__ void swiglu_backward_bf16_storage_kernel(uint16_t *dh1, uint16_t *dh3,
+                                                    const uint16_t *dout, const uint16_t *h1,
+                                                    const uint16_t *h3, size_t n8) {
+  for (size_t i = global_index(); i < n8; i += global_stride()) {
+    const bf16x8 d = load_bf16x8(dout, i), a = load_bf16x8(h1, i), b = load_bf16x8(h3, i);
+    bf16x8 o1, o3;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      float g1, g3;
+      swiglu_backward_act_bf16_element(__bfloat162float(d.v[j]), __bfloat162float(a.v[j]),
+                                       __bfloat162float(b.v[j]), &g1, &g3);
+      o1.v[j] = __float2bfloat16_rn(g1);
+      o3.v[j] = __float2bfloat16_rn(g3);
+    }
+    store_bf16x8(dh1, i, o1);
+    store_bf16x8(dh3, i, o3);
+  }
+}
+
 /* The gradients of one element: model.c's swiglu_backward. */
 __device__ __forceinline__ void swiglu_grads(float d, float a, float b, float *g1, float *g3) {
   const float sig = sigmoid_as_cpu(a);
@@ -432,6 +482,35 @@ struct SwigluBf16Op {
 
 __global__ void add_inplace_kernel(float *y, const float *x, size_t n) {
   for (size_t i = global_index(); i < n; i += global_stride()) y[i] = __fadd_rn(y[i], x[i]);
+}
+
+/* y = a + x for x in bf16 (a NULL: y = x), 8 elements a thread where every
+ * pointer is 16-byte aligned and n % 8 == 0 (VEC), else one. */
+template <bool VEC>
+__global__ void add_bf16_kernel(float *y, const float *a, const uint16_t *x, size_t n) {
+  if constexpr (VEC) {
+    for (size_t i = global_index(); i < n / 8; i += global_stride()) {
+      const bf16x8 b = load_bf16x8(x, i);
+      float4 lo = {0, 0, 0, 0}, hi = {0, 0, 0, 0};
+      if (a) lo = reinterpret_cast<const float4 *>(a)[2 * i],
+             hi = reinterpret_cast<const float4 *>(a)[2 * i + 1];
+      lo.x = __fadd_rn(lo.x, __bfloat162float(b.v[0]));
+      lo.y = __fadd_rn(lo.y, __bfloat162float(b.v[1]));
+      lo.z = __fadd_rn(lo.z, __bfloat162float(b.v[2]));
+      lo.w = __fadd_rn(lo.w, __bfloat162float(b.v[3]));
+      hi.x = __fadd_rn(hi.x, __bfloat162float(b.v[4]));
+      hi.y = __fadd_rn(hi.y, __bfloat162float(b.v[5]));
+      hi.z = __fadd_rn(hi.z, __bfloat162float(b.v[6]));
+      hi.w = __fadd_rn(hi.w, __bfloat162float(b.v[7]));
+      reinterpret_cast<float4 *>(y)[2 * i] = lo;
+      reinterpret_cast<float4 *>(y)[2 * i + 1] = hi;
+    }
+  } else {
+    for (size_t i = global_index(); i < n; i += global_stride()) {
+      const float v = __bfloat162float(reinterpret_cast<const __nv_bfloat16 *>(x)[i]);
+      y[i] = a ? __fadd_rn(a[i], v) : v;
+    }
+  }
 }
 
 /* activations = bf16: the scores (or their gradient) as model.c's
@@ -864,6 +943,31 @@ void gpu_swiglu_backward_act_bf16(float *dh1, float *dh3, const float *dout, con
                                                                         n);
 }
 
+static bool bf16_storage_ok(size_t n, std::initializer_list<const void *> ptrs) {
+  for (const void *p : ptrs)
+    if ((uintptr_t)p % 16) return false;
+  return n % 8 == 0;
+}
+
+cudaError_t gpu_swiglu_forward_bf16_storage(uint16_t *out, const uint16_t *h1,
+                                            const uint16_t *h3, size_t n, cudaStream_t s) {
+  if (!bf16_storage_ok(n, {out, h1, h3})) return cudaErrorInvalidValue;
+  if (!n) return cudaSuccess;
+  swiglu_forward_bf16_storage_kernel<<<elementwise_grid(n / 8), kThreads, 0, s>>>(out, h1, h3,
+                                                                                  n / 8);
+  return cudaGetLastError();
+}
+
+cudaError_t gpu_swiglu_backward_bf16_storage(uint16_t *dh1, uint16_t *dh3, const uint16_t *dout,
+                                             const uint16_t *h1, const uint16_t *h3, size_t n,
+                                             cudaStream_t s) {
+  if (!bf16_storage_ok(n, {dh1, dh3, dout, h1, h3})) return cudaErrorInvalidValue;
+  if (!n) return cudaSuccess;
+  swiglu_backward_bf16_storage_kernel<<<elementwise_grid(n / 8), kThreads, 0, s>>>(
+      dh1, dh3, dout, h1, h3, n / 8);
+  return cudaGetLastError();
+}
+
 /* The table rows of the bf16 operand path (every one bf16-exact). */
 bool gpu_swiglu_backward_bf16_serves(const exmy_format *f) {
   const int id = spec_id(f);
@@ -905,6 +1009,14 @@ cudaError_t gpu_swiglu_backward_amax(const float *dout, const float *h1, const f
 void gpu_add_inplace(float *y, const float *x, size_t n, cudaStream_t s) {
   if (!n) return;
   add_inplace_kernel<<<elementwise_grid(n), kThreads, 0, s>>>(y, x, n);
+}
+
+void gpu_add_bf16(float *y, const float *a, const uint16_t *x, size_t n, cudaStream_t s) {
+  if (!n) return;
+  if (((uintptr_t)y | (uintptr_t)a | (uintptr_t)x) % 16 == 0 && n % 8 == 0)
+    add_bf16_kernel<true><<<elementwise_grid(n / 8), kThreads, 0, s>>>(y, a, x, n);
+  else
+    add_bf16_kernel<false><<<elementwise_grid(n), kThreads, 0, s>>>(y, a, x, n);
 }
 
 void gpu_scores_act_bf16(float *x, size_t n, int hs, cudaStream_t s) {

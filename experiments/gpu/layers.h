@@ -79,6 +79,14 @@ void gpu_swiglu_forward_act_bf16(float *out, const float *h1, const float *h3, s
                                  unsigned int *amax, cudaStream_t s);
 void gpu_swiglu_backward_act_bf16(float *dh1, float *dh3, const float *dout, const float *h1,
                                   const float *h3, size_t n, cudaStream_t s);
+/* The same SwiGLU on tensors stored in bf16 (bit patterns; n % 8 == 0 and
+ * every pointer 16-byte aligned, else cudaErrorInvalidValue and nothing
+ * launched): the float32-storage kernels' bits, half the bytes. */
+cudaError_t gpu_swiglu_forward_bf16_storage(uint16_t *out, const uint16_t *h1,
+                                            const uint16_t *h3, size_t n, cudaStream_t s);
+cudaError_t gpu_swiglu_backward_bf16_storage(uint16_t *dh1, uint16_t *dh3, const uint16_t *dout,
+                                             const uint16_t *h1, const uint16_t *h3, size_t n,
+                                             cudaStream_t s);
 /* The attention scores of n entries of x, or their gradient, as model.c's
  * scale_scores_bf16: x <- bf16(bf16(x) / sqrt(hs)). */
 void gpu_scores_act_bf16(float *x, size_t n, int hs, cudaStream_t s);
@@ -118,6 +126,9 @@ cudaError_t gpu_swiglu_backward_amax(const float *dout, const float *h1, const f
 
 /* y += x */
 void gpu_add_inplace(float *y, const float *x, size_t n, cudaStream_t s);
+/* y = a + x with x in bf16 (bit patterns), or y = x where a is NULL (y may
+ * be a): the float32 sum gpu_add_inplace makes of x's values. */
+void gpu_add_bf16(float *y, const float *a, const uint16_t *x, size_t n, cudaStream_t s);
 
 /* Attention's causal softmax over rows of length T, in place: row r has its
  * query at t = r % T, entries j <= t become softmax, j > t become 0.

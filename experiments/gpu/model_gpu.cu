@@ -103,6 +103,16 @@ struct gpu_model {
    * backward's products rounded in act_scratch before they are added */
   bool act_bf16;
   float *act_scratch;
+  size_t act_scratch_n; /* floats */
+  /* and SwiGLU's tensors stored in bf16 (mlp_bf16): h1, h3 and hg for every
+   * layer, dh1, dh3 and dhg, in their arena pieces (half of each unused).
+   * h1, h3 and dhg are written by their GEMMs in bf16 (gtq_gemm_bf16_out),
+   * hg, dh1 and dh3 by SwiGLU's kernels, and hg, dh1 and dh3 are their
+   * GEMMs' operands as they are (gtq_use_bf16_identity).  Where a recipe
+   * does not allow that, float32 storage as above.  `wide`: statistics
+   * steps' float32 copy of one such tensor for its fill (made there). */
+  bool mlp_bf16;
+  float *wide;
   bool logit_sharpness; /* gpu_model_set_logit_sharpness */
   int *h_bucket_start, *h_bucket_pos;
   gpu_attention_kind attention;
@@ -211,9 +221,30 @@ static void act_round(gpu_model *g, float *x, size_t n) {
  * (the float32 dy stays for the residual stream); else dy itself. */
 static const float *act_dy(gpu_model *g, float *dst, const float *dy, size_t n) {
   if (!g->act_bf16) return dy;
-  gtq_check(cudaMemcpyAsync(dst, dy, n * sizeof(float), cudaMemcpyDeviceToDevice, g->s), "copy");
-  act_round(g, dst, n);
+  const exmy_rounding_opts rne = {};
+  gtq_check(exmy_cuda_quantize_f32(&g->bf16, &rne, dy, dst, n, g->s), "bf16 activations");
   return dst;
+}
+
+/* activations = bf16: dst = bf16(op(A) op(B)), or add_to + that where
+ * add_to is given (it may be dst).  Where the GEMM can write bf16
+ * (gtq_bf16_out_serves: the float32 product rounded once, the same bits)
+ * and act_scratch holds it, into act_scratch, then one pass widens or adds
+ * it into dst; else the float32 product (in dst, or act_scratch when adding
+ * to dst) rounded in place and added. */
+static void gemm_act(gpu_model *g, bool ta, bool tb, int m, int n, int k, gtq_operand a,
+                     gtq_operand b, float *dst, const float *add_to) {
+  const size_t mn = (size_t)m * n;
+  if (gtq_bf16_out_serves(g->gq, a, b) && mn <= 2 * g->act_scratch_n) {
+    uint16_t *t = (uint16_t *)g->act_scratch;
+    gtq_gemm_bf16_out(g->gq, ta, tb, m, n, k, a, b, t, n);
+    gpu_add_bf16(dst, add_to, t, mn, g->s);
+    return;
+  }
+  float *y = add_to == dst ? g->act_scratch : dst;
+  gtq_gemm(g->gq, ta, tb, m, n, k, 1.0f, a, b, 0.0f, y, n);
+  act_round(g, y, mn);
+  if (add_to) gpu_add_inplace(dst, add_to == dst ? y : add_to, mn, g->s);
 }
 
 static int site_index(const gpu_model *g, int layer, int kind) {
@@ -270,6 +301,30 @@ static void linear_forward(gpu_model *g, float *out, const float *inp, const flo
   gtq_gemm(g->gq, false, true, N, OC, C, 1.0f, x, wq, 0.0f, out, OC); /* Y = X W^T */
 }
 
+/* out = X W^T, plus resid where given; under activations = bf16 the product
+ * rounded to bf16 first (gemm_act). */
+static void linear_forward_act(gpu_model *g, float *out, const float *resid, const float *inp,
+                               const float *w, int N, int C, int OC, int site,
+                               const unsigned int *x_amax = nullptr) {
+  if (!g->act_bf16) {
+    linear_forward(g, out, inp, w, N, C, OC, site, x_amax);
+    if (resid) gpu_add_inplace(out, resid, (size_t)N * OC, g->s);
+    return;
+  }
+  gtq_operand x = fill_operand(g, site, USE_FWD_X, SLOT_X, inp, N, C, x_amax);
+  gtq_operand wq = fill_operand(g, site, USE_FWD_W, SLOT_W, w, OC, C, weight_word(g, site));
+  gemm_act(g, false, true, N, OC, C, x, wq, out, resid);
+}
+
+/* dX = dinp_beta dX + bf16(dY W) and dW += bf16(dY^T X) on given operands
+ * (linear_backward's bf16-activation branch; dinp_beta 0 or 1). */
+static void linear_backward_act_bf16(gpu_model *g, float *dinp, float *dw, gtq_operand dy,
+                                     gtq_operand wq, gtq_operand dy2, gtq_operand x, int N, int C,
+                                     int OC, float dinp_beta) {
+  gemm_act(g, false, false, N, C, OC, dy, wq, dinp, dinp_beta != 0.0f ? dinp : nullptr);
+  gemm_act(g, true, false, OC, C, N, dy2, x, dw, dw);
+}
+
 /* dX = dinp_beta dX + dY W, dW += dY^T X: model.c's linear_backward. */
 /* dy_filled: dY's slot holds this step's operand already (swiglu_backward_fused);
  * dy_amax: dout's amax as its producer folded it (amax_word), or NULL. */
@@ -287,18 +342,106 @@ static void linear_backward(gpu_model *g, float *dinp, float *dw, const float *d
     /* model.c's linear_backward_act: each product rounded to bf16 before it
      * is added (dX = dinp_beta dX + bf16(dY W), dW += bf16(dY^T X)) */
     if (dinp_beta != 0.0f && dinp_beta != 1.0f) gtq_check(cudaErrorInvalidValue, "dinp_beta");
-    const size_t nx = (size_t)N * C, nw = (size_t)OC * C;
-    float *dx = dinp_beta == 0.0f ? dinp : g->act_scratch;
-    gtq_gemm(g->gq, false, false, N, C, OC, 1.0f, dy, wq, 0.0f, dx, C);
-    act_round(g, dx, nx);
-    if (dx != dinp) gpu_add_inplace(dinp, dx, nx, g->s);
-    gtq_gemm(g->gq, true, false, OC, C, N, 1.0f, dy2, x, 0.0f, g->act_scratch, C);
-    act_round(g, g->act_scratch, nw);
-    gpu_add_inplace(dw, g->act_scratch, nw, g->s);
+    linear_backward_act_bf16(g, dinp, dw, dy, wq, dy2, x, N, C, OC, dinp_beta);
     return;
   }
   gtq_gemm(g->gq, false, false, N, C, OC, 1.0f, dy, wq, dinp_beta, dinp, C);
   gtq_gemm(g->gq, true, false, OC, C, N, 1.0f, dy2, x, 1.0f, dw, C);    /* dW += dY^T X */
+}
+
+/* ------------------------------------------------ bf16 storage (mlp_bf16) */
+
+/* Layer l's (or the one) tensor of n bf16 values in a float32 arena piece. */
+static uint16_t *bf16_at(float *base, size_t l, size_t n) { return (uint16_t *)base + l * n; }
+
+/* A tensor stored in bf16 (rows x cols) as use `use` of `site`: outside
+ * statistics steps the tensor itself (mlp_bf16 holds only where its fill
+ * would leave it as it is); in a statistics step widened to float32 and
+ * filled (fill: the statistics are the fill's), or the slot that fill made. */
+static gtq_operand stored_operand(gpu_model *g, int site, int use, int slot, bool fill,
+                                  const uint16_t *x, long rows, long cols) {
+  if (!gtq_collecting(g->gq)) return gtq_operand_bf16(site, use, x, cols);
+  const size_t n = (size_t)rows * cols;
+  if (!g->wide) g->wide = dalloc<float>((size_t)g->B * g->T * g->cfg.hidden);
+  if (fill) gtq_check(exmy_cuda_decode_f32(&g->bf16, x, g->wide, n, g->s), "bf16 to float32");
+  return gtq_operand_for_gemm(g->gq, site, use, slot, fill, g->wide, cols, rows, cols);
+}
+
+/* out (bf16, N x OC) = bf16(X W^T): linear_forward with the output rounded
+ * once by the GEMM, as model.c rounds h1 and h3 under bf16 activations. */
+static void linear_forward_bf16_out(gpu_model *g, uint16_t *out, const float *inp,
+                                    const float *w, int N, int C, int OC, int site,
+                                    const unsigned int *x_amax) {
+  gtq_operand x = fill_operand(g, site, USE_FWD_X, SLOT_X, inp, N, C, x_amax);
+  gtq_operand wq = fill_operand(g, site, USE_FWD_W, SLOT_W, w, OC, C, weight_word(g, site));
+  gtq_gemm_bf16_out(g->gq, false, true, N, OC, C, x, wq, out, OC);
+}
+
+/* The feed-forward block's forward on bf16 storage: h1 and h3 from their
+ * GEMMs in bf16, hg = SwiGLU in bf16, W2's X as it is; res_out = res_mid +
+ * bf16(hg W2^T). */
+static void mlp_forward_bf16(gpu_model *g, int l, float *res_out, const float *res_mid,
+                             const float *ln2, const unsigned int *ln2_amax) {
+  const model_config &c = g->cfg;
+  const int N = g->B * g->T, C = c.dim, H = c.hidden;
+  const size_t BTH = (size_t)N * H;
+  const param_tensors &p = g->p;
+  const activation_tensors &a = g->acts;
+  uint16_t *h1 = bf16_at(a.h1, l, BTH), *h3 = bf16_at(a.h3, l, BTH), *hg = bf16_at(a.hg, l, BTH);
+  const int s2 = site_index(g, l, SITE_W2);
+  gtq_share_begin(g->gq); /* W1 and W3 read ln2 */
+  linear_forward_bf16_out(g, h1, ln2, p.w1 + (size_t)l * H * C, N, C, H,
+                          site_index(g, l, SITE_W1), ln2_amax);
+  linear_forward_bf16_out(g, h3, ln2, p.w3 + (size_t)l * H * C, N, C, H,
+                          site_index(g, l, SITE_W3), ln2_amax);
+  gtq_share_end(g->gq);
+  gtq_check(gpu_swiglu_forward_bf16_storage(hg, h1, h3, BTH, g->s), "SwiGLU (bf16 storage)");
+  gtq_operand x = stored_operand(g, s2, USE_FWD_X, SLOT_X, FILL, hg, N, H);
+  gtq_operand wq = fill_operand(g, s2, USE_FWD_W, SLOT_W, p.w2 + (size_t)l * C * H, C, H,
+                                weight_word(g, s2));
+  gemm_act(g, false, true, N, C, H, x, wq, res_out, res_mid); /* res_mid + bf16(hg W2^T) */
+}
+
+/* Its backward from W2's output gradient dy_w2 (bf16 values, float32):
+ * dhg = bf16(dY W2) from the GEMM in bf16, dW2 += bf16(dY^T hg), SwiGLU's
+ * backward into dh1 and dh3 in bf16, and W1's and W3's backward reading
+ * them as they are; dX into dln. */
+static void mlp_backward_bf16(gpu_model *g, int l, const float *dy_w2, const float *ln2) {
+  const model_config &c = g->cfg;
+  const int N = g->B * g->T, C = c.dim, H = c.hidden;
+  const size_t BTH = (size_t)N * H;
+  const param_tensors &p = g->p, &gr = g->gr;
+  const activation_tensors &a = g->acts;
+  const grad_act_tensors &d = g->grad_acts;
+  uint16_t *h1 = bf16_at(a.h1, l, BTH), *h3 = bf16_at(a.h3, l, BTH), *hg = bf16_at(a.hg, l, BTH);
+  uint16_t *dhg = bf16_at(d.dhg, 0, BTH), *dh1 = bf16_at(d.dh1, 0, BTH),
+           *dh3 = bf16_at(d.dh3, 0, BTH);
+  const int s1 = site_index(g, l, SITE_W1), s3 = site_index(g, l, SITE_W3),
+            s2 = site_index(g, l, SITE_W2);
+  const float *w1 = p.w1 + (size_t)l * H * C, *w3 = p.w3 + (size_t)l * H * C,
+              *w2 = p.w2 + (size_t)l * C * H;
+  gtq_operand dy = fill_operand(g, s2, USE_DX_DY, SLOT_DY, dy_w2, N, C, nullptr);
+  gtq_operand wq = gtq_operand_for_gemm(g->gq, s2, USE_DX_W, SLOT_W, REUSE, w2, H, C, H);
+  gtq_gemm_bf16_out(g->gq, false, false, N, H, C, dy, wq, dhg, H);
+  gtq_operand dy2 = gtq_operand_for_gemm(g->gq, s2, USE_DW_DY, SLOT_DY, REUSE, dy_w2, C, N, C);
+  gtq_operand x = stored_operand(g, s2, USE_DW_X, SLOT_X, REUSE, hg, N, H);
+  float *dw2 = gr.w2 + (size_t)l * C * H;
+  gemm_act(g, true, false, C, H, N, dy2, x, dw2, dw2);
+  gtq_check(gpu_swiglu_backward_bf16_storage(dh1, dh3, dhg, h1, h3, BTH, g->s),
+            "SwiGLU backward (bf16 storage)");
+  gtq_share_begin(g->gq); /* dW1 and dW3 read ln2 */
+  for (int i = 0; i < 2; i++) {
+    const int site = i ? s3 : s1;
+    const uint16_t *dh = i ? dh3 : dh1;
+    const float *w = i ? w3 : w1;
+    gtq_operand dyi = stored_operand(g, site, USE_DX_DY, SLOT_DY, FILL, dh, N, H);
+    gtq_operand wi = gtq_operand_for_gemm(g->gq, site, USE_DX_W, SLOT_W, REUSE, w, C, H, C);
+    gtq_operand dyi2 = stored_operand(g, site, USE_DW_DY, SLOT_DY, REUSE, dh, N, H);
+    gtq_operand xi = gtq_operand_for_gemm(g->gq, site, USE_DW_X, SLOT_X, REUSE, ln2, C, N, C);
+    linear_backward_act_bf16(g, g->grad_acts.dln, (i ? gr.w3 : gr.w1) + (size_t)l * H * C, dyi,
+                             wi, dyi2, xi, N, C, H, i ? 1.0f : 0.0f);
+  }
+  gtq_share_end(g->gq);
 }
 
 /* SwiGLU's backward writing dh1 and dh3 straight into the dY slots of the
@@ -563,6 +706,10 @@ static const char *flash_recipe_check(const tq_site *sites, const model_config &
   return NULL;
 }
 
+static bool bf16_storage_for_new = true;
+extern "C" void gpu_model_bf16_storage_for_new(bool on) { bf16_storage_for_new = on; }
+extern "C" bool gpu_model_bf16_storage(const gpu_model *g) { return g->mlp_bf16; }
+
 extern "C" gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *sites,
                                     int n_sites, int B, int T, gpu_attention_kind attention,
                                     char *err, size_t errlen) {
@@ -662,6 +809,30 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
     if (!g->keep_ln2) act[ACT_LN2] = BT * C;
     if (!g->keep_hg) act[ACT_HG] = BT * c.hidden;
   }
+  /* bf16 activations: SwiGLU's tensors stored in bf16 where every GEMM that
+   * writes one takes plain bf16 operands and every GEMM that reads one
+   * takes it as it is (gpu_model.mlp_bf16) */
+  if (act_bf16 && g->lean && bf16_storage_for_new && sites && c.hidden % 8 == 0) {
+    bool ok = true;
+    for (int l = 0; ok && l < c.n_layers; l++) {
+      const int s1 = site_index(g, l, SITE_W1), s3 = site_index(g, l, SITE_W3),
+                s2 = site_index(g, l, SITE_W2);
+      for (int s13 : {s1, s3})
+        ok = ok && gtq_use_plain_bf16(g->gq, s13, USE_FWD_X) &&
+             gtq_use_plain_bf16(g->gq, s13, USE_FWD_W) &&
+             gtq_use_bf16_identity(g->gq, s13, USE_DX_DY) &&
+             gtq_use_bf16_identity(g->gq, s13, USE_DW_DY);
+      ok = ok && gtq_use_plain_bf16(g->gq, s2, USE_DX_DY) &&
+           gtq_use_plain_bf16(g->gq, s2, USE_DX_W) &&
+           gtq_use_bf16_identity(g->gq, s2, USE_FWD_X) &&
+           gtq_use_bf16_identity(g->gq, s2, USE_DW_X);
+    }
+    g->mlp_bf16 = ok;
+  }
+  if (g->mlp_bf16) { /* bf16 values: half a float32 piece each */
+    act[ACT_H1] = act[ACT_H3] = act[ACT_HG] = L * BT * c.hidden / 2;
+    grad_act[GRAD_ACT_DH1] = grad_act[GRAD_ACT_DH3] = grad_act[GRAD_ACT_DHG] = BT * c.hidden / 2;
+  }
   /* plain bf16 copies kept per layer for the backward (unquantized attention) */
   const bool plain_bf16 = flash && !(sites && sites[SITE_ATT_QK].op[USE_FWD_X].enabled);
   size_t end = model_point_acts(&g->acts, &g->grad_acts, NULL, act, grad_act);
@@ -714,6 +885,7 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
     size_t n = BT * C;
     if (widest * C > n) n = widest * C;
     g->act_scratch = dalloc<float>(n);
+    g->act_scratch_n = n;
     g->amax_unfolded = true;
   }
   g->sumsq = (double *)(arena + at_sumsq);
@@ -809,7 +981,7 @@ extern "C" void gpu_model_free(gpu_model *g) {
   graph_drop(g->bwd);
   gtq_free(g->gq);
   void *bufs[] = {g->params_mem, g->grads_mem, g->mom1, g->mom2, g->arena, g->amax_words,
-                  g->weight_amax, g->grad_matrices, g->grad_amax, g->act_scratch};
+                  g->weight_amax, g->grad_matrices, g->grad_amax, g->act_scratch, g->wide};
   for (void *b : bufs) cudaFree(b);
   free(g->h_bucket_start);
   free(g->h_bucket_pos);
@@ -894,6 +1066,7 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
   const activation_tensors &a = g->acts;
   /* the graph's argument: a forward with the sharpness has one more launch */
   run_step_part(g, g->fwd, g->logit_sharpness ? 1.0f : 0.0f, [&] {
+  gtq_begin_forward(g->gq);
   amax_words_clear(g);
   gpu_encoder_forward(a.res, g->tokens, p.wte, N, C, s);
   for (int l = 0; l < L; l++) {
@@ -913,17 +1086,14 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
      * or an element-wise slot), not three (gtq_share_begin; nothing the three
      * GEMMs read changes in between) */
     gtq_share_begin(g->gq);
-    linear_forward(g, q, ln1, p.wq + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_Q),
-                   ln1_amax);
-    linear_forward(g, k, ln1, p.wk + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_K),
-                   ln1_amax);
-    linear_forward(g, v, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V),
-                   ln1_amax);
+    linear_forward_act(g, q, nullptr, ln1, p.wq + (size_t)l * C * C, N, C, C,
+                       site_index(g, l, SITE_Q), ln1_amax);
+    linear_forward_act(g, k, nullptr, ln1, p.wk + (size_t)l * KVC * C, N, C, KVC,
+                       site_index(g, l, SITE_K), ln1_amax);
+    linear_forward_act(g, v, nullptr, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC,
+                       site_index(g, l, SITE_V), ln1_amax);
     gtq_share_end(g->gq);
     if (g->act_bf16) { /* model.c's forward under activations = bf16, point by point */
-      act_round(g, q, BTC);
-      act_round(g, k, BTK);
-      act_round(g, v, BTK);
       gpu_rope_forward_act_bf16(q, g->rope_cos, g->rope_sin, B, T, NH, hs, s);
       gpu_rope_forward_act_bf16(k, g->rope_cos, g->rope_sin, B, T, NKV, hs, s);
     } else {
@@ -938,12 +1108,15 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     } else {
       attention_forward(g, atty, a.att + (size_t)l * B * NH * T * T, q, k, v, l);
     }
-    linear_forward(g, res_mid, atty, p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O),
-                   atty_amax);
-    act_round(g, res_mid, BTC); /* the residual add promotes the bf16 branch */
-    gpu_add_inplace(res_mid, res, BTC, s);
+    /* the residual add promotes the bf16 branch */
+    linear_forward_act(g, res_mid, res, atty, p.wo + (size_t)l * C * C, N, C, C,
+                       site_index(g, l, SITE_O), atty_amax);
     gpu_rmsnorm_forward(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, N, C,
                         ln2_amax, s);
+    if (g->mlp_bf16) {
+      mlp_forward_bf16(g, l, res_out, res_mid, ln2, ln2_amax);
+      continue;
+    }
     gtq_share_begin(g->gq); /* W1 and W3 read ln2 */
     linear_forward(g, h1, ln2, p.w1 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W1),
                    ln2_amax);
@@ -962,11 +1135,15 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
       else
         gpu_swiglu_forward(hg, h1, h3, BTH, hg_amax, s);
     }
-    linear_forward(g, res_out, hg, p.w2 + (size_t)l * C * H, N, H, C, site_index(g, l, SITE_W2),
-                   hg_amax);
-    if (g->rc && g->rc->swiglu_row_scale) gpu_smooth_swiglu_scale_rows(res_out, res_out, h3, N, C, H, s);
-    act_round(g, res_out, BTC);
-    gpu_add_inplace(res_out, res_mid, BTC, s);
+    if (g->rc && g->rc->swiglu_row_scale) { /* never under bf16 activations */
+      linear_forward(g, res_out, hg, p.w2 + (size_t)l * C * H, N, H, C,
+                     site_index(g, l, SITE_W2), hg_amax);
+      gpu_smooth_swiglu_scale_rows(res_out, res_out, h3, N, C, H, s);
+      gpu_add_inplace(res_out, res_mid, BTC, s);
+    } else {
+      linear_forward_act(g, res_out, res_mid, hg, p.w2 + (size_t)l * C * H, N, H, C,
+                         site_index(g, l, SITE_W2), hg_amax);
+    }
   }
   unsigned int *lnf_amax = amax_word(g, L, 0, {0}, USE_FWD_X);
   gpu_rmsnorm_forward(a.lnf, a.lnf_rstd, a.res + L * BTC, p.rmsf, N, C, lnf_amax, s);
@@ -1043,6 +1220,9 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     if (smooth) gpu_smooth_swiglu_scale_rows(d.dln, d.dres, h3, N, C, H, s);
     /* W2's output gradient (bf16 activations: bf16(d(res_out)) in dln) */
     const float *dy_w2 = smooth ? d.dln : act_dy(g, d.dln, d.dres, BTC);
+    if (g->mlp_bf16) {
+      mlp_backward_bf16(g, l, dy_w2, ln2);
+    } else {
     linear_backward(g, d.dhg, gr.w2 + (size_t)l * C * H, dy_w2, hg, p.w2 + (size_t)l * C * H, N,
                     H, C, site_index(g, l, SITE_W2), 0, false, dres_amax(l));
     bool fused = false;
@@ -1059,6 +1239,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     linear_backward(g, d.dln, gr.w3 + (size_t)l * H * C, d.dh3, ln2, p.w3 + (size_t)l * H * C,
                     N, C, H, site_index(g, l, SITE_W3), 1, fused);
     gtq_share_end(g->gq);
+    }
     unsigned int *dres_wo_amax = amax_word(g, l, AMAX_DRES_WO, {SITE_O}, USE_DX_DY);
     gpu_rmsnorm_backward(d.dres, gr.rms2 + (size_t)l * C, d.dln, res_mid,
                          p.rms2 + (size_t)l * C, a.ln2_rstd + (size_t)l * N, N, C, dres_wo_amax,

@@ -54,6 +54,11 @@ bool gpu_model_cuda_graph(const gpu_model *g) {
   (void)g, unreachable();
   return false;
 }
+bool gpu_model_bf16_storage(const gpu_model *g) {
+  (void)g, unreachable();
+  return false;
+}
+void gpu_model_bf16_storage_for_new(bool on) { (void)on; }
 void gpu_model_profile(gpu_model *g, bool on) { (void)g, (void)on, unreachable(); }
 void gpu_model_accum_paths(gpu_model *g, unsigned long long *fast, unsigned long long *ineligible,
                            unsigned long long *scale_range, unsigned long long *not_codes,

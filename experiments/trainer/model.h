@@ -81,8 +81,12 @@ static inline int param_is_norm(int i) { return i == PARAM_RMS1 || i == PARAM_RM
 #define NUM_ACT_TENSORS 18
 /* Indices of the tensors the GPU's fused attention sizes differently: att
  * (no scores kept), and q, k, v, ln1, ln2, hg (one layer kept, not L:
- * experiments/gpu/model_gpu.cu, lean_activations). */
-enum { ACT_LN1 = 1, ACT_Q = 3, ACT_K = 4, ACT_V = 5, ACT_ATT = 6, ACT_LN2 = 9, ACT_HG = 13 };
+ * experiments/gpu/model_gpu.cu, lean_activations), h1, h3, hg (stored in
+ * bf16 there under bf16 activations). */
+enum {
+  ACT_LN1 = 1, ACT_Q = 3, ACT_K = 4, ACT_V = 5, ACT_ATT = 6, ACT_LN2 = 9,
+  ACT_H1 = 11, ACT_H3 = 12, ACT_HG = 13
+};
 typedef struct {
   real *res;      /* (L+1, B, T, C) residual stream entering each block; res[L] leaves the last */
   real *ln1;      /* (L, B, T, C) */
@@ -106,7 +110,7 @@ typedef struct {
 
 /* Scratch for the backward pass (one layer at a time). */
 #define NUM_GRAD_ACT_TENSORS 10
-enum { GRAD_ACT_DATT = 6 }; /* datt's index */
+enum { GRAD_ACT_DATT = 6, GRAD_ACT_DH1 = 7, GRAD_ACT_DH3 = 8, GRAD_ACT_DHG = 9 };
 typedef struct {
   real *dres;  /* (B, T, C) gradient of the residual stream */
   real *dln;   /* (B, T, C) */

@@ -177,7 +177,7 @@ else bad "bf16-sr: $(grep 'CUDA graphs' "$tmp/graph-bf16-sr.out") $(tail -1 "$tm
 # layout, in less memory (2, which recomputes, in no more than 1)
 arena() { grep -o 'activation arena: [0-9.]*' "$tmp/$1.out" | grep -o '[0-9.]*$'; }
 for spec in "fp32" "fp32 swiglu_scale=row" "bf16" "e8m3 rounding=sr" "mxfp8" "fp32 n_kv_heads=2" \
-            "fp8-smooth-swiglu" "fp32 activations=bf16"; do
+            "fp8-smooth-swiglu" "fp32 activations=bf16" "bf16 activations=bf16"; do
   set -- $spec
   name="lean-$1${2:+-${2//[=_]/}}"
   g=("$1" "${common[@]}" --set steps=8 --set warmup=2 --set device=gpu --set attention_kernel=flash
@@ -193,6 +193,13 @@ for spec in "fp32" "fp32 swiglu_scale=row" "bf16" "e8m3 rounding=sr" "mxfp8" "fp
     else bad "lean_activations $spec: arena $a2, $a1 vs $a0 MiB; $(diff <(values "$name-1") <(values "$name-0") | head -3) $(diff <(values "$name-2") <(values "$name-0") | head -3)"; fi
   else bad "lean_activations $spec run failed: $(tail -1 "$tmp/$name-2.out") $(tail -1 "$tmp/$name-1.out") $(tail -1 "$tmp/$name-0.out")"; fi
 done
+
+# bf16 activations under the bf16 recipe: SwiGLU's tensors stored in bf16
+# when lean (the lines above: the same bits as float32 storage at 0)
+if grep -q "SwiGLU's tensors stored in bf16" "$tmp/lean-bf16-activationsbf16-1.out" &&
+   grep -q "SwiGLU's tensors stored in float32" "$tmp/lean-bf16-activationsbf16-0.out"; then
+  ok "activations = bf16, bf16, lean: SwiGLU's tensors stored in bf16 (float32 at lean_activations = 0)"
+else bad "activations = bf16 storage: $(grep "SwiGLU's" "$tmp"/lean-bf16-activationsbf16-*.out)"; fi
 
 # 7. activations = bf16 (PyTorch autocast's bf16) on the GPU: materialised
 # against the CPU twin; the fused attention (FlashAttention's roundings, not

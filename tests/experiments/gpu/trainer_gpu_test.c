@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "experiments/trainer/act_bf16_core.h"
 #include "experiments/trainer/config.h"
 #include "experiments/gpu/gemm.h"
 #include "experiments/gpu/model_gpu.h"
@@ -1649,6 +1650,155 @@ START_TEST(model_accumulate_matches_cpu) {
 }
 END_TEST
 
+/* bf16 storage of SwiGLU's tensors under bf16 activations (the bf16 recipe,
+ * fused attention, lean activations) against float32 storage of the same
+ * values.  First the GEMM that writes h1, h3 and dhg: cuBLAS's bf16 output
+ * against its float32 output rounded to nearest even, at the `tiny` model's
+ * shapes of those GEMMs.  Then three steps of `tiny` each way, the second a
+ * statistics step (the stored tensors widened and filled there): losses,
+ * parameters, moments, gradients and every site's statistics compared bit
+ * for bit, and the arena smaller by h1, h3 and hg's halves. */
+START_TEST(model_bf16_storage_bit_identical) {
+  model_config mc, big;
+  ck_assert(!model_named_size("tiny", &mc));
+  ck_assert(!model_named_size("120m", &big));
+  /* m, n, k, trans_a, trans_b: a linear layer's forward X W^T, data gradient
+   * dY W and weight gradient dY^T X, at `tiny` (batch 3) and 120m (batch 32) */
+  int shapes[12][5];
+  for (int z = 0; z < 2; z++) {
+    const int N = z ? 32 * big.seq_len : 3 * mc.seq_len, C = z ? big.dim : mc.dim,
+              H = z ? big.hidden : mc.hidden;
+    const int io[2][2] = {{C, H}, {H, C}}; /* W1 (in C, out H), W2 (in H, out C) */
+    for (int w = 0; w < 2; w++) {
+      const int in = io[w][0], out = io[w][1];
+      int *sh = shapes[z * 6 + w * 3];
+      const int rows[3][5] = {{N, out, in, 0, 1}, {N, in, out, 0, 0}, {out, in, N, 1, 0}};
+      for (int r = 0; r < 3; r++) memcpy(sh + r * 5, rows[r], sizeof rows[r]);
+    }
+  }
+  size_t gemm_bad = 0, gemm_n = 0;
+  cudaStream_t st;
+  CU(cudaStreamCreate(&st));
+  gtq_ctx *gq = gtq_new(NULL, 0, st);
+  for (int sh = 0; sh < 12; sh++) {
+    const int m = shapes[sh][0], n = shapes[sh][1], k = shapes[sh][2];
+    const bool ta = shapes[sh][3], tb = shapes[sh][4];
+    uint16_t *ha = malloc(2 * (size_t)m * k), *hb = malloc(2 * (size_t)k * n),
+             *hc = malloc(2 * (size_t)m * n);
+    float *hf = malloc(sizeof(float) * (size_t)m * n);
+    for (size_t i = 0; i < (size_t)m * k; i++) {
+      const float v = (float)((urand() - 0.5) * 4.0);
+      uint32_t b;
+      memcpy(&b, &v, 4);
+      ha[i] = (uint16_t)(b >> 16);
+    }
+    for (size_t i = 0; i < (size_t)k * n; i++) {
+      const float v = (float)((urand() - 0.5) * 0.2);
+      uint32_t b;
+      memcpy(&b, &v, 4);
+      hb[i] = (uint16_t)(b >> 16);
+    }
+    void *da, *db, *dc;
+    float *df;
+    CU(cudaMalloc(&da, 2 * (size_t)m * k));
+    CU(cudaMalloc(&db, 2 * (size_t)k * n));
+    CU(cudaMalloc(&dc, 2 * (size_t)m * n));
+    CU(cudaMalloc((void **)&df, sizeof(float) * (size_t)m * n));
+    CU(cudaMemcpy(da, ha, 2 * (size_t)m * k, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(db, hb, 2 * (size_t)k * n, cudaMemcpyHostToDevice));
+    const gtq_operand a = gtq_operand_bf16(-1, 0, da, ta ? m : k),
+                      b = gtq_operand_bf16(-1, 0, db, tb ? k : n);
+    gtq_gemm(gq, ta, tb, m, n, k, 1.0f, a, b, 0.0f, df, n);
+    gtq_gemm_bf16_out(gq, ta, tb, m, n, k, a, b, dc, n);
+    CU(cudaStreamSynchronize(st));
+    CU(cudaMemcpy(hf, df, sizeof(float) * (size_t)m * n, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(hc, dc, 2 * (size_t)m * n, cudaMemcpyDeviceToHost));
+    size_t bad = 0;
+    for (size_t i = 0; i < (size_t)m * n; i++) {
+      const float r = act_bf16(hf[i]);
+      uint32_t rb;
+      memcpy(&rb, &r, 4);
+      bad += (uint16_t)(rb >> 16) != hc[i];
+    }
+    if (bad) printf("bf16 output: %d x %d x %d (%c%c): %zu differ\n", m, n, k, ta ? 'T' : 'N',
+                    tb ? 'T' : 'N', bad);
+    gemm_bad += bad;
+    gemm_n += (size_t)m * n;
+    CU(cudaFree(da));
+    CU(cudaFree(db));
+    CU(cudaFree(dc));
+    CU(cudaFree(df));
+    free(ha), free(hb), free(hc), free(hf);
+  }
+  gtq_free(gq);
+  CU(cudaStreamDestroy(st));
+  printf("bf16 storage: cuBLAS's bf16 output against its float32 output rounded: %zu of %zu "
+         "differ\n", gemm_bad, gemm_n);
+  ck_assert_msg(gemm_bad == 0, "%zu of %zu bf16 outputs differ", gemm_bad, gemm_n);
+
+  static const char *const bf16[] = {"format_w=bf16", "format_a=bf16", "format_g=bf16",
+                                     "quant_attention=1", "quant_lm_head=1",
+                                     "activations=bf16", NULL};
+  recipe rc;
+  make_recipe(&rc, bf16);
+  model_pair mp[2];
+  const adamw_hparams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  enum { STEPS = 3 };
+  float loss[2][STEPS], *end[2][4];
+  size_t arena[2];
+  for (int k = 0; k < 2; k++) {
+    gpu_model_bf16_storage_for_new(k == 0);
+    model_pair_new(&mp[k], &rc, true, "tiny", GPU_ATTENTION_FLASH, false);
+    gpu_model_bf16_storage_for_new(true);
+    if (k == 1) memcpy(mp[1].tok, mp[0].tok, sizeof(int) * mp[0].N),
+                memcpy(mp[1].tgt, mp[0].tgt, sizeof(int) * mp[0].N);
+    ck_assert_msg(gpu_model_bf16_storage(mp[k].g) == (k == 0), "run %d: bf16 storage %s", k,
+                  k == 0 ? "off" : "on");
+    arena[k] = gpu_model_arena_bytes(mp[k].g);
+    gpu_model *g = mp[k].g;
+    for (int step = 1; step <= STEPS; step++) {
+      const bool stats = step == 2;
+      gpu_model_begin_step(g, (uint64_t)step << 36, stats);
+      gpu_model_zero_grad(g);
+      loss[k][step - 1] = gpu_model_forward(g, mp[k].tok, mp[k].tgt);
+      gpu_model_backward(g, 1.0f);
+      if (stats) gpu_model_fetch_stats(g);
+      gpu_model_update(g, &hp, step, 1.0);
+    }
+    const size_t P = mp[k].m.num_params;
+    for (int i = 0; i < 4; i++) end[k][i] = malloc(sizeof(float) * P);
+    gpu_model_download(g, end[k][0], end[k][1], end[k][2]);
+    CU(cudaMemcpy(end[k][3], gpu_model_grads(g), sizeof(float) * P, cudaMemcpyDeviceToHost));
+  }
+  const size_t P = mp[0].m.num_params;
+  size_t differ = 0, stats_differ = 0;
+  for (int i = 0; i < 4; i++) differ += count_bit_diffs(end[0][i], end[1][i], P);
+  for (int i = 0; i < mp[0].n_sites; i++)
+    for (int u = 0; u < USES_PER_SITE; u++)
+      stats_differ += memcmp(&mp[0].gsites[i].stats[u], &mp[1].gsites[i].stats[u],
+                             sizeof(exmy_tensor_stats)) != 0;
+  /* bytes: h1 and h3, 4 a value for every layer, now 2; hg, 4 for one layer
+   * (lean), now 2 for every layer (the operand W2's dW reads, in place of
+   * its slot outside the arena); dh1, dh3 and dhg 4, now 2 */
+  const size_t BTH = (size_t)mp[0].N * mc.hidden, want = (2 * (size_t)mc.n_layers + 10) * BTH;
+  printf("bf16 storage, tiny, 3 steps (the second a statistics step): losses %.7f %.7f %.7f / "
+         "%.7f %.7f %.7f; %zu of 4 x %zu values and %zu of %d sites' statistics differ; arena "
+         "%zu against %zu bytes (%zu less, want %zu)\n",
+         loss[0][0], loss[0][1], loss[0][2], loss[1][0], loss[1][1], loss[1][2], differ, P,
+         stats_differ, mp[0].n_sites * USES_PER_SITE, arena[0], arena[1], arena[1] - arena[0],
+         want);
+  ck_assert_msg(!memcmp(loss[0], loss[1], sizeof loss[0]), "losses differ");
+  ck_assert_msg(differ == 0, "%zu values differ", differ);
+  ck_assert_msg(stats_differ == 0, "%zu statistics differ", stats_differ);
+  ck_assert_msg(arena[1] - arena[0] == want, "arena %zu less, want %zu", arena[1] - arena[0],
+                want);
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 4; i++) free(end[k][i]);
+    model_pair_free(&mp[k]);
+  }
+}
+END_TEST
+
 int main(void) {
   const TTest *const tests[] = {model_fp32_matches_cpu, model_e8m3_weights_bit_identical,
                                 model_swiglu_fusion_bit_identical,
@@ -1660,7 +1810,8 @@ int main(void) {
                                 accumulate_gemms_bit_identical, model_accumulate_matches_cpu,
                                 fishman_recipes_match_cpu, coat_update_fused_bit_identical,
                                 slots_shared_bit_identical, model_act_bf16_matches_cpu,
-                                slots_shared_scaled_bit_identical, NULL};
+                                slots_shared_scaled_bit_identical,
+                                model_bf16_storage_bit_identical, NULL};
   Suite *s = suite_of_loop("trainer_gpu", 600, operands_match_cpu, N_RECIPES, tests);
   TCase *tc = tcase_create("along_k");
   tcase_set_timeout(tc, 600);

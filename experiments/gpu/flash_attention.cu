@@ -674,8 +674,12 @@ struct DkdvCfg {
 };
 
 /* dK, dV for 16 * WARPS keys of one kv head.  kKVRegs: K and V fragments
- * stay in registers (hs <= 64), else they are re-read from shared memory. */
-template <int HS, int WARPS, int BR, bool kKVRegs, int kMode>
+ * stay in registers (hs <= 64), else they are re-read from shared memory.
+ * kHeadRound (bf16 activations, a group of several heads): each head's dK
+ * and dV rounded to bf16 (rne) when its last query block is in, then added
+ * in float32 to the group's sums in head order, as autograd sums the bf16
+ * gradients of K and V repeated over the group. */
+template <int HS, int WARPS, int BR, bool kKVRegs, int kMode, bool kHeadRound>
 __global__ void __launch_bounds__(WARPS * 32)
     flash_bwd_dkdv_kernel(float *__restrict__ dk, float *__restrict__ dv,
                           const bf16 *__restrict__ q, const bf16 *__restrict__ k,
@@ -717,6 +721,9 @@ __global__ void __launch_bounds__(WARPS * 32)
   float dka[HS / 8][4], dva[HS / 8][4];
   zero(dka);
   zero(dva);
+  float dkt[kHeadRound ? HS / 8 : 1][4], dvt[kHeadRound ? HS / 8 : 1][4]; /* the group's */
+  zero(dkt);
+  zero(dvt);
 
   for (int it = 0; it < nit; it++) {
     const int st = it & 1;
@@ -771,7 +778,25 @@ __global__ void __launch_bounds__(WARPS * 32)
     /* dK += dS^T Q */
     const KeyRowWords dsw = {rds.seed, head_index(rds, b, NH, h, T), T, j0, q0, lane};
     mma_pb<kMode, 1, LD>(&dka, &dpa, cQ, rds, dsw, lane);
+    if constexpr (kHeadRound) {
+      if (it % nq == nq - 1) { /* head h is complete */
+#pragma unroll
+        for (int i = 0; i < HS / 8; i++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            dkt[i][e] = __fadd_rn(dkt[i][e], __bfloat162float(__float2bfloat16_rn(dka[i][e])));
+            dvt[i][e] = __fadd_rn(dvt[i][e], __bfloat162float(__float2bfloat16_rn(dva[i][e])));
+            dka[i][e] = dva[i][e] = 0.f;
+          }
+      }
+    }
     __syncthreads();
+  }
+  if constexpr (kHeadRound) {
+#pragma unroll
+    for (int i = 0; i < HS / 8; i++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) dka[i][e] = dkt[i][e], dva[i][e] = dvt[i][e];
   }
 
   float m = 0.f; /* dv's finite amax, for dv_amax */
@@ -937,7 +962,7 @@ template <int HS, int kMode>
 cudaError_t backward(float *dq, float *dk, float *dv, const bf16 *dout, const float *out,
                      const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B, int T,
                      int NH, int NKV, Rounding rp, Rounding rds, void *scratch,
-                     unsigned int *dv_amax, cudaStream_t s) {
+                     unsigned int *dv_amax, bool head_round, cudaStream_t s) {
   typedef Tiles<HS> X;
   const int Tp = (int)padded_T(T);
   float *lse2 = (float *)scratch, *Dd = lse2 + (size_t)B * NH * Tp;
@@ -950,7 +975,10 @@ cudaError_t backward(float *dq, float *dk, float *dv, const bf16 *dout, const fl
   if (e != cudaSuccess) return e;
 
   typedef DkdvCfg<HS, X::kBwdWarps, X::kDkdvBR> C2;
-  auto k2 = flash_bwd_dkdv_kernel<HS, X::kBwdWarps, X::kDkdvBR, X::kRegs, kMode>;
+  auto k2 = flash_bwd_dkdv_kernel<HS, X::kBwdWarps, X::kDkdvBR, X::kRegs, kMode, false>;
+  if constexpr (kMode == kBf16) /* bf16 activations' P and dS (the caller checks) */
+    if (head_round && NKV < NH)
+      k2 = flash_bwd_dkdv_kernel<HS, X::kBwdWarps, X::kDkdvBR, X::kRegs, kMode, true>;
   if ((e = prepare(k2, C2::kSmem)) != cudaSuccess) return e;
   dim3 g2(B * NKV, (T + C2::kBC - 1) / C2::kBC);
   k2<<<g2, C2::kThreads, C2::kSmem, s>>>(dk, dv, q, k, v, dout, lse2, Dd, T, Tp, NH, NKV,
@@ -1046,14 +1074,16 @@ extern "C" cudaError_t flash_attention_backward(float *dq, float *dk, float *dv,
                                                 int B, int T, int NH, int NKV, int hs,
                                                 const flash_rounding *p,
                                                 const flash_rounding *ds, void *scratch,
-                                                unsigned int *dv_amax, cudaStream_t s) {
+                                                unsigned int *dv_amax, int round_head_grads,
+                                                cudaStream_t s) {
   const flash_rounding &rp = p ? *p : kPlainBf16, &rds = ds ? *ds : kPlainBf16;
   if (!args_ok(B, T, NH, NKV, hs) || !rounding_ok(rp, T) || !rounding_ok(rds, T) ||
       rp.round.mode != rds.round.mode || !scratch)
     return cudaErrorInvalidValue;
   const int mode = kernel_mode(rp, rds);
+  if (round_head_grads && NKV < NH && mode != kBf16) return cudaErrorInvalidValue;
   FLASH_DISPATCH(backward, hs, mode, dq, dk, dv, dout, out, lse, q, k, v, B, T, NH, NKV,
-                 rounding_of(rp), rounding_of(rds), scratch, dv_amax, s);
+                 rounding_of(rp), rounding_of(rds), scratch, dv_amax, round_head_grads != 0, s);
 }
 
 /* ------------------------------------------------------ test support */

@@ -656,7 +656,8 @@ static void flash_backward(gpu_model *g, float *dq, float *dk, float *dv, const 
   p.round.offset = g->p_offsets[l]; /* the forward's words for the same elements */
   const flash_rounding ds = flash_rounding_of(g, qk, USE_DX_DY);
   gtq_check(flash_attention_backward(dq, dk, dv, dO, out, lse, Q, K, V, g->B, g->T, c.n_heads,
-                                     c.n_kv_heads, hs, &p, &ds, g->flash_scratch, dv_amax, g->s),
+                                     c.n_kv_heads, hs, &p, &ds, g->flash_scratch, dv_amax,
+                                     g->act_bf16, g->s),
             "flash_attention_backward");
 }
 
@@ -745,13 +746,17 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
     snprintf(err, errlen, "activations = bf16 with swiglu_scale = row: not on the GPU");
     return NULL;
   }
-  /* the fused kernel sums a key/value group's heads of dK and dV in float32
-   * before it writes them; bf16 activations round each head's share first */
+  /* bf16 activations round each head's share of dK and dV before a
+   * key/value group's sum: the fused kernel does so under bf16 P and dS */
   if (act_bf16 && attention == GPU_ATTENTION_FLASH && c.n_kv_heads != c.n_heads) {
-    snprintf(err, errlen, "activations = bf16 with grouped-query attention (n_kv_heads %d < "
-                          "n_heads %d): attention_kernel = materialized only",
-             c.n_kv_heads, c.n_heads);
-    return NULL;
+    const exmy_operand_quant *pq = sites ? &sites[SITE_ATT_PV].op[USE_FWD_X] : nullptr;
+    if (p_bits != 7 || (pq && pq->enabled && pq->round.mode != EXMY_RNE)) {
+      snprintf(err, errlen, "activations = bf16 with grouped-query attention (n_kv_heads %d < "
+                            "n_heads %d) and attention operands other than bf16 rne: "
+                            "attention_kernel = materialized only",
+               c.n_kv_heads, c.n_heads);
+      return NULL;
+    }
   }
   gpu_model *g = new gpu_model();
   g->cfg = c;

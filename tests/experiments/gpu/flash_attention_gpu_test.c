@@ -48,6 +48,7 @@
 #include "experiments/gpu/flash_attention.h"
 #include "tests/check_suite.h"
 #include "tests/cuda/gpu_check.h"
+#include "experiments/trainer/act_bf16_core.h"
 #include "experiments/trainer/model.h"
 
 
@@ -170,7 +171,7 @@ static void run_gpu(shape s, const inputs *in, const roundings *rd, results *r, 
   CU(flash_attention_forward(out, lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs, &rd->p,
                              fold_amax ? words : NULL, 0));
   CU(flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs,
-                              &rd->p, &rd->ds, scratch, fold_amax ? words + 1 : NULL, 0));
+                              &rd->p, &rd->ds, scratch, fold_amax ? words + 1 : NULL, 0, 0));
   to_host(r->out, out, nq * 4);
   to_host(r->lse, lse, nl * 4);
   to_host(r->dq, dq, nq * 4);
@@ -454,8 +455,11 @@ START_TEST(rejects_what_it_does_not_serve) {
   ck_assert_int_eq(flash_attention_forward(out, lse, x, x, x, 1, 62, 1, 1, 64, &sr, NULL, 0),
                    cudaErrorInvalidValue); /* sr needs T % 4 == 0 */
   ck_assert_int_eq(flash_attention_backward(out, out, out, x, out, lse, x, x, x, 1, 64, 1, 1,
-                                            64, &rz, &sr, scratch, NULL, 0),
+                                            64, &rz, &sr, scratch, NULL, 0, 0),
                    cudaErrorInvalidValue); /* P and dS by different modes */
+  ck_assert_int_eq(flash_attention_backward(out, out, out, x, out, lse, x, x, x, 1, 64, 2, 1,
+                                            64, &rz, &rz, scratch, NULL, 1, 0),
+                   cudaErrorInvalidValue); /* each head's dK, dV rounded: only under bf16 P, dS */
   CU(cudaGetLastError());
   CU(cudaFree(out)); CU(cudaFree(lse)); CU(cudaFree(x)); CU(cudaFree(scratch));
 }
@@ -641,6 +645,82 @@ START_TEST(rounding_matches_core) {
 }
 END_TEST
 
+
+/* Grouped-query attention under bf16 activations (round_head_grads): dK and
+ * dV against the same kernel on K and V repeated over each group (NKV = NH),
+ * whose every head's dK and dV rounded to bf16 by the library's core and
+ * summed in float32 in head order are the definition; bit for bit, and out,
+ * lse and dQ bit-identical to the repeated run's.  Groups of 2 and 4 heads,
+ * hs 32, 64 and 128, T not a multiple of a block. */
+START_TEST(gqa_head_rounding) {
+  const shape shapes[] = {{2, 100, 4, 2, 64}, {1, 200, 4, 1, 32}, {2, 70, 4, 2, 128}};
+  for (int c = 0; c < 3; c++) {
+    const shape s = shapes[c], e = {s.B, s.T, s.NH, s.NH, s.hs};
+    const int group = s.NH / s.NKV;
+    inputs in = make_inputs(s, 11 + c, 0);
+    /* K and V repeated: head h of the expanded tensors is kv head h / group */
+    inputs ex = make_inputs(e, 11 + c, 0);
+    for (size_t r = 0; r < (size_t)s.B * s.T; r++)
+      for (int h = 0; h < s.NH; h++) {
+        const size_t to = (r * s.NH + h) * s.hs, from = (r * s.NKV + h / group) * s.hs;
+        memcpy(ex.k16 + to, in.k16 + from, 2 * s.hs);
+        memcpy(ex.v16 + to, in.v16 + from, 2 * s.hs);
+      }
+    memcpy(ex.q16, in.q16, in.nq * 2);
+    memcpy(ex.do16, in.do16, in.nq * 2);
+    results rg = alloc_results(s), re = alloc_results(e);
+    const shape shp[2] = {s, e};
+    const inputs *ins[2] = {&in, &ex};
+    results *res[2] = {&rg, &re};
+    for (int k = 0; k < 2; k++) {
+      const shape t = shp[k];
+      const inputs *x = ins[k];
+      const size_t nq = x->nq, nkv = x->nkv, nl = (size_t)t.B * t.NH * t.T;
+      const __nv_bfloat16 *q = dev_from(x->q16, nq * 2), *kk = dev_from(x->k16, nkv * 2),
+                          *v = dev_from(x->v16, nkv * 2), *dout = dev_from(x->do16, nq * 2);
+      float *out = dev_alloc(nq * 4), *lse = dev_alloc(nl * 4), *dq = dev_alloc(nq * 4),
+            *dk = dev_alloc(nkv * 4), *dv = dev_alloc(nkv * 4);
+      void *scratch = dev_alloc(flash_attention_scratch_bytes(t.B, t.T, t.NH, t.NKV, t.hs));
+      CU(flash_attention_forward(out, lse, q, kk, v, t.B, t.T, t.NH, t.NKV, t.hs, NULL, NULL, 0));
+      CU(flash_attention_backward(dq, dk, dv, dout, out, lse, q, kk, v, t.B, t.T, t.NH, t.NKV,
+                                  t.hs, NULL, NULL, scratch, NULL, 1, 0));
+      to_host(res[k]->out, out, nq * 4);
+      to_host(res[k]->lse, lse, nl * 4);
+      to_host(res[k]->dq, dq, nq * 4);
+      to_host(res[k]->dk, dk, nkv * 4);
+      to_host(res[k]->dv, dv, nkv * 4);
+      CU(cudaFree((void *)q)); CU(cudaFree((void *)kk)); CU(cudaFree((void *)v));
+      CU(cudaFree((void *)dout)); CU(cudaFree(scratch));
+      CU(cudaFree(out)); CU(cudaFree(lse)); CU(cudaFree(dq)); CU(cudaFree(dk)); CU(cudaFree(dv));
+    }
+    size_t bad = 0, n = 0;
+    for (size_t r = 0; r < (size_t)s.B * s.T; r++)
+      for (int kv = 0; kv < s.NKV; kv++)
+        for (int d = 0; d < s.hs; d++) {
+          float sk = 0.0f, sv = 0.0f;
+          for (int h = kv * group; h < (kv + 1) * group; h++) {
+            const size_t i = (r * s.NH + h) * s.hs + d;
+            sk += act_bf16(re.dk[i]);
+            sv += act_bf16(re.dv[i]);
+          }
+          const size_t j = (r * s.NKV + kv) * s.hs + d;
+          bad += memcmp(&sk, &rg.dk[j], 4) != 0;
+          bad += memcmp(&sv, &rg.dv[j], 4) != 0;
+          n += 2;
+        }
+    const size_t nq = in.nq, nl = (size_t)s.B * s.NH * s.T;
+    const size_t other = (size_t)!!memcmp(rg.out, re.out, nq * 4) +
+                         !!memcmp(rg.lse, re.lse, nl * 4) + !!memcmp(rg.dq, re.dq, nq * 4);
+    printf("gqa_head_rounding B %d T %d NH %d NKV %d hs %d: %zu of %zu dK and dV values differ "
+           "from each head's rounded and summed; out, lse, dQ %s\n", s.B, s.T, s.NH, s.NKV,
+           s.hs, bad, n, other ? "DIFFER" : "bit-identical");
+    ck_assert_msg(bad == 0 && other == 0, "%zu values differ, %zu tensors", bad, other);
+    free_results(&rg), free_results(&re);
+    free_inputs(&in), free_inputs(&ex);
+  }
+}
+END_TEST
+
 /* The lanes' sharing of Philox blocks, replayed for both tile layouts. */
 START_TEST(sr_layout_matches_stream) {
   const int Ts[] = {4, 12, 64, 100, 256, 1000};
@@ -679,7 +759,7 @@ START_TEST(speed) {
     for (int i = 0; i < 3; i++) {
       CU(flash_attention_forward(out, lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs, p, NULL, 0));
       CU(flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s.B, s.T, s.NH, s.NKV,
-                                  s.hs, p, ds, scratch, NULL, 0));
+                                  s.hs, p, ds, scratch, NULL, 0, 0));
     }
     CU(cudaEventRecord(e0, 0));
     for (int i = 0; i < reps; i++)
@@ -687,7 +767,7 @@ START_TEST(speed) {
     CU(cudaEventRecord(e1, 0));
     for (int i = 0; i < reps; i++)
       CU(flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s.B, s.T, s.NH, s.NKV,
-                                  s.hs, p, ds, scratch, NULL, 0));
+                                  s.hs, p, ds, scratch, NULL, 0, 0));
     CU(cudaEventRecord(e2, 0));
     CU(cudaEventSynchronize(e2));
     float fwd_ms, bwd_ms;
@@ -726,6 +806,7 @@ int main(void) {
   tcase_add_test(tc, rounded_p_and_ds);
   tcase_add_test(tc, rounding_bits);
   tcase_add_test(tc, matches_cpu);
+  tcase_add_test(tc, gqa_head_rounding);
   tcase_add_test(tc, speed);
   suite_add_tcase(s, tc);
   return run_suite(s, false);

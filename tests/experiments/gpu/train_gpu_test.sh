@@ -204,7 +204,7 @@ else bad "activations = bf16 storage: $(grep "SwiGLU's" "$tmp"/lean-bf16-activat
 # 7. activations = bf16 (PyTorch autocast's bf16) on the GPU: materialised
 # against the CPU twin; the fused attention (FlashAttention's roundings, not
 # model.c's S, dP and dS) against the materialised; grouped-query attention
-# under the fused kernel refused (it sums a group's heads before rounding)
+# below
 act=(bf16 "${common[@]}" --set activations=bf16)
 if run act-cpu "${act[@]}" && run act-gpu "${act[@]}" --set device=gpu &&
    run act-flash "${act[@]}" --set device=gpu --set attention_kernel=flash; then
@@ -216,12 +216,22 @@ if run act-cpu "${act[@]}" && run act-gpu "${act[@]}" --set device=gpu &&
     ok "activations = bf16, bf16 tiny: GPU vs CPU 20 losses within $m, flash vs materialised within $mf (vs activations = f32: $m32)"
   else bad "activations = bf16: GPU vs CPU $m over $n, flash vs materialised $mf over $nf; first losses $(losses act-gpu | head -1) / f32 $(losses full-gpu | head -1)"; fi
 else bad "activations = bf16 run failed: $(tail -1 "$tmp/act-cpu.out") $(tail -1 "$tmp/act-gpu.out") $(tail -1 "$tmp/act-flash.out")"; fi
-err=$("$train" --config "$configs/bf16.cfg" --set data="$data" --set val_data= --set progress=0 \
+# grouped-query attention under bf16 activations: the fused kernel rounds
+# each head's dK and dV before the group's sum (bf16 P and dS); against the
+# materialised model.c definition; with sr P and dS it is refused
+if run act-gqa-gpu "${act[@]}" --set n_kv_heads=2 --set device=gpu &&
+   run act-gqa-flash "${act[@]}" --set n_kv_heads=2 --set device=gpu --set attention_kernel=flash; then
+  read -r mg ng < <(maxrel act-gqa-gpu act-gqa-flash)
+  if [ "$ng" = 20 ] && awk -v m="$mg" 'BEGIN { exit !(m <= 1e-2) }'; then
+    ok "activations = bf16, GQA (n_kv_heads 2), bf16 tiny: flash vs materialised 20 losses within $mg"
+  else bad "activations = bf16 GQA: flash vs materialised $mg over $ng"; fi
+else bad "activations = bf16 GQA run failed: $(tail -1 "$tmp/act-gqa-gpu.out") $(tail -1 "$tmp/act-gqa-flash.out")"; fi
+err=$("$train" --config "$configs/bf16-sr.cfg" --set data="$data" --set val_data= --set progress=0 \
         --set size=tiny --set n_kv_heads=2 --set activations=bf16 --set device=gpu \
-        --set attention_kernel=flash --set run_dir="$tmp/act-gqa" 2>&1 >/dev/null) && rc=0 || rc=$?
-if [ $rc -eq 2 ] && [ "$(wc -l <<<"$err")" -eq 1 ] && grep -q "grouped-query" <<<"$err" && [ ! -e "$tmp/act-gqa" ]; then
-  ok "activations = bf16, GQA, flash: exit 2: $err"
-else bad "activations = bf16 GQA flash: rc $rc: $err"; fi
+        --set attention_kernel=flash --set run_dir="$tmp/act-gqa-sr" 2>&1 >/dev/null) && rc=0 || rc=$?
+if [ $rc -eq 2 ] && [ "$(wc -l <<<"$err")" -eq 1 ] && grep -q "grouped-query" <<<"$err" && [ ! -e "$tmp/act-gqa-sr" ]; then
+  ok "activations = bf16, GQA, flash, sr attention: exit 2: $err"
+else bad "activations = bf16 GQA flash sr: rc $rc: $err"; fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

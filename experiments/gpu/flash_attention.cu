@@ -630,9 +630,9 @@ __global__ void __launch_bounds__(WARPS * 32)
 /* D = rowsum(dO * O) and lse2 = lse * log2(e), laid out (B, NH, Tp); rows
  * t >= T get D = 0 and lse2 = +inf.  HS / 8 threads per row, rows ordered as
  * in memory (b, t, h). */
-template <int HS>
+template <int HS, typename OT>
 __global__ void flash_bwd_prep_kernel(float *__restrict__ lse2, float *__restrict__ Dd,
-                                      const float *__restrict__ out,
+                                      const OT *__restrict__ out,
                                       const bf16 *__restrict__ dout,
                                       const float *__restrict__ lse, int B, int T, int Tp,
                                       int NH) {
@@ -645,7 +645,16 @@ __global__ void flash_bwd_prep_kernel(float *__restrict__ lse2, float *__restric
   if (r < nrows && t < T) {
     const size_t off = (((size_t)b * T + t) * NH + h) * HS + sub * 8;
     const uint4 dv = *(const uint4 *)(dout + off);
-    const float4 o0 = *(const float4 *)(out + off), o1 = *(const float4 *)(out + off + 4);
+    float4 o0, o1;
+    if constexpr (sizeof(OT) == 4) { /* float32 O */
+      o0 = *(const float4 *)(out + off), o1 = *(const float4 *)(out + off + 4);
+    } else { /* bf16 O: the same values where O was rounded to bf16 */
+      const uint4 ov = *(const uint4 *)(out + off);
+      const __nv_bfloat162 *o2 = (const __nv_bfloat162 *)&ov;
+      const float2 a = __bfloat1622float2(o2[0]), b = __bfloat1622float2(o2[1]),
+                   c = __bfloat1622float2(o2[2]), d = __bfloat1622float2(o2[3]);
+      o0 = make_float4(a.x, a.y, b.x, b.y), o1 = make_float4(c.x, c.y, d.x, d.y);
+    }
     const __nv_bfloat162 *d2 = (const __nv_bfloat162 *)&dv;
     float2 f;
     f = __bfloat1622float2(d2[0]);
@@ -962,15 +971,21 @@ template <int HS, int kMode>
 cudaError_t backward(float *dq, float *dk, float *dv, const bf16 *dout, const float *out,
                      const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B, int T,
                      int NH, int NKV, Rounding rp, Rounding rds, void *scratch,
-                     unsigned int *dv_amax, bool head_round, cudaStream_t s) {
+                     unsigned int *dv_amax, bool head_round, const bf16 *out_bf16,
+                     cudaStream_t s) {
   typedef Tiles<HS> X;
   const int Tp = (int)padded_T(T);
   float *lse2 = (float *)scratch, *Dd = lse2 + (size_t)B * NH * Tp;
   const float scale = (float)(1.0 / sqrt((double)HS)), scale_log2 = scale * kLog2e;
 
   const size_t threads = (size_t)B * Tp * NH * (HS / 8);
-  flash_bwd_prep_kernel<HS><<<(unsigned)((threads + 255) / 256), 256, 0, s>>>(
-      lse2, Dd, out, dout, lse, B, T, Tp, NH);
+  const unsigned prep_blocks = (unsigned)((threads + 255) / 256);
+  if (out_bf16)
+    flash_bwd_prep_kernel<HS, bf16><<<prep_blocks, 256, 0, s>>>(lse2, Dd, out_bf16, dout, lse, B,
+                                                                T, Tp, NH);
+  else
+    flash_bwd_prep_kernel<HS, float><<<prep_blocks, 256, 0, s>>>(lse2, Dd, out, dout, lse, B, T,
+                                                                 Tp, NH);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
 
@@ -1074,16 +1089,18 @@ extern "C" cudaError_t flash_attention_backward(float *dq, float *dk, float *dv,
                                                 int B, int T, int NH, int NKV, int hs,
                                                 const flash_rounding *p,
                                                 const flash_rounding *ds, void *scratch,
-                                                unsigned int *dv_amax, int round_head_grads,
+                                                unsigned int *dv_amax, const flash_act_bf16 *act,
                                                 cudaStream_t s) {
   const flash_rounding &rp = p ? *p : kPlainBf16, &rds = ds ? *ds : kPlainBf16;
+  const bool head_round = act && act->round_head_grads && NKV < NH;
+  const bf16 *out_bf16 = act ? act->out_bf16 : nullptr;
   if (!args_ok(B, T, NH, NKV, hs) || !rounding_ok(rp, T) || !rounding_ok(rds, T) ||
-      rp.round.mode != rds.round.mode || !scratch)
+      rp.round.mode != rds.round.mode || !scratch || (!out && !out_bf16))
     return cudaErrorInvalidValue;
   const int mode = kernel_mode(rp, rds);
-  if (round_head_grads && NKV < NH && mode != kBf16) return cudaErrorInvalidValue;
+  if (head_round && mode != kBf16) return cudaErrorInvalidValue;
   FLASH_DISPATCH(backward, hs, mode, dq, dk, dv, dout, out, lse, q, k, v, B, T, NH, NKV,
-                 rounding_of(rp), rounding_of(rds), scratch, dv_amax, round_head_grads != 0, s);
+                 rounding_of(rp), rounding_of(rds), scratch, dv_amax, head_round, out_bf16, s);
 }
 
 /* ------------------------------------------------------ test support */

@@ -82,12 +82,18 @@ cudaError_t flash_attention_forward(float *out, float *lse, const __nv_bfloat16 
 
 /* dq, dk, dv (float32) are OVERWRITTEN.  out: the forward's output (float32),
  * for D = rowsum(dO * O).  scratch: at least flash_attention_scratch_bytes.
- * dv_amax: dv's finite amax, as out_amax above.  round_head_grads (bf16
- * activations under grouped-query attention, NKV < NH): each head's share
- * of dK and dV rounded to bf16 (rne) before the float32 sum over its
- * key/value group, in head order (autograd's gradients of K and V repeated
- * over the group, bf16 tensors, summed); only with plain bf16 P and dS
- * (7 bits, rne), else cudaErrorInvalidValue; no effect where NKV == NH. */
+ * dv_amax: dv's finite amax, as out_amax above.  act (NULL: neither) holds
+ * what bf16 activations change.  round_head_grads (grouped-query attention,
+ * NKV < NH): each head's share of dK and dV rounded to bf16 (rne) before
+ * the float32 sum over its key/value group, in head order (autograd's
+ * gradients of K and V repeated over the group, bf16 tensors, summed); only
+ * with plain bf16 P and dS (7 bits, rne), else cudaErrorInvalidValue; no
+ * effect where NKV == NH.  out_bf16: O stored in bf16 (its values rounded),
+ * read in place of out, which may then be NULL. */
+typedef struct {
+  int round_head_grads;
+  const __nv_bfloat16 *out_bf16;
+} flash_act_bf16;
 size_t flash_attention_scratch_bytes(int B, int T, int NH, int NKV, int hs);
 cudaError_t flash_attention_backward(float *dq, float *dk, float *dv, const __nv_bfloat16 *dout,
                                      const float *out, const float *lse,
@@ -95,7 +101,7 @@ cudaError_t flash_attention_backward(float *dq, float *dk, float *dv, const __nv
                                      const __nv_bfloat16 *v, int B, int T, int NH, int NKV,
                                      int hs, const flash_rounding *p,
                                      const flash_rounding *ds, void *scratch,
-                                     unsigned int *dv_amax, int round_head_grads,
+                                     unsigned int *dv_amax, const flash_act_bf16 *act,
                                      cudaStream_t s);
 
 /* For tests, on the host. */

@@ -112,7 +112,15 @@ struct gpu_model {
    * does not allow that, float32 storage as above.  `wide`: statistics
    * steps' float32 copy of one such tensor for its fill (made there). */
   bool mlp_bf16;
+  bool hg_recomputed; /* mlp_bf16 at lean_activations = 2: hg for one layer,
+                       * made again from h1 and h3 for W2's dW */
   float *wide;
+  /* and the attention's output O stored in bf16 for every layer (o_bf16, in
+   * atty's arena piece), rounded from the fused kernel's float32 output in
+   * o_f32 (one layer), where W_O's GEMMs take it as it is; the backward
+   * reads it for D = rowsum(dO O) */
+  bool o_bf16;
+  float *o_f32;
   bool logit_sharpness; /* gpu_model_set_logit_sharpness */
   int *h_bucket_start, *h_bucket_pos;
   gpu_attention_kind attention;
@@ -387,7 +395,8 @@ static void mlp_forward_bf16(gpu_model *g, int l, float *res_out, const float *r
   const size_t BTH = (size_t)N * H;
   const param_tensors &p = g->p;
   const activation_tensors &a = g->acts;
-  uint16_t *h1 = bf16_at(a.h1, l, BTH), *h3 = bf16_at(a.h3, l, BTH), *hg = bf16_at(a.hg, l, BTH);
+  uint16_t *h1 = bf16_at(a.h1, l, BTH), *h3 = bf16_at(a.h3, l, BTH),
+           *hg = bf16_at(a.hg, g->hg_recomputed ? 0 : l, BTH);
   const int s2 = site_index(g, l, SITE_W2);
   gtq_share_begin(g->gq); /* W1 and W3 read ln2 */
   linear_forward_bf16_out(g, h1, ln2, p.w1 + (size_t)l * H * C, N, C, H,
@@ -413,7 +422,8 @@ static void mlp_backward_bf16(gpu_model *g, int l, const float *dy_w2, const flo
   const param_tensors &p = g->p, &gr = g->gr;
   const activation_tensors &a = g->acts;
   const grad_act_tensors &d = g->grad_acts;
-  uint16_t *h1 = bf16_at(a.h1, l, BTH), *h3 = bf16_at(a.h3, l, BTH), *hg = bf16_at(a.hg, l, BTH);
+  uint16_t *h1 = bf16_at(a.h1, l, BTH), *h3 = bf16_at(a.h3, l, BTH),
+           *hg = bf16_at(a.hg, g->hg_recomputed ? 0 : l, BTH);
   uint16_t *dhg = bf16_at(d.dhg, 0, BTH), *dh1 = bf16_at(d.dh1, 0, BTH),
            *dh3 = bf16_at(d.dh3, 0, BTH);
   const int s1 = site_index(g, l, SITE_W1), s3 = site_index(g, l, SITE_W3),
@@ -424,6 +434,8 @@ static void mlp_backward_bf16(gpu_model *g, int l, const float *dy_w2, const flo
   gtq_operand wq = gtq_operand_for_gemm(g->gq, s2, USE_DX_W, SLOT_W, REUSE, w2, H, C, H);
   gtq_gemm_bf16_out(g->gq, false, false, N, H, C, dy, wq, dhg, H);
   gtq_operand dy2 = gtq_operand_for_gemm(g->gq, s2, USE_DW_DY, SLOT_DY, REUSE, dy_w2, C, N, C);
+  if (g->hg_recomputed) /* the forward's kernel on the same h1, h3: the same bits */
+    gtq_check(gpu_swiglu_forward_bf16_storage(hg, h1, h3, BTH, g->s), "SwiGLU (bf16 storage)");
   gtq_operand x = stored_operand(g, s2, USE_DW_X, SLOT_X, REUSE, hg, N, H);
   float *dw2 = gr.w2 + (size_t)l * C * H;
   gemm_act(g, true, false, C, H, N, dy2, x, dw2, dw2);
@@ -632,9 +644,11 @@ static void flash_forward(gpu_model *g, float *out, float *lse, const float *q, 
 }
 
 /* dv_amax: the word dv's amax is folded into (amax_word), or NULL. */
+/* out_bf16: O stored in bf16 (read in place of out), or NULL. */
 static void flash_backward(gpu_model *g, float *dq, float *dk, float *dv, const float *dout,
-                           const float *out, const float *lse, const float *q, const float *k,
-                           const float *v, int l, unsigned int *dv_amax) {
+                           const float *out, const uint16_t *out_bf16, const float *lse,
+                           const float *q, const float *k, const float *v, int l,
+                           unsigned int *dv_amax) {
   const model_config &c = g->cfg;
   const int N = g->B * g->T, hs = c.dim / c.n_heads, KVC = c.n_kv_heads * hs;
   const int qk = site_index(g, l, SITE_ATT_QK), pv = site_index(g, l, SITE_ATT_PV);
@@ -655,9 +669,10 @@ static void flash_backward(gpu_model *g, float *dq, float *dk, float *dv, const 
   if (pv >= 0 && g->sites[pv].op[USE_FWD_X].enabled) p.round = g->sites[pv].op[USE_FWD_X].round;
   p.round.offset = g->p_offsets[l]; /* the forward's words for the same elements */
   const flash_rounding ds = flash_rounding_of(g, qk, USE_DX_DY);
-  gtq_check(flash_attention_backward(dq, dk, dv, dO, out, lse, Q, K, V, g->B, g->T, c.n_heads,
-                                     c.n_kv_heads, hs, &p, &ds, g->flash_scratch, dv_amax,
-                                     g->act_bf16, g->s),
+  const flash_act_bf16 act = {g->act_bf16, (const __nv_bfloat16 *)out_bf16};
+  gtq_check(flash_attention_backward(dq, dk, dv, dO, out_bf16 ? nullptr : out, lse, Q, K, V, g->B,
+                                     g->T, c.n_heads, c.n_kv_heads, hs, &p, &ds,
+                                     g->flash_scratch, dv_amax, &act, g->s),
             "flash_attention_backward");
 }
 
@@ -709,7 +724,9 @@ static const char *flash_recipe_check(const tq_site *sites, const model_config &
 
 static bool bf16_storage_for_new = true;
 extern "C" void gpu_model_bf16_storage_for_new(bool on) { bf16_storage_for_new = on; }
-extern "C" bool gpu_model_bf16_storage(const gpu_model *g) { return g->mlp_bf16; }
+extern "C" int gpu_model_bf16_storage(const gpu_model *g) {
+  return (g->mlp_bf16 ? 1 : 0) | (g->o_bf16 ? 2 : 0);
+}
 
 extern "C" gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *sites,
                                     int n_sites, int B, int T, gpu_attention_kind attention,
@@ -834,8 +851,18 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
     }
     g->mlp_bf16 = ok;
   }
+  g->hg_recomputed = g->mlp_bf16 && lean_activations >= 2;
+  if (act_bf16 && g->lean && bf16_storage_for_new && sites && C % 8 == 0) {
+    bool ok = true;
+    for (int l = 0; ok && l < c.n_layers; l++)
+      ok = gtq_use_bf16_identity(g->gq, site_index(g, l, SITE_O), USE_FWD_X) &&
+           gtq_use_bf16_identity(g->gq, site_index(g, l, SITE_O), USE_DW_X);
+    g->o_bf16 = ok;
+  }
+  if (g->o_bf16) act[ACT_ATTY] = L * BT * C / 2;
   if (g->mlp_bf16) { /* bf16 values: half a float32 piece each */
-    act[ACT_H1] = act[ACT_H3] = act[ACT_HG] = L * BT * c.hidden / 2;
+    act[ACT_H1] = act[ACT_H3] = L * BT * c.hidden / 2;
+    act[ACT_HG] = (g->hg_recomputed ? 1 : L) * BT * c.hidden / 2;
     grad_act[GRAD_ACT_DH1] = grad_act[GRAD_ACT_DH3] = grad_act[GRAD_ACT_DHG] = BT * c.hidden / 2;
   }
   /* plain bf16 copies kept per layer for the backward (unquantized attention) */
@@ -852,6 +879,7 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
                at_fk = take(plain_bf16 ? bf * L * BT * KVC : 0),
                at_fv = take(plain_bf16 ? bf * L * BT * KVC : 0),
                at_fdo = take(flash ? bf * BT * C : 0),
+               at_o_f32 = take(g->o_bf16 ? sizeof(float) * BT * C : 0),
                at_flash_scratch =
                    take(flash ? flash_attention_scratch_bytes(B, T, NH, c.n_kv_heads, hs) : 0),
                at_rope_cos = take(sizeof(float) * T * hs / 2),
@@ -871,6 +899,7 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
   g->fk = (__nv_bfloat16 *)(arena + at_fk);
   g->fv = (__nv_bfloat16 *)(arena + at_fv);
   g->fdo = (__nv_bfloat16 *)(arena + at_fdo);
+  g->o_f32 = g->o_bf16 ? (float *)(arena + at_o_f32) : nullptr;
   g->flash_scratch = arena + at_flash_scratch;
   g->rope_cos = (float *)(arena + at_rope_cos);
   g->rope_sin = (float *)(arena + at_rope_sin);
@@ -1106,16 +1135,28 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
       gpu_rope_forward(k, g->rope_cos, g->rope_sin, B, T, NKV, hs, s);
     }
     unsigned int *atty_amax = nullptr; /* the materialised attention's output: cuBLAS's */
-    if (g->attention == GPU_ATTENTION_FLASH) {
-      atty_amax = amax_word(g, l, AMAX_ATTY, {SITE_O}, USE_FWD_X);
-      flash_forward(g, atty, g->lse + (size_t)l * B * NH * T, q, k, v, l, atty_amax);
-      act_round(g, atty, BTC); /* O, as FlashAttention writes it in bf16 */
+    if (g->o_bf16) { /* O rounded into bf16 storage, W_O's X as it is */
+      flash_forward(g, g->o_f32, g->lse + (size_t)l * B * NH * T, q, k, v, l, nullptr);
+      uint16_t *o = bf16_at(a.atty, l, BTC);
+      const exmy_rounding_opts rne = {};
+      gtq_check(exmy_cuda_quantize_bf16(&g->bf16, &rne, g->o_f32, o, BTC, s), "O to bf16");
+      const int so = site_index(g, l, SITE_O);
+      gtq_operand x = stored_operand(g, so, USE_FWD_X, SLOT_X, FILL, o, N, C);
+      gtq_operand wq = fill_operand(g, so, USE_FWD_W, SLOT_W, p.wo + (size_t)l * C * C, C, C,
+                                    weight_word(g, so));
+      gemm_act(g, false, true, N, C, C, x, wq, res_mid, res); /* res + bf16(O W_O^T) */
     } else {
-      attention_forward(g, atty, a.att + (size_t)l * B * NH * T * T, q, k, v, l);
+      if (g->attention == GPU_ATTENTION_FLASH) {
+        atty_amax = amax_word(g, l, AMAX_ATTY, {SITE_O}, USE_FWD_X);
+        flash_forward(g, atty, g->lse + (size_t)l * B * NH * T, q, k, v, l, atty_amax);
+        act_round(g, atty, BTC); /* O, as FlashAttention writes it in bf16 */
+      } else {
+        attention_forward(g, atty, a.att + (size_t)l * B * NH * T * T, q, k, v, l);
+      }
+      /* the residual add promotes the bf16 branch */
+      linear_forward_act(g, res_mid, res, atty, p.wo + (size_t)l * C * C, N, C, C,
+                         site_index(g, l, SITE_O), atty_amax);
     }
-    /* the residual add promotes the bf16 branch */
-    linear_forward_act(g, res_mid, res, atty, p.wo + (size_t)l * C * C, N, C, C,
-                       site_index(g, l, SITE_O), atty_amax);
     gpu_rmsnorm_forward(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, N, C,
                         ln2_amax, s);
     if (g->mlp_bf16) {
@@ -1250,8 +1291,21 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
                          p.rms2 + (size_t)l * C, a.ln2_rstd + (size_t)l * N, N, C, dres_wo_amax,
                          s);
     const float *dy_o = act_dy(g, d.dln, d.dres, BTC); /* WO's output gradient */
-    linear_backward(g, d.datty, gr.wo + (size_t)l * C * C, dy_o, atty, p.wo + (size_t)l * C * C,
-                    N, C, C, site_index(g, l, SITE_O), 0, false, dres_wo_amax);
+    const uint16_t *o_bf16 = g->o_bf16 ? bf16_at(a.atty, l, BTC) : nullptr;
+    if (g->o_bf16) {
+      const int so = site_index(g, l, SITE_O);
+      const float *wo = p.wo + (size_t)l * C * C;
+      gtq_operand dy = fill_operand(g, so, USE_DX_DY, SLOT_DY, dy_o, N, C, nullptr);
+      gtq_operand wq = gtq_operand_for_gemm(g->gq, so, USE_DX_W, SLOT_W, REUSE, wo, C, C, C);
+      gtq_operand dy2 = gtq_operand_for_gemm(g->gq, so, USE_DW_DY, SLOT_DY, REUSE, dy_o, C, N, C);
+      gtq_operand x = stored_operand(g, so, USE_DW_X, SLOT_X, REUSE, o_bf16, N, C);
+      linear_backward_act_bf16(g, d.datty, gr.wo + (size_t)l * C * C, dy, wq, dy2, x, N, C, C,
+                               0.0f);
+    } else {
+      linear_backward(g, d.datty, gr.wo + (size_t)l * C * C, dy_o, atty,
+                      p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O), 0, false,
+                      dres_wo_amax);
+    }
     /* attention_backward accumulates dk and dv head by head (the fused kernel overwrites them) */
     if (g->attention == GPU_ATTENTION_MATERIALIZED) {
       gtq_check(cudaMemsetAsync(d.dk, 0, BTK * sizeof(float), s), "memset");
@@ -1260,8 +1314,8 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     unsigned int *dv_amax = nullptr; /* the materialised attention's dv: cuBLAS's */
     if (g->attention == GPU_ATTENTION_FLASH) {
       dv_amax = amax_word(g, l, AMAX_DV, {SITE_V}, USE_DX_DY);
-      flash_backward(g, d.dq, d.dk, d.dv, d.datty, atty, g->lse + (size_t)l * B * NH * T, q,
-                     k, v, l, dv_amax);
+      flash_backward(g, d.dq, d.dk, d.dv, d.datty, atty, o_bf16,
+                     g->lse + (size_t)l * B * NH * T, q, k, v, l, dv_amax);
       act_round(g, d.dq, BTC); /* as written in bf16 (one head per key/value head) */
       act_round(g, d.dk, BTK);
       act_round(g, d.dv, BTK);

@@ -53,14 +53,14 @@ gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_site *sites, 
                               int B, int T, gpu_attention_kind attention, int lean_activations,
                               char *err, size_t errlen);
 void gpu_model_free(gpu_model *g);
-/* Under activations = bf16 with lean activations: whether SwiGLU's tensors
- * (h1, h3, hg and their gradients) are stored in bf16, as the recipe allows
- * where every GEMM writing one takes plain bf16 operands and every GEMM
- * reading one takes a bf16 value as it is (the bf16 recipe); else, and
- * elsewhere, float32 storage of the same values.  Tests: whether models made
- * after the call may store them so (on by default; off: float32 storage,
- * for comparisons). */
-bool gpu_model_bf16_storage(const gpu_model *g);
+/* Under activations = bf16 with lean activations, what is stored in bf16 (the
+ * values are bf16 values, so the same bits): 1, SwiGLU's tensors (h1, h3, hg
+ * and their gradients), where every GEMM writing one takes plain bf16
+ * operands and every GEMM reading one takes a bf16 value as it is; 2, the
+ * attention output O, where W_O's GEMMs take it as it is (both under the
+ * bf16 recipe); else float32 storage.  Tests: whether models made after the
+ * call may store them so (on by default; off: float32, for comparisons). */
+int gpu_model_bf16_storage(const gpu_model *g);
 void gpu_model_bf16_storage_for_new(bool on);
 
 /* Host <-> device: parameters, AdamW moments and the delayed-scaling states

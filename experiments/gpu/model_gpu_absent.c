@@ -54,9 +54,9 @@ bool gpu_model_cuda_graph(const gpu_model *g) {
   (void)g, unreachable();
   return false;
 }
-bool gpu_model_bf16_storage(const gpu_model *g) {
+int gpu_model_bf16_storage(const gpu_model *g) {
   (void)g, unreachable();
-  return false;
+  return 0;
 }
 void gpu_model_bf16_storage_for_new(bool on) { (void)on; }
 void gpu_model_profile(gpu_model *g, bool on) { (void)g, (void)on, unreachable(); }

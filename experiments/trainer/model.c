@@ -685,7 +685,8 @@ static size_t carve(char *mem, size_t offset, const size_t *sizes, int n, real *
 #define ACT_INDEX(f) (offsetof(activation_tensors, f) / sizeof(real *))
 _Static_assert(ACT_INDEX(ln1) == ACT_LN1 && ACT_INDEX(q) == ACT_Q && ACT_INDEX(k) == ACT_K &&
                    ACT_INDEX(v) == ACT_V && ACT_INDEX(att) == ACT_ATT && ACT_INDEX(ln2) == ACT_LN2 &&
-                   ACT_INDEX(h1) == ACT_H1 && ACT_INDEX(h3) == ACT_H3 && ACT_INDEX(hg) == ACT_HG,
+                   ACT_INDEX(atty) == ACT_ATTY && ACT_INDEX(h1) == ACT_H1 &&
+                   ACT_INDEX(h3) == ACT_H3 && ACT_INDEX(hg) == ACT_HG,
                "model.h's ACT_ indices");
 #undef ACT_INDEX
 #define GRAD_INDEX(f) (offsetof(grad_act_tensors, f) / sizeof(real *))

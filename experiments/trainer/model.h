@@ -81,10 +81,10 @@ static inline int param_is_norm(int i) { return i == PARAM_RMS1 || i == PARAM_RM
 #define NUM_ACT_TENSORS 18
 /* Indices of the tensors the GPU's fused attention sizes differently: att
  * (no scores kept), and q, k, v, ln1, ln2, hg (one layer kept, not L:
- * experiments/gpu/model_gpu.cu, lean_activations), h1, h3, hg (stored in
- * bf16 there under bf16 activations). */
+ * experiments/gpu/model_gpu.cu, lean_activations), atty, h1, h3, hg
+ * (stored in bf16 there under bf16 activations). */
 enum {
-  ACT_LN1 = 1, ACT_Q = 3, ACT_K = 4, ACT_V = 5, ACT_ATT = 6, ACT_LN2 = 9,
+  ACT_LN1 = 1, ACT_Q = 3, ACT_K = 4, ACT_V = 5, ACT_ATT = 6, ACT_ATTY = 7, ACT_LN2 = 9,
   ACT_H1 = 11, ACT_H3 = 12, ACT_HG = 13
 };
 typedef struct {

@@ -745,8 +745,9 @@ static void finish(run *r) {
            (double)gpu_model_arena_bytes(r->gpu) / (1024.0 * 1024.0));
   if (r->gpu) printf("train: CUDA graphs: %s\n", gpu_model_cuda_graph(r->gpu) ? "on" : "off");
   if (r->gpu && r->rc.bf16_activations)
-    printf("train: SwiGLU's tensors stored in %s\n",
-           gpu_model_bf16_storage(r->gpu) ? "bf16" : "float32");
+    printf("train: stored in bf16: SwiGLU's tensors %s, the attention output %s\n",
+           gpu_model_bf16_storage(r->gpu) & 1 ? "yes" : "no",
+           gpu_model_bf16_storage(r->gpu) & 2 ? "yes" : "no");
   if (r->gpu) {
     unsigned long long fast, ineligible, scale_range, not_codes, block_scaled, block_one_call;
     gpu_model_accum_paths(r->gpu, &fast, &ineligible, &scale_range, &not_codes, &block_scaled,

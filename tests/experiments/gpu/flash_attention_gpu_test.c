@@ -171,7 +171,7 @@ static void run_gpu(shape s, const inputs *in, const roundings *rd, results *r, 
   CU(flash_attention_forward(out, lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs, &rd->p,
                              fold_amax ? words : NULL, 0));
   CU(flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs,
-                              &rd->p, &rd->ds, scratch, fold_amax ? words + 1 : NULL, 0, 0));
+                              &rd->p, &rd->ds, scratch, fold_amax ? words + 1 : NULL, NULL, 0));
   to_host(r->out, out, nq * 4);
   to_host(r->lse, lse, nl * 4);
   to_host(r->dq, dq, nq * 4);
@@ -455,10 +455,11 @@ START_TEST(rejects_what_it_does_not_serve) {
   ck_assert_int_eq(flash_attention_forward(out, lse, x, x, x, 1, 62, 1, 1, 64, &sr, NULL, 0),
                    cudaErrorInvalidValue); /* sr needs T % 4 == 0 */
   ck_assert_int_eq(flash_attention_backward(out, out, out, x, out, lse, x, x, x, 1, 64, 1, 1,
-                                            64, &rz, &sr, scratch, NULL, 0, 0),
+                                            64, &rz, &sr, scratch, NULL, NULL, 0),
                    cudaErrorInvalidValue); /* P and dS by different modes */
+  const flash_act_bf16 heads = {1, NULL};
   ck_assert_int_eq(flash_attention_backward(out, out, out, x, out, lse, x, x, x, 1, 64, 2, 1,
-                                            64, &rz, &rz, scratch, NULL, 1, 0),
+                                            64, &rz, &rz, scratch, NULL, &heads, 0),
                    cudaErrorInvalidValue); /* each head's dK, dV rounded: only under bf16 P, dS */
   CU(cudaGetLastError());
   CU(cudaFree(out)); CU(cudaFree(lse)); CU(cudaFree(x)); CU(cudaFree(scratch));
@@ -653,6 +654,7 @@ END_TEST
  * lse and dQ bit-identical to the repeated run's.  Groups of 2 and 4 heads,
  * hs 32, 64 and 128, T not a multiple of a block. */
 START_TEST(gqa_head_rounding) {
+  const flash_act_bf16 heads = {1, NULL};
   const shape shapes[] = {{2, 100, 4, 2, 64}, {1, 200, 4, 1, 32}, {2, 70, 4, 2, 128}};
   for (int c = 0; c < 3; c++) {
     const shape s = shapes[c], e = {s.B, s.T, s.NH, s.NH, s.hs};
@@ -683,7 +685,7 @@ START_TEST(gqa_head_rounding) {
       void *scratch = dev_alloc(flash_attention_scratch_bytes(t.B, t.T, t.NH, t.NKV, t.hs));
       CU(flash_attention_forward(out, lse, q, kk, v, t.B, t.T, t.NH, t.NKV, t.hs, NULL, NULL, 0));
       CU(flash_attention_backward(dq, dk, dv, dout, out, lse, q, kk, v, t.B, t.T, t.NH, t.NKV,
-                                  t.hs, NULL, NULL, scratch, NULL, 1, 0));
+                                  t.hs, NULL, NULL, scratch, NULL, &heads, 0));
       to_host(res[k]->out, out, nq * 4);
       to_host(res[k]->lse, lse, nl * 4);
       to_host(res[k]->dq, dq, nq * 4);
@@ -717,6 +719,61 @@ START_TEST(gqa_head_rounding) {
     ck_assert_msg(bad == 0 && other == 0, "%zu values differ, %zu tensors", bad, other);
     free_results(&rg), free_results(&re);
     free_inputs(&in), free_inputs(&ex);
+  }
+}
+END_TEST
+
+
+/* O stored in bf16 (bf16 activations round it): the backward reading it
+ * (out_bf16) against the same values given as float32: dQ, dK, dV bit for
+ * bit, at hs 32, 64, 128, with and without grouped heads. */
+START_TEST(out_bf16_matches_float) {
+  const shape shapes[] = {{2, 100, 4, 2, 64}, {1, 130, 2, 2, 32}, {2, 70, 4, 4, 128}};
+  for (int c = 0; c < 3; c++) {
+    const shape s = shapes[c];
+    inputs in = make_inputs(s, 21 + c, 0);
+    const size_t nq = in.nq, nkv = in.nkv, nl = (size_t)s.B * s.NH * s.T;
+    const __nv_bfloat16 *q = dev_from(in.q16, nq * 2), *k = dev_from(in.k16, nkv * 2),
+                        *v = dev_from(in.v16, nkv * 2), *dout = dev_from(in.do16, nq * 2);
+    float *out = dev_alloc(nq * 4), *lse = dev_alloc(nl * 4);
+    void *scratch = dev_alloc(flash_attention_scratch_bytes(s.B, s.T, s.NH, s.NKV, s.hs));
+    CU(flash_attention_forward(out, lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs, NULL, NULL, 0));
+    float *ho = malloc(nq * 4);
+    uint16_t *hb = malloc(nq * 2);
+    to_host(ho, out, nq * 4);
+    for (size_t i = 0; i < nq; i++) { /* O rounded, as bf16 activations store it */
+      ho[i] = act_bf16(ho[i]);
+      uint32_t u;
+      memcpy(&u, &ho[i], 4);
+      hb[i] = (uint16_t)(u >> 16);
+    }
+    CU(cudaMemcpy(out, ho, nq * 4, cudaMemcpyHostToDevice));
+    const __nv_bfloat16 *ob = dev_from(hb, nq * 2);
+    float *got[2][3];
+    for (int w = 0; w < 2; w++) {
+      float *dq = dev_alloc(nq * 4), *dk = dev_alloc(nkv * 4), *dv = dev_alloc(nkv * 4);
+      const flash_act_bf16 act = {s.NKV < s.NH, w ? ob : NULL};
+      CU(flash_attention_backward(dq, dk, dv, dout, w ? NULL : out, lse, q, k, v, s.B, s.T, s.NH,
+                                  s.NKV, s.hs, NULL, NULL, scratch, NULL, &act, 0));
+      got[w][0] = malloc(nq * 4), got[w][1] = malloc(nkv * 4), got[w][2] = malloc(nkv * 4);
+      to_host(got[w][0], dq, nq * 4);
+      to_host(got[w][1], dk, nkv * 4);
+      to_host(got[w][2], dv, nkv * 4);
+      CU(cudaFree(dq)); CU(cudaFree(dk)); CU(cudaFree(dv));
+    }
+    const int same = !memcmp(got[0][0], got[1][0], nq * 4) &&
+                     !memcmp(got[0][1], got[1][1], nkv * 4) &&
+                     !memcmp(got[0][2], got[1][2], nkv * 4);
+    printf("out_bf16_matches_float B %d T %d NH %d NKV %d hs %d: dQ, dK, dV %s\n", s.B, s.T, s.NH,
+           s.NKV, s.hs, same ? "bit-identical" : "DIFFER");
+    ck_assert_msg(same, "dQ, dK or dV differ with O read as bf16");
+    for (int w = 0; w < 2; w++)
+      for (int t = 0; t < 3; t++) free(got[w][t]);
+    free(ho), free(hb);
+    CU(cudaFree((void *)q)); CU(cudaFree((void *)k)); CU(cudaFree((void *)v));
+    CU(cudaFree((void *)dout)); CU(cudaFree((void *)ob)); CU(cudaFree(scratch));
+    CU(cudaFree(out)); CU(cudaFree(lse));
+    free_inputs(&in);
   }
 }
 END_TEST
@@ -759,7 +816,7 @@ START_TEST(speed) {
     for (int i = 0; i < 3; i++) {
       CU(flash_attention_forward(out, lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs, p, NULL, 0));
       CU(flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s.B, s.T, s.NH, s.NKV,
-                                  s.hs, p, ds, scratch, NULL, 0, 0));
+                                  s.hs, p, ds, scratch, NULL, NULL, 0));
     }
     CU(cudaEventRecord(e0, 0));
     for (int i = 0; i < reps; i++)
@@ -767,7 +824,7 @@ START_TEST(speed) {
     CU(cudaEventRecord(e1, 0));
     for (int i = 0; i < reps; i++)
       CU(flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s.B, s.T, s.NH, s.NKV,
-                                  s.hs, p, ds, scratch, NULL, 0, 0));
+                                  s.hs, p, ds, scratch, NULL, NULL, 0));
     CU(cudaEventRecord(e2, 0));
     CU(cudaEventSynchronize(e2));
     float fwd_ms, bwd_ms;
@@ -807,6 +864,7 @@ int main(void) {
   tcase_add_test(tc, rounding_bits);
   tcase_add_test(tc, matches_cpu);
   tcase_add_test(tc, gqa_head_rounding);
+  tcase_add_test(tc, out_bf16_matches_float);
   tcase_add_test(tc, speed);
   suite_add_tcase(s, tc);
   return run_suite(s, false);

@@ -194,12 +194,12 @@ for spec in "fp32" "fp32 swiglu_scale=row" "bf16" "e8m3 rounding=sr" "mxfp8" "fp
   else bad "lean_activations $spec run failed: $(tail -1 "$tmp/$name-2.out") $(tail -1 "$tmp/$name-1.out") $(tail -1 "$tmp/$name-0.out")"; fi
 done
 
-# bf16 activations under the bf16 recipe: SwiGLU's tensors stored in bf16
-# when lean (the lines above: the same bits as float32 storage at 0)
-if grep -q "SwiGLU's tensors stored in bf16" "$tmp/lean-bf16-activationsbf16-1.out" &&
-   grep -q "SwiGLU's tensors stored in float32" "$tmp/lean-bf16-activationsbf16-0.out"; then
-  ok "activations = bf16, bf16, lean: SwiGLU's tensors stored in bf16 (float32 at lean_activations = 0)"
-else bad "activations = bf16 storage: $(grep "SwiGLU's" "$tmp"/lean-bf16-activationsbf16-*.out)"; fi
+# bf16 activations under the bf16 recipe: SwiGLU's tensors and O stored in
+# bf16 when lean (the lines above: the same bits as float32 storage at 0)
+if grep -q "stored in bf16: SwiGLU's tensors yes, the attention output yes" "$tmp/lean-bf16-activationsbf16-1.out" &&
+   grep -q "stored in bf16: SwiGLU's tensors no, the attention output no" "$tmp/lean-bf16-activationsbf16-0.out"; then
+  ok "activations = bf16, bf16, lean: SwiGLU's tensors and O stored in bf16 (float32 at lean_activations = 0)"
+else bad "activations = bf16 storage: $(grep "stored in bf16" "$tmp"/lean-bf16-activationsbf16-*.out)"; fi
 
 # 7. activations = bf16 (PyTorch autocast's bf16) on the GPU: materialised
 # against the CPU twin; the fused attention (FlashAttention's roundings, not

@@ -1650,9 +1650,9 @@ START_TEST(model_accumulate_matches_cpu) {
 }
 END_TEST
 
-/* bf16 storage of SwiGLU's tensors under bf16 activations (the bf16 recipe,
- * fused attention, lean activations) against float32 storage of the same
- * values.  First the GEMM that writes h1, h3 and dhg: cuBLAS's bf16 output
+/* bf16 storage of SwiGLU's tensors and of the attention's output under bf16
+ * activations (the bf16 recipe, fused attention, lean activations) against
+ * float32 storage of the same values.  First the GEMM that writes h1, h3 and dhg: cuBLAS's bf16 output
  * against its float32 output rounded to nearest even, at the `tiny` model's
  * shapes of those GEMMs.  Then three steps of `tiny` each way, the second a
  * statistics step (the stored tensors widened and filled there): losses,
@@ -1752,8 +1752,8 @@ START_TEST(model_bf16_storage_bit_identical) {
     gpu_model_bf16_storage_for_new(true);
     if (k == 1) memcpy(mp[1].tok, mp[0].tok, sizeof(int) * mp[0].N),
                 memcpy(mp[1].tgt, mp[0].tgt, sizeof(int) * mp[0].N);
-    ck_assert_msg(gpu_model_bf16_storage(mp[k].g) == (k == 0), "run %d: bf16 storage %s", k,
-                  k == 0 ? "off" : "on");
+    ck_assert_msg(gpu_model_bf16_storage(mp[k].g) == (k == 0 ? 3 : 0), "run %d: bf16 storage %d",
+                  k, gpu_model_bf16_storage(mp[k].g));
     arena[k] = gpu_model_arena_bytes(mp[k].g);
     gpu_model *g = mp[k].g;
     for (int step = 1; step <= STEPS; step++) {
@@ -1779,11 +1779,13 @@ START_TEST(model_bf16_storage_bit_identical) {
                              sizeof(exmy_tensor_stats)) != 0;
   /* bytes: h1 and h3, 4 a value for every layer, now 2; hg, 4 for one layer
    * (lean), now 2 for every layer (the operand W2's dW reads, in place of
-   * its slot outside the arena); dh1, dh3 and dhg 4, now 2 */
-  const size_t BTH = (size_t)mp[0].N * mc.hidden, want = (2 * (size_t)mc.n_layers + 10) * BTH;
+   * its slot outside the arena); dh1, dh3 and dhg 4, now 2; O (atty), 4 for
+   * every layer, now 2, and the fused kernel's float32 output, 4 for one */
+  const size_t L = mc.n_layers, BTH = (size_t)mp[0].N * mc.hidden, BTC = (size_t)mp[0].N * mc.dim;
+  const size_t want = (2 * L + 10) * BTH + (2 * L - 4) * BTC;
   printf("bf16 storage, tiny, 3 steps (the second a statistics step): losses %.7f %.7f %.7f / "
          "%.7f %.7f %.7f; %zu of 4 x %zu values and %zu of %d sites' statistics differ; arena "
-         "%zu against %zu bytes (%zu less, want %zu)\n",
+         "%zu against %zu bytes (%zu less, want %zu: SwiGLU's and O's halves)\n",
          loss[0][0], loss[0][1], loss[0][2], loss[1][0], loss[1][1], loss[1][2], differ, P,
          stats_differ, mp[0].n_sites * USES_PER_SITE, arena[0], arena[1], arena[1] - arena[0],
          want);

@@ -1019,6 +1019,26 @@ void gpu_add_bf16(float *y, const float *a, const uint16_t *x, size_t n, cudaStr
     add_bf16_kernel<false><<<elementwise_grid(n), kThreads, 0, s>>>(y, a, x, n);
 }
 
+/* Every float32 bit pattern: act_bf16 on the GPU against the core. */
+__global__ void act_bf16_mismatch_kernel(unsigned long long *count) {
+  unsigned long long bad = 0;
+  for (uint64_t i = global_index(); i < (1ull << 32); i += global_stride()) {
+    const float x = __uint_as_float((uint32_t)i), a = act_bf16(x), c = act_bf16_core(x);
+    bad += isnan(a) != isnan(c) || (!isnan(a) && __float_as_uint(a) != __float_as_uint(c));
+  }
+  if (bad) atomicAdd(count, bad);
+}
+
+long long gpu_act_bf16_core_mismatches(void) {
+  unsigned long long *d = nullptr, h = 0;
+  if (cudaMalloc((void **)&d, sizeof h) != cudaSuccess) return -1;
+  cudaMemset(d, 0, sizeof h);
+  act_bf16_mismatch_kernel<<<4096, kThreads>>>(d);
+  const bool ok = cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost) == cudaSuccess;
+  cudaFree(d);
+  return ok ? (long long)h : -1;
+}
+
 void gpu_scores_act_bf16(float *x, size_t n, int hs, cudaStream_t s) {
   if (!n) return;
   const float sqrt_hs = (float)sqrt((double)hs); /* model.c's */

@@ -87,6 +87,10 @@ cudaError_t gpu_swiglu_forward_bf16_storage(uint16_t *out, const uint16_t *h1,
 cudaError_t gpu_swiglu_backward_bf16_storage(uint16_t *dh1, uint16_t *dh3, const uint16_t *dout,
                                              const uint16_t *h1, const uint16_t *h3, size_t n,
                                              cudaStream_t s);
+/* Tests: over all 2^32 float32 inputs, how many act_bf16 on the GPU (the
+ * conversion instruction) gives other bits than the reference core (a NaN
+ * for a NaN counts as equal); -1 on a CUDA error. */
+long long gpu_act_bf16_core_mismatches(void);
 /* The attention scores of n entries of x, or their gradient, as model.c's
  * scale_scores_bf16: x <- bf16(bf16(x) / sqrt(hs)). */
 void gpu_scores_act_bf16(float *x, size_t n, int hs, cudaStream_t s);

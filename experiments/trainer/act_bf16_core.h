@@ -18,12 +18,29 @@
 #include "lib/round_core.h"
 #include "lib/scale_core.h"
 
-/* x rounded to bfloat16, rne, neither saturating nor flushing (overflow gives
- * infinity, NaN stays NaN): exmy_quantize_f32's value under bf16 and
- * {.mode = EXMY_RNE}, model.c's round_bf16. */
-EXMY_HD float act_bf16(float x) {
+#ifdef __CUDA_ARCH__
+#include <cuda_bf16.h>
+#endif
+
+/* x rounded to bfloat16 by the reference core, rne, neither saturating nor
+ * flushing (overflow gives infinity, NaN stays NaN): exmy_quantize_f32's
+ * value under bf16 and {.mode = EXMY_RNE}, model.c's round_bf16. */
+EXMY_HD float act_bf16_core(float x) {
   const exmy_format bf16 = exmy_format_fields(8, 7, 127, EXMY_SPECIALS_IEEE);
   return exmy_core_decode(&bf16, exmy_core_encode(&bf16, EXMY_RNE, 0, 0, 32, x, 0));
+}
+
+/* The same value: on the GPU the conversion instruction (cvt.rn.bf16.f32,
+ * subnormals kept), which gives the core's bits for every input but a NaN's
+ * payload (a NaN either way; layers_gpu_test compares the two on all 2^32
+ * inputs): the core's generality made the element-wise kernels of bf16
+ * activations compute-bound. */
+EXMY_HD float act_bf16(float x) {
+#ifdef __CUDA_ARCH__
+  return __bfloat162float(__float2bfloat16_rn(x));
+#else
+  return act_bf16_core(x);
+#endif
 }
 
 /* sigmoid(a) as model.c's SwiGLU computes it: in double, rounded to float once. */

@@ -1601,6 +1601,16 @@ START_TEST(act_bf16_elementwise) {
 }
 END_TEST
 
+/* act_bf16 on the GPU (the conversion instruction) against the reference
+ * core on every float32 input: the same bits, NaN for NaN. */
+START_TEST(act_bf16_matches_core) {
+  const long long bad = gpu_act_bf16_core_mismatches();
+  printf("act_bf16: the GPU's conversion against the core on all 2^32 inputs: %lld differ\n",
+         bad);
+  ck_assert_int_eq(bad, 0);
+}
+END_TEST
+
 int main(void) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -1622,6 +1632,7 @@ int main(void) {
   /* on its own: CK_RUN_CASE=act_bf16 */
   tc = tcase_create("act_bf16");
   tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, act_bf16_matches_core);
   tcase_add_test(tc, act_bf16_elementwise);
   suite_add_tcase(s, tc);
   /* on its own: CK_RUN_CASE=quantize_matrices */

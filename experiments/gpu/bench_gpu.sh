@@ -97,8 +97,9 @@ for size in $sizes; do
     # e8m3 by rne, rz and sr, fused and materialised: the fused kernel rounds P
     # and dS itself in each mode; bf16 also with cuda_graph = 0: the step's
     # launches one by one, as before graphs; and with activations = bf16,
-    # PyTorch autocast's own experiment
+    # PyTorch autocast's own experiment (lean_activations = 2: its least memory)
     120m) bench 120m "$B120" "bf16 flash" "bf16 flash cuda_graph=0" "bf16 flash activations=bf16" \
+            "bf16 flash activations=bf16,lean_activations=2" \
             "fp8-te flash" "e8m3 flash" \
             "e8m3 flash rounding=rz" "e8m3-sr flash" "bf16-sr flash" "fp8-current flash" \
             "bf16 materialized" "fp8-te materialized" "e8m3 materialized" \

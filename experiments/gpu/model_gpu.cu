@@ -357,15 +357,16 @@ static void linear_backward(gpu_model *g, float *dinp, float *dw, const float *d
   gtq_gemm(g->gq, true, false, OC, C, N, 1.0f, dy2, x, 1.0f, dw, C);    /* dW += dY^T X */
 }
 
-/* ------------------------------------------------ bf16 storage (mlp_bf16) */
+/* ---------------------------------------- bf16 storage (mlp_bf16, o_bf16) */
 
 /* Layer l's (or the one) tensor of n bf16 values in a float32 arena piece. */
 static uint16_t *bf16_at(float *base, size_t l, size_t n) { return (uint16_t *)base + l * n; }
 
 /* A tensor stored in bf16 (rows x cols) as use `use` of `site`: outside
- * statistics steps the tensor itself (mlp_bf16 holds only where its fill
- * would leave it as it is); in a statistics step widened to float32 and
- * filled (fill: the statistics are the fill's), or the slot that fill made. */
+ * statistics steps the tensor itself (a tensor is stored in bf16 only where
+ * its fills would leave it as it is); in a statistics step widened to
+ * float32 and filled (fill: the statistics are the fill's), or the slot that
+ * fill made. */
 static gtq_operand stored_operand(gpu_model *g, int site, int use, int slot, bool fill,
                                   const uint16_t *x, long rows, long cols) {
   if (!gtq_collecting(g->gq)) return gtq_operand_bf16(site, use, x, cols);

@@ -26,10 +26,13 @@
 #     per site (lean_activations = 0): every logged value but the timings
 #     bit-identical, on recipes whose GEMMs read all three in float32 (fp32,
 #     Smooth-SwiGLU on fp32, MX, fp32 with bf16 activations), none (bf16,
-#     graphs on; e8m3 sr with quantized attention) and GQA; the arenas
-#     2 <= 1 < 0;
+#     graphs on; e8m3 sr with quantized attention), GQA, and bf16 with bf16
+#     activations (SwiGLU's tensors and O stored in bf16 at 1 and 2, in
+#     float32 at 0); the arenas 2 <= 1 < 0;
 #  7. activations = bf16: GPU (materialised) vs CPU and flash vs materialised,
-#     bf16 tiny, 20 losses within 1e-2; GQA under the fused kernel refused.
+#     bf16 tiny, 20 losses within 1e-2; the same for GQA (the fused kernel
+#     rounds each head's dK and dV), refused under the fused kernel with sr
+#     P and dS.
 # usage: train_gpu_test.sh TRAIN_BINARY CONFIG_DIR
 set -uo pipefail
 train=$(realpath "$1"); configs=$(realpath "$2")

@@ -991,8 +991,8 @@ cudaError_t backward(float *dq, float *dk, float *dv, const bf16 *dout, const fl
 
   typedef DkdvCfg<HS, X::kBwdWarps, X::kDkdvBR> C2;
   auto k2 = flash_bwd_dkdv_kernel<HS, X::kBwdWarps, X::kDkdvBR, X::kRegs, kMode, false>;
-  if constexpr (kMode == kBf16) /* bf16 activations' P and dS (the caller checks) */
-    if (head_round && NKV < NH)
+  if constexpr (kMode == kBf16) /* bf16 activations' P and dS; head_round implies NKV < NH */
+    if (head_round)
       k2 = flash_bwd_dkdv_kernel<HS, X::kBwdWarps, X::kDkdvBR, X::kRegs, kMode, true>;
   if ((e = prepare(k2, C2::kSmem)) != cudaSuccess) return e;
   dim3 g2(B * NKV, (T + C2::kBC - 1) / C2::kBC);

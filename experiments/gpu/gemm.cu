@@ -2061,6 +2061,18 @@ extern "C" void gtq_accum_counts(gtq_ctx *g, gtq_accum_path_counts *c) {
 
 extern "C" void gtq_set_block_batched(gtq_ctx *g, bool on) { g->accum.block_batched = on; }
 
+/* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T: one
+ * cublasGemmEx for both of gtq_gemm's plain paths and the bf16-out GEMM */
+static void row_major_gemm_ex(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, const float *alpha,
+                              gtq_operand a, gtq_operand b, cudaDataType in, const float *beta,
+                              void *c, cudaDataType out, long ldc, cublasComputeType_t ct,
+                              const char *what) {
+  blas_check(cublasGemmEx(g->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                          n, m, k, alpha, b.ptr, in, (int)b.ld, a.ptr, in, (int)a.ld, beta, c, out,
+                          (int)ldc, ct, CUBLAS_GEMM_DEFAULT),
+             what);
+}
+
 extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
                          gtq_operand a, gtq_operand b, float beta, float *c, long ldc) {
   exmy_accum_model accum;
@@ -2107,11 +2119,7 @@ extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, floa
     pb = beta_on_device(g, beta);
     blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_DEVICE), "pointer mode");
   }
-  /* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T */
-  blas_check(cublasGemmEx(g->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                          n, m, k, pa, b.ptr, t, (int)b.ld, a.ptr, t, (int)a.ld, pb, c,
-                          CUDA_R_32F, (int)ldc, ct, CUBLAS_GEMM_DEFAULT),
-             "cublasGemmEx");
+  row_major_gemm_ex(g, ta, tb, m, n, k, pa, a, b, t, pb, c, CUDA_R_32F, ldc, ct, "cublasGemmEx");
   if (dev) blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_HOST), "pointer mode");
 }
 
@@ -2127,11 +2135,8 @@ extern "C" void gtq_gemm_bf16_out(gtq_ctx *g, bool ta, bool tb, int m, int n, in
   if (!gtq_bf16_out_serves(g, a, b))
     gtq_check(cudaErrorInvalidValue, "gemm into bf16 (operands not plain bf16)");
   const float one = 1.0f, zero = 0.0f;
-  blas_check(cublasGemmEx(g->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                          n, m, k, &one, b.ptr, CUDA_R_16BF, (int)b.ld, a.ptr, CUDA_R_16BF,
-                          (int)a.ld, &zero, c, CUDA_R_16BF, (int)ldc, CUBLAS_COMPUTE_32F,
-                          CUBLAS_GEMM_DEFAULT),
-             "cublasGemmEx (bf16 out)");
+  row_major_gemm_ex(g, ta, tb, m, n, k, &one, a, b, CUDA_R_16BF, &zero, c, CUDA_R_16BF, ldc,
+                    CUBLAS_COMPUTE_32F, "cublasGemmEx (bf16 out)");
 }
 
 extern "C" void gtq_gemm_batched(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,

@@ -302,7 +302,67 @@ static void launch_rope(float *x, const float *cos_t, const float *sin_t, int B,
                                                                       nh, hs / 2, sign, amax);
 }
 
+/* RoPE's rotation (sign 1) or its gradient (sign -1) of x (B T rows of
+ * nh * hs), rounded straight into a bf16 GEMM operand image: 8 elements (4
+ * pairs of one head, rows of a multiple of 8) a thread, rope_kernel's
+ * rotation of each pair and quantize8_bf16 on the values in registers, so
+ * the image (and the amax) are the bits of rope_kernel's float32 tensor and
+ * k_quantize_scaled_bf16's pass over it. */
+template <int ID, int MODE>
+__global__ void __launch_bounds__(exmy_cuda::kThreads)
+    rope_bf16_kernel(const __grid_constant__ exmy_format rt, const __grid_constant__ KOpts o,
+                     uint16_t *__restrict__ out, const float *__restrict__ x,
+                     const float *__restrict__ cos_t, const float *__restrict__ sin_t, size_t n,
+                     int T, int rowlen, int half, float sign, int vec, const float *si,
+                     unsigned int *amax) {
+  using namespace exmy_cuda;
+  const auto &f = kernel_format<ID>(rt);
+  const size_t base = ((size_t)blockIdx.x * exmy_cuda::kThreads + threadIdx.x) * kPer;
+  float m = 0.0f;
+  if (base < n) {
+    float v[kPer];
+    const bool full = load8(x, base, n, vec, v);
+    const size_t bt = base / rowlen;
+    const int i0 = (int)(base - bt * rowlen) / 2 % half, t = (int)(bt % T);
+    const float *cs = cos_t + (size_t)t * half + i0, *sn = sin_t + (size_t)t * half + i0;
+#pragma unroll
+    for (int p = 0; p < kPer / 2; p++)
+      rope_rotate_pair(v[2 * p], v[2 * p + 1], cs[p], sign * sn[p], false, &v[2 * p],
+                       &v[2 * p + 1]);
+    uint32_t c[kPer];
+    quantize8_bf16<ID, MODE>(f, o, base, n, v, si, m, c);
+    store8<uint16_t>(out, base, n, full, c);
+  }
+  fold_output_amax(m, amax);
+}
+
+template <int ID>
+struct RopeBf16Op {
+  static bool run(const exmy_format &f, const KOpts &o, uint16_t *out, const float *x,
+                  const float *cos_t, const float *sin_t, size_t n, int T, int rowlen, int half,
+                  float sign, const gpu_bf16_scaling &sc, cudaStream_t s) {
+    if constexpr (ID == SPEC_GENERIC) {
+      return false;
+    } else {
+      const int vec = (((uintptr_t)out | (uintptr_t)x) & 15u) == 0;
+      const unsigned blocks = blocks_for((n + exmy_cuda::kPer - 1) / exmy_cuda::kPer,
+                                         exmy_cuda::kThreads);
+      exmy_cuda::with_operand_mode<ID>(o.mode, [&](auto mode) {
+        rope_bf16_kernel<ID, decltype(mode)::value><<<blocks, exmy_cuda::kThreads, 0, s>>>(
+            f, o, out, x, cos_t, sin_t, n, T, rowlen, half, sign, vec, sc.scale_inv,
+            sc.amax_bits);
+      });
+      return true;
+    }
+  }
+};
+
 /* -------------------------------------------------------------- SwiGLU */
+
+/* One element of model.c's swiglu_forward: silu(a) b. */
+__device__ __forceinline__ float swiglu_value(float a, float b) {
+  return __fmul_rn(__fmul_rn(a, sigmoid_as_cpu(a)), b);
+}
 
 /* out's amax folded into *amax (NULL: not wanted).  ACT_BF16: model.c's
  * swiglu_forward_act_bf16 (act_bf16_core.h; float32 storage of bf16 values);
@@ -313,12 +373,10 @@ __global__ void swiglu_forward_kernel(float *out, const float *h1, const float *
   float m = 0.0f;
   for (size_t i = global_index(); i < n; i += global_stride()) {
     float v;
-    if constexpr (ACT_BF16) {
+    if constexpr (ACT_BF16)
       v = swiglu_forward_act_bf16_element(h1[i], h3[i]);
-    } else {
-      const float a = h1[i], sig = sigmoid_as_cpu(a);
-      v = __fmul_rn(__fmul_rn(a, sig), h3[i]);
-    }
+    else
+      v = swiglu_value(h1[i], h3[i]);
     out[i] = v;
     fold_finite_amax(v, m);
   }
@@ -431,6 +489,33 @@ __global__ void __launch_bounds__(exmy_cuda::kThreads)
   fold_output_amax(m3, amax3);
 }
 
+/* The forward, out = silu(h1) h3 rounded straight into its bf16 GEMM
+ * operand image: swiglu_backward_bf16_kernel's threads and quantize8_bf16 on
+ * the values in registers, so the image (and the amax) are the bits of the
+ * float32 tensor and k_quantize_scaled_bf16's pass. */
+template <int ID, int MODE>
+__global__ void __launch_bounds__(exmy_cuda::kThreads)
+    swiglu_forward_bf16_kernel(const __grid_constant__ exmy_format rt,
+                               const __grid_constant__ KOpts o, uint16_t *__restrict__ out,
+                               const float *__restrict__ h1, const float *__restrict__ h3,
+                               size_t n, int vec, const float *si, unsigned int *amax) {
+  using namespace exmy_cuda;
+  const auto &f = kernel_format<ID>(rt);
+  const size_t base = ((size_t)blockIdx.x * exmy_cuda::kThreads + threadIdx.x) * kPer;
+  float m = 0.0f;
+  if (base < n) {
+    float a[kPer], b[kPer], v[kPer];
+    const bool full = load8(h1, base, n, vec, a);
+    load8(h3, base, n, vec, b);
+#pragma unroll
+    for (int k = 0; k < kPer; k++) v[k] = swiglu_value(a[k], b[k]);
+    uint32_t c[kPer];
+    quantize8_bf16<ID, MODE>(f, o, base, n, v, si, m, c);
+    store8<uint16_t>(out, base, n, full, c);
+  }
+  fold_output_amax(m, amax);
+}
+
 /* Only the gradients' amaxes (current scaling's first pass): the same
  * threads, gradients and folds, nothing written. */
 __global__ void __launch_bounds__(exmy_cuda::kThreads)
@@ -480,30 +565,50 @@ struct SwigluBf16Op {
   }
 };
 
+template <int ID>
+struct SwigluFwdBf16Op {
+  static bool run(const exmy_format &f, const KOpts &o, uint16_t *out, const float *h1,
+                  const float *h3, size_t n, const gpu_bf16_scaling &sc, cudaStream_t s) {
+    if constexpr (ID == SPEC_GENERIC) {
+      return false;
+    } else {
+      const int vec = (((uintptr_t)out | (uintptr_t)h1 | (uintptr_t)h3) & 15u) == 0;
+      const unsigned blocks = blocks_for((n + exmy_cuda::kPer - 1) / exmy_cuda::kPer,
+                                         exmy_cuda::kThreads);
+      exmy_cuda::with_operand_mode<ID>(o.mode, [&](auto mode) {
+        swiglu_forward_bf16_kernel<ID, decltype(mode)::value>
+            <<<blocks, exmy_cuda::kThreads, 0, s>>>(f, o, out, h1, h3, n, vec, sc.scale_inv,
+                                                    sc.amax_bits);
+      });
+      return true;
+    }
+  }
+};
+
 __global__ void add_inplace_kernel(float *y, const float *x, size_t n) {
   for (size_t i = global_index(); i < n; i += global_stride()) y[i] = __fadd_rn(y[i], x[i]);
 }
 
-/* y = a + x for x in bf16 (a NULL: y = x), 8 elements a thread where every
- * pointer is 16-byte aligned and n % 8 == 0 (VEC), else one. */
+/* y = a + x for x in bf16 (a NULL: y = x, the widened value itself, so that
+ * a bf16 -0 stays -0), 8 elements a thread where every pointer is 16-byte
+ * aligned and n % 8 == 0 (VEC), else one. */
 template <bool VEC>
 __global__ void add_bf16_kernel(float *y, const float *a, const uint16_t *x, size_t n) {
   if constexpr (VEC) {
     for (size_t i = global_index(); i < n / 8; i += global_stride()) {
       const bf16x8 b = load_bf16x8(x, i);
-      float4 lo = {0, 0, 0, 0}, hi = {0, 0, 0, 0};
-      if (a) lo = reinterpret_cast<const float4 *>(a)[2 * i],
-             hi = reinterpret_cast<const float4 *>(a)[2 * i + 1];
-      lo.x = __fadd_rn(lo.x, __bfloat162float(b.v[0]));
-      lo.y = __fadd_rn(lo.y, __bfloat162float(b.v[1]));
-      lo.z = __fadd_rn(lo.z, __bfloat162float(b.v[2]));
-      lo.w = __fadd_rn(lo.w, __bfloat162float(b.v[3]));
-      hi.x = __fadd_rn(hi.x, __bfloat162float(b.v[4]));
-      hi.y = __fadd_rn(hi.y, __bfloat162float(b.v[5]));
-      hi.z = __fadd_rn(hi.z, __bfloat162float(b.v[6]));
-      hi.w = __fadd_rn(hi.w, __bfloat162float(b.v[7]));
-      reinterpret_cast<float4 *>(y)[2 * i] = lo;
-      reinterpret_cast<float4 *>(y)[2 * i + 1] = hi;
+      float v[8];
+#pragma unroll
+      for (int j = 0; j < 8; j++) v[j] = __bfloat162float(b.v[j]);
+      if (a) {
+        const float4 lo = reinterpret_cast<const float4 *>(a)[2 * i],
+                     hi = reinterpret_cast<const float4 *>(a)[2 * i + 1];
+        const float w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+        for (int j = 0; j < 8; j++) v[j] = __fadd_rn(w[j], v[j]);
+      }
+      reinterpret_cast<float4 *>(y)[2 * i] = make_float4(v[0], v[1], v[2], v[3]);
+      reinterpret_cast<float4 *>(y)[2 * i + 1] = make_float4(v[4], v[5], v[6], v[7]);
     }
   } else {
     for (size_t i = global_index(); i < n; i += global_stride()) {
@@ -991,6 +1096,34 @@ cudaError_t gpu_swiglu_backward_bf16(void *dh1, void *dh3, const float *dout, co
   const bool launched = with_spec_format<EXMY_GPU_BF16, SwigluBf16Op>(
       f, *f, kopts_of(o1), kopts_of(o3), (uint16_t *)dh1, (uint16_t *)dh3, dout, h1, h3, n,
       sc1 ? *sc1 : none, sc3 ? *sc3 : none, s);
+  return launched ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+cudaError_t gpu_swiglu_forward_bf16(void *out, const float *h1, const float *h3, size_t n,
+                                    const exmy_format *f, const exmy_rounding_opts *o,
+                                    const gpu_bf16_scaling *sc, cudaStream_t s) {
+  if (!gpu_swiglu_backward_bf16_serves(f) || exmy_rounding_opts_check(o) != 0)
+    return cudaErrorInvalidValue;
+  if (!n) return cudaSuccess;
+  const gpu_bf16_scaling none = {nullptr, nullptr};
+  const bool launched = with_spec_format<EXMY_GPU_BF16, SwigluFwdBf16Op>(
+      f, *f, kopts_of(o), (uint16_t *)out, h1, h3, n, sc ? *sc : none, s);
+  return launched ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+cudaError_t gpu_rope_bf16(void *out, const float *x, const float *cos_t, const float *sin_t,
+                          int B, int T, int nh, int hs, bool backward, const exmy_format *f,
+                          const exmy_rounding_opts *o, const gpu_bf16_scaling *sc,
+                          cudaStream_t s) {
+  if (!gpu_swiglu_backward_bf16_serves(f) || exmy_rounding_opts_check(o) != 0 || B < 0 ||
+      T <= 0 || nh <= 0 || hs <= 0 || hs % 8)
+    return cudaErrorInvalidValue;
+  const size_t n = (size_t)B * T * nh * hs;
+  if (!n) return cudaSuccess;
+  const gpu_bf16_scaling none = {nullptr, nullptr};
+  const bool launched = with_spec_format<EXMY_GPU_BF16, RopeBf16Op>(
+      f, *f, kopts_of(o), (uint16_t *)out, x, cos_t, sin_t, n, T, nh * hs, hs / 2,
+      backward ? -1.0f : 1.0f, sc ? *sc : none, s);
   return launched ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 

@@ -121,6 +121,22 @@ cudaError_t gpu_swiglu_backward_bf16(void *dh1, void *dh3, const float *dout, co
                                      const exmy_rounding_opts *o1, const exmy_rounding_opts *o3,
                                      const gpu_bf16_scaling *sc1, const gpu_bf16_scaling *sc3,
                                      cudaStream_t s);
+/* The forward's out = silu(h1) h3 (n bf16 values, bit patterns) written as
+ * the bf16 GEMM operand image of the float32 tensor gpu_swiglu_forward
+ * makes, with format f, options o and scaling sc as above (NULL: unscaled),
+ * bit for bit, without the float32 tensor; the same formats served. */
+cudaError_t gpu_swiglu_forward_bf16(void *out, const float *h1, const float *h3, size_t n,
+                                    const exmy_format *f, const exmy_rounding_opts *o,
+                                    const gpu_bf16_scaling *sc, cudaStream_t s);
+/* RoPE's forward (backward false) or backward of x (B, T, nh*hs; x is not
+ * changed), written as the bf16 GEMM operand image of the float32 tensor
+ * gpu_rope_forward or gpu_rope_backward leaves, with f, o and sc as above,
+ * bit for bit; hs a multiple of 8, else (or an f or o not served)
+ * cudaErrorInvalidValue, nothing launched. */
+cudaError_t gpu_rope_bf16(void *out, const float *x, const float *cos_t, const float *sin_t,
+                          int B, int T, int nh, int hs, bool backward, const exmy_format *f,
+                          const exmy_rounding_opts *o, const gpu_bf16_scaling *sc,
+                          cudaStream_t s);
 /* The finite max |dh1| and |dh3| of the gradients above, folded into *amax1
  * and *amax3 (device words, either NULL) as float bits, nothing written:
  * per-tensor current scaling's first pass for gpu_swiglu_backward_bf16. */

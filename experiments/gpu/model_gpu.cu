@@ -135,6 +135,10 @@ struct gpu_model {
   bool swiglu_unfused;  /* gpu_model_set_swiglu_unfused */
   bool coat_unfused;    /* gpu_model_set_coat_unfused */
   unsigned long long swiglu_fused; /* layers whose backward took swiglu_backward_fused */
+  bool rope_unfused;                   /* gpu_model_set_rope_unfused */
+  unsigned long long rope_fused;       /* tensors RoPE rotated into a bf16 operand */
+  bool swiglu_fwd_unfused;             /* gpu_model_set_swiglu_forward_unfused */
+  unsigned long long swiglu_fwd_fused; /* layers whose forward took swiglu_forward_fused */
   /* (L * AMAX_PER_LAYER + 1) device words, zeroed at the start of the
    * forward and of the backward; NULL where no fill takes a folded amax */
   unsigned int *amax_words;
@@ -301,10 +305,13 @@ static const unsigned int *weight_word(const gpu_model *g, int site) {
   return g->weight_amax + site;
 }
 
-/* x_amax: inp's amax as its producer folded it (amax_word), or NULL. */
+/* x_amax: inp's amax as its producer folded it (amax_word), or NULL;
+ * x_filled: X's slot holds this step's operand already (swiglu_forward_fused). */
 static void linear_forward(gpu_model *g, float *out, const float *inp, const float *w, int N,
-                           int C, int OC, int site, const unsigned int *x_amax = nullptr) {
-  gtq_operand x = fill_operand(g, site, USE_FWD_X, SLOT_X, inp, N, C, x_amax);
+                           int C, int OC, int site, const unsigned int *x_amax = nullptr,
+                           bool x_filled = false) {
+  gtq_operand x = x_filled ? gtq_operand_for_gemm(g->gq, site, USE_FWD_X, SLOT_X, REUSE, inp, C, N, C)
+                           : fill_operand(g, site, USE_FWD_X, SLOT_X, inp, N, C, x_amax);
   gtq_operand wq = fill_operand(g, site, USE_FWD_W, SLOT_W, w, OC, C, weight_word(g, site));
   gtq_gemm(g->gq, false, true, N, OC, C, 1.0f, x, wq, 0.0f, out, OC); /* Y = X W^T */
 }
@@ -313,44 +320,52 @@ static void linear_forward(gpu_model *g, float *out, const float *inp, const flo
  * rounded to bf16 first (gemm_act). */
 static void linear_forward_act(gpu_model *g, float *out, const float *resid, const float *inp,
                                const float *w, int N, int C, int OC, int site,
-                               const unsigned int *x_amax = nullptr) {
+                               const unsigned int *x_amax = nullptr, bool x_filled = false) {
   if (!g->act_bf16) {
-    linear_forward(g, out, inp, w, N, C, OC, site, x_amax);
+    linear_forward(g, out, inp, w, N, C, OC, site, x_amax, x_filled);
     if (resid) gpu_add_inplace(out, resid, (size_t)N * OC, g->s);
     return;
   }
-  gtq_operand x = fill_operand(g, site, USE_FWD_X, SLOT_X, inp, N, C, x_amax);
+  gtq_operand x = x_filled ? gtq_operand_for_gemm(g->gq, site, USE_FWD_X, SLOT_X, REUSE, inp, C, N, C)
+                           : fill_operand(g, site, USE_FWD_X, SLOT_X, inp, N, C, x_amax);
   gtq_operand wq = fill_operand(g, site, USE_FWD_W, SLOT_W, w, OC, C, weight_word(g, site));
   gemm_act(g, false, true, N, OC, C, x, wq, out, resid);
 }
 
-/* dX = dinp_beta dX + bf16(dY W) and dW += bf16(dY^T X) on given operands
- * (linear_backward's bf16-activation branch; dinp_beta 0 or 1). */
-static void linear_backward_act_bf16(gpu_model *g, float *dinp, float *dw, gtq_operand dy,
-                                     gtq_operand wq, gtq_operand dy2, gtq_operand x, int N, int C,
-                                     int OC, float dinp_beta) {
-  gemm_act(g, false, false, N, C, OC, dy, wq, dinp, dinp_beta != 0.0f ? dinp : nullptr);
-  gemm_act(g, true, false, OC, C, N, dy2, x, dw, dw);
-}
+static gtq_operand stored_operand(gpu_model *g, int site, int use, int slot, bool fill,
+                                  const uint16_t *x, long rows, long cols);
 
-/* dX = dinp_beta dX + dY W, dW += dY^T X: model.c's linear_backward. */
-/* dy_filled: dY's slot holds this step's operand already (swiglu_backward_fused);
- * dy_amax: dout's amax as its producer folded it (amax_word), or NULL. */
+/* dX = dinp_beta dX + dY W, dW += dY^T X: model.c's linear_backward.
+ * dy_filled: dY's slot holds this step's operand already (swiglu_backward_fused);
+ * dy_amax: dout's amax as its producer folded it (amax_word), or NULL;
+ * dout_bf16, inp_bf16: dY or X stored in bf16 (bf16 storage under
+ * activations = bf16), read as stored (stored_operand) in place of dout or
+ * inp. */
 static void linear_backward(gpu_model *g, float *dinp, float *dw, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC, int site,
                             float dinp_beta, bool dy_filled = false,
-                            const unsigned int *dy_amax = nullptr) {
-  gtq_operand dy = dy_filled ? gtq_operand_for_gemm(g->gq, site, USE_DX_DY, SLOT_DY, REUSE, dout,
-                                                    OC, N, OC)
-                             : fill_operand(g, site, USE_DX_DY, SLOT_DY, dout, N, OC, dy_amax);
+                            const unsigned int *dy_amax = nullptr,
+                            const uint16_t *dout_bf16 = nullptr,
+                            const uint16_t *inp_bf16 = nullptr) {
+  if ((dout_bf16 || inp_bf16) && !g->act_bf16)
+    gtq_check(cudaErrorInvalidValue, "bf16 storage without bf16 activations");
+  gtq_operand dy =
+      dout_bf16   ? stored_operand(g, site, USE_DX_DY, SLOT_DY, FILL, dout_bf16, N, OC)
+      : dy_filled ? gtq_operand_for_gemm(g->gq, site, USE_DX_DY, SLOT_DY, REUSE, dout, OC, N, OC)
+                  : fill_operand(g, site, USE_DX_DY, SLOT_DY, dout, N, OC, dy_amax);
   gtq_operand wq = gtq_operand_for_gemm(g->gq, site, USE_DX_W, SLOT_W, REUSE, w, C, OC, C);
-  gtq_operand dy2 = gtq_operand_for_gemm(g->gq, site, USE_DW_DY, SLOT_DY, REUSE, dout, OC, N, OC);
-  gtq_operand x = gtq_operand_for_gemm(g->gq, site, USE_DW_X, SLOT_X, REUSE, inp, C, N, C);
+  gtq_operand dy2 =
+      dout_bf16 ? stored_operand(g, site, USE_DW_DY, SLOT_DY, REUSE, dout_bf16, N, OC)
+                : gtq_operand_for_gemm(g->gq, site, USE_DW_DY, SLOT_DY, REUSE, dout, OC, N, OC);
+  gtq_operand x = inp_bf16
+                      ? stored_operand(g, site, USE_DW_X, SLOT_X, REUSE, inp_bf16, N, C)
+                      : gtq_operand_for_gemm(g->gq, site, USE_DW_X, SLOT_X, REUSE, inp, C, N, C);
   if (g->act_bf16) {
     /* model.c's linear_backward_act: each product rounded to bf16 before it
      * is added (dX = dinp_beta dX + bf16(dY W), dW += bf16(dY^T X)) */
     if (dinp_beta != 0.0f && dinp_beta != 1.0f) gtq_check(cudaErrorInvalidValue, "dinp_beta");
-    linear_backward_act_bf16(g, dinp, dw, dy, wq, dy2, x, N, C, OC, dinp_beta);
+    gemm_act(g, false, false, N, C, OC, dy, wq, dinp, dinp_beta != 0.0f ? dinp : nullptr);
+    gemm_act(g, true, false, OC, C, N, dy2, x, dw, dw);
     return;
   }
   gtq_gemm(g->gq, false, false, N, C, OC, 1.0f, dy, wq, dinp_beta, dinp, C);
@@ -443,18 +458,38 @@ static void mlp_backward_bf16(gpu_model *g, int l, const float *dy_w2, const flo
   gtq_check(gpu_swiglu_backward_bf16_storage(dh1, dh3, dhg, h1, h3, BTH, g->s),
             "SwiGLU backward (bf16 storage)");
   gtq_share_begin(g->gq); /* dW1 and dW3 read ln2 */
-  for (int i = 0; i < 2; i++) {
-    const int site = i ? s3 : s1;
-    const uint16_t *dh = i ? dh3 : dh1;
-    const float *w = i ? w3 : w1;
-    gtq_operand dyi = stored_operand(g, site, USE_DX_DY, SLOT_DY, FILL, dh, N, H);
-    gtq_operand wi = gtq_operand_for_gemm(g->gq, site, USE_DX_W, SLOT_W, REUSE, w, C, H, C);
-    gtq_operand dyi2 = stored_operand(g, site, USE_DW_DY, SLOT_DY, REUSE, dh, N, H);
-    gtq_operand xi = gtq_operand_for_gemm(g->gq, site, USE_DW_X, SLOT_X, REUSE, ln2, C, N, C);
-    linear_backward_act_bf16(g, g->grad_acts.dln, (i ? gr.w3 : gr.w1) + (size_t)l * H * C, dyi,
-                             wi, dyi2, xi, N, C, H, i ? 1.0f : 0.0f);
-  }
+  for (int i = 0; i < 2; i++)
+    linear_backward(g, d.dln, (i ? gr.w3 : gr.w1) + (size_t)l * H * C, nullptr, ln2, i ? w3 : w1,
+                    N, C, H, i ? s3 : s1, i ? 1.0f : 0.0f, false, nullptr, i ? dh3 : dh1);
   gtq_share_end(g->gq);
+}
+
+/* SwiGLU's forward writing hg straight into W2's X slot as its bf16
+ * operand image (gpu_swiglu_forward_bf16), without the float32 hg, where the
+ * fill would be an element-wise rounding into bf16, unscaled or under
+ * delayed scaling, and dW2 reads that slot too (gtq_fusable_bf16): the same
+ * bits, sr stream indices and delayed state as the float32 tensor and the
+ * fill's pass.  Not under current scaling (its amax first: the fused pair
+ * would move as many bytes as SwiGLU folding the amax and the fill's pass),
+ * Smooth-SwiGLU or activations = bf16.  False: nothing done, the caller runs
+ * the float32 kernel and the fill. */
+static bool swiglu_forward_fused(gpu_model *g, int l, const float *h1, const float *h3,
+                                 size_t n) {
+  const int s2 = site_index(g, l, SITE_W2);
+  if (s2 < 0 || g->swiglu_fwd_unfused || g->act_bf16 || (g->rc && g->rc->swiglu_row_scale))
+    return false;
+  const exmy_operand_quant *q = gtq_fusable_bf16(g->gq, s2, USE_FWD_X, USE_DW_X);
+  if (!q || !gpu_swiglu_backward_bf16_serves(&q->format) ||
+      q->scaling.kind == EXMY_SCALING_TENSOR)
+    return false;
+  gtq_bf16_fill w;
+  gtq_fill_bf16_slot(g->gq, s2, USE_FWD_X, SLOT_X, n, nullptr, &w);
+  const gpu_bf16_scaling sc = {w.scale_inv, w.amax_bits};
+  gtq_check(gpu_swiglu_forward_bf16(w.y, h1, h3, n, &q->format, &w.o, &sc, g->s),
+            "swiglu forward (bf16 operand)");
+  gtq_fill_bf16_done(g->gq, s2, USE_FWD_X, SLOT_X);
+  g->swiglu_fwd_fused++;
+  return true;
 }
 
 /* SwiGLU's backward writing dh1 and dh3 straight into the dY slots of the
@@ -615,6 +650,58 @@ static const __nv_bfloat16 *flash_input(gpu_model *g, int site, int use, int slo
   return plain;
 }
 
+/* Whether RoPE rotates q and k (forward) and dq and dk (backward) straight
+ * into the bf16 operands that read them (rope_into_operand): under the
+ * fused attention, which reads q and k only as bf16, outside statistics
+ * steps (whose fills read the float32 tensors) and activations = bf16, head
+ * sizes a multiple of 8. */
+static bool rope_fusable(const gpu_model *g) {
+  return g->attention == GPU_ATTENTION_FLASH && !g->rope_unfused && !g->act_bf16 &&
+         !gtq_collecting(g->gq) && (g->cfg.dim / g->cfg.n_heads) % 8 == 0;
+}
+
+/* RoPE's forward (backward false) or backward of x (B T rows of nh heads,
+ * x itself left as it is) written straight into `slot` of `use` of `site`
+ * as its bf16 operand image (gpu_rope_bf16: the bits of the rotated float32
+ * tensor and the fill's pass, the sr indices the fill would take), where
+ * the fill is an element-wise rounding into bf16, unscaled or under delayed
+ * scaling, and `reuse` reads the slot too; or, for an attention input of
+ * unquantized attention (site not quantized, `plain` given), into plain as
+ * flash_input rounds it (plain bf16, rne).  Else x rotated in place (amax:
+ * its word, amax_word's) and NULL: the caller's fill reads x. */
+static const void *rope_into_operand(gpu_model *g, int site, int use, int reuse, int slot,
+                                     float *x, int nh, bool backward, __nv_bfloat16 *plain,
+                                     unsigned int *amax) {
+  const int B = g->B, T = g->T, hs = g->cfg.dim / g->cfg.n_heads;
+  const size_t n = (size_t)B * T * nh * hs;
+  if (plain && !(site >= 0 && g->sites[site].op[use].enabled)) {
+    const exmy_rounding_opts rne = {};
+    gtq_check(gpu_rope_bf16(plain, x, g->rope_cos, g->rope_sin, B, T, nh, hs, backward, &g->bf16,
+                            &rne, nullptr, g->s),
+              "RoPE (bf16 input)");
+    g->rope_fused++;
+    return plain;
+  }
+  const exmy_operand_quant *q = site >= 0 ? gtq_fusable_bf16(g->gq, site, use, reuse) : nullptr;
+  if (q && gpu_swiglu_backward_bf16_serves(&q->format) &&
+      q->scaling.kind != EXMY_SCALING_TENSOR) {
+    gtq_bf16_fill w;
+    gtq_fill_bf16_slot(g->gq, site, use, slot, n, nullptr, &w);
+    const gpu_bf16_scaling sc = {w.scale_inv, w.amax_bits};
+    gtq_check(gpu_rope_bf16(w.y, x, g->rope_cos, g->rope_sin, B, T, nh, hs, backward, &q->format,
+                            &w.o, &sc, g->s),
+              "RoPE (bf16 operand)");
+    gtq_fill_bf16_done(g->gq, site, use, slot);
+    g->rope_fused++;
+    return w.y;
+  }
+  if (backward)
+    gpu_rope_backward(x, g->rope_cos, g->rope_sin, B, T, nh, hs, amax, g->s);
+  else
+    gpu_rope_forward(x, g->rope_cos, g->rope_sin, B, T, nh, hs, g->s);
+  return nullptr;
+}
+
 /* How the kernel rounds P (the X of the P V product) or dS (the dY of the
  * dS K product): as the materialised path rounds that operand, and under sr
  * with the stream indices it takes there (reserved where it would quantize
@@ -628,14 +715,25 @@ static flash_rounding flash_rounding_of(gpu_model *g, int site, int use) {
 }
 
 /* out_amax: the word out's amax is folded into (amax_word), or NULL. */
-static void flash_forward(gpu_model *g, float *out, float *lse, const float *q, const float *k,
-                          const float *v, int l, unsigned int *out_amax) {
+/* rotate: q and k as their GEMMs left them, RoPE's forward still to apply
+ * (rope_into_operand; rope_fusable), else rotated already. */
+static void flash_forward(gpu_model *g, float *out, float *lse, float *q, float *k,
+                          const float *v, int l, unsigned int *out_amax, bool rotate) {
   const model_config &c = g->cfg;
   const int N = g->B * g->T, hs = c.dim / c.n_heads, KVC = c.n_kv_heads * hs;
   const int qk = site_index(g, l, SITE_ATT_QK), pv = site_index(g, l, SITE_ATT_PV);
   const size_t BTC = (size_t)N * c.dim, BTK = (size_t)N * KVC;
-  const __nv_bfloat16 *Q = flash_input(g, qk, USE_FWD_X, SLOT_X, q, N, c.dim, g->fq + l * BTC);
-  const __nv_bfloat16 *K = flash_input(g, qk, USE_FWD_W, SLOT_W, k, N, KVC, g->fk + l * BTK);
+  __nv_bfloat16 *fq = g->fq + l * BTC, *fk = g->fk + l * BTK;
+  const void *rq = rotate ? rope_into_operand(g, qk, USE_FWD_X, USE_DW_X, SLOT_X, q, c.n_heads,
+                                              false, fq, nullptr)
+                          : nullptr;
+  const __nv_bfloat16 *Q = rq ? (const __nv_bfloat16 *)rq
+                              : flash_input(g, qk, USE_FWD_X, SLOT_X, q, N, c.dim, fq);
+  const void *rk = rotate ? rope_into_operand(g, qk, USE_FWD_W, USE_DX_W, SLOT_W, k, c.n_kv_heads,
+                                              false, fk, nullptr)
+                          : nullptr;
+  const __nv_bfloat16 *K = rk ? (const __nv_bfloat16 *)rk
+                              : flash_input(g, qk, USE_FWD_W, SLOT_W, k, N, KVC, fk);
   const flash_rounding p = flash_rounding_of(g, pv, USE_FWD_X);
   g->p_offsets[l] = p.round.offset;
   const __nv_bfloat16 *V = flash_input(g, pv, USE_FWD_W, SLOT_W, v, N, KVC, g->fv + l * BTK);
@@ -1069,6 +1167,21 @@ extern "C" void gpu_model_set_swiglu_unfused(gpu_model *g, bool on) {
   g->swiglu_unfused = on;
 }
 extern "C" unsigned long long gpu_model_swiglu_fused(const gpu_model *g) { return g->swiglu_fused; }
+extern "C" void gpu_model_set_rope_unfused(gpu_model *g, bool on) {
+  if (on != g->rope_unfused) { /* other launches */
+    graph_drop(g->fwd);
+    graph_drop(g->bwd);
+  }
+  g->rope_unfused = on;
+}
+extern "C" unsigned long long gpu_model_rope_fused(const gpu_model *g) { return g->rope_fused; }
+extern "C" void gpu_model_set_swiglu_forward_unfused(gpu_model *g, bool on) {
+  if (on != g->swiglu_fwd_unfused) graph_drop(g->fwd); /* other launches */
+  g->swiglu_fwd_unfused = on;
+}
+extern "C" unsigned long long gpu_model_swiglu_forward_fused(const gpu_model *g) {
+  return g->swiglu_fwd_fused;
+}
 extern "C" void gpu_model_set_amax_unfolded(gpu_model *g, bool on) {
   if (on != g->amax_unfolded) { /* other launches */
     graph_drop(g->fwd);
@@ -1128,16 +1241,18 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     linear_forward_act(g, v, nullptr, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC,
                        site_index(g, l, SITE_V), ln1_amax);
     gtq_share_end(g->gq);
+    const bool rope_in_flash = rope_fusable(g); /* RoPE rotates into the kernel's inputs */
     if (g->act_bf16) { /* model.c's forward under activations = bf16, point by point */
       gpu_rope_forward_act_bf16(q, g->rope_cos, g->rope_sin, B, T, NH, hs, s);
       gpu_rope_forward_act_bf16(k, g->rope_cos, g->rope_sin, B, T, NKV, hs, s);
-    } else {
+    } else if (!rope_in_flash) {
       gpu_rope_forward(q, g->rope_cos, g->rope_sin, B, T, NH, hs, s);
       gpu_rope_forward(k, g->rope_cos, g->rope_sin, B, T, NKV, hs, s);
     }
     unsigned int *atty_amax = nullptr; /* the materialised attention's output: cuBLAS's */
     if (g->o_bf16) { /* O rounded into bf16 storage, W_O's X as it is */
-      flash_forward(g, g->o_f32, g->lse + (size_t)l * B * NH * T, q, k, v, l, nullptr);
+      flash_forward(g, g->o_f32, g->lse + (size_t)l * B * NH * T, q, k, v, l, nullptr,
+                    rope_in_flash);
       uint16_t *o = bf16_at(a.atty, l, BTC);
       const exmy_rounding_opts rne = {};
       gtq_check(exmy_cuda_quantize_bf16(&g->bf16, &rne, g->o_f32, o, BTC, s), "O to bf16");
@@ -1149,7 +1264,8 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     } else {
       if (g->attention == GPU_ATTENTION_FLASH) {
         atty_amax = amax_word(g, l, AMAX_ATTY, {SITE_O}, USE_FWD_X);
-        flash_forward(g, atty, g->lse + (size_t)l * B * NH * T, q, k, v, l, atty_amax);
+        flash_forward(g, atty, g->lse + (size_t)l * B * NH * T, q, k, v, l, atty_amax,
+                      rope_in_flash);
         act_round(g, atty, BTC); /* O, as FlashAttention writes it in bf16 */
       } else {
         attention_forward(g, atty, a.att + (size_t)l * B * NH * T * T, q, k, v, l);
@@ -1173,8 +1289,11 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     act_round(g, h1, BTH);
     act_round(g, h3, BTH);
     unsigned int *hg_amax = nullptr;
+    bool hg_filled = false;
     if (g->rc && g->rc->swiglu_row_scale) {
       gpu_smooth_swiglu_forward(hg, h1, h3, N, H, s);
+    } else if ((hg_filled = swiglu_forward_fused(g, l, h1, h3, BTH))) {
+      /* hg lives only in W2's X slot */
     } else {
       hg_amax = amax_word(g, l, AMAX_HG, {SITE_W2}, USE_FWD_X);
       if (g->act_bf16)
@@ -1189,7 +1308,7 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
       gpu_add_inplace(res_out, res_mid, BTC, s);
     } else {
       linear_forward_act(g, res_out, res_mid, hg, p.w2 + (size_t)l * C * H, N, H, C,
-                         site_index(g, l, SITE_W2), hg_amax);
+                         site_index(g, l, SITE_W2), hg_amax, hg_filled);
     }
   }
   unsigned int *lnf_amax = amax_word(g, L, 0, {0}, USE_FWD_X);
@@ -1293,20 +1412,8 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
                          s);
     const float *dy_o = act_dy(g, d.dln, d.dres, BTC); /* WO's output gradient */
     const uint16_t *o_bf16 = g->o_bf16 ? bf16_at(a.atty, l, BTC) : nullptr;
-    if (g->o_bf16) {
-      const int so = site_index(g, l, SITE_O);
-      const float *wo = p.wo + (size_t)l * C * C;
-      gtq_operand dy = fill_operand(g, so, USE_DX_DY, SLOT_DY, dy_o, N, C, nullptr);
-      gtq_operand wq = gtq_operand_for_gemm(g->gq, so, USE_DX_W, SLOT_W, REUSE, wo, C, C, C);
-      gtq_operand dy2 = gtq_operand_for_gemm(g->gq, so, USE_DW_DY, SLOT_DY, REUSE, dy_o, C, N, C);
-      gtq_operand x = stored_operand(g, so, USE_DW_X, SLOT_X, REUSE, o_bf16, N, C);
-      linear_backward_act_bf16(g, d.datty, gr.wo + (size_t)l * C * C, dy, wq, dy2, x, N, C, C,
-                               0.0f);
-    } else {
-      linear_backward(g, d.datty, gr.wo + (size_t)l * C * C, dy_o, atty,
-                      p.wo + (size_t)l * C * C, N, C, C, site_index(g, l, SITE_O), 0, false,
-                      dres_wo_amax);
-    }
+    linear_backward(g, d.datty, gr.wo + (size_t)l * C * C, dy_o, atty, p.wo + (size_t)l * C * C,
+                    N, C, C, site_index(g, l, SITE_O), 0, false, dres_wo_amax, nullptr, o_bf16);
     /* attention_backward accumulates dk and dv head by head (the fused kernel overwrites them) */
     if (g->attention == GPU_ATTENTION_MATERIALIZED) {
       gtq_check(cudaMemsetAsync(d.dk, 0, BTK * sizeof(float), s), "memset");
@@ -1326,19 +1433,26 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     }
     unsigned int *dq_amax = amax_word(g, l, AMAX_DQ, {SITE_Q}, USE_DX_DY),
                  *dk_amax = amax_word(g, l, AMAX_DK, {SITE_K}, USE_DX_DY);
+    /* RoPE's backward rotating dq and dk into Q's and K's dY operands, each
+     * just before its GEMMs (one dY buffer under lean activations) */
+    const bool rope_dy = rope_fusable(g);
     if (g->act_bf16) {
       gpu_rope_backward_act_bf16(d.dq, g->rope_cos, g->rope_sin, B, T, NH, hs, dq_amax, s);
       gpu_rope_backward_act_bf16(d.dk, g->rope_cos, g->rope_sin, B, T, NKV, hs, dk_amax, s);
-    } else {
+    } else if (!rope_dy) {
       gpu_rope_backward(d.dq, g->rope_cos, g->rope_sin, B, T, NH, hs, dq_amax, s);
       gpu_rope_backward(d.dk, g->rope_cos, g->rope_sin, B, T, NKV, hs, dk_amax, s);
     }
+    const int sq = site_index(g, l, SITE_Q), sk = site_index(g, l, SITE_K);
     gtq_share_begin(g->gq); /* dWq, dWk and dWv read ln1 */
+    const bool dq_filled = rope_dy && rope_into_operand(g, sq, USE_DX_DY, USE_DW_DY, SLOT_DY, d.dq,
+                                                        NH, true, nullptr, dq_amax);
     linear_backward(g, d.dln, gr.wq + (size_t)l * C * C, d.dq, ln1, p.wq + (size_t)l * C * C,
-                    N, C, C, site_index(g, l, SITE_Q), 0, false, dq_amax);
+                    N, C, C, sq, 0, dq_filled, dq_amax);
+    const bool dk_filled = rope_dy && rope_into_operand(g, sk, USE_DX_DY, USE_DW_DY, SLOT_DY, d.dk,
+                                                        NKV, true, nullptr, dk_amax);
     linear_backward(g, d.dln, gr.wk + (size_t)l * KVC * C, d.dk, ln1,
-                    p.wk + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_K), 1, false,
-                    dk_amax);
+                    p.wk + (size_t)l * KVC * C, N, C, KVC, sk, 1, dk_filled, dk_amax);
     linear_backward(g, d.dln, gr.wv + (size_t)l * KVC * C, d.dv, ln1,
                     p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V), 1, false,
                     dv_amax);

@@ -152,6 +152,16 @@ struct gtq_ctx *gpu_model_gemm(gpu_model *g);
  * how many layers' backward took the fused kernel since gpu_model_new. */
 void gpu_model_set_swiglu_unfused(gpu_model *g, bool on);
 unsigned long long gpu_model_swiglu_fused(const gpu_model *g);
+/* The same for RoPE rotating q and k into the fused attention's bf16
+ * inputs and dq and dk into Q's and K's dY operands (the rotated tensors
+ * never in float32): on = always the in-place rotation and the fills'
+ * passes; the count is of tensors so rotated. */
+void gpu_model_set_rope_unfused(gpu_model *g, bool on);
+unsigned long long gpu_model_rope_fused(const gpu_model *g);
+/* The same for SwiGLU's forward writing W2's X operand itself (hg never in
+ * float32): on = always the float32 hg and the fill's pass. */
+void gpu_model_set_swiglu_forward_unfused(gpu_model *g, bool on);
+unsigned long long gpu_model_swiglu_forward_fused(const gpu_model *g);
 /* For tests: on = every fill under per-tensor current scaling runs its own
  * amax pass, never takes the amax that the layer writing its tensor folded
  * as it wrote it (RMSNorm's forward and backward, SwiGLU's forward, RoPE's

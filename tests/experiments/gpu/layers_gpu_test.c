@@ -445,6 +445,64 @@ START_TEST(swiglu_and_add) {
 }
 END_TEST
 
+/* y = a + x with x in bf16, and y = x (a NULL), on the vector path (every
+ * pointer 16-byte aligned, n % 8 == 0) and the scalar one (pointers one
+ * element in), out of place and in place: each output the host's float32
+ * sum of the widened value (bits << 16), bit for bit, NaN for NaN.  x and a
+ * hold both zeros (a bf16 -0 widened is -0; only a sum may make it +0),
+ * infinities, NaN, subnormals and the largest finite values. */
+static float widen_bf16(uint16_t b) {
+  const uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+START_TEST(add_bf16) {
+  enum { N = 4096 + 8 };
+  static const uint16_t special_x[] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x0001,
+                                       0x8001, 0x7f7f, 0xff7f, 0x3f80, 0xbf80};
+  static const float special_a[] = {0.0f, -0.0f, 1.0f, -1.0f, 3.4e38f, -3.4e38f, 1e-40f};
+  uint16_t *x = malloc(N * sizeof(uint16_t));
+  float *a = malloc(N * sizeof(float)), *want = malloc(N * sizeof(float)),
+        *got = malloc(N * sizeof(float));
+  uint64_t seed = 77;
+  for (size_t i = 0; i < N; i++) {
+    const uint64_t r = splitmix64(&seed);
+    x[i] = i % 3 == 0 ? special_x[r % (sizeof special_x / sizeof *special_x)] : (uint16_t)r;
+    a[i] = i % 5 == 0 ? special_a[(r >> 20) % (sizeof special_a / sizeof *special_a)]
+                      : (float)(uniform01(&seed) * 8 - 4);
+  }
+  uint16_t *d_x = dev_alloc((N + 8) * sizeof(uint16_t));
+  float *d_a = dev_alloc((N + 8) * sizeof(float)), *d_y = dev_alloc((N + 8) * sizeof(float));
+  size_t negative_zeros = 0;
+  for (int offset = 0; offset <= 1; offset++) {   /* 0: vector path, 1: scalar path */
+    const size_t n = N - offset;                   /* n % 8 != 0 on the scalar path too */
+    for (int mode = 0; mode < 3; mode++) {         /* 0: a NULL, 1: y = a + x, 2: in place */
+      to_dev(d_x + offset, x, n * sizeof(uint16_t));
+      to_dev(d_a + offset, a, n * sizeof(float));
+      float *y = mode == 2 ? d_a + offset : d_y + offset;
+      gpu_add_bf16(y, mode ? d_a + offset : NULL, d_x + offset, n, 0);
+      LAUNCHED();
+      to_host(got, y, n * sizeof(float));
+      size_t bad = 0;
+      for (size_t i = 0; i < n; i++) {
+        want[i] = mode ? a[i] + widen_bf16(x[i]) : widen_bf16(x[i]);
+        const bool same = isnan(want[i]) ? isnan(got[i]) : !memcmp(&want[i], &got[i], sizeof(float));
+        bad += !same;
+        if (!mode && x[i] == 0x8000) negative_zeros += !!signbit(got[i]);
+      }
+      ck_assert_msg(bad == 0, "add_bf16 (%s path, %s): %zu of %zu differ", offset ? "scalar" : "vector",
+                    mode == 0 ? "a NULL" : mode == 1 ? "y = a + x" : "in place", bad, n);
+    }
+  }
+  /* the property itself, counted: -0 widened stays -0 on both paths */
+  ck_assert_msg(negative_zeros > 0, "no bf16 -0 among the inputs");
+  printf("add_bf16: vector and scalar paths bit for bit; %zu bf16 -0 widened to -0\n", negative_zeros);
+  CU(cudaFree(d_x)); CU(cudaFree(d_a)); CU(cudaFree(d_y));
+  free(x); free(a); free(want); free(got);
+}
+END_TEST
+
 /* The fused SwiGLU backward's inputs for shape si: n elements (the shape's
  * N x H + 3, a ragged tail), with NaN, infinities, overflow and subnormals in
  * dout, on the host and on the device. */
@@ -545,6 +603,225 @@ START_TEST(swiglu_backward_bf16) {
     CU(cudaFree(d_dh3)); CU(cudaFree(d_r1)); CU(cudaFree(d_r3)); CU(cudaFree(d_y1));
     CU(cudaFree(d_y3));
     free(h1); free(h3); free(dout);
+  }
+}
+END_TEST
+
+/* The fused SwiGLU forward's bf16 operand image (W2's X) against the
+ * unfused path (gpu_swiglu_forward's float32 hg, then the fill's pass):
+ * unscaled in the backward test's modes (exmy_cuda_quantize_bf16), and under
+ * delayed scaling over three steps from a state whose scale is not a power
+ * of two (exmy_cuda_quantize_delayed_bf16 against exmy_cuda_delayed_begin,
+ * the fused kernel folding the amax, exmy_cuda_delayed_end): images, scales
+ * and whole states bit for bit, aligned and one element in, with NaN,
+ * infinities, an overflowing product and subnormal outputs planted. */
+START_TEST(swiglu_forward_bf16) {
+  static const struct {
+    const char *format;
+    exmy_rounding mode;
+    bool saturate, flush, delayed;
+  } cases[] = {
+      {"bf16", EXMY_RNE, false, false, false}, {"e8m3", EXMY_RZ, false, false, false},
+      {"e4m3", EXMY_RNE, true, false, false},  {"e5m2", EXMY_SR, false, false, false},
+      {"e8m5", EXMY_SR, true, true, false},    {"e4m3", EXMY_RNA, false, false, false},
+      {"e4m3", EXMY_RNE, true, false, true},   {"e5m2", EXMY_SR, true, false, true},
+  };
+  enum { HIST = 2, STEPS = 3 };
+  for (int si = 0; si < NSHAPES; si++) {
+    const shape *sh = &shapes[si];
+    const size_t n = swiglu_bf16_length(sh);
+    float *h1, *h3, *dout, *d_h1, *d_h3, *d_dout;
+    swiglu_bf16_inputs(si, n, &h1, &h3, &dout, &d_h1, &d_h3, &d_dout);
+    /* an overflowing product and subnormal outputs */
+    h1[9] = 5.0f, h3[9] = 3e38f, h1[10] = 1.0f, h3[10] = 1e-40f, h1[11] = -3.0f, h3[11] = -1e-39f;
+    to_dev(d_h1, h1, n * sizeof(float));
+    to_dev(d_h3, h3, n * sizeof(float));
+    float *d_hg = dev_alloc(n * sizeof(float)), *d_s = dev_alloc(2 * sizeof(float));
+    uint16_t *d_r = dev_alloc(n * 2), *d_y = dev_alloc((n + 8) * 2);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+      exmy_format f;
+      ck_assert_int_eq(exmy_format_parse(cases[c].format, &f), 0);
+      exmy_rounding_opts o = {0};
+      o.mode = cases[c].mode;
+      o.saturate = cases[c].saturate;
+      o.flush_subnormals = cases[c].flush;
+      o.seed = 0x5eed + c;
+      o.offset = 3001 + si;
+      for (int shift = 0; shift < 2; shift++) {
+        const size_t m = n - shift;
+        const float *a = d_h1 + shift, *b = d_h3 + shift;
+        uint16_t *y = d_y + shift;
+        float hist[HIST] = {0.5f, 3e3f};
+        exmy_delayed_state start = {HIST, HIST, 1, hist, 0.37f, 1.0f / 0.37f};
+        exmy_cuda_delayed_state *st[2] = {NULL, NULL};
+        if (cases[c].delayed)
+          for (int k = 0; k < 2; k++) {
+            st[k] = exmy_cuda_delayed_state_new(HIST);
+            ck_assert(st[k] != NULL);
+            CU(exmy_cuda_delayed_state_upload(st[k], &start));
+          }
+        for (int step = 0; step < (cases[c].delayed ? STEPS : 1); step++) {
+          gpu_swiglu_forward(d_hg, a, b, m, NULL, 0);
+          int states_differ = 0;
+          float used[2] = {0, 0};
+          if (!cases[c].delayed) {
+            CU(exmy_cuda_quantize_bf16(&f, &o, d_hg, d_r, m, 0));
+            CU(gpu_swiglu_forward_bf16(y, a, b, m, &f, &o, NULL, 0));
+          } else {
+            CU(exmy_cuda_quantize_delayed_bf16(&f, &o, 1, true, false, st[0], d_hg, d_r, m, d_s,
+                                               0));
+            gpu_bf16_scaling sc;
+            CU(exmy_cuda_delayed_begin(st[1], &sc.scale_inv, &sc.amax_bits, 0));
+            CU(gpu_swiglu_forward_bf16(y, a, b, m, &f, &o, &sc, 0));
+            CU(exmy_cuda_delayed_end(&f, 1, true, false, st[1], d_s + 1, 0));
+            LAUNCHED();
+            to_host(used, d_s, sizeof used);
+            float ha[HIST], hb[HIST];
+            exmy_delayed_state sa = {HIST, 0, 0, ha, 0, 0}, sb = {HIST, 0, 0, hb, 0, 0};
+            CU(exmy_cuda_delayed_state_download(st[0], &sa));
+            CU(exmy_cuda_delayed_state_download(st[1], &sb));
+            states_differ = sa.count != sb.count || sa.latest != sb.latest ||
+                            memcmp(&sa.scale, &sb.scale, sizeof(float)) ||
+                            memcmp(&sa.scale_inv, &sb.scale_inv, sizeof(float)) ||
+                            memcmp(ha, hb, sizeof ha);
+          }
+          LAUNCHED();
+          const size_t d = bf16_images_differ(y, d_r, m);
+          printf("  %-26s %-8s %-28s %s mode %d shift %d step %d: %zu of %zu differ%s\n",
+                 "swiglu_forward_bf16", cases[c].delayed ? "delayed" : "plain", sh->name,
+                 cases[c].format, (int)cases[c].mode, shift, step, d, m,
+                 states_differ ? ", states differ" : "");
+          ck_assert_msg(d == 0 && states_differ == 0 && !memcmp(&used[0], &used[1], sizeof(float)),
+                        "swiglu_forward_bf16 %s mode %d%s (%s, shift %d, step %d): %zu images "
+                        "differ, scales %g / %g, states differ %d",
+                        cases[c].format, (int)cases[c].mode, cases[c].delayed ? " delayed" : "",
+                        sh->name, shift, step, d, used[0], used[1], states_differ);
+        }
+        for (int k = 0; k < 2; k++)
+          if (st[k]) exmy_cuda_delayed_state_free(st[k]);
+      }
+    }
+    /* what it does not serve: refused, nothing launched */
+    exmy_format g;
+    exmy_rounding_opts o = {0};
+    ck_assert_int_eq(exmy_format_parse("e3m2", &g), 0);
+    ck_assert_int_eq(gpu_swiglu_forward_bf16(d_y, d_h1, d_h3, n, &g, &o, NULL, 0),
+                     cudaErrorInvalidValue);
+    CU(cudaFree(d_h1)); CU(cudaFree(d_h3)); CU(cudaFree(d_dout)); CU(cudaFree(d_hg));
+    CU(cudaFree(d_s)); CU(cudaFree(d_r)); CU(cudaFree(d_y));
+    free(h1); free(h3); free(dout);
+  }
+}
+END_TEST
+
+/* RoPE rotating straight into a bf16 operand image (the fused attention's
+ * q and k, and Q's and K's dY) against the unfused path (the in-place
+ * rotation, then the fill's pass): forward and backward, q's and k's heads,
+ * in the fill's modes and under delayed scaling (two steps), the output
+ * aligned and one element in, with NaN, infinities and overflow planted:
+ * images and states bit for bit, x left as it was. */
+START_TEST(rope_bf16) {
+  static const struct {
+    const char *format;
+    exmy_rounding mode;
+    bool saturate, delayed;
+  } cases[] = {
+      {"bf16", EXMY_RNE, false, false}, {"e8m3", EXMY_RZ, false, false},
+      {"e8m5", EXMY_SR, false, false},  {"e4m3", EXMY_RNE, true, false},
+      {"e5m2", EXMY_RNE, true, true},   {"e4m3", EXMY_SR, true, true},
+  };
+  enum { HIST = 2 };
+  for (int si = 0; si < NSHAPES; si++) {
+    const shape *sh = &shapes[si];
+    const int B = sh->B, T = sh->T, hs = sh->C / sh->NH;
+    const rope_table_pair rt = rope_tables_on_both(T, hs);
+    const int heads[2] = {sh->NH, sh->NKV};
+    for (int q = 0; q < 2; q++) {
+      const int nh = heads[q];
+      const size_t n = (size_t)B * T * nh * hs;
+      float *x = rand_floats(n, -2, 2, 120 + si);
+      x[3] = NAN, x[10] = INFINITY, x[17] = -3.3e38f, x[24] = 3e38f, x[25] = 3e38f;
+      float *d_x = dev_from(x, n * sizeof(float)), *d_w = dev_alloc(n * sizeof(float));
+      float *d_s = dev_alloc(2 * sizeof(float)), *back = malloc(n * sizeof(float));
+      uint16_t *d_r = dev_alloc(n * 2), *d_y = dev_alloc((n + 8) * 2);
+      for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        exmy_format f;
+        ck_assert_int_eq(exmy_format_parse(cases[c].format, &f), 0);
+        exmy_rounding_opts o = {0};
+        o.mode = cases[c].mode;
+        o.saturate = cases[c].saturate;
+        o.seed = 0xa11 + c;
+        o.offset = 4001 + si;
+        for (int dir = 0; dir < 2; dir++)
+          for (int shift = 0; shift < 2; shift++) {
+            uint16_t *y = d_y + shift;
+            float hist[HIST] = {0.5f, 3e3f};
+            exmy_delayed_state start = {HIST, HIST, 1, hist, 0.37f, 1.0f / 0.37f};
+            exmy_cuda_delayed_state *st[2] = {NULL, NULL};
+            if (cases[c].delayed)
+              for (int k = 0; k < 2; k++) {
+                st[k] = exmy_cuda_delayed_state_new(HIST);
+                ck_assert(st[k] != NULL);
+                CU(exmy_cuda_delayed_state_upload(st[k], &start));
+              }
+            for (int step = 0; step < (cases[c].delayed ? 2 : 1); step++) {
+              CU(cudaMemcpy(d_w, d_x, n * sizeof(float), cudaMemcpyDeviceToDevice));
+              if (dir)
+                gpu_rope_backward(d_w, rt.d_cs, rt.d_sn, B, T, nh, hs, NULL, 0);
+              else
+                gpu_rope_forward(d_w, rt.d_cs, rt.d_sn, B, T, nh, hs, 0);
+              int states_differ = 0;
+              float used[2] = {0, 0};
+              if (!cases[c].delayed) {
+                CU(exmy_cuda_quantize_bf16(&f, &o, d_w, d_r, n, 0));
+                CU(gpu_rope_bf16(y, d_x, rt.d_cs, rt.d_sn, B, T, nh, hs, dir, &f, &o, NULL, 0));
+              } else {
+                CU(exmy_cuda_quantize_delayed_bf16(&f, &o, 0, false, false, st[0], d_w, d_r, n,
+                                                   d_s, 0));
+                gpu_bf16_scaling sc;
+                CU(exmy_cuda_delayed_begin(st[1], &sc.scale_inv, &sc.amax_bits, 0));
+                CU(gpu_rope_bf16(y, d_x, rt.d_cs, rt.d_sn, B, T, nh, hs, dir, &f, &o, &sc, 0));
+                CU(exmy_cuda_delayed_end(&f, 0, false, false, st[1], d_s + 1, 0));
+                LAUNCHED();
+                to_host(used, d_s, sizeof used);
+                float ha[HIST], hb[HIST];
+                exmy_delayed_state sa = {HIST, 0, 0, ha, 0, 0}, sb = {HIST, 0, 0, hb, 0, 0};
+                CU(exmy_cuda_delayed_state_download(st[0], &sa));
+                CU(exmy_cuda_delayed_state_download(st[1], &sb));
+                states_differ = sa.count != sb.count || sa.latest != sb.latest ||
+                                memcmp(&sa.scale, &sb.scale, sizeof(float)) ||
+                                memcmp(ha, hb, sizeof ha);
+              }
+              LAUNCHED();
+              const size_t d = bf16_images_differ(y, d_r, n);
+              to_host(back, d_x, n * sizeof(float));
+              const bool x_kept = !memcmp(back, x, n * sizeof(float));
+              printf("  %-26s %-8s %-28s %s mode %d %s shift %d step %d: %zu of %zu differ\n",
+                     "rope_bf16", q ? "k" : "q", sh->name, cases[c].format, (int)cases[c].mode,
+                     dir ? "backward" : "forward", shift, step, d, n);
+              ck_assert_msg(d == 0 && states_differ == 0 && x_kept &&
+                                !memcmp(&used[0], &used[1], sizeof(float)),
+                            "rope_bf16 %s mode %d %s (%s, %s, shift %d): %zu images differ, "
+                            "states differ %d, x kept %d",
+                            cases[c].format, (int)cases[c].mode, dir ? "backward" : "forward",
+                            sh->name, q ? "k" : "q", shift, d, states_differ, x_kept);
+            }
+            for (int k = 0; k < 2; k++)
+              if (st[k]) exmy_cuda_delayed_state_free(st[k]);
+          }
+      }
+      /* a head size not a multiple of 8: refused */
+      exmy_format f;
+      exmy_rounding_opts o = {0};
+      ck_assert_int_eq(exmy_format_parse("bf16", &f), 0);
+      ck_assert_int_eq(gpu_rope_bf16(d_y, d_x, rt.d_cs, rt.d_sn, 1, 2, 2, 12, false, &f, &o,
+                                     NULL, 0),
+                       cudaErrorInvalidValue);
+      CU(cudaFree(d_x)); CU(cudaFree(d_w)); CU(cudaFree(d_s)); CU(cudaFree(d_r));
+      CU(cudaFree(d_y));
+      free(x); free(back);
+    }
+    rope_tables_free(rt);
   }
 }
 END_TEST
@@ -1622,7 +1899,8 @@ int main(void) {
   const TTest *const tests[] = {encoder,        rmsnorm,      rope,  producers_fold_amax,
                                 swiglu_and_add, swiglu_backward_bf16, swiglu_backward_bf16_scaled,
                                 causal_softmax, crossentropy, sumsq,  adamw,
-                                adamw_coat,     scale_120m,   NULL};
+                                adamw_coat,     scale_120m,   add_bf16,     swiglu_forward_bf16,
+                                rope_bf16,      NULL};
   Suite *s = suite_of("gpu_layers", 300, tests);
   /* after the others; on its own: CK_RUN_CASE=adamw_fold */
   TCase *tc = tcase_create("adamw_fold");

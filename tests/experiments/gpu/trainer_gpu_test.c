@@ -549,6 +549,13 @@ typedef struct {
  * layer) */
 static const model_fusion swiglu_fusion = {"swiglu fusion", gpu_model_set_swiglu_unfused,
                                            gpu_model_swiglu_fused};
+/* SwiGLU's forward writing W2's X operand itself (counted per layer) */
+static const model_fusion swiglu_forward_fusion = {
+    "swiglu forward fusion", gpu_model_set_swiglu_forward_unfused, gpu_model_swiglu_forward_fused};
+/* RoPE rotating into the fused attention's inputs and Q's and K's dY
+ * operands (counted per tensor) */
+static const model_fusion rope_fusion = {"rope fusion", gpu_model_set_rope_unfused,
+                                         gpu_model_rope_fused};
 /* current scaling's fills taking the amax their tensor's producer folded
  * (counted per fill) */
 static const model_fusion amax_folding = {"amax folding", gpu_model_set_amax_unfolded,
@@ -660,6 +667,59 @@ START_TEST(model_swiglu_fusion_bit_identical) {
   swiglu_fusion_same_bits(fp8, NULL, true, "tiny", flash);
   swiglu_fusion_same_bits(NULL, "fp8-te", true, "tiny", flash);
   swiglu_fusion_same_bits(NULL, "fp8-current", true, "tiny", flash);
+}
+END_TEST
+
+/* The same for SwiGLU's forward: W2's X image without the float32 hg, for
+ * unscaled recipes (bf16, E8M3 sr, FP8) and delayed scaling (fp8-te,
+ * fp8-coat, scaled E4M3), materialised and fused attention; none under
+ * current scaling (fp8-current, msamp-o1) or MX. */
+START_TEST(model_swiglu_forward_fusion_bit_identical) {
+  static const char *const bf16[] = {"format_w=bf16", "format_a=bf16", "format_g=bf16",
+                                     "quant_attention=1", "quant_lm_head=1", NULL};
+  static const char *const e8m3_sr[] = {"format_w=e8m3", "format_a=e8m3", "format_g=e8m3",
+                                        "rounding=sr", NULL};
+  static const char *const fp8[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", NULL};
+  static const char *const e4m3_delayed[] = {"format_w=e4m3", "format_a=e4m3",
+                                             "format_g=e4m3", "scaling=delayed",
+                                             "amax_history=4", "saturate=1", NULL};
+  static const char *const mx[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                                   "scaling=mx", NULL};
+  const gpu_attention_kind mat = GPU_ATTENTION_MATERIALIZED, flash = GPU_ATTENTION_FLASH;
+  const model_fusion *fu = &swiglu_forward_fusion;
+  fusion_same_bits(fu, bf16, NULL, 1, 0, "test", mat);
+  fusion_same_bits(fu, e8m3_sr, NULL, 1, 0, "test", mat);
+  fusion_same_bits(fu, fp8, NULL, 1, 0, "test", mat);
+  fusion_same_bits(fu, NULL, "fp8-te", 1, 0, "test", mat);
+  fusion_same_bits(fu, NULL, "fp8-coat", 1, 0, "test", mat);
+  fusion_same_bits(fu, e4m3_delayed, NULL, 1, 0, "test", mat);
+  fusion_same_bits(fu, NULL, "fp8-current", 0, 0, "test", mat);
+  fusion_same_bits(fu, NULL, "msamp-o1", 0, 0, "test", mat);
+  fusion_same_bits(fu, mx, NULL, 0, 0, "test", mat);
+  fusion_same_bits(fu, bf16, NULL, 1, 0, "tiny", flash);
+  fusion_same_bits(fu, e8m3_sr, NULL, 1, 0, "tiny", flash);
+  fusion_same_bits(fu, NULL, "fp8-te", 1, 0, "tiny", flash);
+}
+END_TEST
+
+/* The same for RoPE under the fused attention (q, k, dq, dk never in
+ * float32): four tensors a layer for unscaled and delayed recipes, the
+ * forward's two under current scaling (its dY fills take RoPE's folded
+ * amax) and where Q and K are not quantized (fp32: plain bf16 inputs). */
+START_TEST(model_rope_fusion_bit_identical) {
+  static const char *const bf16[] = {"format_w=bf16", "format_a=bf16", "format_g=bf16",
+                                     "quant_attention=1", "quant_lm_head=1", NULL};
+  static const char *const e8m3_sr[] = {"format_w=e8m3", "format_a=e8m3", "format_g=e8m3",
+                                        "rounding=sr", "quant_attention=1", NULL};
+  static const char *const e8m3_rz[] = {"format_w=e8m3", "format_a=e8m3", "format_g=e8m3",
+                                        "rounding=rz", "quant_attention=1", NULL};
+  const gpu_attention_kind flash = GPU_ATTENTION_FLASH;
+  fusion_same_bits(&rope_fusion, bf16, NULL, 4, 0, "tiny", flash);
+  fusion_same_bits(&rope_fusion, e8m3_sr, NULL, 4, 0, "tiny", flash);
+  fusion_same_bits(&rope_fusion, e8m3_rz, NULL, 4, 0, "tiny", flash);
+  fusion_same_bits(&rope_fusion, NULL, "fp8-te", 4, 0, "tiny", flash);
+  fusion_same_bits(&rope_fusion, NULL, "fp8-current", 2, 0, "tiny", flash);
+  fusion_same_bits(&rope_fusion, NULL, "fp32", 2, 0, "tiny", flash);
 }
 END_TEST
 
@@ -1813,7 +1873,9 @@ int main(void) {
                                 fishman_recipes_match_cpu, coat_update_fused_bit_identical,
                                 slots_shared_bit_identical, model_act_bf16_matches_cpu,
                                 slots_shared_scaled_bit_identical,
-                                model_bf16_storage_bit_identical, NULL};
+                                model_bf16_storage_bit_identical,
+                                model_swiglu_forward_fusion_bit_identical,
+                                model_rope_fusion_bit_identical, NULL};
   Suite *s = suite_of_loop("trainer_gpu", 600, operands_match_cpu, N_RECIPES, tests);
   TCase *tc = tcase_create("along_k");
   tcase_set_timeout(tc, 600);

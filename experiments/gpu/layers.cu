@@ -26,6 +26,7 @@
 #include <initializer_list>
 #include <stdint.h>
 #include <cuda_runtime.h>
+#include <type_traits>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,31 +174,99 @@ __global__ void encoder_backward_kernel(float *dwte, const float *dout, const in
 
 constexpr double kRmsEps = 1e-5; /* model.c's RMS_EPS */
 
-/* One warp per row; out's amax folded into *amax (NULL: not wanted). */
-__global__ void rmsnorm_forward_kernel(float *out, float *rstd, const float *inp, const float *w,
-                                       int N, int C, unsigned int *amax) {
+/* The warp-per-row kernels' walk over a row: lane's elements c = lane +
+ * 32 j in increasing j.  J > 0 (rows of C <= 32 J): unrolled, so that a
+ * warp issues every load of the row at once and may keep the row's values
+ * in registers (row_load); J = 0: a loop, for any C.  The same elements in
+ * the same order either way, so the same sums and bits. */
+template <int J, class F>
+__device__ __forceinline__ void row_each(int lane, int C, F f) {
+  if constexpr (J > 0) {
+#pragma unroll
+    for (int j = 0; j < J; j++)
+      if (lane + 32 * j < C) f(j, lane + 32 * j);
+  } else {
+    for (int c = lane, j = 0; c < C; c += 32, j++) f(j, c);
+  }
+}
+/* A row's values of x for row_each: held in registers for J > 0
+ * (v[j] = x[c]), else read at each use.  add (NULL: none): the row becomes
+ * x + add first, written back to x. */
+template <int J>
+struct RowValues {
+  float v[J > 0 ? J : 1];
+  const float *x;
+  __device__ __forceinline__ RowValues(const float *row, int lane, int C,
+                                       const float *add = nullptr)
+      : x(row) {
+    if (add) {
+      float *y = const_cast<float *>(row);
+      row_each<J>(lane, C, [&](int j, int c) {
+        const float t = __fadd_rn(row[c], add[c]);
+        y[c] = t;
+        if constexpr (J > 0) v[j] = t;
+      });
+    } else if constexpr (J > 0) {
+      row_each<J>(lane, C, [&](int j, int c) { v[j] = row[c]; });
+    }
+  }
+  __device__ __forceinline__ float operator()(int j, int c) const {
+    if constexpr (J > 0)
+      return v[j];
+    else
+      return x[c];
+  }
+};
+
+/* One warp per row; out's amax folded into *amax (NULL: not wanted).  add:
+ * the residual add before it, inp = inp + add (gpu_add_inplace's sums, in
+ * place) in the same pass. */
+template <int J>
+__global__ void rmsnorm_forward_kernel(float *out, float *rstd, float *inp, const float *add,
+                                       const float *w, int N, int C, unsigned int *amax) {
   const int lane = threadIdx.x & 31;
   const long row = (long)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   float m = 0.0f;
   if (row < N) {
-    const float *x = inp + (size_t)row * C;
+    const RowValues<J> x(inp + (size_t)row * C, lane, C, add ? add + (size_t)row * C : nullptr);
     float *y = out + (size_t)row * C;
     float ss = 0;
-    for (int c = lane; c < C; c += 32) ss = __fadd_rn(ss, __fmul_rn(x[c], x[c]));
+    row_each<J>(lane, C, [&](int j, int c) { ss = __fadd_rn(ss, __fmul_rn(x(j, c), x(j, c))); });
     ss = warp_sum(ss);
     const float r = (float)(1.0 / sqrt((double)__fdiv_rn(ss, (float)C) + kRmsEps));
-    for (int c = lane; c < C; c += 32) {
-      const float v = __fmul_rn(__fmul_rn(x[c], r), w[c]);
+    row_each<J>(lane, C, [&](int j, int c) {
+      const float v = __fmul_rn(__fmul_rn(x(j, c), r), w[c]);
       y[c] = v;
       fold_finite_amax(v, m);
-    }
+    });
     if (lane == 0) rstd[row] = r;
   }
   fold_output_amax(m, amax);
 }
 
-/* dinp += r (dy w - x k), k = r^2 mean(dy w x); one warp per row; the amax
- * of dinp after the addition folded into *amax (NULL: not wanted). */
+/* dx += r (dy w - x k), k = r^2 mean(dy w x), for one row (one warp); the
+ * values written folded into m. */
+template <int J>
+__device__ __forceinline__ void rmsnorm_dinp_row(float *dx, const RowValues<J> &x,
+                                                 const RowValues<J> &dy, const float *w, float r,
+                                                 int lane, int C, float &m) {
+  float dot = 0;
+  row_each<J>(lane, C, [&](int j, int c) {
+    dot = __fadd_rn(dot, __fmul_rn(__fmul_rn(dy(j, c), w[c]), x(j, c)));
+  });
+  dot = warp_sum(dot);
+  const float k = __fdiv_rn(__fmul_rn(__fmul_rn(r, r), dot), (float)C);
+  row_each<J>(lane, C, [&](int j, int c) {
+    const float v = __fadd_rn(
+        dx[c], __fmul_rn(r, __fsub_rn(__fmul_rn(dy(j, c), w[c]), __fmul_rn(x(j, c), k))));
+    dx[c] = v;
+    fold_finite_amax(v, m);
+  });
+}
+
+/* dinp (rmsnorm_dinp_row) one warp per row; the amax of dinp after the
+ * addition folded into *amax (NULL: not wanted). */
+template <int J>
 __global__ void rmsnorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
                                              const float *w, const float *rstd, int N, int C,
                                              unsigned int *amax) {
@@ -205,20 +274,8 @@ __global__ void rmsnorm_backward_dinp_kernel(float *dinp, const float *dout, con
   const long row = (long)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   float m = 0.0f;
   if (row < N) {
-    const float *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
-    float *dx = dinp + (size_t)row * C;
-    const float r = rstd[row];
-    float dot = 0;
-    for (int c = lane; c < C; c += 32)
-      dot = __fadd_rn(dot, __fmul_rn(__fmul_rn(dy[c], w[c]), x[c]));
-    dot = warp_sum(dot);
-    const float k = __fdiv_rn(__fmul_rn(__fmul_rn(r, r), dot), (float)C);
-    for (int c = lane; c < C; c += 32) {
-      const float v =
-          __fadd_rn(dx[c], __fmul_rn(r, __fsub_rn(__fmul_rn(dy[c], w[c]), __fmul_rn(x[c], k))));
-      dx[c] = v;
-      fold_finite_amax(v, m);
-    }
+    const RowValues<J> x(inp + (size_t)row * C, lane, C), dy(dout + (size_t)row * C, lane, C);
+    rmsnorm_dinp_row<J>(dinp + (size_t)row * C, x, dy, w, rstd[row], lane, C, m);
   }
   fold_output_amax(m, amax);
 }
@@ -227,6 +284,65 @@ __global__ void rmsnorm_backward_dinp_kernel(float *dinp, const float *dout, con
  * chunk of DW_ROWS rows into partial[chunk][c]; stage 2 adds the chunks in
  * order.  The chunking depends on N only. */
 constexpr int DW_ROWS = 128, DW_GROUPS = 8;
+
+/* Both in one pass where a row fits the registers (J > 0): a block per chunk
+ * of DW_ROWS rows, warp g taking its rows r0 + g + 8 i one after another
+ * (rmsnorm_dinp_row each) and adding dy x r into its columns' sums, which
+ * the block then adds in group order: rmsnorm_dw_partial_kernel's sums in
+ * its order, the same bits, without reading dy and x again. */
+template <int J>
+__global__ void __launch_bounds__(32 * DW_GROUPS)
+    rmsnorm_backward_fused_kernel(float *dinp, float *partial, const float *dout,
+                                  const float *inp, const float *w, const float *rstd, int N,
+                                  int C, int chunks, unsigned int *amax) {
+  extern __shared__ float sums[]; /* DW_GROUPS x C */
+  const int lane = threadIdx.x & 31, grp = threadIdx.x / 32;
+  float m = 0.0f;
+  for (int chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+    const int r0 = chunk * DW_ROWS, r1 = min(r0 + DW_ROWS, N);
+    float acc[J];
+#pragma unroll
+    for (int j = 0; j < J; j++) acc[j] = 0.0f;
+    for (int row = r0 + grp; row < r1; row += DW_GROUPS) {
+      const RowValues<J> x(inp + (size_t)row * C, lane, C), dy(dout + (size_t)row * C, lane, C);
+      const float r = rstd[row];
+      rmsnorm_dinp_row<J>(dinp + (size_t)row * C, x, dy, w, r, lane, C, m);
+      row_each<J>(lane, C, [&](int j, int c) {
+        acc[j] = __fadd_rn(acc[j], __fmul_rn(__fmul_rn(dy(j, c), x(j, c)), r));
+      });
+    }
+    row_each<J>(lane, C, [&](int j, int c) { sums[grp * C + c] = acc[j]; });
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      float t = sums[c];
+#pragma unroll
+      for (int g = 1; g < DW_GROUPS; g++) t = __fadd_rn(t, sums[g * C + c]);
+      partial[(size_t)chunk * C + c] = t;
+    }
+    __syncthreads();
+  }
+  fold_output_amax(m, amax);
+}
+
+/* Rows held in registers up to this many elements a lane (C <= 1024); the
+ * loop kernels beyond, or everywhere when turned off (tests). */
+constexpr int kRowRegs = 32;
+bool rmsnorm_rows_in_registers = true;
+
+/* f(std::integral_constant<int, J>) for the J that serves C (row_each). */
+template <class F>
+static void with_row_regs(int C, F f) {
+  if (!rmsnorm_rows_in_registers || C > 32 * kRowRegs)
+    f(std::integral_constant<int, 0>{});
+  else if (C <= 32 * 8)
+    f(std::integral_constant<int, 8>{});
+  else if (C <= 32 * 16)
+    f(std::integral_constant<int, 16>{});
+  else if (C <= 32 * 24)
+    f(std::integral_constant<int, 24>{});
+  else
+    f(std::integral_constant<int, kRowRegs>{});
+}
 
 __global__ void rmsnorm_dw_partial_kernel(float *partial, const float *dout, const float *inp,
                                           const float *rstd, int N, int C, int chunks) {
@@ -307,7 +423,7 @@ static void launch_rope(float *x, const float *cos_t, const float *sin_t, int B,
  * pairs of one head, rows of a multiple of 8) a thread, rope_kernel's
  * rotation of each pair and quantize8_bf16 on the values in registers, so
  * the image (and the amax) are the bits of rope_kernel's float32 tensor and
- * k_quantize_scaled_bf16's pass over it. */
+ * k_quantize_scaled_bf16's pass over it; out NULL: only the amax. */
 template <int ID, int MODE>
 __global__ void __launch_bounds__(exmy_cuda::kThreads)
     rope_bf16_kernel(const __grid_constant__ exmy_format rt, const __grid_constant__ KOpts o,
@@ -329,9 +445,13 @@ __global__ void __launch_bounds__(exmy_cuda::kThreads)
     for (int p = 0; p < kPer / 2; p++)
       rope_rotate_pair(v[2 * p], v[2 * p + 1], cs[p], sign * sn[p], false, &v[2 * p],
                        &v[2 * p + 1]);
-    uint32_t c[kPer];
-    quantize8_bf16<ID, MODE>(f, o, base, n, v, si, m, c);
-    store8<uint16_t>(out, base, n, full, c);
+    if (out) {
+      uint32_t c[kPer];
+      quantize8_bf16<ID, MODE>(f, o, base, n, v, si, m, c);
+      store8<uint16_t>(out, base, n, full, c);
+    } else { /* current scaling's first pass: the amax alone */
+      amax8(v, base, n, m);
+    }
   }
   fold_output_amax(m, amax);
 }
@@ -347,6 +467,11 @@ struct RopeBf16Op {
       const int vec = (((uintptr_t)out | (uintptr_t)x) & 15u) == 0;
       const unsigned blocks = blocks_for((n + exmy_cuda::kPer - 1) / exmy_cuda::kPer,
                                          exmy_cuda::kThreads);
+      if (!out) { /* the amax alone: no rounding, one kernel of any mode */
+        rope_bf16_kernel<ID, EXMY_RNE><<<blocks, exmy_cuda::kThreads, 0, s>>>(
+            f, o, out, x, cos_t, sin_t, n, T, rowlen, half, sign, vec, nullptr, sc.amax_bits);
+        return true;
+      }
       exmy_cuda::with_operand_mode<ID>(o.mode, [&](auto mode) {
         rope_bf16_kernel<ID, decltype(mode)::value><<<blocks, exmy_cuda::kThreads, 0, s>>>(
             f, o, out, x, cos_t, sin_t, n, T, rowlen, half, sign, vec, sc.scale_inv,
@@ -980,25 +1105,57 @@ void gpu_token_buckets(const int *tokens, int N, int V, int *bucket_start, int *
   bucket_start[0] = 0;
 }
 
+static void launch_rmsnorm_forward(float *out, float *rstd, float *inp, const float *add,
+                                   const float *w, int N, int C, unsigned int *amax,
+                                   cudaStream_t s) {
+  if (N <= 0) return;
+  with_row_regs(C, [&](auto J) {
+    rmsnorm_forward_kernel<decltype(J)::value><<<warp_per_row_grid(N), 32 * kWarpsPerBlock, 0, s>>>(
+        out, rstd, inp, add, w, N, C, amax);
+  });
+}
+
 void gpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
                          unsigned int *amax, cudaStream_t s) {
-  if (N <= 0) return;
-  rmsnorm_forward_kernel<<<warp_per_row_grid(N), 32 * kWarpsPerBlock, 0, s>>>(out, rstd, inp, w,
-                                                                              N, C, amax);
+  launch_rmsnorm_forward(out, rstd, const_cast<float *>(inp), nullptr, w, N, C, amax, s);
 }
+
+void gpu_add_rmsnorm_forward(float *out, float *rstd, float *inp, const float *add,
+                             const float *w, int N, int C, unsigned int *amax, cudaStream_t s) {
+  launch_rmsnorm_forward(out, rstd, inp, add, w, N, C, amax, s);
+}
+
+void gpu_rmsnorm_set_rows_in_registers(bool on) { rmsnorm_rows_in_registers = on; }
 
 void gpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
                           const float *w, const float *rstd, int N, int C, unsigned int *amax,
                           cudaStream_t s) {
   if (N <= 0 || C <= 0) return;
-  rmsnorm_backward_dinp_kernel<<<warp_per_row_grid(N), 32 * kWarpsPerBlock, 0, s>>>(
-      dinp, dout, inp, w, rstd, N, C, amax);
   const int chunks = (N + DW_ROWS - 1) / DW_ROWS;
   float *partial = (float *)cached_scratch(&dw_scratch, &dw_scratch_cap,
                                            (size_t)chunks * C * sizeof(float));
-  dim3 grid((C + 31) / 32, chunks < 65535 ? chunks : 65535);
-  rmsnorm_dw_partial_kernel<<<grid, dim3(32, DW_GROUPS), 0, s>>>(partial, dout, inp, rstd, N, C,
-                                                                 chunks);
+  bool fused = false;
+  with_row_regs(C, [&](auto J) {
+    constexpr int kJ = decltype(J)::value;
+    if constexpr (kJ > 0) {
+      const size_t smem = sizeof(float) * DW_GROUPS * C;
+      if (smem > 48 * 1024) return; /* C <= 1024: 32 KiB */
+      rmsnorm_backward_fused_kernel<kJ><<<chunks < 65535 ? chunks : 65535, 32 * DW_GROUPS, smem,
+                                          s>>>(dinp, partial, dout, inp, w, rstd, N, C, chunks,
+                                               amax);
+      fused = true;
+    }
+  });
+  if (!fused) {
+    with_row_regs(C, [&](auto J) {
+      rmsnorm_backward_dinp_kernel<decltype(J)::value>
+          <<<warp_per_row_grid(N), 32 * kWarpsPerBlock, 0, s>>>(dinp, dout, inp, w, rstd, N, C,
+                                                                amax);
+    });
+    dim3 grid((C + 31) / 32, chunks < 65535 ? chunks : 65535);
+    rmsnorm_dw_partial_kernel<<<grid, dim3(32, DW_GROUPS), 0, s>>>(partial, dout, inp, rstd, N,
+                                                                   C, chunks);
+  }
   rmsnorm_dw_final_kernel<<<(C + 127) / 128, 128, 0, s>>>(dw, partial, C, chunks);
 }
 

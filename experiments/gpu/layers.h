@@ -47,11 +47,19 @@ void gpu_token_buckets(const int *tokens, int N, int V, int *bucket_start, int *
  * amax: out's. */
 void gpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C,
                          unsigned int *amax, cudaStream_t s);
+/* The residual add and the RMSNorm after it in one pass: inp += add (as
+ * gpu_add_inplace), then gpu_rmsnorm_forward of inp; the same bits. */
+void gpu_add_rmsnorm_forward(float *out, float *rstd, float *inp, const float *add,
+                             const float *w, int N, int C, unsigned int *amax, cudaStream_t s);
 /* dinp += ..., dw += ... (as rmsnorm_backward); amax: dinp's, after the
  * addition. */
 void gpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
                           const float *w, const float *rstd, int N, int C, unsigned int *amax,
                           cudaStream_t s);
+/* For tests: off = the RMSNorm kernels read each row from memory at every
+ * pass (any C), never hold it in registers (rows up to 1024, the default);
+ * the same bits either way. */
+void gpu_rmsnorm_set_rows_in_registers(bool on);
 
 /* RoPE on x (B, T, nh*hs), pairs (2i, 2i+1) of each head, in place; tables
  * (T, hs/2); amax: the rotated dx's. */
@@ -132,7 +140,9 @@ cudaError_t gpu_swiglu_forward_bf16(void *out, const float *h1, const float *h3,
  * changed), written as the bf16 GEMM operand image of the float32 tensor
  * gpu_rope_forward or gpu_rope_backward leaves, with f, o and sc as above,
  * bit for bit; hs a multiple of 8, else (or an f or o not served)
- * cudaErrorInvalidValue, nothing launched. */
+ * cudaErrorInvalidValue, nothing launched.  out NULL: nothing written but
+ * the finite max |rotated x| folded into sc->amax_bits (current scaling's
+ * first pass, as gpu_swiglu_backward_amax). */
 cudaError_t gpu_rope_bf16(void *out, const float *x, const float *cos_t, const float *sin_t,
                           int B, int T, int nh, int hs, bool backward, const exmy_format *f,
                           const exmy_rounding_opts *o, const gpu_bf16_scaling *sc,

@@ -664,8 +664,9 @@ static bool rope_fusable(const gpu_model *g) {
  * x itself left as it is) written straight into `slot` of `use` of `site`
  * as its bf16 operand image (gpu_rope_bf16: the bits of the rotated float32
  * tensor and the fill's pass, the sr indices the fill would take), where
- * the fill is an element-wise rounding into bf16, unscaled or under delayed
- * scaling, and `reuse` reads the slot too; or, for an attention input of
+ * the fill is an element-wise rounding into bf16 (current scaling: after a
+ * pass for the amax alone) and `reuse` reads the slot too; or, for an
+ * attention input of
  * unquantized attention (site not quantized, `plain` given), into plain as
  * flash_input rounds it (plain bf16, rne).  Else x rotated in place (amax:
  * its word, amax_word's) and NULL: the caller's fill reads x. */
@@ -683,10 +684,16 @@ static const void *rope_into_operand(gpu_model *g, int site, int use, int reuse,
     return plain;
   }
   const exmy_operand_quant *q = site >= 0 ? gtq_fusable_bf16(g->gq, site, use, reuse) : nullptr;
-  if (q && gpu_swiglu_backward_bf16_serves(&q->format) &&
-      q->scaling.kind != EXMY_SCALING_TENSOR) {
+  if (q && gpu_swiglu_backward_bf16_serves(&q->format)) {
     gtq_bf16_fill w;
     gtq_fill_bf16_slot(g->gq, site, use, slot, n, nullptr, &w);
+    if (w.current) { /* the amax first (4 bytes read; the in-place rotation's 8 saved) */
+      const gpu_bf16_scaling first = {nullptr, w.amax_bits};
+      gtq_check(gpu_rope_bf16(nullptr, x, g->rope_cos, g->rope_sin, B, T, nh, hs, backward,
+                              &q->format, &w.o, &first, g->s),
+                "RoPE (amax)");
+      gtq_fill_bf16_scale(g->gq, site, use, slot, &w);
+    }
     const gpu_bf16_scaling sc = {w.scale_inv, w.amax_bits};
     gtq_check(gpu_rope_bf16(w.y, x, g->rope_cos, g->rope_sin, B, T, nh, hs, backward, &q->format,
                             &w.o, &sc, g->s),
@@ -1217,8 +1224,19 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
   gtq_begin_forward(g->gq);
   amax_words_clear(g);
   gpu_encoder_forward(a.res, g->tokens, p.wte, N, C, s);
+  /* a residual branch's sum left to the RMSNorm that reads it next (one
+   * pass: gpu_add_rmsnorm_forward), as float32 activations allow: the
+   * residual stream added to W2's output (in res_out), or NULL */
+  const float *pending_add = nullptr;
+  auto rmsnorm = [&](float *out, float *rstd, float *x, const float *w, unsigned int *amax) {
+    if (pending_add)
+      gpu_add_rmsnorm_forward(out, rstd, x, pending_add, w, N, C, amax, s);
+    else
+      gpu_rmsnorm_forward(out, rstd, x, w, N, C, amax, s);
+    pending_add = nullptr;
+  };
   for (int l = 0; l < L; l++) {
-    const float *res = a.res + l * BTC;
+    float *res = a.res + l * BTC;
     /* the layer's place in q, k, v, ln1, ln2, hg: 0 where one layer is kept */
     const size_t kl = g->lean ? 0 : l, kl1 = g->keep_ln1 ? l : kl,
                  kl2 = g->keep_ln2 ? l : kl, klg = g->keep_hg ? l : kl;
@@ -1228,8 +1246,7 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     float *res_out = a.res + (l + 1) * BTC;
     unsigned int *ln1_amax = amax_word(g, l, AMAX_LN1, {SITE_Q, SITE_K, SITE_V}, USE_FWD_X),
                  *ln2_amax = amax_word(g, l, AMAX_LN2, {SITE_W1, SITE_W3}, USE_FWD_X);
-    gpu_rmsnorm_forward(ln1, a.ln1_rstd + (size_t)l * N, res, p.rms1 + (size_t)l * C, N, C,
-                        ln1_amax, s);
+    rmsnorm(ln1, a.ln1_rstd + (size_t)l * N, res, p.rms1 + (size_t)l * C, ln1_amax);
     /* q, k and v read ln1 the same way: one rounded copy of it (an MX image
      * or an element-wise slot), not three (gtq_share_begin; nothing the three
      * GEMMs read changes in between) */
@@ -1270,12 +1287,13 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
       } else {
         attention_forward(g, atty, a.att + (size_t)l * B * NH * T * T, q, k, v, l);
       }
-      /* the residual add promotes the bf16 branch */
-      linear_forward_act(g, res_mid, res, atty, p.wo + (size_t)l * C * C, N, C, C,
-                         site_index(g, l, SITE_O), atty_amax);
+      /* the residual add promotes the bf16 branch; under float32
+       * activations RMSNorm 2 makes it */
+      linear_forward_act(g, res_mid, g->act_bf16 ? res : nullptr, atty, p.wo + (size_t)l * C * C,
+                         N, C, C, site_index(g, l, SITE_O), atty_amax);
+      if (!g->act_bf16) pending_add = res;
     }
-    gpu_rmsnorm_forward(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, N, C,
-                        ln2_amax, s);
+    rmsnorm(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, ln2_amax);
     if (g->mlp_bf16) {
       mlp_forward_bf16(g, l, res_out, res_mid, ln2, ln2_amax);
       continue;
@@ -1307,12 +1325,14 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
       gpu_smooth_swiglu_scale_rows(res_out, res_out, h3, N, C, H, s);
       gpu_add_inplace(res_out, res_mid, BTC, s);
     } else {
-      linear_forward_act(g, res_out, res_mid, hg, p.w2 + (size_t)l * C * H, N, H, C,
-                         site_index(g, l, SITE_W2), hg_amax, hg_filled);
+      linear_forward_act(g, res_out, g->act_bf16 ? res_mid : nullptr, hg,
+                         p.w2 + (size_t)l * C * H, N, H, C, site_index(g, l, SITE_W2), hg_amax,
+                         hg_filled);
+      if (!g->act_bf16) pending_add = res_mid; /* the next RMSNorm 1, or the final one */
     }
   }
   unsigned int *lnf_amax = amax_word(g, L, 0, {0}, USE_FWD_X);
-  gpu_rmsnorm_forward(a.lnf, a.lnf_rstd, a.res + L * BTC, p.rmsf, N, C, lnf_amax, s);
+  rmsnorm(a.lnf, a.lnf_rstd, a.res + L * BTC, p.rmsf, lnf_amax);
   linear_forward(g, a.probs, a.lnf, p.lm_head, N, C, V, site_index(g, L, 0), lnf_amax);
   act_round(g, a.probs, (size_t)N * V); /* the logits; the loss in float32 */
   if (g->logit_sharpness) gpu_logit_sharpness_forward(g->logit_phi, a.probs, g->targets, N, V, s);

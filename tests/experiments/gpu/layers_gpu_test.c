@@ -186,12 +186,48 @@ static void rmsnorm_case(const char *name, int N, int C, uint64_t seed) {
   to_host(g_rstd, d_rstd, N * sizeof(float));
   check_close("rmsnorm_forward", "out", name, g_out, out, NC);
   check_close("rmsnorm_forward", "rstd", name, g_rstd, rstd, N);
+  /* again with every row read from memory at each pass (the kernels for any
+   * C): the same bits as rows held in registers, and as a second run */
+  gpu_rmsnorm_set_rows_in_registers(false);
   gpu_rmsnorm_forward(d_out, d_rstd, d_inp, d_w, N, C, NULL, 0);
   LAUNCHED();
   to_host(g_out2, d_out, NC * sizeof(float));
   to_host(g_rstd2, d_rstd, N * sizeof(float));
   check_same_bits("rmsnorm_forward", "out", g_out, g_out2, NC * sizeof(float));
   check_same_bits("rmsnorm_forward", "rstd", g_rstd, g_rstd2, N * sizeof(float));
+  gpu_rmsnorm_set_rows_in_registers(true);
+
+  /* the residual add in RMSNorm's pass (gpu_add_rmsnorm_forward) against
+   * gpu_add_inplace, then the RMSNorm: the sums, out and rstd bit for bit,
+   * rows in registers and not */
+  {
+    float *add = rand_floats(NC, -3, 3, seed + 5), *s1 = malloc(NC * sizeof(float)),
+          *s2 = malloc(NC * sizeof(float));
+    float *d_add = dev_from(add, NC * sizeof(float)), *d_x1 = dev_from(inp, NC * sizeof(float)),
+          *d_x2 = dev_from(inp, NC * sizeof(float)), *d_o2 = dev_alloc(NC * sizeof(float)),
+          *d_r2 = dev_alloc(N * sizeof(float));
+    gpu_add_inplace(d_x1, d_add, NC, 0);
+    gpu_rmsnorm_forward(d_out, d_rstd, d_x1, d_w, N, C, NULL, 0);
+    for (int regs = 1; regs >= 0; regs--) {
+      gpu_rmsnorm_set_rows_in_registers(regs);
+      to_dev(d_x2, inp, NC * sizeof(float));
+      gpu_add_rmsnorm_forward(d_o2, d_r2, d_x2, d_add, d_w, N, C, NULL, 0);
+      LAUNCHED();
+      to_host(s1, d_x1, NC * sizeof(float));
+      to_host(s2, d_x2, NC * sizeof(float));
+      check_same_bits("add_rmsnorm_forward", "sum", s1, s2, NC * sizeof(float));
+      to_host(s1, d_out, NC * sizeof(float));
+      to_host(s2, d_o2, NC * sizeof(float));
+      check_same_bits("add_rmsnorm_forward", "out", s1, s2, NC * sizeof(float));
+      to_host(s1, d_rstd, N * sizeof(float));
+      to_host(s2, d_r2, N * sizeof(float));
+      check_same_bits("add_rmsnorm_forward", "rstd", s1, s2, N * sizeof(float));
+    }
+    gpu_rmsnorm_set_rows_in_registers(true);
+    CU(cudaFree(d_add)); CU(cudaFree(d_x1)); CU(cudaFree(d_x2)); CU(cudaFree(d_o2));
+    CU(cudaFree(d_r2));
+    free(add); free(s1); free(s2);
+  }
 
   /* backward from the CPU's rstd, into nonzero dinp and dw: both accumulate */
   float *dout = rand_floats(NC, -1, 1, seed + 2), *dinp0 = rand_floats(NC, -1, 1, seed + 3);
@@ -210,8 +246,10 @@ static void rmsnorm_case(const char *name, int N, int C, uint64_t seed) {
   check_close("rmsnorm_backward", "dw+=", name, g_dw, dw, C);
   to_dev(d_dinp, dinp0, NC * sizeof(float));
   to_dev(d_dw, dw0, C * sizeof(float));
+  gpu_rmsnorm_set_rows_in_registers(false);
   gpu_rmsnorm_backward(d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, N, C, NULL, 0);
   LAUNCHED();
+  gpu_rmsnorm_set_rows_in_registers(true);
   to_host(g_out2, d_dinp, NC * sizeof(float));
   to_host(g_dw2, d_dw, C * sizeof(float));
   check_same_bits("rmsnorm_backward", "dinp", g_out, g_out2, NC * sizeof(float));
@@ -228,6 +266,11 @@ START_TEST(rmsnorm) {
     rmsnorm_case(shapes[si].name, shapes[si].B * shapes[si].T, shapes[si].C, 10 + 10 * si);
   /* many row chunks of the weight gradient, the last one partial */
   rmsnorm_case("N4100 C768", 4100, 768, 100);
+  /* rows in registers of each size (C 256: 8 a lane; 1000: 32, a partial
+   * last column), and beyond them (C 2048: the loop kernels both times) */
+  rmsnorm_case("N300 C256", 300, 256, 110);
+  rmsnorm_case("N300 C1000", 300, 1000, 120);
+  rmsnorm_case("N300 C2048", 300, 2048, 130);
 }
 END_TEST
 
@@ -810,9 +853,42 @@ START_TEST(rope_bf16) {
               if (st[k]) exmy_cuda_delayed_state_free(st[k]);
           }
       }
-      /* a head size not a multiple of 8: refused */
+      /* current scaling: the amax alone (out NULL), its scale, then the
+       * image, against exmy_cuda_quantize_tensor_bf16 of the rotated tensor */
       exmy_format f;
       exmy_rounding_opts o = {0};
+      for (int dir = 0; dir < 2; dir++) {
+        ck_assert_int_eq(exmy_format_parse("e4m3", &f), 0);
+        o.mode = EXMY_SR, o.saturate = true, o.seed = 77, o.offset = 5003;
+        CU(cudaMemcpy(d_w, d_x, n * sizeof(float), cudaMemcpyDeviceToDevice));
+        if (dir)
+          gpu_rope_backward(d_w, rt.d_cs, rt.d_sn, B, T, nh, hs, NULL, 0);
+        else
+          gpu_rope_forward(d_w, rt.d_cs, rt.d_sn, B, T, nh, hs, 0);
+        CU(exmy_cuda_quantize_tensor_bf16(&f, &o, 1, true, d_w, d_r, n, d_s, 0));
+        unsigned int *d_amax = dev_alloc(sizeof(unsigned int));
+        float *d_si = dev_alloc(2 * sizeof(float));
+        CU(cudaMemset(d_amax, 0, sizeof(unsigned int)));
+        const gpu_bf16_scaling first = {NULL, d_amax};
+        CU(gpu_rope_bf16(NULL, d_x, rt.d_cs, rt.d_sn, B, T, nh, hs, dir, &f, &o, &first, 0));
+        CU(exmy_cuda_scale_from_amax(&f, 1, true, d_amax, d_si, 0));
+        const gpu_bf16_scaling sc = {d_si, NULL};
+        CU(gpu_rope_bf16(d_y, d_x, rt.d_cs, rt.d_sn, B, T, nh, hs, dir, &f, &o, &sc, 0));
+        LAUNCHED();
+        const size_t d = bf16_images_differ(d_y, d_r, n);
+        float sref, sfused;
+        to_host(&sref, d_s, sizeof sref);
+        to_host(&sfused, d_si, sizeof sfused);
+        printf("  %-26s %-8s %-28s e4m3 sr current %s: s %g / %g, %zu of %zu differ\n",
+               "rope_bf16", q ? "k" : "q", sh->name, dir ? "backward" : "forward", sref, sfused,
+               d, n);
+        ck_assert_msg(d == 0 && !memcmp(&sref, &sfused, sizeof(float)),
+                      "rope_bf16 current (%s, %s): %zu images differ, scales %g / %g", sh->name,
+                      dir ? "backward" : "forward", d, sref, sfused);
+        CU(cudaFree(d_amax)); CU(cudaFree(d_si));
+      }
+      /* a head size not a multiple of 8: refused */
+      o = (exmy_rounding_opts){0};
       ck_assert_int_eq(exmy_format_parse("bf16", &f), 0);
       ck_assert_int_eq(gpu_rope_bf16(d_y, d_x, rt.d_cs, rt.d_sn, 1, 2, 2, 12, false, &f, &o,
                                      NULL, 0),

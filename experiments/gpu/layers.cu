@@ -245,11 +245,13 @@ __global__ void rmsnorm_forward_kernel(float *out, float *rstd, float *inp, cons
 }
 
 /* dx += r (dy w - x k), k = r^2 mean(dy w x), for one row (one warp); the
- * values written folded into m. */
+ * values written folded into m.  dx is read with x and dy, before the sum
+ * that the second pass waits for. */
 template <int J>
 __device__ __forceinline__ void rmsnorm_dinp_row(float *dx, const RowValues<J> &x,
                                                  const RowValues<J> &dy, const float *w, float r,
                                                  int lane, int C, float &m) {
+  const RowValues<J> dx0(dx, lane, C);
   float dot = 0;
   row_each<J>(lane, C, [&](int j, int c) {
     dot = __fadd_rn(dot, __fmul_rn(__fmul_rn(dy(j, c), w[c]), x(j, c)));
@@ -258,7 +260,7 @@ __device__ __forceinline__ void rmsnorm_dinp_row(float *dx, const RowValues<J> &
   const float k = __fdiv_rn(__fmul_rn(__fmul_rn(r, r), dot), (float)C);
   row_each<J>(lane, C, [&](int j, int c) {
     const float v = __fadd_rn(
-        dx[c], __fmul_rn(r, __fsub_rn(__fmul_rn(dy(j, c), w[c]), __fmul_rn(x(j, c), k))));
+        dx0(j, c), __fmul_rn(r, __fsub_rn(__fmul_rn(dy(j, c), w[c]), __fmul_rn(x(j, c), k))));
     dx[c] = v;
     fold_finite_amax(v, m);
   });

@@ -1169,32 +1169,31 @@ extern "C" gtq_ctx *gpu_model_gemm(gpu_model *g) { return g->gq; }
 extern "C" size_t gpu_model_arena_bytes(const gpu_model *g) { return g->arena_bytes; }
 extern "C" void gpu_model_set_coat_unfused(gpu_model *g, bool on) { g->coat_unfused = on; }
 
+/* A test switch whose change alters the launches of the forward, the
+ * backward or both: their captured graphs go. */
+static void set_switch(gpu_model *g, bool *flag, bool on, bool forward, bool backward) {
+  if (on != *flag) {
+    if (forward) graph_drop(g->fwd);
+    if (backward) graph_drop(g->bwd);
+  }
+  *flag = on;
+}
 extern "C" void gpu_model_set_swiglu_unfused(gpu_model *g, bool on) {
-  if (on != g->swiglu_unfused) graph_drop(g->bwd); /* other launches */
-  g->swiglu_unfused = on;
+  set_switch(g, &g->swiglu_unfused, on, false, true);
 }
 extern "C" unsigned long long gpu_model_swiglu_fused(const gpu_model *g) { return g->swiglu_fused; }
 extern "C" void gpu_model_set_rope_unfused(gpu_model *g, bool on) {
-  if (on != g->rope_unfused) { /* other launches */
-    graph_drop(g->fwd);
-    graph_drop(g->bwd);
-  }
-  g->rope_unfused = on;
+  set_switch(g, &g->rope_unfused, on, true, true);
 }
 extern "C" unsigned long long gpu_model_rope_fused(const gpu_model *g) { return g->rope_fused; }
 extern "C" void gpu_model_set_swiglu_forward_unfused(gpu_model *g, bool on) {
-  if (on != g->swiglu_fwd_unfused) graph_drop(g->fwd); /* other launches */
-  g->swiglu_fwd_unfused = on;
+  set_switch(g, &g->swiglu_fwd_unfused, on, true, false);
 }
 extern "C" unsigned long long gpu_model_swiglu_forward_fused(const gpu_model *g) {
   return g->swiglu_fwd_fused;
 }
 extern "C" void gpu_model_set_amax_unfolded(gpu_model *g, bool on) {
-  if (on != g->amax_unfolded) { /* other launches */
-    graph_drop(g->fwd);
-    graph_drop(g->bwd);
-  }
-  g->amax_unfolded = on;
+  set_switch(g, &g->amax_unfolded, on, true, true);
 }
 extern "C" unsigned long long gpu_model_amax_folded(const gpu_model *g) { return g->amax_folded; }
 extern "C" double gpu_memory_in_use_gib(void) {

@@ -650,6 +650,30 @@ START_TEST(swiglu_backward_bf16) {
 }
 END_TEST
 
+/* The delayed-scaling cases' states: n of them, each from one start whose
+ * scale is not a power of two, with a history of DELAYED_HIST (2: it wraps
+ * within three steps). */
+enum { DELAYED_HIST = 2 };
+static void delayed_states_start(exmy_cuda_delayed_state **st, int n) {
+  float hist[DELAYED_HIST] = {0.5f, 3e3f};
+  exmy_delayed_state start = {DELAYED_HIST, DELAYED_HIST, 1, hist, 0.37f, 1.0f / 0.37f};
+  for (int k = 0; k < n; k++) {
+    st[k] = exmy_cuda_delayed_state_new(DELAYED_HIST);
+    ck_assert(st[k] != NULL);
+    CU(exmy_cuda_delayed_state_upload(st[k], &start));
+  }
+}
+/* Whether two states differ anywhere: history, counters, scale and 1/s. */
+static int delayed_states_differ(exmy_cuda_delayed_state *a, exmy_cuda_delayed_state *b) {
+  float ha[DELAYED_HIST], hb[DELAYED_HIST];
+  exmy_delayed_state sa = {DELAYED_HIST, 0, 0, ha, 0, 0}, sb = {DELAYED_HIST, 0, 0, hb, 0, 0};
+  CU(exmy_cuda_delayed_state_download(a, &sa));
+  CU(exmy_cuda_delayed_state_download(b, &sb));
+  return sa.count != sb.count || sa.latest != sb.latest ||
+         memcmp(&sa.scale, &sb.scale, sizeof(float)) ||
+         memcmp(&sa.scale_inv, &sb.scale_inv, sizeof(float)) || memcmp(ha, hb, sizeof ha);
+}
+
 /* The fused SwiGLU forward's bf16 operand image (W2's X) against the
  * unfused path (gpu_swiglu_forward's float32 hg, then the fill's pass):
  * unscaled in the backward test's modes (exmy_cuda_quantize_bf16), and under
@@ -669,7 +693,7 @@ START_TEST(swiglu_forward_bf16) {
       {"e8m5", EXMY_SR, true, true, false},    {"e4m3", EXMY_RNA, false, false, false},
       {"e4m3", EXMY_RNE, true, false, true},   {"e5m2", EXMY_SR, true, false, true},
   };
-  enum { HIST = 2, STEPS = 3 };
+  enum { STEPS = 3 };
   for (int si = 0; si < NSHAPES; si++) {
     const shape *sh = &shapes[si];
     const size_t n = swiglu_bf16_length(sh);
@@ -694,15 +718,8 @@ START_TEST(swiglu_forward_bf16) {
         const size_t m = n - shift;
         const float *a = d_h1 + shift, *b = d_h3 + shift;
         uint16_t *y = d_y + shift;
-        float hist[HIST] = {0.5f, 3e3f};
-        exmy_delayed_state start = {HIST, HIST, 1, hist, 0.37f, 1.0f / 0.37f};
         exmy_cuda_delayed_state *st[2] = {NULL, NULL};
-        if (cases[c].delayed)
-          for (int k = 0; k < 2; k++) {
-            st[k] = exmy_cuda_delayed_state_new(HIST);
-            ck_assert(st[k] != NULL);
-            CU(exmy_cuda_delayed_state_upload(st[k], &start));
-          }
+        if (cases[c].delayed) delayed_states_start(st, 2);
         for (int step = 0; step < (cases[c].delayed ? STEPS : 1); step++) {
           gpu_swiglu_forward(d_hg, a, b, m, NULL, 0);
           int states_differ = 0;
@@ -719,14 +736,7 @@ START_TEST(swiglu_forward_bf16) {
             CU(exmy_cuda_delayed_end(&f, 1, true, false, st[1], d_s + 1, 0));
             LAUNCHED();
             to_host(used, d_s, sizeof used);
-            float ha[HIST], hb[HIST];
-            exmy_delayed_state sa = {HIST, 0, 0, ha, 0, 0}, sb = {HIST, 0, 0, hb, 0, 0};
-            CU(exmy_cuda_delayed_state_download(st[0], &sa));
-            CU(exmy_cuda_delayed_state_download(st[1], &sb));
-            states_differ = sa.count != sb.count || sa.latest != sb.latest ||
-                            memcmp(&sa.scale, &sb.scale, sizeof(float)) ||
-                            memcmp(&sa.scale_inv, &sb.scale_inv, sizeof(float)) ||
-                            memcmp(ha, hb, sizeof ha);
+            states_differ = delayed_states_differ(st[0], st[1]);
           }
           LAUNCHED();
           const size_t d = bf16_images_differ(y, d_r, m);
@@ -773,7 +783,6 @@ START_TEST(rope_bf16) {
       {"e8m5", EXMY_SR, false, false},  {"e4m3", EXMY_RNE, true, false},
       {"e5m2", EXMY_RNE, true, true},   {"e4m3", EXMY_SR, true, true},
   };
-  enum { HIST = 2 };
   for (int si = 0; si < NSHAPES; si++) {
     const shape *sh = &shapes[si];
     const int B = sh->B, T = sh->T, hs = sh->C / sh->NH;
@@ -798,15 +807,8 @@ START_TEST(rope_bf16) {
         for (int dir = 0; dir < 2; dir++)
           for (int shift = 0; shift < 2; shift++) {
             uint16_t *y = d_y + shift;
-            float hist[HIST] = {0.5f, 3e3f};
-            exmy_delayed_state start = {HIST, HIST, 1, hist, 0.37f, 1.0f / 0.37f};
             exmy_cuda_delayed_state *st[2] = {NULL, NULL};
-            if (cases[c].delayed)
-              for (int k = 0; k < 2; k++) {
-                st[k] = exmy_cuda_delayed_state_new(HIST);
-                ck_assert(st[k] != NULL);
-                CU(exmy_cuda_delayed_state_upload(st[k], &start));
-              }
+            if (cases[c].delayed) delayed_states_start(st, 2);
             for (int step = 0; step < (cases[c].delayed ? 2 : 1); step++) {
               CU(cudaMemcpy(d_w, d_x, n * sizeof(float), cudaMemcpyDeviceToDevice));
               if (dir)
@@ -827,13 +829,7 @@ START_TEST(rope_bf16) {
                 CU(exmy_cuda_delayed_end(&f, 0, false, false, st[1], d_s + 1, 0));
                 LAUNCHED();
                 to_host(used, d_s, sizeof used);
-                float ha[HIST], hb[HIST];
-                exmy_delayed_state sa = {HIST, 0, 0, ha, 0, 0}, sb = {HIST, 0, 0, hb, 0, 0};
-                CU(exmy_cuda_delayed_state_download(st[0], &sa));
-                CU(exmy_cuda_delayed_state_download(st[1], &sb));
-                states_differ = sa.count != sb.count || sa.latest != sb.latest ||
-                                memcmp(&sa.scale, &sb.scale, sizeof(float)) ||
-                                memcmp(ha, hb, sizeof ha);
+                states_differ = delayed_states_differ(st[0], st[1]);
               }
               LAUNCHED();
               const size_t d = bf16_images_differ(y, d_r, n);
@@ -923,7 +919,7 @@ START_TEST(swiglu_backward_bf16_scaled) {
       {"e5m2", EXMY_SR, true, true, 1},
       {"e4m3", EXMY_RZ, false, true, 0},
   };
-  enum { HIST = 2, STEPS = 3 };
+  enum { STEPS = 3 };
   for (int si = 0; si < NSHAPES; si++) {
     const shape *sh = &shapes[si];
     const size_t n = swiglu_bf16_length(sh);
@@ -952,14 +948,8 @@ START_TEST(swiglu_backward_bf16_scaled) {
         const float *dy = d_dout + shift, *a = d_h1 + shift, *b = d_h3 + shift;
         uint16_t *y1 = d_y1 + shift, *y3 = d_y3 + shift;
         /* delayed: reference states [0, 1], fused [2, 3], all from one state */
-        float hist[HIST] = {0.5f, 3e3f};
-        exmy_delayed_state start = {HIST, HIST, 1, hist, 0.37f, 1.0f / 0.37f};
         exmy_cuda_delayed_state *st[4];
-        for (int k = 0; k < 4; k++) {
-          st[k] = exmy_cuda_delayed_state_new(HIST);
-          ck_assert(st[k] != NULL);
-          CU(exmy_cuda_delayed_state_upload(st[k], &start));
-        }
+        delayed_states_start(st, 4);
         for (int step = 0; step < STEPS; step++) {
           gpu_swiglu_backward(d_dh1, d_dh3, dy, a, b, m, 0);
           CU(exmy_cuda_quantize_delayed_bf16(&f, &o1, margin, pow2, false, st[0], d_dh1, d_r1, m,
@@ -978,16 +968,7 @@ START_TEST(swiglu_backward_bf16_scaled) {
           to_host(used, d_sr, 2 * sizeof(float));
           to_host(used + 2, d_si, 2 * sizeof(float));
           int states_differ = 0;
-          for (int k = 0; k < 2; k++) {
-            float ha[HIST], hb[HIST];
-            exmy_delayed_state sa = {HIST, 0, 0, ha, 0, 0}, sb = {HIST, 0, 0, hb, 0, 0};
-            CU(exmy_cuda_delayed_state_download(st[k], &sa));
-            CU(exmy_cuda_delayed_state_download(st[k + 2], &sb));
-            states_differ += sa.count != sb.count || sa.latest != sb.latest ||
-                             memcmp(&sa.scale, &sb.scale, sizeof(float)) ||
-                             memcmp(&sa.scale_inv, &sb.scale_inv, sizeof(float)) ||
-                             memcmp(ha, hb, sizeof ha);
-          }
+          for (int k = 0; k < 2; k++) states_differ += delayed_states_differ(st[k], st[k + 2]);
           printf("  %-26s %-8s %-28s %s mode %d shift %d step %d: s %g %g, %zu, %zu of %zu "
                  "differ, %d states differ\n",
                  "swiglu_backward_bf16", "delayed", sh->name, cases[c].format,

@@ -635,19 +635,24 @@ static void swiglu_fusion_same_bits(const char *const *sets, const char *config,
   fusion_same_bits(&swiglu_fusion, sets, config, fuses ? 1 : 0, 0, size, attention);
 }
 
+/* The fusion tests' recipes (keys): bf16 everywhere, E8M3 with sr, unscaled
+ * FP8, per-tensor delayed-scaled E4M3 gradients, and MX (quantized along K:
+ * what the fusions do not serve). */
+static const char *const fusion_bf16[] = {"format_w=bf16", "format_a=bf16", "format_g=bf16",
+                                          "quant_attention=1", "quant_lm_head=1", NULL};
+static const char *const fusion_e8m3_sr[] = {"format_w=e8m3", "format_a=e8m3", "format_g=e8m3",
+                                             "rounding=sr", NULL};
+static const char *const fusion_fp8[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                                         NULL};
+static const char *const fusion_e4m3_delayed[] = {"format_w=e4m3", "format_a=e4m3",
+                                                  "format_g=e4m3", "scaling=delayed",
+                                                  "amax_history=4", "saturate=1", NULL};
+static const char *const fusion_mx[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                                        "scaling=mx", NULL};
+
 START_TEST(model_swiglu_fusion_bit_identical) {
-  static const char *const bf16[] = {"format_w=bf16", "format_a=bf16", "format_g=bf16",
-                                     "quant_attention=1", "quant_lm_head=1", NULL};
-  static const char *const e8m3_sr[] = {"format_w=e8m3", "format_a=e8m3", "format_g=e8m3",
-                                        "rounding=sr", NULL};
-  static const char *const fp8[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", NULL};
-  /* per-tensor scaled E4M3 gradients, and sr under scaling (its offsets) */
-  static const char *const e4m3_delayed[] = {"format_w=e4m3", "format_a=e4m3",
-                                             "format_g=e4m3", "scaling=delayed",
-                                             "amax_history=4", "saturate=1", NULL};
-  /* what it does not serve: MX, quantized along K */
-  static const char *const mx[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
-                                   "scaling=mx", NULL};
+  const char *const *bf16 = fusion_bf16, *const *e8m3_sr = fusion_e8m3_sr, *const *fp8 = fusion_fp8,
+                    *const *e4m3_delayed = fusion_e4m3_delayed, *const *mx = fusion_mx;
   const gpu_attention_kind mat = GPU_ATTENTION_MATERIALIZED, flash = GPU_ATTENTION_FLASH;
   swiglu_fusion_same_bits(bf16, NULL, true, "test", mat);
   swiglu_fusion_same_bits(e8m3_sr, NULL, true, "test", mat);
@@ -675,16 +680,8 @@ END_TEST
  * fp8-coat, scaled E4M3), materialised and fused attention; none under
  * current scaling (fp8-current, msamp-o1) or MX. */
 START_TEST(model_swiglu_forward_fusion_bit_identical) {
-  static const char *const bf16[] = {"format_w=bf16", "format_a=bf16", "format_g=bf16",
-                                     "quant_attention=1", "quant_lm_head=1", NULL};
-  static const char *const e8m3_sr[] = {"format_w=e8m3", "format_a=e8m3", "format_g=e8m3",
-                                        "rounding=sr", NULL};
-  static const char *const fp8[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", NULL};
-  static const char *const e4m3_delayed[] = {"format_w=e4m3", "format_a=e4m3",
-                                             "format_g=e4m3", "scaling=delayed",
-                                             "amax_history=4", "saturate=1", NULL};
-  static const char *const mx[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
-                                   "scaling=mx", NULL};
+  const char *const *bf16 = fusion_bf16, *const *e8m3_sr = fusion_e8m3_sr, *const *fp8 = fusion_fp8,
+                    *const *e4m3_delayed = fusion_e4m3_delayed, *const *mx = fusion_mx;
   const gpu_attention_kind mat = GPU_ATTENTION_MATERIALIZED, flash = GPU_ATTENTION_FLASH;
   const model_fusion *fu = &swiglu_forward_fusion;
   fusion_same_bits(fu, bf16, NULL, 1, 0, "test", mat);
@@ -708,8 +705,7 @@ END_TEST
  * pass of RoPE's own), the forward's two where Q and K are not quantized
  * (fp32: plain bf16 inputs). */
 START_TEST(model_rope_fusion_bit_identical) {
-  static const char *const bf16[] = {"format_w=bf16", "format_a=bf16", "format_g=bf16",
-                                     "quant_attention=1", "quant_lm_head=1", NULL};
+  const char *const *bf16 = fusion_bf16;
   static const char *const e8m3_sr[] = {"format_w=e8m3", "format_a=e8m3", "format_g=e8m3",
                                         "rounding=sr", "quant_attention=1", NULL};
   static const char *const e8m3_rz[] = {"format_w=e8m3", "format_a=e8m3", "format_g=e8m3",

@@ -1033,6 +1033,19 @@ extern "C" unsigned long long gtq_mx_shared_hits(const gtq_ctx *g) {
   return g->mx_img.shared_hits;
 }
 
+/* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T: the
+ * one cublasGemmEx of gtq_gemm's plain paths, the bf16-out GEMM and the MX
+ * and NVFP4 images' GEMMs */
+static void row_major_gemm_ex(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, const float *alpha,
+                              gtq_operand a, gtq_operand b, cudaDataType in, const float *beta,
+                              void *c, cudaDataType out, long ldc, cublasComputeType_t ct,
+                              const char *what) {
+  blas_check(cublasGemmEx(g->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                          n, m, k, alpha, b.ptr, in, (int)b.ld, a.ptr, in, (int)a.ld, beta, c, out,
+                          (int)ldc, ct, CUBLAS_GEMM_DEFAULT),
+             what);
+}
+
 /* C = alpha op(A) op(B) + beta C for two MX operands without a host round
  * trip: each operand rounded once, along this GEMM's K, into a bf16 image
  * (exmy_cuda_mx_quantize_bf16: the values of exmy_cuda_qgemm's MX images),
@@ -1064,11 +1077,10 @@ static void mx_gemm_bf16(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, floa
                                      a.ld, &qa.format, &qa.round, (const float *)b.ptr, b.ld,
                                      &qb.format, &qb.round, beta, c, ldc, x.result, x.fallbacks,
                                      st), "MX fallback GEMM");
-  /* column-major: C^T (n x m) = (op(B)^T as k x n)^T . (op(A)^T as k x m) */
-  blas_check(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, img_b,
-                          CUDA_R_16BF, k, img_a, CUDA_R_16BF, k, &beta, c, CUDA_R_32F,
-                          (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-             "cublasGemmEx (MX)");
+  /* C = op(A) op(B) with op(B)^T as n x k: the images, K contiguous */
+  row_major_gemm_ex(g, false, true, m, n, k, &alpha, gtq_operand_bf16(-1, 0, img_a, k),
+                    gtq_operand_bf16(-1, 0, img_b, k), CUDA_R_16BF, &beta, c, CUDA_R_32F, ldc,
+                    CUBLAS_COMPUTE_32F, "cublasGemmEx (MX)");
   k_copy_if<<<264, 256, 0, st>>>(x.flag, x.tag, x.result, M, N, c, ldc);
   gtq_check(cudaGetLastError(), "MX fallback copy");
 }
@@ -1130,11 +1142,10 @@ static void nvfp4_gemm_bf16(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, f
   const float *pa = alpha_on_device(g, alpha, x.s_enc, x.s_enc + 1);
   const float *pb = beta_on_device(g, beta);
   blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_DEVICE), "pointer mode");
-  /* column-major: C^T (n x m) = (op(B)^T as k x n)^T . (op(A)^T as k x m) */
-  blas_check(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, pa, x.img[1], CUDA_R_16BF,
-                          k, x.img[0], CUDA_R_16BF, k, pb, c, CUDA_R_32F, (int)ldc,
-                          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-             "cublasGemmEx (NVFP4)");
+  /* C = op(A) op(B) with op(B)^T as n x k: the images, K contiguous */
+  row_major_gemm_ex(g, false, true, m, n, k, pa, gtq_operand_bf16(-1, 0, x.img[0], k),
+                    gtq_operand_bf16(-1, 0, x.img[1], k), CUDA_R_16BF, pb, c, CUDA_R_32F, ldc,
+                    CUBLAS_COMPUTE_32F, "cublasGemmEx (NVFP4)");
   blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_HOST), "pointer mode");
 }
 
@@ -2060,18 +2071,6 @@ extern "C" void gtq_accum_counts(gtq_ctx *g, gtq_accum_path_counts *c) {
 }
 
 extern "C" void gtq_set_block_batched(gtq_ctx *g, bool on) { g->accum.block_batched = on; }
-
-/* row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T: one
- * cublasGemmEx for both of gtq_gemm's plain paths and the bf16-out GEMM */
-static void row_major_gemm_ex(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, const float *alpha,
-                              gtq_operand a, gtq_operand b, cudaDataType in, const float *beta,
-                              void *c, cudaDataType out, long ldc, cublasComputeType_t ct,
-                              const char *what) {
-  blas_check(cublasGemmEx(g->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                          n, m, k, alpha, b.ptr, in, (int)b.ld, a.ptr, in, (int)a.ld, beta, c, out,
-                          (int)ldc, ct, CUBLAS_GEMM_DEFAULT),
-             what);
-}
 
 extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
                          gtq_operand a, gtq_operand b, float beta, float *c, long ldc) {

@@ -266,9 +266,9 @@ __device__ __forceinline__ void rmsnorm_dinp_row(float *dx, const RowValues<J> &
   });
 }
 
-/* dinp (rmsnorm_dinp_row) one warp per row; the amax of dinp after the
- * addition folded into *amax (NULL: not wanted). */
-template <int J>
+/* dinp (rmsnorm_dinp_row) one warp per row, rows read from memory at each
+ * pass (any C; rows held in registers take rmsnorm_backward_fused_kernel);
+ * the amax of dinp after the addition folded into *amax (NULL: not wanted). */
 __global__ void rmsnorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
                                              const float *w, const float *rstd, int N, int C,
                                              unsigned int *amax) {
@@ -276,8 +276,8 @@ __global__ void rmsnorm_backward_dinp_kernel(float *dinp, const float *dout, con
   const long row = (long)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   float m = 0.0f;
   if (row < N) {
-    const RowValues<J> x(inp + (size_t)row * C, lane, C), dy(dout + (size_t)row * C, lane, C);
-    rmsnorm_dinp_row<J>(dinp + (size_t)row * C, x, dy, w, rstd[row], lane, C, m);
+    const RowValues<0> x(inp + (size_t)row * C, lane, C), dy(dout + (size_t)row * C, lane, C);
+    rmsnorm_dinp_row<0>(dinp + (size_t)row * C, x, dy, w, rstd[row], lane, C, m);
   }
   fold_output_amax(m, amax);
 }
@@ -330,6 +330,9 @@ __global__ void __launch_bounds__(32 * DW_GROUPS)
  * loop kernels beyond, or everywhere when turned off (tests). */
 constexpr int kRowRegs = 32;
 bool rmsnorm_rows_in_registers = true;
+/* the fused backward's column sums of its row groups: within the 48 KiB of
+ * dynamic shared memory a launch has without opting in */
+static_assert(sizeof(float) * DW_GROUPS * 32 * kRowRegs <= 48 * 1024, "dw sums");
 
 /* f(std::integral_constant<int, J>) for the J that serves C (row_each). */
 template <class F>
@@ -1136,28 +1139,20 @@ void gpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float
   const int chunks = (N + DW_ROWS - 1) / DW_ROWS;
   float *partial = (float *)cached_scratch(&dw_scratch, &dw_scratch_cap,
                                            (size_t)chunks * C * sizeof(float));
-  bool fused = false;
+  const unsigned chunk_blocks = chunks < 65535 ? chunks : 65535;
   with_row_regs(C, [&](auto J) {
     constexpr int kJ = decltype(J)::value;
     if constexpr (kJ > 0) {
-      const size_t smem = sizeof(float) * DW_GROUPS * C;
-      if (smem > 48 * 1024) return; /* C <= 1024: 32 KiB */
-      rmsnorm_backward_fused_kernel<kJ><<<chunks < 65535 ? chunks : 65535, 32 * DW_GROUPS, smem,
-                                          s>>>(dinp, partial, dout, inp, w, rstd, N, C, chunks,
-                                               amax);
-      fused = true;
+      rmsnorm_backward_fused_kernel<kJ>
+          <<<chunk_blocks, 32 * DW_GROUPS, sizeof(float) * DW_GROUPS * C, s>>>(
+              dinp, partial, dout, inp, w, rstd, N, C, chunks, amax);
+    } else {
+      rmsnorm_backward_dinp_kernel<<<warp_per_row_grid(N), 32 * kWarpsPerBlock, 0, s>>>(
+          dinp, dout, inp, w, rstd, N, C, amax);
+      rmsnorm_dw_partial_kernel<<<dim3((C + 31) / 32, chunk_blocks), dim3(32, DW_GROUPS), 0, s>>>(
+          partial, dout, inp, rstd, N, C, chunks);
     }
   });
-  if (!fused) {
-    with_row_regs(C, [&](auto J) {
-      rmsnorm_backward_dinp_kernel<decltype(J)::value>
-          <<<warp_per_row_grid(N), 32 * kWarpsPerBlock, 0, s>>>(dinp, dout, inp, w, rstd, N, C,
-                                                                amax);
-    });
-    dim3 grid((C + 31) / 32, chunks < 65535 ? chunks : 65535);
-    rmsnorm_dw_partial_kernel<<<grid, dim3(32, DW_GROUPS), 0, s>>>(partial, dout, inp, rstd, N,
-                                                                   C, chunks);
-  }
   rmsnorm_dw_final_kernel<<<(C + 127) / 128, 128, 0, s>>>(dw, partial, C, chunks);
 }
 
@@ -1233,7 +1228,7 @@ cudaError_t gpu_swiglu_backward_bf16_storage(uint16_t *dh1, uint16_t *dh3, const
 }
 
 /* The table rows of the bf16 operand path (every one bf16-exact). */
-bool gpu_swiglu_backward_bf16_serves(const exmy_format *f) {
+bool gpu_bf16_operand_serves(const exmy_format *f) {
   const int id = spec_id(f);
   return id != SPEC_GENERIC && (spec_kernels(id) & EXMY_GPU_BF16);
 }
@@ -1243,7 +1238,7 @@ cudaError_t gpu_swiglu_backward_bf16(void *dh1, void *dh3, const float *dout, co
                                      const exmy_rounding_opts *o1, const exmy_rounding_opts *o3,
                                      const gpu_bf16_scaling *sc1, const gpu_bf16_scaling *sc3,
                                      cudaStream_t s) {
-  if (!gpu_swiglu_backward_bf16_serves(f) || exmy_rounding_opts_check(o1) != 0 ||
+  if (!gpu_bf16_operand_serves(f) || exmy_rounding_opts_check(o1) != 0 ||
       exmy_rounding_opts_check(o3) != 0)
     return cudaErrorInvalidValue;
   if (o1->mode != o3->mode || o1->saturate != o3->saturate ||
@@ -1261,7 +1256,7 @@ cudaError_t gpu_swiglu_backward_bf16(void *dh1, void *dh3, const float *dout, co
 cudaError_t gpu_swiglu_forward_bf16(void *out, const float *h1, const float *h3, size_t n,
                                     const exmy_format *f, const exmy_rounding_opts *o,
                                     const gpu_bf16_scaling *sc, cudaStream_t s) {
-  if (!gpu_swiglu_backward_bf16_serves(f) || exmy_rounding_opts_check(o) != 0)
+  if (!gpu_bf16_operand_serves(f) || exmy_rounding_opts_check(o) != 0)
     return cudaErrorInvalidValue;
   if (!n) return cudaSuccess;
   const gpu_bf16_scaling none = {nullptr, nullptr};
@@ -1274,7 +1269,7 @@ cudaError_t gpu_rope_bf16(void *out, const float *x, const float *cos_t, const f
                           int B, int T, int nh, int hs, bool backward, const exmy_format *f,
                           const exmy_rounding_opts *o, const gpu_bf16_scaling *sc,
                           cudaStream_t s) {
-  if (!gpu_swiglu_backward_bf16_serves(f) || exmy_rounding_opts_check(o) != 0 || B < 0 ||
+  if (!gpu_bf16_operand_serves(f) || exmy_rounding_opts_check(o) != 0 || B < 0 ||
       T <= 0 || nh <= 0 || hs <= 0 || hs % 8)
     return cudaErrorInvalidValue;
   const size_t n = (size_t)B * T * nh * hs;

@@ -116,14 +116,14 @@ void gpu_scores_act_bf16(float *x, size_t n, int hs, cudaStream_t s);
  * exmy_cuda_delayed_begin (then exmy_cuda_delayed_end), and
  * exmy_cuda_quantize_tensor_bf16 with the {s, 1/s} that
  * exmy_cuda_scale_from_amax makes of gpu_swiglu_backward_amax's amax.  f must
- * pass gpu_swiglu_backward_bf16_serves (a table format of the bf16 operand
+ * pass gpu_bf16_operand_serves (a table format of the bf16 operand
  * path: bf16, e4m3, e5m2, e8m3..e8m6); any other f or options:
  * cudaErrorInvalidValue, nothing launched. */
 typedef struct {
   const float *scale_inv;
   unsigned int *amax_bits;
 } gpu_bf16_scaling;
-bool gpu_swiglu_backward_bf16_serves(const exmy_format *f);
+bool gpu_bf16_operand_serves(const exmy_format *f);
 cudaError_t gpu_swiglu_backward_bf16(void *dh1, void *dh3, const float *dout, const float *h1,
                                      const float *h3, size_t n, const exmy_format *f,
                                      const exmy_rounding_opts *o1, const exmy_rounding_opts *o3,

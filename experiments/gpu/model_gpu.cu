@@ -305,15 +305,25 @@ static const unsigned int *weight_word(const gpu_model *g, int site) {
   return g->weight_amax + site;
 }
 
-/* x_amax: inp's amax as its producer folded it (amax_word), or NULL;
- * x_filled: X's slot holds this step's operand already (swiglu_forward_fused). */
+/* A linear site's forward operands: X (N x C) filled, or its slot where
+ * x_filled (it holds this step's operand already: swiglu_forward_fused;
+ * x_amax: inp's amax as its producer folded it, amax_word's, or NULL), and
+ * W (OC x C) filled. */
+static void forward_operands(gpu_model *g, int site, const float *inp, const float *w, int N,
+                             int C, int OC, const unsigned int *x_amax, bool x_filled,
+                             gtq_operand *x, gtq_operand *wq) {
+  *x = x_filled ? gtq_operand_for_gemm(g->gq, site, USE_FWD_X, SLOT_X, REUSE, inp, C, N, C)
+                : fill_operand(g, site, USE_FWD_X, SLOT_X, inp, N, C, x_amax);
+  *wq = fill_operand(g, site, USE_FWD_W, SLOT_W, w, OC, C, weight_word(g, site));
+}
+
+/* Y = X W^T (forward_operands' x_amax and x_filled). */
 static void linear_forward(gpu_model *g, float *out, const float *inp, const float *w, int N,
                            int C, int OC, int site, const unsigned int *x_amax = nullptr,
                            bool x_filled = false) {
-  gtq_operand x = x_filled ? gtq_operand_for_gemm(g->gq, site, USE_FWD_X, SLOT_X, REUSE, inp, C, N, C)
-                           : fill_operand(g, site, USE_FWD_X, SLOT_X, inp, N, C, x_amax);
-  gtq_operand wq = fill_operand(g, site, USE_FWD_W, SLOT_W, w, OC, C, weight_word(g, site));
-  gtq_gemm(g->gq, false, true, N, OC, C, 1.0f, x, wq, 0.0f, out, OC); /* Y = X W^T */
+  gtq_operand x, wq;
+  forward_operands(g, site, inp, w, N, C, OC, x_amax, x_filled, &x, &wq);
+  gtq_gemm(g->gq, false, true, N, OC, C, 1.0f, x, wq, 0.0f, out, OC);
 }
 
 /* out = X W^T, plus resid where given; under activations = bf16 the product
@@ -326,9 +336,8 @@ static void linear_forward_act(gpu_model *g, float *out, const float *resid, con
     if (resid) gpu_add_inplace(out, resid, (size_t)N * OC, g->s);
     return;
   }
-  gtq_operand x = x_filled ? gtq_operand_for_gemm(g->gq, site, USE_FWD_X, SLOT_X, REUSE, inp, C, N, C)
-                           : fill_operand(g, site, USE_FWD_X, SLOT_X, inp, N, C, x_amax);
-  gtq_operand wq = fill_operand(g, site, USE_FWD_W, SLOT_W, w, OC, C, weight_word(g, site));
+  gtq_operand x, wq;
+  forward_operands(g, site, inp, w, N, C, OC, x_amax, x_filled, &x, &wq);
   gemm_act(g, false, true, N, OC, C, x, wq, out, resid);
 }
 
@@ -396,8 +405,8 @@ static gtq_operand stored_operand(gpu_model *g, int site, int use, int slot, boo
 static void linear_forward_bf16_out(gpu_model *g, uint16_t *out, const float *inp,
                                     const float *w, int N, int C, int OC, int site,
                                     const unsigned int *x_amax) {
-  gtq_operand x = fill_operand(g, site, USE_FWD_X, SLOT_X, inp, N, C, x_amax);
-  gtq_operand wq = fill_operand(g, site, USE_FWD_W, SLOT_W, w, OC, C, weight_word(g, site));
+  gtq_operand x, wq;
+  forward_operands(g, site, inp, w, N, C, OC, x_amax, false, &x, &wq);
   gtq_gemm_bf16_out(g->gq, false, true, N, OC, C, x, wq, out, OC);
 }
 
@@ -479,7 +488,7 @@ static bool swiglu_forward_fused(gpu_model *g, int l, const float *h1, const flo
   if (s2 < 0 || g->swiglu_fwd_unfused || g->act_bf16 || (g->rc && g->rc->swiglu_row_scale))
     return false;
   const exmy_operand_quant *q = gtq_fusable_bf16(g->gq, s2, USE_FWD_X, USE_DW_X);
-  if (!q || !gpu_swiglu_backward_bf16_serves(&q->format) ||
+  if (!q || !gpu_bf16_operand_serves(&q->format) ||
       q->scaling.kind == EXMY_SCALING_TENSOR)
     return false;
   gtq_bf16_fill w;
@@ -511,10 +520,10 @@ static bool swiglu_backward_fused(gpu_model *g, int l, const float *dout, const 
   if (s1 < 0 || g->swiglu_unfused) return false;
   const exmy_operand_quant *q1 = gtq_fusable_bf16(g->gq, s1, USE_DX_DY, USE_DW_DY),
                            *q3 = gtq_fusable_bf16(g->gq, s3, USE_DX_DY, USE_DW_DY);
-  if (!q1 || !q3 || !gpu_swiglu_backward_bf16_serves(&q1->format)) return false;
+  if (!q1 || !q3 || !gpu_bf16_operand_serves(&q1->format)) return false;
   const exmy_format &f1 = q1->format, &f3 = q3->format;
   if (f1.exp_bits != f3.exp_bits || f1.man_bits != f3.man_bits || f1.bias != f3.bias ||
-      f1.specials != f3.specials || !gpu_swiglu_backward_bf16_serves(&f3))
+      f1.specials != f3.specials || !gpu_bf16_operand_serves(&f3))
     return false; /* two table rows: equal in these fields, equal in all */
   const exmy_rounding_opts &r1 = q1->round, &r3 = q3->round;
   if (r1.mode != r3.mode || r1.saturate != r3.saturate ||
@@ -666,10 +675,10 @@ static bool rope_fusable(const gpu_model *g) {
  * tensor and the fill's pass, the sr indices the fill would take), where
  * the fill is an element-wise rounding into bf16 (current scaling: after a
  * pass for the amax alone) and `reuse` reads the slot too; or, for an
- * attention input of
- * unquantized attention (site not quantized, `plain` given), into plain as
- * flash_input rounds it (plain bf16, rne).  Else x rotated in place (amax:
- * its word, amax_word's) and NULL: the caller's fill reads x. */
+ * attention input of unquantized attention (site not quantized, `plain`
+ * given), into plain as flash_input rounds it (plain bf16, rne).  Else x
+ * rotated in place (amax: its word, amax_word's) and NULL: the caller's
+ * fill reads x. */
 static const void *rope_into_operand(gpu_model *g, int site, int use, int reuse, int slot,
                                      float *x, int nh, bool backward, __nv_bfloat16 *plain,
                                      unsigned int *amax) {
@@ -684,7 +693,7 @@ static const void *rope_into_operand(gpu_model *g, int site, int use, int reuse,
     return plain;
   }
   const exmy_operand_quant *q = site >= 0 ? gtq_fusable_bf16(g->gq, site, use, reuse) : nullptr;
-  if (q && gpu_swiglu_backward_bf16_serves(&q->format)) {
+  if (q && gpu_bf16_operand_serves(&q->format)) {
     gtq_bf16_fill w;
     gtq_fill_bf16_slot(g->gq, site, use, slot, n, nullptr, &w);
     if (w.current) { /* the amax first (4 bytes read; the in-place rotation's 8 saved) */
@@ -730,17 +739,14 @@ static void flash_forward(gpu_model *g, float *out, float *lse, float *q, float 
   const int N = g->B * g->T, hs = c.dim / c.n_heads, KVC = c.n_kv_heads * hs;
   const int qk = site_index(g, l, SITE_ATT_QK), pv = site_index(g, l, SITE_ATT_PV);
   const size_t BTC = (size_t)N * c.dim, BTK = (size_t)N * KVC;
-  __nv_bfloat16 *fq = g->fq + l * BTC, *fk = g->fk + l * BTK;
-  const void *rq = rotate ? rope_into_operand(g, qk, USE_FWD_X, USE_DW_X, SLOT_X, q, c.n_heads,
-                                              false, fq, nullptr)
-                          : nullptr;
-  const __nv_bfloat16 *Q = rq ? (const __nv_bfloat16 *)rq
-                              : flash_input(g, qk, USE_FWD_X, SLOT_X, q, N, c.dim, fq);
-  const void *rk = rotate ? rope_into_operand(g, qk, USE_FWD_W, USE_DX_W, SLOT_W, k, c.n_kv_heads,
-                                              false, fk, nullptr)
-                          : nullptr;
-  const __nv_bfloat16 *K = rk ? (const __nv_bfloat16 *)rk
-                              : flash_input(g, qk, USE_FWD_W, SLOT_W, k, N, KVC, fk);
+  /* q or k (nh heads) as the kernel's input: rotated into it, or the fill */
+  auto qk_input = [&](int use, int reuse, int slot, float *x, int nh, __nv_bfloat16 *plain) {
+    const void *r =
+        rotate ? rope_into_operand(g, qk, use, reuse, slot, x, nh, false, plain, nullptr) : nullptr;
+    return r ? (const __nv_bfloat16 *)r : flash_input(g, qk, use, slot, x, N, nh * hs, plain);
+  };
+  const __nv_bfloat16 *Q = qk_input(USE_FWD_X, USE_DW_X, SLOT_X, q, c.n_heads, g->fq + l * BTC);
+  const __nv_bfloat16 *K = qk_input(USE_FWD_W, USE_DX_W, SLOT_W, k, c.n_kv_heads, g->fk + l * BTK);
   const flash_rounding p = flash_rounding_of(g, pv, USE_FWD_X);
   g->p_offsets[l] = p.round.offset;
   const __nv_bfloat16 *V = flash_input(g, pv, USE_FWD_W, SLOT_W, v, N, KVC, g->fv + l * BTK);

@@ -599,7 +599,7 @@ START_TEST(swiglu_backward_bf16) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
       exmy_format f;
       ck_assert_int_eq(exmy_format_parse(cases[c].format, &f), 0);
-      ck_assert(gpu_swiglu_backward_bf16_serves(&f));
+      ck_assert(gpu_bf16_operand_serves(&f));
       exmy_rounding_opts o1 = {0}, o3;
       o1.mode = cases[c].mode;
       o1.saturate = cases[c].saturate;
@@ -632,7 +632,7 @@ START_TEST(swiglu_backward_bf16) {
       exmy_format g;
       exmy_rounding_opts o = {0}, o3 = {0};
       ck_assert_int_eq(exmy_format_parse("e3m2", &g), 0);
-      ck_assert(!gpu_swiglu_backward_bf16_serves(&g));
+      ck_assert(!gpu_bf16_operand_serves(&g));
       ck_assert_int_eq(
           gpu_swiglu_backward_bf16(d_y1, d_y3, d_dout, d_h1, d_h3, n, &g, &o, &o, NULL, NULL, 0),
           cudaErrorInvalidValue);

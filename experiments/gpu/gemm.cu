@@ -605,6 +605,19 @@ static const SlotFill *fill_alike(const gtq_ctx *g, const ReadKey &key, uint64_t
   return nullptr;
 }
 
+/* How an element-wise fill with quant q reads x (rows x cols, leading
+ * dimension ld): fill_alike's key. */
+static ReadKey element_read_key(const exmy_operand_quant &q, const float *x, long ld, long rows,
+                                long cols) {
+  ReadKey key;
+  key.x = x, key.ld = ld, key.rows = (size_t)rows, key.cols = (size_t)cols;
+  key.format = q.format, key.round = q.round;
+  key.scaling = q.scaling.kind, key.margin = q.scaling.margin, key.pow2 = q.scaling.pow2;
+  if (q.scaling.kind == EXMY_SCALING_DELAYED)
+    key.most_recent = q.scaling.history_most_recent, key.history_len = q.delayed->history_len;
+  return key;
+}
+
 extern "C" gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int slot, bool fill,
                                             const float *x, long ld, long rows, long cols) {
   return gtq_operand_for_gemm_amax(g, site, use, slot, fill, x, ld, rows, cols, nullptr);
@@ -630,12 +643,8 @@ extern "C" gtq_operand gtq_operand_for_gemm_amax(gtq_ctx *g, int site, int use, 
     sl.borrowed = false;
   }
   const bool shareable = fill && slot_shareable(g, s, q, slot);
-  ReadKey key;
-  key.x = x, key.ld = ld, key.rows = (size_t)rows, key.cols = (size_t)cols;
-  key.format = q.format, key.round = q.round;
-  key.scaling = q.scaling.kind, key.margin = q.scaling.margin, key.pow2 = q.scaling.pow2;
+  const ReadKey key = element_read_key(q, x, ld, rows, cols);
   const bool delayed = q.scaling.kind == EXMY_SCALING_DELAYED;
-  if (delayed) key.most_recent = q.scaling.history_most_recent, key.history_len = q.delayed->history_len;
   const uint64_t tag_before = delayed ? s.state_tag[use] : 0;
   const SlotFill *alike_fill = shareable ? fill_alike(g, key, tag_before, true) : nullptr;
   const Slot *alike = alike_fill ? &g->sites[alike_fill->site].slot[alike_fill->slot] : nullptr;
@@ -825,6 +834,30 @@ extern "C" void gtq_fill_bf16_slot(gtq_ctx *g, int site, int use, int slot, size
     fill->amax_bits = sl.amax;
     fill->current = true;
   }
+}
+
+extern "C" void gtq_fill_bf16_slot_lent(gtq_ctx *g, int site, int use, int slot, const float *x,
+                                        long rows, long cols, gtq_bf16_fill *fill) {
+  const Site &s = g->sites[site];
+  const exmy_operand_quant &q = g->host[site].op[use];
+  const bool delayed = q.scaling.kind == EXMY_SCALING_DELAYED;
+  const uint64_t tag_before = delayed ? s.state_tag[use] : 0;
+  gtq_fill_bf16_slot(g, site, use, slot, (size_t)rows * cols, nullptr, fill);
+  if (!slot_shareable(g, s, q, slot)) return;
+  const ReadKey key = element_read_key(q, x, cols, rows, cols);
+  g->fills[g->n_fills < kSlotFills ? g->n_fills++ : kSlotFills - 1] = {
+      site, slot, use, key, tag_before, delayed ? s.state_tag[use] : 0, true};
+}
+
+extern "C" bool gtq_fill_borrows(const gtq_ctx *g, int site, int use, int slot, const float *x,
+                                 long rows, long cols) {
+  if (site < 0 || site >= g->n_sites) return false;
+  const Site &s = g->sites[site];
+  const exmy_operand_quant &q = g->host[site].op[use];
+  if (!q.enabled || tq_along_k(&q) || !slot_shareable(g, s, q, slot)) return false;
+  const ReadKey key = element_read_key(q, x, cols, rows, cols);
+  return fill_alike(g, key, q.scaling.kind == EXMY_SCALING_DELAYED ? s.state_tag[use] : 0,
+                    true) != nullptr;
 }
 
 extern "C" void gtq_fill_bf16_scale(gtq_ctx *g, int site, int use, int slot,

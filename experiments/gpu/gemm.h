@@ -224,6 +224,15 @@ const exmy_operand_quant *gtq_fusable_bf16(const gtq_ctx *g, int site, int use, 
 void gtq_fill_bf16_slot(gtq_ctx *g, int site, int use, int slot, size_t n, void *spare,
                         gtq_bf16_fill *fill);
 void gtq_fill_bf16_scale(gtq_ctx *g, int site, int use, int slot, gtq_bf16_fill *fill);
+/* gtq_fill_bf16_slot for an image of the dense float32 tensor x (rows x
+ * cols), recorded inside a share region as the fill of x, so that a later
+ * fill of x the same way borrows the slot as it would borrow a pass's
+ * (gtq_operand_for_gemm); gtq_fill_borrows: whether a fill of x for `use`
+ * of `site` would borrow now (the producer may then leave x unwritten). */
+void gtq_fill_bf16_slot_lent(gtq_ctx *g, int site, int use, int slot, const float *x, long rows,
+                             long cols, gtq_bf16_fill *fill);
+bool gtq_fill_borrows(const gtq_ctx *g, int site, int use, int slot, const float *x, long rows,
+                      long cols);
 void gtq_fill_bf16_done(gtq_ctx *g, int site, int use, int slot);
 
 /* C = alpha op(A) op(B) + beta C, row-major as cblas_sgemm. */

@@ -244,6 +244,69 @@ __global__ void rmsnorm_forward_kernel(float *out, float *rstd, float *inp, cons
   fold_output_amax(m, amax);
 }
 
+/* The same RMSNorm written straight into its bf16 GEMM operand image (format
+ * ID, mode MODE, scale and amax as quantize8_bf16 takes them), and into the
+ * float32 out too where out_f32 is not NULL.  A warp's row: x (with add, as
+ * above) and its sum of squares in rmsnorm_forward_kernel's order, so the
+ * same r and values; then 256 columns at a time, each lane's values c = lane
+ * + 32 j staged in shared memory and read back as 8 consecutive elements,
+ * the fill pass's groups (C % 8 == 0, so none crosses a row): the same
+ * image, sr stream indices and amax as the float32 tensor and the fill. */
+template <int ID, int MODE>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_forward_bf16_kernel(const __grid_constant__ exmy_format rt,
+                                const __grid_constant__ KOpts o, uint16_t *__restrict__ out,
+                                float *__restrict__ out_f32, float *__restrict__ rstd,
+                                float *__restrict__ inp, const float *__restrict__ add,
+                                const float *__restrict__ w, int N, int C, int vec,
+                                const float *si, unsigned int *amax_bits) {
+  using namespace exmy_cuda;
+  __shared__ __align__(16) float tile[kWarpsPerBlock][32 * kPer];
+  const auto &f = kernel_format<ID>(rt);
+  const int lane = threadIdx.x & 31, wid = threadIdx.x / 32;
+  const long row = (long)blockIdx.x * kWarpsPerBlock + wid;
+  float m = 0.0f;
+  if (row < N) {
+    float *x = inp + (size_t)row * C;
+    const float *a = add ? add + (size_t)row * C : nullptr;
+    float ss = 0;
+    for (int c = lane; c < C; c += 32) {
+      float t = x[c];
+      if (a) x[c] = t = __fadd_rn(t, a[c]);
+      ss = __fadd_rn(ss, __fmul_rn(t, t));
+    }
+    ss = warp_sum(ss);
+    const float r = (float)(1.0 / sqrt((double)__fdiv_rn(ss, (float)C) + kRmsEps));
+    const size_t n = (size_t)N * C;
+    for (int c0 = 0; c0 < C; c0 += 32 * kPer) {
+#pragma unroll
+      for (int j = 0; j < kPer; j++) {
+        const int c = c0 + lane + 32 * j;
+        if (c < C) {
+          const float v = __fmul_rn(__fmul_rn(x[c], r), w[c]);
+          tile[wid][lane + 32 * j] = v;
+          if (out_f32) out_f32[(size_t)row * C + c] = v;
+        }
+      }
+      __syncwarp();
+      if (c0 + kPer * lane < C) {
+        float v[kPer];
+        const float4 p = *reinterpret_cast<const float4 *>(&tile[wid][kPer * lane]);
+        const float4 q = *reinterpret_cast<const float4 *>(&tile[wid][kPer * lane + 4]);
+        v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z,
+        v[7] = q.w;
+        const size_t base = (size_t)row * C + c0 + kPer * lane;
+        uint32_t code[kPer];
+        quantize8_bf16<ID, MODE>(f, o, base, n, v, si, m, code);
+        store8<uint16_t>(out, base, n, vec != 0, code);
+      }
+      __syncwarp();
+    }
+    if (lane == 0) rstd[row] = r;
+  }
+  fold_output_amax(m, amax_bits);
+}
+
 /* dx += r (dy w - x k), k = r^2 mean(dy w x), for one row (one warp); the
  * values written folded into m.  dx is read with x and dy, before the sum
  * that the second pass waits for. */
@@ -481,6 +544,25 @@ struct RopeBf16Op {
         rope_bf16_kernel<ID, decltype(mode)::value><<<blocks, exmy_cuda::kThreads, 0, s>>>(
             f, o, out, x, cos_t, sin_t, n, T, rowlen, half, sign, vec, sc.scale_inv,
             sc.amax_bits);
+      });
+      return true;
+    }
+  }
+};
+
+template <int ID>
+struct RmsnormBf16Op {
+  static bool run(const exmy_format &f, const KOpts &o, uint16_t *out, float *out_f32,
+                  float *rstd, float *inp, const float *add, const float *w, int N, int C,
+                  const gpu_bf16_scaling &sc, cudaStream_t s) {
+    if constexpr (ID == SPEC_GENERIC) {
+      return false;
+    } else {
+      const int vec = ((uintptr_t)out & 15u) == 0;
+      exmy_cuda::with_operand_mode<ID>(o.mode, [&](auto mode) {
+        rmsnorm_forward_bf16_kernel<ID, decltype(mode)::value>
+            <<<warp_per_row_grid(N), kThreads, 0, s>>>(f, o, out, out_f32, rstd, inp, add, w, N,
+                                                       C, vec, sc.scale_inv, sc.amax_bits);
       });
       return true;
     }
@@ -1128,6 +1210,20 @@ void gpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float 
 void gpu_add_rmsnorm_forward(float *out, float *rstd, float *inp, const float *add,
                              const float *w, int N, int C, unsigned int *amax, cudaStream_t s) {
   launch_rmsnorm_forward(out, rstd, inp, add, w, N, C, amax, s);
+}
+
+cudaError_t gpu_rmsnorm_forward_bf16(void *out, float *out_f32, float *rstd, float *inp,
+                                     const float *add, const float *w, int N, int C,
+                                     const exmy_format *f, const exmy_rounding_opts *o,
+                                     const gpu_bf16_scaling *sc, cudaStream_t s) {
+  if (!gpu_bf16_operand_serves(f) || exmy_rounding_opts_check(o) != 0 || N < 0 || C <= 0 ||
+      C % exmy_cuda::kPer)
+    return cudaErrorInvalidValue;
+  if (!N) return cudaSuccess;
+  const gpu_bf16_scaling none = {nullptr, nullptr};
+  const bool launched = with_spec_format<EXMY_GPU_BF16, RmsnormBf16Op>(
+      f, *f, kopts_of(o), (uint16_t *)out, out_f32, rstd, inp, add, w, N, C, sc ? *sc : none, s);
+  return launched ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
 void gpu_rmsnorm_set_rows_in_registers(bool on) { rmsnorm_rows_in_registers = on; }

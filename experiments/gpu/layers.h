@@ -147,6 +147,16 @@ cudaError_t gpu_rope_bf16(void *out, const float *x, const float *cos_t, const f
                           int B, int T, int nh, int hs, bool backward, const exmy_format *f,
                           const exmy_rounding_opts *o, const gpu_bf16_scaling *sc,
                           cudaStream_t s);
+/* RMSNorm's forward (gpu_rmsnorm_forward, or gpu_add_rmsnorm_forward where
+ * add is not NULL: inp = inp + add first) written as the bf16 GEMM operand
+ * image of its float32 output, with f, o and sc as above, bit for bit (sr
+ * stream indices those of the float32 tensor's fill); the float32 output
+ * too where out_f32 is not NULL, and rstd as always.  C a multiple of 8,
+ * else (or an f or o not served) cudaErrorInvalidValue, nothing launched. */
+cudaError_t gpu_rmsnorm_forward_bf16(void *out, float *out_f32, float *rstd, float *inp,
+                                     const float *add, const float *w, int N, int C,
+                                     const exmy_format *f, const exmy_rounding_opts *o,
+                                     const gpu_bf16_scaling *sc, cudaStream_t s);
 /* The finite max |dh1| and |dh3| of the gradients above, folded into *amax1
  * and *amax3 (device words, either NULL) as float bits, nothing written:
  * per-tensor current scaling's first pass for gpu_swiglu_backward_bf16. */

@@ -139,6 +139,8 @@ struct gpu_model {
   unsigned long long rope_fused;       /* tensors RoPE rotated into a bf16 operand */
   bool swiglu_fwd_unfused;             /* gpu_model_set_swiglu_forward_unfused */
   unsigned long long swiglu_fwd_fused; /* layers whose forward took swiglu_forward_fused */
+  bool rmsnorm_fwd_unfused;             /* gpu_model_set_rmsnorm_forward_unfused */
+  unsigned long long rmsnorm_fwd_fused; /* RMSNorms that took rmsnorm_into_operand */
   /* (L * AMAX_PER_LAYER + 1) device words, zeroed at the start of the
    * forward and of the backward; NULL where no fill takes a folded amax */
   unsigned int *amax_words;
@@ -498,6 +500,43 @@ static bool swiglu_forward_fused(gpu_model *g, int l, const float *h1, const flo
             "swiglu forward (bf16 operand)");
   gtq_fill_bf16_done(g->gq, s2, USE_FWD_X, SLOT_X);
   g->swiglu_fwd_fused++;
+  return true;
+}
+
+/* RMSNorm's forward writing its output `out` straight into the X slot of
+ * sites[0] as that site's bf16 operand image (gpu_rmsnorm_forward_bf16),
+ * inside the share region of the sites that read it (sites, in the order
+ * their GEMMs fill), where the fill would be an element-wise rounding into
+ * bf16, unscaled or under delayed scaling, and dW reads that slot too
+ * (gtq_fusable_bf16): the same bits, sr stream indices and delayed state as
+ * the float32 tensor and the fill's pass.  The image is recorded as the
+ * region's fill of `out` (gtq_fill_bf16_slot_lent), so the other sites'
+ * fills borrow it as they would the pass's; the float32 out is written too
+ * where keep_f32 (kept, or read again in the backward) or another site's
+ * fill would not borrow (sr, other formats, share regions off), and left
+ * unwritten otherwise.  Not where a fill takes out's amax (current scaling:
+ * the amax before the scale) or under activations = bf16.  add: the pending
+ * residual add (gpu_add_rmsnorm_forward's).  False: nothing done. */
+static bool rmsnorm_into_operand(gpu_model *g, float *out, float *rstd, float *x,
+                                 const float *add, const float *w, const unsigned int *amax,
+                                 std::initializer_list<int> sites, bool keep_f32) {
+  const int N = g->B * g->T, C = g->cfg.dim, site = *sites.begin();
+  if (site < 0 || g->rmsnorm_fwd_unfused || g->act_bf16 || amax || C % 8) return false;
+  const exmy_operand_quant *q = gtq_fusable_bf16(g->gq, site, USE_FWD_X, USE_DW_X);
+  if (!q || !gpu_bf16_operand_serves(&q->format) || q->scaling.kind == EXMY_SCALING_TENSOR)
+    return false;
+  gtq_bf16_fill fill;
+  gtq_fill_bf16_slot_lent(g->gq, site, USE_FWD_X, SLOT_X, out, N, C, &fill);
+  bool f32 = keep_f32;
+  for (int other : sites)
+    if (other != site && !gtq_fill_borrows(g->gq, other, USE_FWD_X, SLOT_X, out, N, C))
+      f32 = true;
+  const gpu_bf16_scaling sc = {fill.scale_inv, fill.amax_bits};
+  gtq_check(gpu_rmsnorm_forward_bf16(fill.y, f32 ? out : nullptr, rstd, x, add, w, N, C,
+                                     &q->format, &fill.o, &sc, g->s),
+            "rmsnorm forward (bf16 operand)");
+  gtq_fill_bf16_done(g->gq, site, USE_FWD_X, SLOT_X);
+  g->rmsnorm_fwd_fused++;
   return true;
 }
 
@@ -1198,6 +1237,12 @@ extern "C" void gpu_model_set_swiglu_forward_unfused(gpu_model *g, bool on) {
 extern "C" unsigned long long gpu_model_swiglu_forward_fused(const gpu_model *g) {
   return g->swiglu_fwd_fused;
 }
+extern "C" void gpu_model_set_rmsnorm_forward_unfused(gpu_model *g, bool on) {
+  set_switch(g, &g->rmsnorm_fwd_unfused, on, true, false);
+}
+extern "C" unsigned long long gpu_model_rmsnorm_forward_fused(const gpu_model *g) {
+  return g->rmsnorm_fwd_fused;
+}
 extern "C" void gpu_model_set_amax_unfolded(gpu_model *g, bool on) {
   set_switch(g, &g->amax_unfolded, on, true, true);
 }
@@ -1233,12 +1278,18 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
    * pass: gpu_add_rmsnorm_forward), as float32 activations allow: the
    * residual stream added to W2's output (in res_out), or NULL */
   const float *pending_add = nullptr;
-  auto rmsnorm = [&](float *out, float *rstd, float *x, const float *w, unsigned int *amax) {
-    if (pending_add)
-      gpu_add_rmsnorm_forward(out, rstd, x, pending_add, w, N, C, amax, s);
+  /* true: out's image is in the X slot of sites[0] (rmsnorm_into_operand),
+   * else out is written and the GEMMs fill from it */
+  auto rmsnorm = [&](float *out, float *rstd, float *x, const float *w, unsigned int *amax,
+                     std::initializer_list<int> sites, bool keep_f32) {
+    const float *add = pending_add;
+    pending_add = nullptr;
+    if (rmsnorm_into_operand(g, out, rstd, x, add, w, amax, sites, keep_f32)) return true;
+    if (add)
+      gpu_add_rmsnorm_forward(out, rstd, x, add, w, N, C, amax, s);
     else
       gpu_rmsnorm_forward(out, rstd, x, w, N, C, amax, s);
-    pending_add = nullptr;
+    return false;
   };
   for (int l = 0; l < L; l++) {
     float *res = a.res + l * BTC;
@@ -1251,13 +1302,17 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     float *res_out = a.res + (l + 1) * BTC;
     unsigned int *ln1_amax = amax_word(g, l, AMAX_LN1, {SITE_Q, SITE_K, SITE_V}, USE_FWD_X),
                  *ln2_amax = amax_word(g, l, AMAX_LN2, {SITE_W1, SITE_W3}, USE_FWD_X);
-    rmsnorm(ln1, a.ln1_rstd + (size_t)l * N, res, p.rms1 + (size_t)l * C, ln1_amax);
     /* q, k and v read ln1 the same way: one rounded copy of it (an MX image
      * or an element-wise slot), not three (gtq_share_begin; nothing the three
      * GEMMs read changes in between) */
     gtq_share_begin(g->gq);
-    linear_forward_act(g, q, nullptr, ln1, p.wq + (size_t)l * C * C, N, C, C,
-                       site_index(g, l, SITE_Q), ln1_amax);
+    const int sq = site_index(g, l, SITE_Q);
+    const bool ln1_filled =
+        rmsnorm(ln1, a.ln1_rstd + (size_t)l * N, res, p.rms1 + (size_t)l * C, ln1_amax,
+                {sq, site_index(g, l, SITE_K), site_index(g, l, SITE_V)},
+                !g->lean || g->keep_ln1 || g->recompute_ln1);
+    linear_forward_act(g, q, nullptr, ln1, p.wq + (size_t)l * C * C, N, C, C, sq, ln1_amax,
+                       ln1_filled);
     linear_forward_act(g, k, nullptr, ln1, p.wk + (size_t)l * KVC * C, N, C, KVC,
                        site_index(g, l, SITE_K), ln1_amax);
     linear_forward_act(g, v, nullptr, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC,
@@ -1298,14 +1353,18 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
                          N, C, C, site_index(g, l, SITE_O), atty_amax);
       if (!g->act_bf16) pending_add = res;
     }
-    rmsnorm(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, ln2_amax);
     if (g->mlp_bf16) {
+      rmsnorm(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, ln2_amax, {-1},
+              true);
       mlp_forward_bf16(g, l, res_out, res_mid, ln2, ln2_amax);
       continue;
     }
     gtq_share_begin(g->gq); /* W1 and W3 read ln2 */
-    linear_forward(g, h1, ln2, p.w1 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W1),
-                   ln2_amax);
+    const int s1 = site_index(g, l, SITE_W1);
+    const bool ln2_filled =
+        rmsnorm(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, ln2_amax,
+                {s1, site_index(g, l, SITE_W3)}, !g->lean || g->keep_ln2 || g->recompute_ln2);
+    linear_forward(g, h1, ln2, p.w1 + (size_t)l * H * C, N, C, H, s1, ln2_amax, ln2_filled);
     linear_forward(g, h3, ln2, p.w3 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W3),
                    ln2_amax);
     gtq_share_end(g->gq);
@@ -1337,8 +1396,10 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     }
   }
   unsigned int *lnf_amax = amax_word(g, L, 0, {0}, USE_FWD_X);
-  rmsnorm(a.lnf, a.lnf_rstd, a.res + L * BTC, p.rmsf, lnf_amax);
-  linear_forward(g, a.probs, a.lnf, p.lm_head, N, C, V, site_index(g, L, 0), lnf_amax);
+  const int sf = site_index(g, L, 0);
+  const bool lnf_filled =
+      rmsnorm(a.lnf, a.lnf_rstd, a.res + L * BTC, p.rmsf, lnf_amax, {sf}, !g->lean);
+  linear_forward(g, a.probs, a.lnf, p.lm_head, N, C, V, sf, lnf_amax, lnf_filled);
   act_round(g, a.probs, (size_t)N * V); /* the logits; the loss in float32 */
   if (g->logit_sharpness) gpu_logit_sharpness_forward(g->logit_phi, a.probs, g->targets, N, V, s);
   gpu_crossentropy_forward(a.probs, a.losses, g->targets, N, V, s);

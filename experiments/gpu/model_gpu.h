@@ -162,6 +162,12 @@ unsigned long long gpu_model_rope_fused(const gpu_model *g);
  * float32): on = always the float32 hg and the fill's pass. */
 void gpu_model_set_swiglu_forward_unfused(gpu_model *g, bool on);
 unsigned long long gpu_model_swiglu_forward_fused(const gpu_model *g);
+/* The same for RMSNorm's forward writing the bf16 X operand of the GEMMs that
+ * read its output (ln1, ln2, lnf; the float32 output only where something
+ * else reads it): on = always the float32 output and the fills' passes; the
+ * count is of RMSNorms so written. */
+void gpu_model_set_rmsnorm_forward_unfused(gpu_model *g, bool on);
+unsigned long long gpu_model_rmsnorm_forward_fused(const gpu_model *g);
 /* For tests: on = every fill under per-tensor current scaling runs its own
  * amax pass, never takes the amax that the layer writing its tensor folded
  * as it wrote it (RMSNorm's forward and backward, SwiGLU's forward, RoPE's

@@ -767,6 +767,134 @@ START_TEST(swiglu_forward_bf16) {
 }
 END_TEST
 
+/* RMSNorm written straight into its bf16 operand image (ln1, ln2, lnf: the X
+ * of the GEMMs that read them) against the unfused path (gpu_rmsnorm_forward
+ * or gpu_add_rmsnorm_forward, then the fill's pass): in the fill's modes and
+ * under delayed scaling (three steps), with and without the residual add and
+ * the float32 output, at C of one, three, a partial and eight 256-column
+ * tiles, rows with NaN, an infinity, an overflowing sum of squares and
+ * subnormal outputs planted: images, float32 outputs, rstd, the sums and
+ * the states bit for bit; C not a multiple of 8 refused. */
+START_TEST(rmsnorm_forward_bf16) {
+  static const struct {
+    const char *format;
+    exmy_rounding mode;
+    bool saturate, flush, delayed;
+  } cases[] = {
+      {"bf16", EXMY_RNE, false, false, false}, {"e8m3", EXMY_RZ, false, false, false},
+      {"e4m3", EXMY_RNE, true, false, false},  {"e5m2", EXMY_SR, false, false, false},
+      {"e8m5", EXMY_SR, true, true, false},    {"e4m3", EXMY_RNA, false, false, false},
+      {"e4m3", EXMY_RNE, true, false, true},   {"e5m2", EXMY_SR, true, false, true},
+  };
+  static const int widths[] = {256, 768, 1000, 2048};
+  enum { N = 37, STEPS = 3 };
+  for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+    const int C = widths[wi];
+    const size_t NC = (size_t)N * C;
+    float *x = rand_floats(NC, -2, 2, 700 + wi), *add = rand_floats(NC, -3, 3, 710 + wi),
+          *w = rand_floats(C, 0.5, 1.5, 720 + wi);
+    x[3] = NAN;                                          /* row 0: NaN */
+    x[C + 5] = INFINITY;                                 /* row 1: inf */
+    x[2 * C + 1] = 3e38f, x[2 * C + 2] = -3e38f;         /* row 2: sum of squares overflows */
+    for (int c = 0; c < C; c++) x[3 * C + c] = 1e-37f * (c % 7 - 3), add[3 * C + c] = 0.0f;
+    w[C - 1] = 1e-20f; /* row 3's last column: subnormal outputs */
+    float *d_x0 = dev_from(x, NC * sizeof(float)), *d_add = dev_from(add, NC * sizeof(float)),
+          *d_w = dev_from(w, C * sizeof(float)), *d_x1 = dev_alloc(NC * sizeof(float)),
+          *d_x2 = dev_alloc(NC * sizeof(float)), *d_o1 = dev_alloc(NC * sizeof(float)),
+          *d_o2 = dev_alloc(NC * sizeof(float)), *d_r1 = dev_alloc(N * sizeof(float)),
+          *d_r2 = dev_alloc(N * sizeof(float)), *d_s = dev_alloc(2 * sizeof(float));
+    uint16_t *d_img1 = dev_alloc(NC * 2), *d_img2 = dev_alloc(NC * 2);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+      exmy_format f;
+      ck_assert_int_eq(exmy_format_parse(cases[c].format, &f), 0);
+      exmy_rounding_opts o = {0};
+      o.mode = cases[c].mode;
+      o.saturate = cases[c].saturate;
+      o.flush_subnormals = cases[c].flush;
+      o.seed = 0x7eed + c;
+      o.offset = 5003 + wi;
+      for (int variant = 0; variant < 4; variant++) {
+        const bool with_add = variant & 1, with_f32 = variant & 2;
+        exmy_cuda_delayed_state *st[2] = {NULL, NULL};
+        if (cases[c].delayed) delayed_states_start(st, 2);
+        for (int step = 0; step < (cases[c].delayed ? STEPS : 1); step++) {
+          CU(cudaMemcpy(d_x1, d_x0, NC * sizeof(float), cudaMemcpyDeviceToDevice));
+          CU(cudaMemcpy(d_x2, d_x0, NC * sizeof(float), cudaMemcpyDeviceToDevice));
+          CU(cudaMemset(d_o2, 0xA5, NC * sizeof(float)));
+          if (with_add)
+            gpu_add_rmsnorm_forward(d_o1, d_r1, d_x1, d_add, d_w, N, C, NULL, 0);
+          else
+            gpu_rmsnorm_forward(d_o1, d_r1, d_x1, d_w, N, C, NULL, 0);
+          float *o2 = with_f32 ? d_o2 : NULL;
+          const float *a2 = with_add ? d_add : NULL;
+          int states_differ = 0;
+          float used[2] = {0, 0};
+          if (!cases[c].delayed) {
+            CU(exmy_cuda_quantize_bf16(&f, &o, d_o1, d_img1, NC, 0));
+            CU(gpu_rmsnorm_forward_bf16(d_img2, o2, d_r2, d_x2, a2, d_w, N, C, &f, &o, NULL, 0));
+          } else {
+            CU(exmy_cuda_quantize_delayed_bf16(&f, &o, 1, true, false, st[0], d_o1, d_img1, NC,
+                                               d_s, 0));
+            gpu_bf16_scaling sc;
+            CU(exmy_cuda_delayed_begin(st[1], &sc.scale_inv, &sc.amax_bits, 0));
+            CU(gpu_rmsnorm_forward_bf16(d_img2, o2, d_r2, d_x2, a2, d_w, N, C, &f, &o, &sc, 0));
+            CU(exmy_cuda_delayed_end(&f, 1, true, false, st[1], d_s + 1, 0));
+            LAUNCHED();
+            to_host(used, d_s, sizeof used);
+            states_differ = delayed_states_differ(st[0], st[1]);
+          }
+          LAUNCHED();
+          const size_t d = bf16_images_differ(d_img1, d_img2, NC);
+          printf("  %-26s %-8s C %-5d %s mode %d%s%s step %d: %zu of %zu differ%s\n",
+                 "rmsnorm_forward_bf16", cases[c].delayed ? "delayed" : "plain", C,
+                 cases[c].format, (int)cases[c].mode, with_add ? " add" : "",
+                 with_f32 ? " f32" : "", step, d, NC, states_differ ? ", states differ" : "");
+          ck_assert_msg(d == 0 && states_differ == 0 && !memcmp(&used[0], &used[1], sizeof(float)),
+                        "rmsnorm_forward_bf16 %s mode %d (C %d, variant %d, step %d): %zu "
+                        "images differ, scales %g / %g, states differ %d",
+                        cases[c].format, (int)cases[c].mode, C, variant, step, d, used[0],
+                        used[1], states_differ);
+          float *h1 = malloc(NC * sizeof(float)), *h2 = malloc(NC * sizeof(float));
+          to_host(h1, d_r1, N * sizeof(float));
+          to_host(h2, d_r2, N * sizeof(float));
+          check_same_bits("rmsnorm_forward_bf16", "rstd", h1, h2, N * sizeof(float));
+          to_host(h1, d_x1, NC * sizeof(float));
+          to_host(h2, d_x2, NC * sizeof(float));
+          check_same_bits("rmsnorm_forward_bf16", "sum", h1, h2, NC * sizeof(float));
+          to_host(h2, d_o2, NC * sizeof(float));
+          if (with_f32) {
+            to_host(h1, d_o1, NC * sizeof(float));
+            check_same_bits("rmsnorm_forward_bf16", "out", h1, h2, NC * sizeof(float));
+          } else { /* not written */
+            uint32_t b;
+            memcpy(&b, &h2[NC - 1], 4);
+            ck_assert_uint_eq(b, 0xA5A5A5A5u);
+          }
+          free(h1), free(h2);
+        }
+        for (int k = 0; k < 2; k++)
+          if (st[k]) exmy_cuda_delayed_state_free(st[k]);
+      }
+    }
+    /* what it does not serve: refused, nothing launched */
+    exmy_format g;
+    exmy_rounding_opts o = {0};
+    ck_assert_int_eq(exmy_format_parse("bf16", &g), 0);
+    ck_assert_int_eq(gpu_rmsnorm_forward_bf16(d_img2, NULL, d_r2, d_x2, NULL, d_w, N, C - 4, &g,
+                                              &o, NULL, 0),
+                     cudaErrorInvalidValue);
+    ck_assert_int_eq(exmy_format_parse("e3m2", &g), 0);
+    ck_assert_int_eq(gpu_rmsnorm_forward_bf16(d_img2, NULL, d_r2, d_x2, NULL, d_w, N, C, &g, &o,
+                                              NULL, 0),
+                     cudaErrorInvalidValue);
+    CU(cudaFree(d_x0)); CU(cudaFree(d_add)); CU(cudaFree(d_w)); CU(cudaFree(d_x1));
+    CU(cudaFree(d_x2)); CU(cudaFree(d_o1)); CU(cudaFree(d_o2)); CU(cudaFree(d_r1));
+    CU(cudaFree(d_r2)); CU(cudaFree(d_s)); CU(cudaFree(d_img1)); CU(cudaFree(d_img2));
+    free(x); free(add); free(w);
+  }
+}
+END_TEST
+
 /* RoPE rotating straight into a bf16 operand image (the fused attention's
  * q and k, and Q's and K's dY) against the unfused path (the in-place
  * rotation, then the fill's pass): forward and backward, q's and k's heads,
@@ -1957,7 +2085,7 @@ int main(void) {
                                 swiglu_and_add, swiglu_backward_bf16, swiglu_backward_bf16_scaled,
                                 causal_softmax, crossentropy, sumsq,  adamw,
                                 adamw_coat,     scale_120m,   add_bf16,     swiglu_forward_bf16,
-                                rope_bf16,      NULL};
+                                rope_bf16,      rmsnorm_forward_bf16, NULL};
   Suite *s = suite_of("gpu_layers", 300, tests);
   /* after the others; on its own: CK_RUN_CASE=adamw_fold */
   TCase *tc = tcase_create("adamw_fold");

@@ -556,6 +556,11 @@ static const model_fusion swiglu_forward_fusion = {
  * operands (counted per tensor) */
 static const model_fusion rope_fusion = {"rope fusion", gpu_model_set_rope_unfused,
                                          gpu_model_rope_fused};
+/* RMSNorm's forward writing the X operand of the GEMMs that read it (counted
+ * per RMSNorm) */
+static const model_fusion rmsnorm_forward_fusion = {"rmsnorm forward fusion",
+                                                    gpu_model_set_rmsnorm_forward_unfused,
+                                                    gpu_model_rmsnorm_forward_fused};
 /* current scaling's fills taking the amax their tensor's producer folded
  * (counted per fill) */
 static const model_fusion amax_folding = {"amax folding", gpu_model_set_amax_unfolded,
@@ -719,6 +724,32 @@ START_TEST(model_rope_fusion_bit_identical) {
   fusion_same_bits(&rope_fusion, NULL, "msamp-o1", 4, 0, "tiny", flash);
   fusion_same_bits(&rope_fusion, e4m3_tensor_sr, NULL, 4, 0, "tiny", flash);
   fusion_same_bits(&rope_fusion, NULL, "fp32", 2, 0, "tiny", flash);
+}
+END_TEST
+
+/* The same for RMSNorm's forward: ln1's and ln2's images (2 a layer) and
+ * lnf's where the LM head is quantized (1), written by RMSNorm into the first
+ * GEMM's X slot, the other sites borrowing it (unscaled and delayed, rne or
+ * rz) or filling their own from the float32 output (sr: each site its own
+ * stream), which is left unwritten under lean activations where every reader
+ * borrows (bf16 and fp8-te with the fused attention); none under current
+ * scaling (the amax first) or MX. */
+START_TEST(model_rmsnorm_forward_fusion_bit_identical) {
+  const char *const *bf16 = fusion_bf16, *const *e8m3_sr = fusion_e8m3_sr, *const *fp8 = fusion_fp8,
+                    *const *e4m3_delayed = fusion_e4m3_delayed, *const *mx = fusion_mx;
+  const gpu_attention_kind mat = GPU_ATTENTION_MATERIALIZED, flash = GPU_ATTENTION_FLASH;
+  const model_fusion *fu = &rmsnorm_forward_fusion;
+  fusion_same_bits(fu, bf16, NULL, 2, 1, "test", mat);
+  fusion_same_bits(fu, e8m3_sr, NULL, 2, 0, "test", mat);
+  fusion_same_bits(fu, fp8, NULL, 2, 0, "test", mat);
+  fusion_same_bits(fu, NULL, "fp8-te", 2, 0, "test", mat);
+  fusion_same_bits(fu, e4m3_delayed, NULL, 2, 0, "test", mat);
+  fusion_same_bits(fu, NULL, "fp8-current", 0, 0, "test", mat);
+  fusion_same_bits(fu, mx, NULL, 0, 0, "test", mat);
+  fusion_same_bits(fu, bf16, NULL, 2, 1, "tiny", flash);
+  fusion_same_bits(fu, e8m3_sr, NULL, 2, 0, "tiny", flash);
+  fusion_same_bits(fu, NULL, "fp8-te", 2, 0, "tiny", flash);
+  fusion_same_bits(fu, NULL, "msamp-o1", 0, 0, "tiny", flash);
 }
 END_TEST
 
@@ -1876,7 +1907,8 @@ int main(void) {
                                 slots_shared_scaled_bit_identical,
                                 model_bf16_storage_bit_identical,
                                 model_swiglu_forward_fusion_bit_identical,
-                                model_rope_fusion_bit_identical, NULL};
+                                model_rope_fusion_bit_identical,
+                                model_rmsnorm_forward_fusion_bit_identical, NULL};
   Suite *s = suite_of_loop("trainer_gpu", 600, operands_match_cpu, N_RECIPES, tests);
   TCase *tc = tcase_create("along_k");
   tcase_set_timeout(tc, 600);

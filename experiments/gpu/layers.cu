@@ -246,12 +246,13 @@ __global__ void rmsnorm_forward_kernel(float *out, float *rstd, float *inp, cons
 
 /* The same RMSNorm written straight into its bf16 GEMM operand image (format
  * ID, mode MODE, scale and amax as quantize8_bf16 takes them), and into the
- * float32 out too where out_f32 is not NULL.  A warp's row: x (with add, as
- * above) and its sum of squares in rmsnorm_forward_kernel's order, so the
- * same r and values; then 256 columns at a time, each lane's values c = lane
- * + 32 j staged in shared memory and read back as 8 consecutive elements,
- * the fill pass's groups (C % 8 == 0, so none crosses a row): the same
- * image, sr stream indices and amax as the float32 tensor and the fill. */
+ * float32 out too where out_f32 is not NULL.  A warp's row staged in shared
+ * memory by 16-byte loads (with add, as above: the sums written back); its
+ * sum of squares over c = lane + 32 j as rmsnorm_forward_kernel's, so the
+ * same r and values, which replace x in shared memory; then 8 consecutive
+ * elements a lane, the fill pass's groups (C % 8 == 0, so none crosses a
+ * row): the same image, sr stream indices and amax as the float32 tensor
+ * and the fill.  Dynamic shared memory: kWarpsPerBlock rows of C floats. */
 template <int ID, int MODE>
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_forward_bf16_kernel(const __grid_constant__ exmy_format rt,
@@ -261,51 +262,54 @@ __global__ void __launch_bounds__(kThreads)
                                 const float *__restrict__ w, int N, int C, int vec,
                                 const float *si, unsigned int *amax_bits) {
   using namespace exmy_cuda;
-  __shared__ __align__(16) float tile[kWarpsPerBlock][32 * kPer];
+  extern __shared__ __align__(16) float rows[];
   const auto &f = kernel_format<ID>(rt);
   const int lane = threadIdx.x & 31, wid = threadIdx.x / 32;
   const long row = (long)blockIdx.x * kWarpsPerBlock + wid;
+  float *xs = rows + (size_t)wid * C;
   float m = 0.0f;
   if (row < N) {
-    float *x = inp + (size_t)row * C;
-    const float *a = add ? add + (size_t)row * C : nullptr;
-    float ss = 0;
-    for (int c = lane; c < C; c += 32) {
-      float t = x[c];
-      if (a) x[c] = t = __fadd_rn(t, a[c]);
-      ss = __fadd_rn(ss, __fmul_rn(t, t));
+    float4 *x4 = reinterpret_cast<float4 *>(inp + (size_t)row * C);
+    const float4 *a4 = add ? reinterpret_cast<const float4 *>(add + (size_t)row * C) : nullptr;
+    for (int k = lane; k < C / 4; k += 32) {
+      float4 v = x4[k];
+      if (a4) {
+        const float4 b = a4[k];
+        v = make_float4(__fadd_rn(v.x, b.x), __fadd_rn(v.y, b.y), __fadd_rn(v.z, b.z),
+                        __fadd_rn(v.w, b.w));
+        x4[k] = v;
+      }
+      reinterpret_cast<float4 *>(xs)[k] = v;
     }
+    __syncwarp();
+    float ss = 0;
+    for (int c = lane; c < C; c += 32) ss = __fadd_rn(ss, __fmul_rn(xs[c], xs[c]));
     ss = warp_sum(ss);
     const float r = (float)(1.0 / sqrt((double)__fdiv_rn(ss, (float)C) + kRmsEps));
+    for (int c = lane; c < C; c += 32) {
+      const float v = __fmul_rn(__fmul_rn(xs[c], r), w[c]);
+      xs[c] = v;
+      if (out_f32) out_f32[(size_t)row * C + c] = v;
+    }
+    __syncwarp();
     const size_t n = (size_t)N * C;
-    for (int c0 = 0; c0 < C; c0 += 32 * kPer) {
-#pragma unroll
-      for (int j = 0; j < kPer; j++) {
-        const int c = c0 + lane + 32 * j;
-        if (c < C) {
-          const float v = __fmul_rn(__fmul_rn(x[c], r), w[c]);
-          tile[wid][lane + 32 * j] = v;
-          if (out_f32) out_f32[(size_t)row * C + c] = v;
-        }
-      }
-      __syncwarp();
-      if (c0 + kPer * lane < C) {
-        float v[kPer];
-        const float4 p = *reinterpret_cast<const float4 *>(&tile[wid][kPer * lane]);
-        const float4 q = *reinterpret_cast<const float4 *>(&tile[wid][kPer * lane + 4]);
-        v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z,
-        v[7] = q.w;
-        const size_t base = (size_t)row * C + c0 + kPer * lane;
-        uint32_t code[kPer];
-        quantize8_bf16<ID, MODE>(f, o, base, n, v, si, m, code);
-        store8<uint16_t>(out, base, n, vec != 0, code);
-      }
-      __syncwarp();
+    for (int k = lane; k < C / kPer; k += 32) {
+      const float4 p = reinterpret_cast<const float4 *>(xs)[2 * k],
+                   q = reinterpret_cast<const float4 *>(xs)[2 * k + 1];
+      float v[kPer] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+      const size_t base = (size_t)row * C + (size_t)kPer * k;
+      uint32_t code[kPer];
+      quantize8_bf16<ID, MODE>(f, o, base, n, v, si, m, code);
+      store8<uint16_t>(out, base, n, vec != 0, code);
     }
     if (lane == 0) rstd[row] = r;
   }
   fold_output_amax(m, amax_bits);
 }
+
+/* The widest row rmsnorm_forward_bf16_kernel stages: 8 rows of 1024 floats,
+ * 32 KiB of the 48 a launch has without opting in. */
+constexpr int kRmsnormBf16MaxC = 1024;
 
 /* dx += r (dy w - x k), k = r^2 mean(dy w x), for one row (one warp); the
  * values written folded into m.  dx is read with x and dy, before the sum
@@ -561,8 +565,8 @@ struct RmsnormBf16Op {
       const int vec = ((uintptr_t)out & 15u) == 0;
       exmy_cuda::with_operand_mode<ID>(o.mode, [&](auto mode) {
         rmsnorm_forward_bf16_kernel<ID, decltype(mode)::value>
-            <<<warp_per_row_grid(N), kThreads, 0, s>>>(f, o, out, out_f32, rstd, inp, add, w, N,
-                                                       C, vec, sc.scale_inv, sc.amax_bits);
+            <<<warp_per_row_grid(N), kThreads, sizeof(float) * kWarpsPerBlock * C, s>>>(
+                f, o, out, out_f32, rstd, inp, add, w, N, C, vec, sc.scale_inv, sc.amax_bits);
       });
       return true;
     }
@@ -641,6 +645,56 @@ __global__ void swiglu_backward_bf16_storage_kernel(uint16_t *dh1, uint16_t *dh3
     store_bf16x8(dh1, i, o1);
     store_bf16x8(dh3, i, o3);
   }
+}
+
+/* RoPE of bf16 activations on bf16 storage: rope_kernel<true>'s rotation
+ * of each pair and rounding, 8 elements (4 pairs of one head: hs % 8 == 0)
+ * a thread through 16-byte loads and stores; every result a bf16 value, so
+ * the bits of the float32-storage kernel.  In float: x rounded to bf16
+ * first (act_bf16, the bits of an act_round pass before it). */
+template <typename In>
+__global__ void rope_bf16_storage_kernel(uint16_t *out, const In *x, const float *cos_t,
+                                         const float *sin_t, size_t n8, int T, int rowlen,
+                                         int half, float sign) {
+  for (size_t i = global_index(); i < n8; i += global_stride()) {
+    const size_t base = i * 8, bt = base / rowlen;
+    const int i0 = (int)(base - bt * rowlen) / 2 % half, t = (int)(bt % T);
+    const float *cs = cos_t + (size_t)t * half + i0, *sn = sin_t + (size_t)t * half + i0;
+    float v[8];
+    if constexpr (sizeof(In) == 2) {
+      const bf16x8 a = load_bf16x8(x, i);
+#pragma unroll
+      for (int j = 0; j < 8; j++) v[j] = __bfloat162float(a.v[j]);
+    } else {
+      const float4 a = reinterpret_cast<const float4 *>(x)[2 * i],
+                   b = reinterpret_cast<const float4 *>(x)[2 * i + 1];
+      const float w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int j = 0; j < 8; j++) v[j] = act_bf16(w[j]);
+    }
+    bf16x8 o;
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+      float y0, y1;
+      rope_rotate_pair(v[2 * p], v[2 * p + 1], cs[p], sign * sn[p], 1, &y0, &y1);
+      o.v[2 * p] = __float2bfloat16_rn(y0);
+      o.v[2 * p + 1] = __float2bfloat16_rn(y1);
+    }
+    store_bf16x8(out, i, o);
+  }
+}
+
+template <typename In>
+static cudaError_t launch_rope_bf16_storage(uint16_t *out, const In *x, const float *cos_t,
+                                            const float *sin_t, int B, int T, int nh, int hs,
+                                            bool backward, cudaStream_t s) {
+  if (B < 0 || T <= 0 || nh <= 0 || hs <= 0 || hs % 8 || (((uintptr_t)out | (uintptr_t)x) & 15u))
+    return cudaErrorInvalidValue;
+  const size_t n8 = (size_t)B * T * nh * hs / 8;
+  if (!n8) return cudaSuccess;
+  rope_bf16_storage_kernel<In><<<elementwise_grid(n8), kThreads, 0, s>>>(
+      out, x, cos_t, sin_t, n8, T, nh * hs, hs / 2, backward ? -1.0f : 1.0f);
+  return cudaGetLastError();
 }
 
 /* The gradients of one element: model.c's swiglu_backward. */
@@ -826,6 +880,39 @@ __global__ void add_bf16_kernel(float *y, const float *a, const uint16_t *x, siz
     for (size_t i = global_index(); i < n; i += global_stride()) {
       const float v = __bfloat162float(reinterpret_cast<const __nv_bfloat16 *>(x)[i]);
       y[i] = a ? __fadd_rn(a[i], v) : v;
+    }
+  }
+}
+
+/* y = x0 + x1 + x2 in that order (x1, x2 NULL: fewer terms) for bf16 x:
+ * gpu_add_bf16's widening and sums, one pass; 8 elements a thread where VEC. */
+template <bool VEC>
+__global__ void sum_bf16_kernel(float *y, const uint16_t *x0, const uint16_t *x1,
+                                const uint16_t *x2, size_t n) {
+  const uint16_t *terms[2] = {x1, x2};
+  if constexpr (VEC) {
+    for (size_t i = global_index(); i < n / 8; i += global_stride()) {
+      const bf16x8 b = load_bf16x8(x0, i);
+      float v[8];
+#pragma unroll
+      for (int j = 0; j < 8; j++) v[j] = __bfloat162float(b.v[j]);
+#pragma unroll
+      for (int t = 0; t < 2; t++)
+        if (terms[t]) {
+          const bf16x8 c = load_bf16x8(terms[t], i);
+#pragma unroll
+          for (int j = 0; j < 8; j++) v[j] = __fadd_rn(v[j], __bfloat162float(c.v[j]));
+        }
+      reinterpret_cast<float4 *>(y)[2 * i] = make_float4(v[0], v[1], v[2], v[3]);
+      reinterpret_cast<float4 *>(y)[2 * i + 1] = make_float4(v[4], v[5], v[6], v[7]);
+    }
+  } else {
+    for (size_t i = global_index(); i < n; i += global_stride()) {
+      float v = __bfloat162float(reinterpret_cast<const __nv_bfloat16 *>(x0)[i]);
+      for (int t = 0; t < 2; t++)
+        if (terms[t])
+          v = __fadd_rn(v, __bfloat162float(reinterpret_cast<const __nv_bfloat16 *>(terms[t])[i]));
+      y[i] = v;
     }
   }
 }
@@ -1217,7 +1304,8 @@ cudaError_t gpu_rmsnorm_forward_bf16(void *out, float *out_f32, float *rstd, flo
                                      const exmy_format *f, const exmy_rounding_opts *o,
                                      const gpu_bf16_scaling *sc, cudaStream_t s) {
   if (!gpu_bf16_operand_serves(f) || exmy_rounding_opts_check(o) != 0 || N < 0 || C <= 0 ||
-      C % exmy_cuda::kPer)
+      C % exmy_cuda::kPer || C > kRmsnormBf16MaxC ||
+      (((uintptr_t)inp | (uintptr_t)add) & 15u))
     return cudaErrorInvalidValue;
   if (!N) return cudaSuccess;
   const gpu_bf16_scaling none = {nullptr, nullptr};
@@ -1323,6 +1411,18 @@ cudaError_t gpu_swiglu_backward_bf16_storage(uint16_t *dh1, uint16_t *dh3, const
   return cudaGetLastError();
 }
 
+cudaError_t gpu_rope_bf16_storage(uint16_t *out, const uint16_t *x, const float *cos_t,
+                                  const float *sin_t, int B, int T, int nh, int hs, bool backward,
+                                  cudaStream_t s) {
+  return launch_rope_bf16_storage(out, x, cos_t, sin_t, B, T, nh, hs, backward, s);
+}
+
+cudaError_t gpu_rope_bf16_storage_f32(uint16_t *out, const float *x, const float *cos_t,
+                                      const float *sin_t, int B, int T, int nh, int hs,
+                                      bool backward, cudaStream_t s) {
+  return launch_rope_bf16_storage(out, x, cos_t, sin_t, B, T, nh, hs, backward, s);
+}
+
 /* The table rows of the bf16 operand path (every one bf16-exact). */
 bool gpu_bf16_operand_serves(const exmy_format *f) {
   const int id = spec_id(f);
@@ -1400,6 +1500,15 @@ void gpu_add_bf16(float *y, const float *a, const uint16_t *x, size_t n, cudaStr
     add_bf16_kernel<true><<<elementwise_grid(n / 8), kThreads, 0, s>>>(y, a, x, n);
   else
     add_bf16_kernel<false><<<elementwise_grid(n), kThreads, 0, s>>>(y, a, x, n);
+}
+
+void gpu_sum_bf16(float *y, const uint16_t *x0, const uint16_t *x1, const uint16_t *x2, size_t n,
+                  cudaStream_t s) {
+  if (!n) return;
+  if (((uintptr_t)y | (uintptr_t)x0 | (uintptr_t)x1 | (uintptr_t)x2) % 16 == 0 && n % 8 == 0)
+    sum_bf16_kernel<true><<<elementwise_grid(n / 8), kThreads, 0, s>>>(y, x0, x1, x2, n);
+  else
+    sum_bf16_kernel<false><<<elementwise_grid(n), kThreads, 0, s>>>(y, x0, x1, x2, n);
 }
 
 /* Every float32 bit pattern: act_bf16 on the GPU against the core. */

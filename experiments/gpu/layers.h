@@ -95,6 +95,20 @@ cudaError_t gpu_swiglu_forward_bf16_storage(uint16_t *out, const uint16_t *h1,
 cudaError_t gpu_swiglu_backward_bf16_storage(uint16_t *dh1, uint16_t *dh3, const uint16_t *dout,
                                              const uint16_t *h1, const uint16_t *h3, size_t n,
                                              cudaStream_t s);
+/* RoPE's forward (backward false) or backward of bf16 activations on bf16
+ * storage: x (B, T, nh*hs bf16 values) rotated into out (may be x) with
+ * each result rounded, the bits of gpu_rope_forward_act_bf16 /
+ * gpu_rope_backward_act_bf16 on their float32 storage; hs a multiple of 8
+ * and 16-byte aligned pointers, else cudaErrorInvalidValue and nothing
+ * launched. */
+cudaError_t gpu_rope_bf16_storage(uint16_t *out, const uint16_t *x, const float *cos_t,
+                                  const float *sin_t, int B, int T, int nh, int hs, bool backward,
+                                  cudaStream_t s);
+/* The same from float32 x, each value rounded to bf16 first (an act_round
+ * pass's bits: dq and dk as the fused attention leaves them). */
+cudaError_t gpu_rope_bf16_storage_f32(uint16_t *out, const float *x, const float *cos_t,
+                                      const float *sin_t, int B, int T, int nh, int hs,
+                                      bool backward, cudaStream_t s);
 /* Tests: over all 2^32 float32 inputs, how many act_bf16 on the GPU (the
  * conversion instruction) gives other bits than the reference core (a NaN
  * for a NaN counts as equal); -1 on a CUDA error. */
@@ -151,8 +165,9 @@ cudaError_t gpu_rope_bf16(void *out, const float *x, const float *cos_t, const f
  * add is not NULL: inp = inp + add first) written as the bf16 GEMM operand
  * image of its float32 output, with f, o and sc as above, bit for bit (sr
  * stream indices those of the float32 tensor's fill); the float32 output
- * too where out_f32 is not NULL, and rstd as always.  C a multiple of 8,
- * else (or an f or o not served) cudaErrorInvalidValue, nothing launched. */
+ * too where out_f32 is not NULL, and rstd as always.  C a multiple of 8 and
+ * at most 1024, inp and add 16-byte aligned, else (or an f or o not served)
+ * cudaErrorInvalidValue, nothing launched. */
 cudaError_t gpu_rmsnorm_forward_bf16(void *out, float *out_f32, float *rstd, float *inp,
                                      const float *add, const float *w, int N, int C,
                                      const exmy_format *f, const exmy_rounding_opts *o,
@@ -169,6 +184,11 @@ void gpu_add_inplace(float *y, const float *x, size_t n, cudaStream_t s);
 /* y = a + x with x in bf16 (bit patterns), or y = x where a is NULL (y may
  * be a): the float32 sum gpu_add_inplace makes of x's values. */
 void gpu_add_bf16(float *y, const float *a, const uint16_t *x, size_t n, cudaStream_t s);
+/* y = x0 + x1 + x2 (x1 and x2 bf16 like x0, either NULL: fewer terms),
+ * added left to right in float32: gpu_add_bf16(y, NULL, x0), then
+ * gpu_add_bf16(y, y, x1) and (y, y, x2), in one pass; the same bits. */
+void gpu_sum_bf16(float *y, const uint16_t *x0, const uint16_t *x1, const uint16_t *x2, size_t n,
+                  cudaStream_t s);
 
 /* Attention's causal softmax over rows of length T, in place: row r has its
  * query at t = r % T, entries j <= t become softmax, j > t become 0.

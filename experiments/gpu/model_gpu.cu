@@ -104,6 +104,14 @@ struct gpu_model {
   bool act_bf16;
   float *act_scratch;
   size_t act_scratch_n; /* floats */
+  /* bf16 activations: a sum of linear products pending in act_scratch
+   * (act_sum_begin): its float32 destination, the products (bf16, mn
+   * values each, at the start of act_scratch), how many */
+  struct {
+    float *dst;
+    size_t mn;
+    int n;
+  } act_sum;
   /* and SwiGLU's tensors stored in bf16 (mlp_bf16): h1, h3 and hg for every
    * layer, dh1, dh3 and dhg, in their arena pieces (half of each unused).
    * h1, h3 and dhg are written by their GEMMs in bf16 (gtq_gemm_bf16_out),
@@ -140,6 +148,16 @@ struct gpu_model {
   bool swiglu_fwd_unfused;             /* gpu_model_set_swiglu_forward_unfused */
   unsigned long long swiglu_fwd_fused; /* layers whose forward took swiglu_forward_fused */
   bool rmsnorm_fwd_unfused;             /* gpu_model_set_rmsnorm_forward_unfused */
+  /* bf16 activations, the fused attention on inputs of bf16 values: q, k
+   * and v written in bf16 by their GEMMs, q and k rotated in bf16 into the
+   * kernel's inputs (qkv_into_flash_inputs), and dq, dk rotated in bf16
+   * into Q's and K's dY (dqkv_into_operands) */
+  bool qkv_bf16;
+  /* bf16 activations: operands made by their producers where the fills
+   * would leave them as they are (act_direct); its test switch, and the
+   * tensors so made */
+  bool act_unfused;
+  unsigned long long act_fused;
   unsigned long long rmsnorm_fwd_fused; /* RMSNorms that took rmsnorm_into_operand */
   /* (L * AMAX_PER_LAYER + 1) device words, zeroed at the start of the
    * forward and of the backward; NULL where no fill takes a folded amax */
@@ -240,21 +258,52 @@ static const float *act_dy(gpu_model *g, float *dst, const float *dy, size_t n) 
   return dst;
 }
 
+/* activations = bf16, outside statistics steps (whose fills read the
+ * float32 tensors) and unless turned off: operands made by their producers
+ * where the fills would leave them as they are. */
+static bool act_direct(gpu_model *g) {
+  return g->act_bf16 && !g->act_unfused && !gtq_collecting(g->gq);
+}
+
+/* act_dy for the dY of `site`: dy itself where both its fills are bf16's
+ * own rne (gtq_use_bf16_identity: rne of dy is rne of bf16(dy), so the
+ * fill makes act_dy's image from dy in one pass; act_direct), else act_dy. */
+static const float *act_dy_for(gpu_model *g, int site, float *dst, const float *dy, size_t n) {
+  if (act_direct(g) && gtq_use_bf16_identity(g->gq, site, USE_DX_DY) &&
+      gtq_use_bf16_identity(g->gq, site, USE_DW_DY)) {
+    g->act_fused++;
+    return dy;
+  }
+  return act_dy(g, dst, dy, n);
+}
+
+constexpr int kActSumTerms = 3; /* the dX of Q, K and V */
+
 /* activations = bf16: dst = bf16(op(A) op(B)), or add_to + that where
  * add_to is given (it may be dst).  Where the GEMM can write bf16
  * (gtq_bf16_out_serves: the float32 product rounded once, the same bits)
  * and act_scratch holds it, into act_scratch, then one pass widens or adds
  * it into dst; else the float32 product (in dst, or act_scratch when adding
  * to dst) rounded in place and added. */
+static void act_sum_flush(gpu_model *g);
 static void gemm_act(gpu_model *g, bool ta, bool tb, int m, int n, int k, gtq_operand a,
                      gtq_operand b, float *dst, const float *add_to) {
-  const size_t mn = (size_t)m * n;
-  if (gtq_bf16_out_serves(g->gq, a, b) && mn <= 2 * g->act_scratch_n) {
-    uint16_t *t = (uint16_t *)g->act_scratch;
+  const size_t mn = (size_t)m * n, cap = 2 * g->act_scratch_n; /* bf16 values */
+  auto &sum = g->act_sum;
+  const size_t held = (size_t)sum.n * sum.mn; /* the pending sum's products */
+  if (gtq_bf16_out_serves(g->gq, a, b) && held + mn <= cap) {
+    uint16_t *t = (uint16_t *)g->act_scratch + held;
     gtq_gemm_bf16_out(g->gq, ta, tb, m, n, k, a, b, t, n);
+    const bool term = dst == sum.dst && (sum.n ? add_to == dst && mn == sum.mn : !add_to);
+    if (term && sum.n < kActSumTerms) { /* added by act_sum_flush */
+      sum.mn = mn;
+      sum.n++;
+      return;
+    }
     gpu_add_bf16(dst, add_to, t, mn, g->s);
     return;
   }
+  act_sum_flush(g); /* act_scratch is the float32 product's below */
   float *y = add_to == dst ? g->act_scratch : dst;
   gtq_gemm(g->gq, ta, tb, m, n, k, 1.0f, a, b, 0.0f, y, n);
   act_round(g, y, mn);
@@ -263,6 +312,39 @@ static void gemm_act(gpu_model *g, bool ta, bool tb, int m, int n, int k, gtq_op
 
 static int site_index(const gpu_model *g, int layer, int kind) {
   return g->sites ? layer * SITES_PER_LAYER + kind : -1;
+}
+
+/* bf16 activations: dst = bf16(P1) + bf16(P2) + ... of the linear products
+ * that gemm_act writes into dst between act_sum_begin and act_sum_flush (the
+ * first with nothing to add to, the others added to dst: the dX of Q, K, V
+ * and of W1, W3), kept in bf16 and summed in one pass in the same order
+ * (gpu_sum_bf16), not widened into dst and added to it one pass each; where
+ * act_direct, else nothing pending (each product added as it comes). */
+static void act_sum_begin(gpu_model *g, float *dst) {
+  act_sum_flush(g);
+  if (act_direct(g)) g->act_sum.dst = dst;
+}
+static void act_sum_flush(gpu_model *g) {
+  auto &sum = g->act_sum;
+  if (sum.n) {
+    const uint16_t *t = (const uint16_t *)g->act_scratch;
+    gpu_sum_bf16(sum.dst, t, sum.n > 1 ? t + sum.mn : nullptr,
+                 sum.n > 2 ? t + 2 * sum.mn : nullptr, sum.mn, g->s);
+    if (sum.n > 1) g->act_fused++;
+  }
+  sum = {};
+}
+/* The one product pending, taken as it is (bf16, in act_scratch until the
+ * next gemm_act) in place of its float32 sum, or NULL (none, or several:
+ * then flushed into dst). */
+static const uint16_t *act_sum_take(gpu_model *g) {
+  if (g->act_sum.n != 1) {
+    act_sum_flush(g);
+    return nullptr;
+  }
+  g->act_sum = {};
+  g->act_fused++;
+  return (const uint16_t *)g->act_scratch;
 }
 
 /* -------------------------------------------------------------- linear */
@@ -406,17 +488,18 @@ static gtq_operand stored_operand(gpu_model *g, int site, int use, int slot, boo
  * once by the GEMM, as model.c rounds h1 and h3 under bf16 activations. */
 static void linear_forward_bf16_out(gpu_model *g, uint16_t *out, const float *inp,
                                     const float *w, int N, int C, int OC, int site,
-                                    const unsigned int *x_amax) {
+                                    const unsigned int *x_amax, bool x_filled = false) {
   gtq_operand x, wq;
-  forward_operands(g, site, inp, w, N, C, OC, x_amax, false, &x, &wq);
+  forward_operands(g, site, inp, w, N, C, OC, x_amax, x_filled, &x, &wq);
   gtq_gemm_bf16_out(g->gq, false, true, N, OC, C, x, wq, out, OC);
 }
 
 /* The feed-forward block's forward on bf16 storage: h1 and h3 from their
  * GEMMs in bf16, hg = SwiGLU in bf16, W2's X as it is; res_out = res_mid +
- * bf16(hg W2^T). */
+ * bf16(hg W2^T).  ln2_filled: W1's X slot holds ln2's image already
+ * (rmsnorm_into_operand). */
 static void mlp_forward_bf16(gpu_model *g, int l, float *res_out, const float *res_mid,
-                             const float *ln2, const unsigned int *ln2_amax) {
+                             const float *ln2, const unsigned int *ln2_amax, bool ln2_filled) {
   const model_config &c = g->cfg;
   const int N = g->B * g->T, C = c.dim, H = c.hidden;
   const size_t BTH = (size_t)N * H;
@@ -427,7 +510,7 @@ static void mlp_forward_bf16(gpu_model *g, int l, float *res_out, const float *r
   const int s2 = site_index(g, l, SITE_W2);
   gtq_share_begin(g->gq); /* W1 and W3 read ln2 */
   linear_forward_bf16_out(g, h1, ln2, p.w1 + (size_t)l * H * C, N, C, H,
-                          site_index(g, l, SITE_W1), ln2_amax);
+                          site_index(g, l, SITE_W1), ln2_amax, ln2_filled);
   linear_forward_bf16_out(g, h3, ln2, p.w3 + (size_t)l * H * C, N, C, H,
                           site_index(g, l, SITE_W3), ln2_amax);
   gtq_share_end(g->gq);
@@ -469,9 +552,11 @@ static void mlp_backward_bf16(gpu_model *g, int l, const float *dy_w2, const flo
   gtq_check(gpu_swiglu_backward_bf16_storage(dh1, dh3, dhg, h1, h3, BTH, g->s),
             "SwiGLU backward (bf16 storage)");
   gtq_share_begin(g->gq); /* dW1 and dW3 read ln2 */
+  act_sum_begin(g, d.dln);
   for (int i = 0; i < 2; i++)
     linear_backward(g, d.dln, (i ? gr.w3 : gr.w1) + (size_t)l * H * C, nullptr, ln2, i ? w3 : w1,
                     N, C, H, i ? s3 : s1, i ? 1.0f : 0.0f, false, nullptr, i ? dh3 : dh1);
+  act_sum_flush(g);
   gtq_share_end(g->gq);
 }
 
@@ -515,13 +600,14 @@ static bool swiglu_forward_fused(gpu_model *g, int l, const float *h1, const flo
  * where keep_f32 (kept, or read again in the backward) or another site's
  * fill would not borrow (sr, other formats, share regions off), and left
  * unwritten otherwise.  Not where a fill takes out's amax (current scaling:
- * the amax before the scale) or under activations = bf16.  add: the pending
+ * the amax before the scale), nor for rows wider than the kernel stages
+ * (1024).  add: the pending
  * residual add (gpu_add_rmsnorm_forward's).  False: nothing done. */
 static bool rmsnorm_into_operand(gpu_model *g, float *out, float *rstd, float *x,
                                  const float *add, const float *w, const unsigned int *amax,
                                  std::initializer_list<int> sites, bool keep_f32) {
   const int N = g->B * g->T, C = g->cfg.dim, site = *sites.begin();
-  if (site < 0 || g->rmsnorm_fwd_unfused || g->act_bf16 || amax || C % 8) return false;
+  if (site < 0 || g->rmsnorm_fwd_unfused || amax || C % 8 || C > 1024) return false;
   const exmy_operand_quant *q = gtq_fusable_bf16(g->gq, site, USE_FWD_X, USE_DW_X);
   if (!q || !gpu_bf16_operand_serves(&q->format) || q->scaling.kind == EXMY_SCALING_TENSOR)
     return false;
@@ -772,8 +858,11 @@ static flash_rounding flash_rounding_of(gpu_model *g, int site, int use) {
 /* out_amax: the word out's amax is folded into (amax_word), or NULL. */
 /* rotate: q and k as their GEMMs left them, RoPE's forward still to apply
  * (rope_into_operand; rope_fusable), else rotated already. */
+/* ready: the kernel's inputs Q, K, V made already (qkv_into_flash_inputs),
+ * or NULL. */
 static void flash_forward(gpu_model *g, float *out, float *lse, float *q, float *k,
-                          const float *v, int l, unsigned int *out_amax, bool rotate) {
+                          const float *v, int l, unsigned int *out_amax, bool rotate,
+                          const __nv_bfloat16 *const *ready = nullptr) {
   const model_config &c = g->cfg;
   const int N = g->B * g->T, hs = c.dim / c.n_heads, KVC = c.n_kv_heads * hs;
   const int qk = site_index(g, l, SITE_ATT_QK), pv = site_index(g, l, SITE_ATT_PV);
@@ -784,22 +873,124 @@ static void flash_forward(gpu_model *g, float *out, float *lse, float *q, float 
         rotate ? rope_into_operand(g, qk, use, reuse, slot, x, nh, false, plain, nullptr) : nullptr;
     return r ? (const __nv_bfloat16 *)r : flash_input(g, qk, use, slot, x, N, nh * hs, plain);
   };
-  const __nv_bfloat16 *Q = qk_input(USE_FWD_X, USE_DW_X, SLOT_X, q, c.n_heads, g->fq + l * BTC);
-  const __nv_bfloat16 *K = qk_input(USE_FWD_W, USE_DX_W, SLOT_W, k, c.n_kv_heads, g->fk + l * BTK);
+  const __nv_bfloat16 *Q =
+      ready ? ready[0] : qk_input(USE_FWD_X, USE_DW_X, SLOT_X, q, c.n_heads, g->fq + l * BTC);
+  const __nv_bfloat16 *K =
+      ready ? ready[1] : qk_input(USE_FWD_W, USE_DX_W, SLOT_W, k, c.n_kv_heads, g->fk + l * BTK);
   const flash_rounding p = flash_rounding_of(g, pv, USE_FWD_X);
   g->p_offsets[l] = p.round.offset;
-  const __nv_bfloat16 *V = flash_input(g, pv, USE_FWD_W, SLOT_W, v, N, KVC, g->fv + l * BTK);
+  const __nv_bfloat16 *V =
+      ready ? ready[2] : flash_input(g, pv, USE_FWD_W, SLOT_W, v, N, KVC, g->fv + l * BTK);
   gtq_check(flash_attention_forward(out, lse, Q, K, V, g->B, g->T, c.n_heads, c.n_kv_heads, hs,
                                     &p, out_amax, g->s),
             "flash_attention_forward");
 }
 
+/* Where the fused kernel reads its input for `use` of attention site `site`
+ * (n bf16 values): under quantized attention the site's slot, reserved as
+ * its fill would reserve it (gtq_fill_bf16_slot; qkv_bf16 allows only
+ * fills that leave bf16 values as they are), else the plain copy. */
+static __nv_bfloat16 *flash_input_slot(gpu_model *g, int site, int use, int slot, size_t n,
+                                       __nv_bfloat16 *plain) {
+  if (site < 0 || !g->sites[site].op[use].enabled) return plain;
+  gtq_bf16_fill w;
+  gtq_fill_bf16_slot(g->gq, site, use, slot, n, nullptr, &w);
+  gtq_fill_bf16_done(g->gq, site, use, slot);
+  return (__nv_bfloat16 *)w.y;
+}
+
+/* Under qkv_bf16: layer l's q, k and v from their GEMMs in bf16 (the
+ * product rounded once, as gemm_act rounds it), q and k rotated by RoPE on
+ * bf16 storage straight into the fused kernel's inputs (the bits of the
+ * float32 path: RoPE of bf16 activations rounds every result, and the
+ * inputs, plain or the attention sites' slots, are rne copies of bf16
+ * values), v straight into its input; in[0..2] their addresses.  qs and ks:
+ * the layer's float32 q and k buffers, holding the unrotated bf16 q and k
+ * meanwhile (nothing else reads them under lean activations).  ln1_filled:
+ * Q's X slot holds ln1's image already (rmsnorm_into_operand). */
+static void qkv_into_flash_inputs(gpu_model *g, int l, const float *ln1,
+                                  const unsigned int *ln1_amax, bool ln1_filled, float *qs,
+                                  float *ks, const __nv_bfloat16 *in[3]) {
+  const model_config &c = g->cfg;
+  const int N = g->B * g->T, C = c.dim, hs = C / c.n_heads, KVC = c.n_kv_heads * hs;
+  const size_t BTC = (size_t)N * C, BTK = (size_t)N * KVC;
+  const int qk = site_index(g, l, SITE_ATT_QK), pv = site_index(g, l, SITE_ATT_PV);
+  const param_tensors &p = g->p;
+  uint16_t *qb = (uint16_t *)qs, *kb = (uint16_t *)ks;
+  __nv_bfloat16 *V = flash_input_slot(g, pv, USE_FWD_W, SLOT_W, BTK, g->fv + l * BTK);
+  linear_forward_bf16_out(g, qb, ln1, p.wq + (size_t)l * C * C, N, C, C,
+                          site_index(g, l, SITE_Q), ln1_amax, ln1_filled);
+  linear_forward_bf16_out(g, kb, ln1, p.wk + (size_t)l * KVC * C, N, C, KVC,
+                          site_index(g, l, SITE_K), ln1_amax);
+  linear_forward_bf16_out(g, (uint16_t *)V, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC,
+                          site_index(g, l, SITE_V), ln1_amax);
+  __nv_bfloat16 *Q = flash_input_slot(g, qk, USE_FWD_X, SLOT_X, BTC, g->fq + l * BTC);
+  gtq_check(gpu_rope_bf16_storage((uint16_t *)Q, qb, g->rope_cos, g->rope_sin, g->B, g->T,
+                                  c.n_heads, hs, false, g->s),
+            "RoPE (bf16 storage)");
+  __nv_bfloat16 *K = flash_input_slot(g, qk, USE_FWD_W, SLOT_W, BTK, g->fk + l * BTK);
+  gtq_check(gpu_rope_bf16_storage((uint16_t *)K, kb, g->rope_cos, g->rope_sin, g->B, g->T,
+                                  c.n_kv_heads, hs, false, g->s),
+            "RoPE (bf16 storage)");
+  in[0] = Q, in[1] = K, in[2] = V;
+  g->act_fused += 3;
+}
+
+/* Whether the fused attention's dO input of layer l is bf16's own rne of
+ * dout (plain, or the PV site's fill gtq_use_bf16_identity), so that a bf16
+ * dout is that input as it is. */
+static bool flash_do_identity(const gpu_model *g, int l) {
+  const int pv = site_index(g, l, SITE_ATT_PV);
+  return pv < 0 || !g->sites[pv].op[USE_DX_DY].enabled ||
+         gtq_use_bf16_identity(g->gq, pv, USE_DX_DY);
+}
+
+/* Whether Q's, K's and V's dY fills of layer l are all bf16's own rne
+ * (gtq_use_bf16_identity), so dqkv_into_operands makes their bits. */
+static bool dqkv_identity(const gpu_model *g, int l) {
+  for (int kind : {SITE_Q, SITE_K, SITE_V})
+    for (int use : {USE_DX_DY, USE_DW_DY})
+      if (!gtq_use_bf16_identity(g->gq, site_index(g, l, kind), use)) return false;
+  return true;
+}
+
+/* Layer l's backward through Q, K and V from the fused kernel's float32
+ * dq, dk, dv under qkv_bf16 where dqkv_identity holds: dq and dk rounded to
+ * bf16 and rotated back on bf16 storage (act_round's and RoPE's bits)
+ * straight into Q's and K's dY slots, each just before its GEMMs (one dY
+ * buffer under lean activations); dv rounded by its fill (bf16's rne of dv,
+ * act_round's image).  Inside the caller's share region for ln1. */
+static void dqkv_into_operands(gpu_model *g, int l, const float *ln1) {
+  const model_config &c = g->cfg;
+  const int N = g->B * g->T, C = c.dim, hs = C / c.n_heads, KVC = c.n_kv_heads * hs;
+  const param_tensors &p = g->p, &gr = g->gr;
+  const grad_act_tensors &d = g->grad_acts;
+  for (int i = 0; i < 2; i++) { /* dq, then dk */
+    const int site = site_index(g, l, i ? SITE_K : SITE_Q), width = i ? KVC : C;
+    float *dx = i ? d.dk : d.dq;
+    gtq_bf16_fill w;
+    gtq_fill_bf16_slot(g->gq, site, USE_DX_DY, SLOT_DY, (size_t)N * width, nullptr, &w);
+    gtq_check(gpu_rope_bf16_storage_f32((uint16_t *)w.y, dx, g->rope_cos, g->rope_sin, g->B,
+                                        g->T, i ? c.n_kv_heads : c.n_heads, hs, true, g->s),
+              "RoPE backward (bf16 storage)");
+    gtq_fill_bf16_done(g->gq, site, USE_DX_DY, SLOT_DY);
+    linear_backward(g, d.dln, (i ? gr.wk : gr.wq) + (size_t)l * width * C, dx, ln1,
+                    (i ? p.wk : p.wq) + (size_t)l * width * C, N, C, width, site, i ? 1 : 0,
+                    true);
+  }
+  linear_backward(g, d.dln, gr.wv + (size_t)l * KVC * C, d.dv, ln1, p.wv + (size_t)l * KVC * C,
+                  N, C, KVC, site_index(g, l, SITE_V), 1);
+  g->act_fused += 3;
+}
+
 /* dv_amax: the word dv's amax is folded into (amax_word), or NULL. */
 /* out_bf16: O stored in bf16 (read in place of out), or NULL. */
+/* dO_bf16: the kernel's dO input made already (bf16 values that its fill
+ * would leave as they are: flash_do_identity), or NULL: dout's fill. */
 static void flash_backward(gpu_model *g, float *dq, float *dk, float *dv, const float *dout,
                            const float *out, const uint16_t *out_bf16, const float *lse,
                            const float *q, const float *k, const float *v, int l,
-                           unsigned int *dv_amax) {
+                           unsigned int *dv_amax, const __nv_bfloat16 *dO_bf16 = nullptr) {
   const model_config &c = g->cfg;
   const int N = g->B * g->T, hs = c.dim / c.n_heads, KVC = c.n_kv_heads * hs;
   const int qk = site_index(g, l, SITE_ATT_QK), pv = site_index(g, l, SITE_ATT_PV);
@@ -815,7 +1006,8 @@ static void flash_backward(gpu_model *g, float *dq, float *dk, float *dv, const 
   const __nv_bfloat16 *Q = kept(qk, USE_DW_X, SLOT_X, g->fq + l * BTC);
   const __nv_bfloat16 *K = kept(qk, USE_DX_W, SLOT_W, g->fk + l * BTK);
   const __nv_bfloat16 *V = kept(pv, USE_DX_W, SLOT_W, g->fv + l * BTK);
-  const __nv_bfloat16 *dO = flash_input(g, pv, USE_DX_DY, SLOT_DY, dout, N, c.dim, g->fdo);
+  const __nv_bfloat16 *dO =
+      dO_bf16 ? dO_bf16 : flash_input(g, pv, USE_DX_DY, SLOT_DY, dout, N, c.dim, g->fdo);
   flash_rounding p = {g->p_bits, {}};
   if (pv >= 0 && g->sites[pv].op[USE_FWD_X].enabled) p.round = g->sites[pv].op[USE_FWD_X].round;
   p.round.offset = g->p_offsets[l]; /* the forward's words for the same elements */
@@ -1010,6 +1202,24 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
            gtq_use_bf16_identity(g->gq, site_index(g, l, SITE_O), USE_DW_X);
     g->o_bf16 = ok;
   }
+  /* q, k, v in bf16 from their GEMMs into the fused kernel's plain inputs
+   * (qkv_into_flash_inputs): Q's, K's and V's forward operands plain bf16 */
+  if (act_bf16 && g->lean && bf16_storage_for_new && sites && flash &&
+      (C / c.n_heads) % 8 == 0) {
+    bool ok = true;
+    for (int l = 0; ok && l < c.n_layers; l++) {
+      for (int kind : {SITE_Q, SITE_K, SITE_V})
+        ok = ok && gtq_use_plain_bf16(g->gq, site_index(g, l, kind), USE_FWD_X) &&
+             gtq_use_plain_bf16(g->gq, site_index(g, l, kind), USE_FWD_W);
+      /* quantized attention: inputs whose fills leave bf16 values as they are */
+      const int qk = site_index(g, l, SITE_ATT_QK), pv = site_index(g, l, SITE_ATT_PV);
+      if (sites[qk].op[USE_FWD_X].enabled)
+        ok = ok && gtq_use_bf16_identity(g->gq, qk, USE_FWD_X) &&
+             gtq_use_bf16_identity(g->gq, qk, USE_FWD_W) &&
+             gtq_use_bf16_identity(g->gq, pv, USE_FWD_W);
+    }
+    g->qkv_bf16 = ok;
+  }
   if (g->o_bf16) act[ACT_ATTY] = L * BT * C / 2;
   if (g->mlp_bf16) { /* bf16 values: half a float32 piece each */
     act[ACT_H1] = act[ACT_H3] = L * BT * c.hidden / 2;
@@ -1069,6 +1279,8 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
     const size_t widest = (size_t)(c.hidden > c.vocab ? c.hidden : c.vocab);
     size_t n = BT * C;
     if (widest * C > n) n = widest * C;
+    /* and act_sum's three B T x C products in bf16 with a dW after them */
+    n = std::max(n, (kActSumTerms * BT * C + widest * C + 1) / 2);
     g->act_scratch = dalloc<float>(n);
     g->act_scratch_n = n;
     g->amax_unfolded = true;
@@ -1243,6 +1455,12 @@ extern "C" void gpu_model_set_rmsnorm_forward_unfused(gpu_model *g, bool on) {
 extern "C" unsigned long long gpu_model_rmsnorm_forward_fused(const gpu_model *g) {
   return g->rmsnorm_fwd_fused;
 }
+extern "C" void gpu_model_set_act_bf16_unfused(gpu_model *g, bool on) {
+  set_switch(g, &g->act_unfused, on, true, true);
+}
+extern "C" unsigned long long gpu_model_act_bf16_fused(const gpu_model *g) {
+  return g->act_fused;
+}
 extern "C" void gpu_model_set_amax_unfolded(gpu_model *g, bool on) {
   set_switch(g, &g->amax_unfolded, on, true, true);
 }
@@ -1311,15 +1529,23 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
         rmsnorm(ln1, a.ln1_rstd + (size_t)l * N, res, p.rms1 + (size_t)l * C, ln1_amax,
                 {sq, site_index(g, l, SITE_K), site_index(g, l, SITE_V)},
                 !g->lean || g->keep_ln1 || g->recompute_ln1);
-    linear_forward_act(g, q, nullptr, ln1, p.wq + (size_t)l * C * C, N, C, C, sq, ln1_amax,
-                       ln1_filled);
-    linear_forward_act(g, k, nullptr, ln1, p.wk + (size_t)l * KVC * C, N, C, KVC,
-                       site_index(g, l, SITE_K), ln1_amax);
-    linear_forward_act(g, v, nullptr, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC,
-                       site_index(g, l, SITE_V), ln1_amax);
+    const bool qkv_ready = g->qkv_bf16 && act_direct(g);
+    const __nv_bfloat16 *qkv_in[3] = {nullptr, nullptr, nullptr};
+    if (qkv_ready) {
+      qkv_into_flash_inputs(g, l, ln1, ln1_amax, ln1_filled, q, k, qkv_in);
+    } else {
+      linear_forward_act(g, q, nullptr, ln1, p.wq + (size_t)l * C * C, N, C, C, sq, ln1_amax,
+                         ln1_filled);
+      linear_forward_act(g, k, nullptr, ln1, p.wk + (size_t)l * KVC * C, N, C, KVC,
+                         site_index(g, l, SITE_K), ln1_amax);
+      linear_forward_act(g, v, nullptr, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC,
+                         site_index(g, l, SITE_V), ln1_amax);
+    }
     gtq_share_end(g->gq);
     const bool rope_in_flash = rope_fusable(g); /* RoPE rotates into the kernel's inputs */
-    if (g->act_bf16) { /* model.c's forward under activations = bf16, point by point */
+    if (qkv_ready) {
+      /* rotated into the kernel's inputs already */
+    } else if (g->act_bf16) { /* model.c's forward under activations = bf16, point by point */
       gpu_rope_forward_act_bf16(q, g->rope_cos, g->rope_sin, B, T, NH, hs, s);
       gpu_rope_forward_act_bf16(k, g->rope_cos, g->rope_sin, B, T, NKV, hs, s);
     } else if (!rope_in_flash) {
@@ -1329,7 +1555,7 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     unsigned int *atty_amax = nullptr; /* the materialised attention's output: cuBLAS's */
     if (g->o_bf16) { /* O rounded into bf16 storage, W_O's X as it is */
       flash_forward(g, g->o_f32, g->lse + (size_t)l * B * NH * T, q, k, v, l, nullptr,
-                    rope_in_flash);
+                    rope_in_flash, qkv_ready ? qkv_in : nullptr);
       uint16_t *o = bf16_at(a.atty, l, BTC);
       const exmy_rounding_opts rne = {};
       gtq_check(exmy_cuda_quantize_bf16(&g->bf16, &rne, g->o_f32, o, BTC, s), "O to bf16");
@@ -1342,7 +1568,7 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
       if (g->attention == GPU_ATTENTION_FLASH) {
         atty_amax = amax_word(g, l, AMAX_ATTY, {SITE_O}, USE_FWD_X);
         flash_forward(g, atty, g->lse + (size_t)l * B * NH * T, q, k, v, l, atty_amax,
-                      rope_in_flash);
+                      rope_in_flash, qkv_ready ? qkv_in : nullptr);
         act_round(g, atty, BTC); /* O, as FlashAttention writes it in bf16 */
       } else {
         attention_forward(g, atty, a.att + (size_t)l * B * NH * T * T, q, k, v, l);
@@ -1353,17 +1579,16 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
                          N, C, C, site_index(g, l, SITE_O), atty_amax);
       if (!g->act_bf16) pending_add = res;
     }
-    if (g->mlp_bf16) {
-      rmsnorm(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, ln2_amax, {-1},
-              true);
-      mlp_forward_bf16(g, l, res_out, res_mid, ln2, ln2_amax);
-      continue;
-    }
     gtq_share_begin(g->gq); /* W1 and W3 read ln2 */
     const int s1 = site_index(g, l, SITE_W1);
     const bool ln2_filled =
         rmsnorm(ln2, a.ln2_rstd + (size_t)l * N, res_mid, p.rms2 + (size_t)l * C, ln2_amax,
                 {s1, site_index(g, l, SITE_W3)}, !g->lean || g->keep_ln2 || g->recompute_ln2);
+    if (g->mlp_bf16) {
+      mlp_forward_bf16(g, l, res_out, res_mid, ln2, ln2_amax, ln2_filled);
+      gtq_share_end(g->gq);
+      continue;
+    }
     linear_forward(g, h1, ln2, p.w1 + (size_t)l * H * C, N, C, H, s1, ln2_amax, ln2_filled);
     linear_forward(g, h3, ln2, p.w3 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W3),
                    ln2_amax);
@@ -1471,7 +1696,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     }
     if (smooth) gpu_smooth_swiglu_scale_rows(d.dln, d.dres, h3, N, C, H, s);
     /* W2's output gradient (bf16 activations: bf16(d(res_out)) in dln) */
-    const float *dy_w2 = smooth ? d.dln : act_dy(g, d.dln, d.dres, BTC);
+    const float *dy_w2 = smooth ? d.dln : act_dy_for(g, site_index(g, l, SITE_W2), d.dln, d.dres, BTC);
     if (g->mlp_bf16) {
       mlp_backward_bf16(g, l, dy_w2, ln2);
     } else {
@@ -1486,33 +1711,45 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
       gpu_swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, BTH, s);
     /* dW1 and dW3 read ln2 along the tokens; the GEMMs between write dln */
     gtq_share_begin(g->gq);
+    act_sum_begin(g, d.dln);
     linear_backward(g, d.dln, gr.w1 + (size_t)l * H * C, d.dh1, ln2, p.w1 + (size_t)l * H * C,
                     N, C, H, site_index(g, l, SITE_W1), 0, fused);
     linear_backward(g, d.dln, gr.w3 + (size_t)l * H * C, d.dh3, ln2, p.w3 + (size_t)l * H * C,
                     N, C, H, site_index(g, l, SITE_W3), 1, fused);
+    act_sum_flush(g);
     gtq_share_end(g->gq);
     }
     unsigned int *dres_wo_amax = amax_word(g, l, AMAX_DRES_WO, {SITE_O}, USE_DX_DY);
     gpu_rmsnorm_backward(d.dres, gr.rms2 + (size_t)l * C, d.dln, res_mid,
                          p.rms2 + (size_t)l * C, a.ln2_rstd + (size_t)l * N, N, C, dres_wo_amax,
                          s);
-    const float *dy_o = act_dy(g, d.dln, d.dres, BTC); /* WO's output gradient */
+    /* WO's output gradient */
+    const float *dy_o = act_dy_for(g, site_index(g, l, SITE_O), d.dln, d.dres, BTC);
     const uint16_t *o_bf16 = g->o_bf16 ? bf16_at(a.atty, l, BTC) : nullptr;
+    /* the fused attention's dO: W_O's bf16 product itself where its input
+     * would be bf16's rne of it (act_sum_take), else datty */
+    const bool do_direct = g->attention == GPU_ATTENTION_FLASH && flash_do_identity(g, l);
+    if (do_direct) act_sum_begin(g, d.datty);
     linear_backward(g, d.datty, gr.wo + (size_t)l * C * C, dy_o, atty, p.wo + (size_t)l * C * C,
                     N, C, C, site_index(g, l, SITE_O), 0, false, dres_wo_amax, nullptr, o_bf16);
+    const __nv_bfloat16 *dO_bf16 =
+        do_direct ? (const __nv_bfloat16 *)act_sum_take(g) : nullptr;
     /* attention_backward accumulates dk and dv head by head (the fused kernel overwrites them) */
     if (g->attention == GPU_ATTENTION_MATERIALIZED) {
       gtq_check(cudaMemsetAsync(d.dk, 0, BTK * sizeof(float), s), "memset");
       gtq_check(cudaMemsetAsync(d.dv, 0, BTK * sizeof(float), s), "memset");
     }
     unsigned int *dv_amax = nullptr; /* the materialised attention's dv: cuBLAS's */
+    const bool dqkv_direct = g->qkv_bf16 && act_direct(g) && dqkv_identity(g, l);
     if (g->attention == GPU_ATTENTION_FLASH) {
       dv_amax = amax_word(g, l, AMAX_DV, {SITE_V}, USE_DX_DY);
       flash_backward(g, d.dq, d.dk, d.dv, d.datty, atty, o_bf16,
-                     g->lse + (size_t)l * B * NH * T, q, k, v, l, dv_amax);
-      act_round(g, d.dq, BTC); /* as written in bf16 (one head per key/value head) */
-      act_round(g, d.dk, BTK);
-      act_round(g, d.dv, BTK);
+                     g->lse + (size_t)l * B * NH * T, q, k, v, l, dv_amax, dO_bf16);
+      if (!dqkv_direct) {
+        act_round(g, d.dq, BTC); /* as written in bf16 (one head per key/value head) */
+        act_round(g, d.dk, BTK);
+        act_round(g, d.dv, BTK);
+      }
     } else {
       attention_backward(g, d.dq, d.dk, d.dv, d.datt, d.datty,
                          a.att + (size_t)l * B * NH * T * T, q, k, v, l);
@@ -1522,7 +1759,9 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     /* RoPE's backward rotating dq and dk into Q's and K's dY operands, each
      * just before its GEMMs (one dY buffer under lean activations) */
     const bool rope_dy = rope_fusable(g);
-    if (g->act_bf16) {
+    if (dqkv_direct) {
+      /* rotated in bf16 into Q's and K's dY below */
+    } else if (g->act_bf16) {
       gpu_rope_backward_act_bf16(d.dq, g->rope_cos, g->rope_sin, B, T, NH, hs, dq_amax, s);
       gpu_rope_backward_act_bf16(d.dk, g->rope_cos, g->rope_sin, B, T, NKV, hs, dk_amax, s);
     } else if (!rope_dy) {
@@ -1531,6 +1770,10 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     }
     const int sq = site_index(g, l, SITE_Q), sk = site_index(g, l, SITE_K);
     gtq_share_begin(g->gq); /* dWq, dWk and dWv read ln1 */
+    act_sum_begin(g, d.dln);
+    if (dqkv_direct) {
+      dqkv_into_operands(g, l, ln1);
+    } else {
     const bool dq_filled = rope_dy && rope_into_operand(g, sq, USE_DX_DY, USE_DW_DY, SLOT_DY, d.dq,
                                                         NH, true, nullptr, dq_amax);
     linear_backward(g, d.dln, gr.wq + (size_t)l * C * C, d.dq, ln1, p.wq + (size_t)l * C * C,
@@ -1542,6 +1785,8 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     linear_backward(g, d.dln, gr.wv + (size_t)l * KVC * C, d.dv, ln1,
                     p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V), 1, false,
                     dv_amax);
+    }
+    act_sum_flush(g);
     gtq_share_end(g->gq);
     gpu_rmsnorm_backward(d.dres, gr.rms1 + (size_t)l * C, d.dln, res, p.rms1 + (size_t)l * C,
                          a.ln1_rstd + (size_t)l * N, N, C, dres_amax(l - 1), s);

@@ -168,6 +168,15 @@ unsigned long long gpu_model_swiglu_forward_fused(const gpu_model *g);
  * count is of RMSNorms so written. */
 void gpu_model_set_rmsnorm_forward_unfused(gpu_model *g, bool on);
 unsigned long long gpu_model_rmsnorm_forward_fused(const gpu_model *g);
+/* The same for bf16 activations' operands made by their producers where
+ * the fills would leave them as they are: with the fused attention on plain
+ * bf16 inputs, q, k and v written in bf16 by their GEMMs, q and k rotated
+ * in bf16 into the kernel's inputs, dq and dk rotated back in bf16 into Q's
+ * and K's dY, dv rounded by its fill alone; W2's and WO's dY filled from the
+ * residual gradient itself.  On = the float32 tensors, RoPE on them, the
+ * rounding passes and the fills; the count is of tensors so made. */
+void gpu_model_set_act_bf16_unfused(gpu_model *g, bool on);
+unsigned long long gpu_model_act_bf16_fused(const gpu_model *g);
 /* For tests: on = every fill under per-tensor current scaling runs its own
  * amax pass, never takes the amax that the layer writing its tensor folded
  * as it wrote it (RMSNorm's forward and backward, SwiGLU's forward, RoPE's

@@ -546,6 +546,56 @@ START_TEST(add_bf16) {
 }
 END_TEST
 
+/* gpu_sum_bf16 against gpu_add_bf16 chained (y = x0, then y += x1, y += x2):
+ * one, two and three terms, vector and scalar paths, specials (NaN,
+ * infinities of both signs, -0, subnormals, the largest finite values, so
+ * that sums overflow): bit for bit. */
+START_TEST(sum_bf16) {
+  enum { N = 4096 + 8 };
+  static const uint16_t special[] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x0001,
+                                     0x8001, 0x7f7f, 0xff7f, 0x3f80, 0xbf80};
+  uint16_t *x[3];
+  uint16_t *d_x[3];
+  uint64_t seed = 91;
+  for (int t = 0; t < 3; t++) {
+    x[t] = malloc(N * sizeof(uint16_t));
+    for (size_t i = 0; i < N; i++) {
+      const uint64_t r = splitmix64(&seed);
+      x[t][i] = i % 4 == (size_t)t ? special[r % (sizeof special / sizeof *special)] : (uint16_t)r;
+    }
+    d_x[t] = dev_alloc((N + 8) * sizeof(uint16_t));
+  }
+  float *want = malloc(N * sizeof(float)), *got = malloc(N * sizeof(float));
+  float *d_w = dev_alloc((N + 8) * sizeof(float)), *d_y = dev_alloc((N + 8) * sizeof(float));
+  for (int offset = 0; offset <= 1; offset++) { /* 0: vector path, 1: scalar path */
+    const size_t n = N - offset;
+    for (int t = 0; t < 3; t++) to_dev(d_x[t] + offset, x[t], n * sizeof(uint16_t));
+    for (int terms = 1; terms <= 3; terms++) {
+      gpu_add_bf16(d_w + offset, NULL, d_x[0] + offset, n, 0);
+      for (int t = 1; t < terms; t++) gpu_add_bf16(d_w + offset, d_w + offset, d_x[t] + offset, n, 0);
+      gpu_sum_bf16(d_y + offset, d_x[0] + offset, terms > 1 ? d_x[1] + offset : NULL,
+                   terms > 2 ? d_x[2] + offset : NULL, n, 0);
+      LAUNCHED();
+      to_host(want, d_w + offset, n * sizeof(float));
+      to_host(got, d_y + offset, n * sizeof(float));
+      size_t bad = 0;
+      for (size_t i = 0; i < n; i++)
+        bad += isnan(want[i]) ? !isnan(got[i]) : memcmp(&want[i], &got[i], sizeof(float)) != 0;
+      printf("  %-26s %s path, %d terms: %zu of %zu differ\n", "sum_bf16",
+             offset ? "scalar" : "vector", terms, bad, n);
+      ck_assert_msg(bad == 0, "sum_bf16 (%s path, %d terms): %zu of %zu differ",
+                    offset ? "scalar" : "vector", terms, bad, n);
+    }
+  }
+  for (int t = 0; t < 3; t++) {
+    CU(cudaFree(d_x[t]));
+    free(x[t]);
+  }
+  CU(cudaFree(d_w)); CU(cudaFree(d_y));
+  free(want); free(got);
+}
+END_TEST
+
 /* The fused SwiGLU backward's inputs for shape si: n elements (the shape's
  * N x H + 3, a ragged tail), with NaN, infinities, overflow and subnormals in
  * dout, on the host and on the device. */
@@ -767,14 +817,88 @@ START_TEST(swiglu_forward_bf16) {
 }
 END_TEST
 
+/* RoPE of bf16 activations on bf16 storage (gpu_rope_bf16_storage) against
+ * the float32-storage kernels on the same bf16 values, forward and backward,
+ * heads of 8, 32 and 64, in place and not, NaN, infinities and overflowing
+ * rotations planted: bit for bit; from float32 (gpu_rope_bf16_storage_f32)
+ * against an act_round pass (bf16 rne) and the float32 kernel; a head size
+ * not a multiple of 8 refused. */
+START_TEST(rope_bf16_storage) {
+  static const int head_sizes[] = {8, 32, 64};
+  enum { B = 2, T = 37, NH = 3 };
+  for (size_t hi = 0; hi < sizeof head_sizes / sizeof head_sizes[0]; hi++) {
+    const int hs = head_sizes[hi];
+    const size_t n = (size_t)B * T * NH * hs;
+    rope_table_pair tab = rope_tables_on_both(T, hs);
+    float *x = rand_floats(n, -4, 4, 900 + hi), *wide = malloc(n * sizeof(float));
+    x[1] = NAN, x[2] = INFINITY, x[5] = 3e38f, x[6] = 3e38f, x[9] = -1e-39f;
+    uint16_t *xb = malloc(n * 2), *got = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) { /* bf16 values, rne */
+      uint32_t u;
+      memcpy(&u, &x[i], 4);
+      xb[i] = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+      if (x[i] != x[i]) xb[i] = 0x7FC0;
+      u = (uint32_t)xb[i] << 16;
+      memcpy(&wide[i], &u, 4);
+    }
+    float *d_w = dev_alloc(n * sizeof(float));
+    uint16_t *d_x = dev_from(xb, n * 2), *d_y = dev_alloc(n * 2);
+    float *d_x32 = dev_from(x, n * sizeof(float));
+    const exmy_rounding_opts rne = {0};
+    exmy_format bf;
+    ck_assert_int_eq(exmy_format_parse("bf16", &bf), 0);
+    for (int backward = 0; backward < 2; backward++)
+      for (int in_place = 0; in_place < 3; in_place++) { /* 2: from float32 */
+        to_dev(d_w, wide, n * sizeof(float));
+        to_dev(d_x, xb, n * 2);
+        if (in_place == 2) CU(exmy_cuda_quantize_f32(&bf, &rne, d_x32, d_w, n, 0));
+        if (backward)
+          gpu_rope_backward_act_bf16(d_w, tab.d_cs, tab.d_sn, B, T, NH, hs, NULL, 0);
+        else
+          gpu_rope_forward_act_bf16(d_w, tab.d_cs, tab.d_sn, B, T, NH, hs, 0);
+        uint16_t *out = in_place == 1 ? d_x : d_y;
+        if (in_place == 2)
+          CU(gpu_rope_bf16_storage_f32(out, d_x32, tab.d_cs, tab.d_sn, B, T, NH, hs, backward, 0));
+        else
+          CU(gpu_rope_bf16_storage(out, d_x, tab.d_cs, tab.d_sn, B, T, NH, hs, backward, 0));
+        LAUNCHED();
+        float *want = malloc(n * sizeof(float));
+        to_host(want, d_w, n * sizeof(float));
+        to_host(got, out, n * 2);
+        size_t d = 0;
+        for (size_t i = 0; i < n; i++) {
+          uint32_t u;
+          memcpy(&u, &want[i], 4);
+          const bool nan_w = want[i] != want[i], nan_g = (got[i] & 0x7F80) == 0x7F80 &&
+                                                         (got[i] & 0x7F);
+          d += nan_w ? !nan_g : (u & 0xFFFFu) != 0 || (uint16_t)(u >> 16) != got[i];
+        }
+        printf("  %-26s hs %-3d %s%s: %zu of %zu differ\n", "rope_bf16_storage", hs,
+               backward ? "backward" : "forward",
+               in_place == 2 ? " from float32" : in_place ? " in place" : "", d, n);
+        ck_assert_msg(d == 0, "rope_bf16_storage hs %d backward %d in place %d: %zu differ", hs,
+                      backward, in_place, d);
+        free(want);
+      }
+    ck_assert_int_eq(gpu_rope_bf16_storage(d_y, d_x, tab.d_cs, tab.d_sn, B, T, NH * 2, hs / 2 + 2,
+                                           false, 0),
+                     cudaErrorInvalidValue);
+    CU(cudaFree(d_w)); CU(cudaFree(d_x)); CU(cudaFree(d_y)); CU(cudaFree(d_x32));
+    rope_tables_free(tab);
+    free(x); free(wide); free(xb); free(got);
+  }
+}
+END_TEST
+
 /* RMSNorm written straight into its bf16 operand image (ln1, ln2, lnf: the X
  * of the GEMMs that read them) against the unfused path (gpu_rmsnorm_forward
  * or gpu_add_rmsnorm_forward, then the fill's pass): in the fill's modes and
  * under delayed scaling (three steps), with and without the residual add and
- * the float32 output, at C of one, three, a partial and eight 256-column
- * tiles, rows with NaN, an infinity, an overflowing sum of squares and
- * subnormal outputs planted: images, float32 outputs, rstd, the sums and
- * the states bit for bit; C not a multiple of 8 refused. */
+ * the float32 output, at C of 256, 768, 1000 (lanes with fewer elements)
+ * and 1024 (the widest staged), rows with NaN, an infinity, an overflowing
+ * sum of squares and subnormal outputs planted: images, float32 outputs,
+ * rstd, the sums and the states bit for bit; C not a multiple of 8, or
+ * wider than 1024, refused. */
 START_TEST(rmsnorm_forward_bf16) {
   static const struct {
     const char *format;
@@ -786,7 +910,7 @@ START_TEST(rmsnorm_forward_bf16) {
       {"e8m5", EXMY_SR, true, true, false},    {"e4m3", EXMY_RNA, false, false, false},
       {"e4m3", EXMY_RNE, true, false, true},   {"e5m2", EXMY_SR, true, false, true},
   };
-  static const int widths[] = {256, 768, 1000, 2048};
+  static const int widths[] = {256, 768, 1000, 1024};
   enum { N = 37, STEPS = 3 };
   for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
     const int C = widths[wi];
@@ -882,6 +1006,9 @@ START_TEST(rmsnorm_forward_bf16) {
     ck_assert_int_eq(exmy_format_parse("bf16", &g), 0);
     ck_assert_int_eq(gpu_rmsnorm_forward_bf16(d_img2, NULL, d_r2, d_x2, NULL, d_w, N, C - 4, &g,
                                               &o, NULL, 0),
+                     cudaErrorInvalidValue);
+    ck_assert_int_eq(gpu_rmsnorm_forward_bf16(d_img2, NULL, d_r2, d_x2, NULL, d_w, N / 2, 1032,
+                                              &g, &o, NULL, 0),
                      cudaErrorInvalidValue);
     ck_assert_int_eq(exmy_format_parse("e3m2", &g), 0);
     ck_assert_int_eq(gpu_rmsnorm_forward_bf16(d_img2, NULL, d_r2, d_x2, NULL, d_w, N, C, &g, &o,
@@ -2085,7 +2212,8 @@ int main(void) {
                                 swiglu_and_add, swiglu_backward_bf16, swiglu_backward_bf16_scaled,
                                 causal_softmax, crossentropy, sumsq,  adamw,
                                 adamw_coat,     scale_120m,   add_bf16,     swiglu_forward_bf16,
-                                rope_bf16,      rmsnorm_forward_bf16, NULL};
+                                rope_bf16,      rmsnorm_forward_bf16, rope_bf16_storage,
+                                sum_bf16,       NULL};
   Suite *s = suite_of("gpu_layers", 300, tests);
   /* after the others; on its own: CK_RUN_CASE=adamw_fold */
   TCase *tc = tcase_create("adamw_fold");

@@ -561,6 +561,10 @@ static const model_fusion rope_fusion = {"rope fusion", gpu_model_set_rope_unfus
 static const model_fusion rmsnorm_forward_fusion = {"rmsnorm forward fusion",
                                                     gpu_model_set_rmsnorm_forward_unfused,
                                                     gpu_model_rmsnorm_forward_fused};
+/* bf16 activations' operands made by their producers (counted per tensor) */
+static const model_fusion act_bf16_fusion = {"bf16 activations' operands",
+                                             gpu_model_set_act_bf16_unfused,
+                                             gpu_model_act_bf16_fused};
 /* current scaling's fills taking the amax their tensor's producer folded
  * (counted per fill) */
 static const model_fusion amax_folding = {"amax folding", gpu_model_set_amax_unfolded,
@@ -654,6 +658,8 @@ static const char *const fusion_e4m3_delayed[] = {"format_w=e4m3", "format_a=e4m
                                                   "amax_history=4", "saturate=1", NULL};
 static const char *const fusion_mx[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
                                         "scaling=mx", NULL};
+static const char *const act_bf16_bf16[] = {"format_w=bf16", "format_a=bf16", "format_g=bf16",
+                                            "activations=bf16", NULL};
 
 START_TEST(model_swiglu_fusion_bit_identical) {
   const char *const *bf16 = fusion_bf16, *const *e8m3_sr = fusion_e8m3_sr, *const *fp8 = fusion_fp8,
@@ -750,6 +756,33 @@ START_TEST(model_rmsnorm_forward_fusion_bit_identical) {
   fusion_same_bits(fu, e8m3_sr, NULL, 2, 0, "tiny", flash);
   fusion_same_bits(fu, NULL, "fp8-te", 2, 0, "tiny", flash);
   fusion_same_bits(fu, NULL, "msamp-o1", 0, 0, "tiny", flash);
+  /* bf16 activations: ln2's image W1's X on bf16 storage too */
+  fusion_same_bits(fu, act_bf16_bf16, NULL, 2, 0, "tiny", flash);
+  fusion_same_bits(fu, act_bf16_bf16, NULL, 2, 0, "test", mat);
+}
+END_TEST
+
+/* The same for bf16 activations' operands made by their producers (bf16
+ * operands, lean activations): with the fused attention on plain bf16
+ * inputs or on attention operands quantized to bf16 (the bf16 recipe), q, k
+ * and v from their GEMMs in bf16, q and k rotated on bf16 storage into the
+ * kernel's inputs, and dq, dk rotated back into Q's and K's dY slots, dv
+ * rounded by its fill alone (6 tensors a layer), and dO taken as W_O's
+ * bf16 product (1); W2's and WO's dY filled from the float32 residual
+ * gradient, not from a rounded copy (2), and the dX sums of W1 and W3 and of
+ * Q, K and V added from their bf16 products in one pass (2): 11 a layer, 4
+ * with the materialised attention -- against the float32 tensors, RoPE on
+ * them, the rounding passes, the fills and the sums pass by pass; none
+ * under float32 activations. */
+START_TEST(model_act_bf16_operands_bit_identical) {
+  const gpu_attention_kind mat = GPU_ATTENTION_MATERIALIZED, flash = GPU_ATTENTION_FLASH;
+  static const char *const act_bf16_attention[] = {"format_w=bf16", "format_a=bf16",
+                                                   "format_g=bf16", "quant_attention=1",
+                                                   "quant_lm_head=1", "activations=bf16", NULL};
+  fusion_same_bits(&act_bf16_fusion, act_bf16_bf16, NULL, 11, 0, "tiny", flash);
+  fusion_same_bits(&act_bf16_fusion, act_bf16_attention, NULL, 11, 0, "tiny", flash);
+  fusion_same_bits(&act_bf16_fusion, act_bf16_bf16, NULL, 4, 0, "test", mat);
+  fusion_same_bits(&act_bf16_fusion, fusion_bf16, NULL, 0, 0, "tiny", flash);
 }
 END_TEST
 
@@ -1908,7 +1941,8 @@ int main(void) {
                                 model_bf16_storage_bit_identical,
                                 model_swiglu_forward_fusion_bit_identical,
                                 model_rope_fusion_bit_identical,
-                                model_rmsnorm_forward_fusion_bit_identical, NULL};
+                                model_rmsnorm_forward_fusion_bit_identical,
+                                model_act_bf16_operands_bit_identical, NULL};
   Suite *s = suite_of_loop("trainer_gpu", 600, operands_match_cpu, N_RECIPES, tests);
   TCase *tc = tcase_create("along_k");
   tcase_set_timeout(tc, 600);

@@ -312,12 +312,14 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kRmsnormBf16MaxC = 1024;
 
 /* dx += r (dy w - x k), k = r^2 mean(dy w x), for one row (one warp); the
- * values written folded into m.  dx is read with x and dy, before the sum
- * that the second pass waits for. */
+ * values written folded into m, and written rounded to bf16 (rne: the bits
+ * of the unscaled bf16 fill's pass over dx) into img where it is not NULL.
+ * dx is read with x and dy, before the sum that the second pass waits for. */
 template <int J>
 __device__ __forceinline__ void rmsnorm_dinp_row(float *dx, const RowValues<J> &x,
                                                  const RowValues<J> &dy, const float *w, float r,
-                                                 int lane, int C, float &m) {
+                                                 int lane, int C, float &m,
+                                                 __nv_bfloat16 *img) {
   const RowValues<J> dx0(dx, lane, C);
   float dot = 0;
   row_each<J>(lane, C, [&](int j, int c) {
@@ -329,6 +331,7 @@ __device__ __forceinline__ void rmsnorm_dinp_row(float *dx, const RowValues<J> &
     const float v = __fadd_rn(
         dx0(j, c), __fmul_rn(r, __fsub_rn(__fmul_rn(dy(j, c), w[c]), __fmul_rn(x(j, c), k))));
     dx[c] = v;
+    if (img) img[c] = __float2bfloat16_rn(v);
     fold_finite_amax(v, m);
   });
 }
@@ -336,15 +339,16 @@ __device__ __forceinline__ void rmsnorm_dinp_row(float *dx, const RowValues<J> &
 /* dinp (rmsnorm_dinp_row) one warp per row, rows read from memory at each
  * pass (any C; rows held in registers take rmsnorm_backward_fused_kernel);
  * the amax of dinp after the addition folded into *amax (NULL: not wanted). */
-__global__ void rmsnorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
-                                             const float *w, const float *rstd, int N, int C,
-                                             unsigned int *amax) {
+__global__ void rmsnorm_backward_dinp_kernel(float *dinp, __nv_bfloat16 *img, const float *dout,
+                                             const float *inp, const float *w, const float *rstd,
+                                             int N, int C, unsigned int *amax) {
   const int lane = threadIdx.x & 31;
   const long row = (long)blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   float m = 0.0f;
   if (row < N) {
     const RowValues<0> x(inp + (size_t)row * C, lane, C), dy(dout + (size_t)row * C, lane, C);
-    rmsnorm_dinp_row<0>(dinp + (size_t)row * C, x, dy, w, rstd[row], lane, C, m);
+    rmsnorm_dinp_row<0>(dinp + (size_t)row * C, x, dy, w, rstd[row], lane, C, m,
+                        img ? img + (size_t)row * C : nullptr);
   }
   fold_output_amax(m, amax);
 }
@@ -361,9 +365,10 @@ constexpr int DW_ROWS = 128, DW_GROUPS = 8;
  * its order, the same bits, without reading dy and x again. */
 template <int J>
 __global__ void __launch_bounds__(32 * DW_GROUPS)
-    rmsnorm_backward_fused_kernel(float *dinp, float *partial, const float *dout,
-                                  const float *inp, const float *w, const float *rstd, int N,
-                                  int C, int chunks, unsigned int *amax) {
+    rmsnorm_backward_fused_kernel(float *dinp, __nv_bfloat16 *img, float *partial,
+                                  const float *dout, const float *inp, const float *w,
+                                  const float *rstd, int N, int C, int chunks,
+                                  unsigned int *amax) {
   extern __shared__ float sums[]; /* DW_GROUPS x C */
   const int lane = threadIdx.x & 31, grp = threadIdx.x / 32;
   float m = 0.0f;
@@ -375,7 +380,8 @@ __global__ void __launch_bounds__(32 * DW_GROUPS)
     for (int row = r0 + grp; row < r1; row += DW_GROUPS) {
       const RowValues<J> x(inp + (size_t)row * C, lane, C), dy(dout + (size_t)row * C, lane, C);
       const float r = rstd[row];
-      rmsnorm_dinp_row<J>(dinp + (size_t)row * C, x, dy, w, r, lane, C, m);
+      rmsnorm_dinp_row<J>(dinp + (size_t)row * C, x, dy, w, r, lane, C, m,
+                          img ? img + (size_t)row * C : nullptr);
       row_each<J>(lane, C, [&](int j, int c) {
         acc[j] = __fadd_rn(acc[j], __fmul_rn(__fmul_rn(dy(j, c), x(j, c)), r));
       });
@@ -615,6 +621,39 @@ __device__ __forceinline__ void store_bf16x8(uint16_t *p, size_t i, const bf16x8
   reinterpret_cast<uint4 *>(p)[i] = *reinterpret_cast<const uint4 *>(&x);
 }
 
+/* silu_sigmoid of every bf16 value, indexed by its bits (sigmoid_table_kernel
+ * writes it with the function itself, so a lookup is the same float): the
+ * bf16-storage SwiGLU kernels read it in place of the double-precision
+ * sigmoid, whose arithmetic bound them.  Built once per device
+ * (ensure_sigmoid_table). */
+__device__ float sigmoid_of_bf16[1 << 16];
+
+__global__ void sigmoid_table_kernel() {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < (1u << 16)) sigmoid_of_bf16[i] = silu_sigmoid(__uint_as_float(i << 16));
+}
+
+constexpr int kMaxDevices = 64;
+bool sigmoid_table_built[kMaxDevices];
+
+/* Builds the table on the current device before the first kernel that reads
+ * it (stream order); during a graph capture the build goes into the graph
+ * and is not taken as done. */
+static void ensure_sigmoid_table(cudaStream_t s) {
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev >= 0 && dev < kMaxDevices && sigmoid_table_built[dev]) return;
+  sigmoid_table_kernel<<<(1 << 16) / kThreads, kThreads, 0, s>>>();
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &st) == cudaSuccess && st == cudaStreamCaptureStatusNone &&
+      dev >= 0 && dev < kMaxDevices)
+    sigmoid_table_built[dev] = true;
+}
+
+__device__ __forceinline__ float sigmoid_lookup(__nv_bfloat16 a) {
+  return __ldg(&sigmoid_of_bf16[__bfloat16_as_ushort(a)]);
+}
+
 __global__ void swiglu_forward_bf16_storage_kernel(uint16_t *out, const uint16_t *h1,
                                                    const uint16_t *h3, size_t n8) {
   for (size_t i = global_index(); i < n8; i += global_stride()) {
@@ -622,8 +661,8 @@ __global__ void swiglu_forward_bf16_storage_kernel(uint16_t *out, const uint16_t
     bf16x8 o;
 #pragma unroll
     for (int j = 0; j < 8; j++)
-      o.v[j] = __float2bfloat16_rn(swiglu_forward_act_bf16_element(__bfloat162float(a.v[j]),
-                                                                   __bfloat162float(b.v[j])));
+      o.v[j] = __float2bfloat16_rn(swiglu_forward_act_bf16_sig(
+          __bfloat162float(a.v[j]), sigmoid_lookup(a.v[j]), __bfloat162float(b.v[j])));
     store_bf16x8(out, i, o);
   }
 }
@@ -637,8 +676,8 @@ __global__ void swiglu_backward_bf16_storage_kernel(uint16_t *dh1, uint16_t *dh3
 #pragma unroll
     for (int j = 0; j < 8; j++) {
       float g1, g3;
-      swiglu_backward_act_bf16_element(__bfloat162float(d.v[j]), __bfloat162float(a.v[j]),
-                                       __bfloat162float(b.v[j]), &g1, &g3);
+      swiglu_backward_act_bf16_sig(__bfloat162float(d.v[j]), __bfloat162float(a.v[j]),
+                                   sigmoid_lookup(a.v[j]), __bfloat162float(b.v[j]), &g1, &g3);
       o1.v[j] = __float2bfloat16_rn(g1);
       o3.v[j] = __float2bfloat16_rn(g3);
     }
@@ -1319,7 +1358,14 @@ void gpu_rmsnorm_set_rows_in_registers(bool on) { rmsnorm_rows_in_registers = on
 void gpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
                           const float *w, const float *rstd, int N, int C, unsigned int *amax,
                           cudaStream_t s) {
+  gpu_rmsnorm_backward_bf16(dinp, nullptr, dw, dout, inp, w, rstd, N, C, amax, s);
+}
+
+void gpu_rmsnorm_backward_bf16(float *dinp, void *dinp_bf16, float *dw, const float *dout,
+                               const float *inp, const float *w, const float *rstd, int N, int C,
+                               unsigned int *amax, cudaStream_t s) {
   if (N <= 0 || C <= 0) return;
+  __nv_bfloat16 *img = (__nv_bfloat16 *)dinp_bf16;
   const int chunks = (N + DW_ROWS - 1) / DW_ROWS;
   float *partial = (float *)cached_scratch(&dw_scratch, &dw_scratch_cap,
                                            (size_t)chunks * C * sizeof(float));
@@ -1329,10 +1375,10 @@ void gpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float
     if constexpr (kJ > 0) {
       rmsnorm_backward_fused_kernel<kJ>
           <<<chunk_blocks, 32 * DW_GROUPS, sizeof(float) * DW_GROUPS * C, s>>>(
-              dinp, partial, dout, inp, w, rstd, N, C, chunks, amax);
+              dinp, img, partial, dout, inp, w, rstd, N, C, chunks, amax);
     } else {
       rmsnorm_backward_dinp_kernel<<<warp_per_row_grid(N), 32 * kWarpsPerBlock, 0, s>>>(
-          dinp, dout, inp, w, rstd, N, C, amax);
+          dinp, img, dout, inp, w, rstd, N, C, amax);
       rmsnorm_dw_partial_kernel<<<dim3((C + 31) / 32, chunk_blocks), dim3(32, DW_GROUPS), 0, s>>>(
           partial, dout, inp, rstd, N, C, chunks);
     }
@@ -1396,6 +1442,7 @@ cudaError_t gpu_swiglu_forward_bf16_storage(uint16_t *out, const uint16_t *h1,
                                             const uint16_t *h3, size_t n, cudaStream_t s) {
   if (!bf16_storage_ok(n, {out, h1, h3})) return cudaErrorInvalidValue;
   if (!n) return cudaSuccess;
+  ensure_sigmoid_table(s);
   swiglu_forward_bf16_storage_kernel<<<elementwise_grid(n / 8), kThreads, 0, s>>>(out, h1, h3,
                                                                                   n / 8);
   return cudaGetLastError();
@@ -1406,6 +1453,7 @@ cudaError_t gpu_swiglu_backward_bf16_storage(uint16_t *dh1, uint16_t *dh3, const
                                              cudaStream_t s) {
   if (!bf16_storage_ok(n, {dh1, dh3, dout, h1, h3})) return cudaErrorInvalidValue;
   if (!n) return cudaSuccess;
+  ensure_sigmoid_table(s);
   swiglu_backward_bf16_storage_kernel<<<elementwise_grid(n / 8), kThreads, 0, s>>>(
       dh1, dh3, dout, h1, h3, n / 8);
   return cudaGetLastError();

@@ -56,6 +56,13 @@ void gpu_add_rmsnorm_forward(float *out, float *rstd, float *inp, const float *a
 void gpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,
                           const float *w, const float *rstd, int N, int C, unsigned int *amax,
                           cudaStream_t s);
+/* The same, and dinp after the addition written rounded to bf16 (rne, as
+ * exmy_cuda_quantize_bf16 rounds it into plain bf16: the unscaled bf16 fill
+ * of the GEMMs that read it as their dY) into dinp_bf16 (N x C bf16 values;
+ * NULL: not written). */
+void gpu_rmsnorm_backward_bf16(float *dinp, void *dinp_bf16, float *dw, const float *dout,
+                               const float *inp, const float *w, const float *rstd, int N, int C,
+                               unsigned int *amax, cudaStream_t s);
 /* For tests: off = the RMSNorm kernels read each row from memory at every
  * pass (any C), never hold it in registers (rows up to 1024, the default);
  * the same bits either way. */

@@ -148,6 +148,8 @@ struct gpu_model {
   bool swiglu_fwd_unfused;             /* gpu_model_set_swiglu_forward_unfused */
   unsigned long long swiglu_fwd_fused; /* layers whose forward took swiglu_forward_fused */
   bool rmsnorm_fwd_unfused;             /* gpu_model_set_rmsnorm_forward_unfused */
+  bool dres_unfused;                    /* gpu_model_set_dres_unfused */
+  unsigned long long dres_fused;        /* images dres_into_dy gave */
   /* bf16 activations, the fused attention on inputs of bf16 values: q, k
    * and v written in bf16 by their GEMMs, q and k rotated in bf16 into the
    * kernel's inputs (qkv_into_flash_inputs), and dq, dk rotated in bf16
@@ -521,11 +523,13 @@ static void mlp_forward_bf16(gpu_model *g, int l, float *res_out, const float *r
   gemm_act(g, false, true, N, C, H, x, wq, res_out, res_mid); /* res_mid + bf16(hg W2^T) */
 }
 
-/* Its backward from W2's output gradient dy_w2 (bf16 values, float32):
+/* Its backward from W2's output gradient dy_w2 (bf16 values, float32; or
+ * W2's dY slot filled already where dy_filled: dres_into_dy):
  * dhg = bf16(dY W2) from the GEMM in bf16, dW2 += bf16(dY^T hg), SwiGLU's
  * backward into dh1 and dh3 in bf16, and W1's and W3's backward reading
  * them as they are; dX into dln. */
-static void mlp_backward_bf16(gpu_model *g, int l, const float *dy_w2, const float *ln2) {
+static void mlp_backward_bf16(gpu_model *g, int l, const float *dy_w2, const float *ln2,
+                              bool dy_filled) {
   const model_config &c = g->cfg;
   const int N = g->B * g->T, C = c.dim, H = c.hidden;
   const size_t BTH = (size_t)N * H;
@@ -540,7 +544,9 @@ static void mlp_backward_bf16(gpu_model *g, int l, const float *dy_w2, const flo
             s2 = site_index(g, l, SITE_W2);
   const float *w1 = p.w1 + (size_t)l * H * C, *w3 = p.w3 + (size_t)l * H * C,
               *w2 = p.w2 + (size_t)l * C * H;
-  gtq_operand dy = fill_operand(g, s2, USE_DX_DY, SLOT_DY, dy_w2, N, C, nullptr);
+  gtq_operand dy = dy_filled
+                       ? gtq_operand_for_gemm(g->gq, s2, USE_DX_DY, SLOT_DY, REUSE, dy_w2, C, N, C)
+                       : fill_operand(g, s2, USE_DX_DY, SLOT_DY, dy_w2, N, C, nullptr);
   gtq_operand wq = gtq_operand_for_gemm(g->gq, s2, USE_DX_W, SLOT_W, REUSE, w2, H, C, H);
   gtq_gemm_bf16_out(g->gq, false, false, N, H, C, dy, wq, dhg, H);
   gtq_operand dy2 = gtq_operand_for_gemm(g->gq, s2, USE_DW_DY, SLOT_DY, REUSE, dy_w2, C, N, C);
@@ -558,6 +564,24 @@ static void mlp_backward_bf16(gpu_model *g, int l, const float *dy_w2, const flo
                     N, C, H, i ? s3 : s1, i ? 1.0f : 0.0f, false, nullptr, i ? dh3 : dh1);
   act_sum_flush(g);
   gtq_share_end(g->gq);
+}
+
+/* Where RMSNorm's backward writes the residual gradient dres (n values) as
+ * the bf16 dY of `site` (W2's or W_O's: gpu_rmsnorm_backward_bf16), when
+ * that dY's fills are bf16's own rne of dres (gtq_use_bf16_identity, both
+ * uses; outside statistics steps: gtq_fusable_bf16): the slot, reserved as
+ * the fill would reserve it, whose GEMMs then take it as filled; else NULL
+ * (the fill's pass). */
+static void *dres_into_dy(gpu_model *g, int site, size_t n) {
+  if (site < 0 || g->dres_unfused || !gtq_fusable_bf16(g->gq, site, USE_DX_DY, USE_DW_DY) ||
+      !gtq_use_bf16_identity(g->gq, site, USE_DX_DY) ||
+      !gtq_use_bf16_identity(g->gq, site, USE_DW_DY))
+    return nullptr;
+  gtq_bf16_fill w;
+  gtq_fill_bf16_slot(g->gq, site, USE_DX_DY, SLOT_DY, n, nullptr, &w);
+  gtq_fill_bf16_done(g->gq, site, USE_DX_DY, SLOT_DY);
+  g->dres_fused++;
+  return w.y;
 }
 
 /* SwiGLU's forward writing hg straight into W2's X slot as its bf16
@@ -1455,6 +1479,10 @@ extern "C" void gpu_model_set_rmsnorm_forward_unfused(gpu_model *g, bool on) {
 extern "C" unsigned long long gpu_model_rmsnorm_forward_fused(const gpu_model *g) {
   return g->rmsnorm_fwd_fused;
 }
+extern "C" void gpu_model_set_dres_unfused(gpu_model *g, bool on) {
+  set_switch(g, &g->dres_unfused, on, false, true);
+}
+extern "C" unsigned long long gpu_model_dres_fused(const gpu_model *g) { return g->dres_fused; }
 extern "C" void gpu_model_set_act_bf16_unfused(gpu_model *g, bool on) {
   set_switch(g, &g->act_unfused, on, true, true);
 }
@@ -1663,8 +1691,12 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
   linear_backward(g, d.dln, gr.lm_head, dlogits, a.lnf, p.lm_head, N, C, V, site_index(g, L, 0),
                   0);
   gtq_check(cudaMemsetAsync(d.dres, 0, BTC * sizeof(float), s), "memset");
-  gpu_rmsnorm_backward(d.dres, gr.rmsf, d.dln, a.res + L * BTC, p.rmsf, a.lnf_rstd, N, C,
-                       dres_amax(L - 1), s);
+  /* the residual gradient entering layer l's backward, as W2's dY image
+   * too where dres_into_dy serves (not under Smooth-SwiGLU: dY is scaled) */
+  auto w2_dy = [&](int l) { return smooth ? nullptr : dres_into_dy(g, site_index(g, l, SITE_W2), BTC); };
+  void *w2_img = w2_dy(L - 1);
+  gpu_rmsnorm_backward_bf16(d.dres, w2_img, gr.rmsf, d.dln, a.res + L * BTC, p.rmsf, a.lnf_rstd,
+                            N, C, dres_amax(L - 1), s);
   for (int l = L - 1; l >= 0; l--) {
     const float *res = a.res + l * BTC, *ln1 = a.ln1 + l * BTC, *q = a.q + l * BTC,
                 *k = a.k + l * BTK, *v = a.v + l * BTK, *atty = a.atty + l * BTC,
@@ -1696,12 +1728,15 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     }
     if (smooth) gpu_smooth_swiglu_scale_rows(d.dln, d.dres, h3, N, C, H, s);
     /* W2's output gradient (bf16 activations: bf16(d(res_out)) in dln) */
-    const float *dy_w2 = smooth ? d.dln : act_dy_for(g, site_index(g, l, SITE_W2), d.dln, d.dres, BTC);
+    const bool w2_filled = w2_img != nullptr;
+    const float *dy_w2 = smooth      ? d.dln
+                         : w2_filled ? d.dres
+                                     : act_dy_for(g, site_index(g, l, SITE_W2), d.dln, d.dres, BTC);
     if (g->mlp_bf16) {
-      mlp_backward_bf16(g, l, dy_w2, ln2);
+      mlp_backward_bf16(g, l, dy_w2, ln2, w2_filled);
     } else {
     linear_backward(g, d.dhg, gr.w2 + (size_t)l * C * H, dy_w2, hg, p.w2 + (size_t)l * C * H, N,
-                    H, C, site_index(g, l, SITE_W2), 0, false, dres_amax(l));
+                    H, C, site_index(g, l, SITE_W2), 0, w2_filled, dres_amax(l));
     bool fused = false;
     if (smooth)
       gpu_smooth_swiglu_backward(d.dh1, d.dh3, d.dhg, h1, h3, N, H, s);
@@ -1720,18 +1755,22 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     gtq_share_end(g->gq);
     }
     unsigned int *dres_wo_amax = amax_word(g, l, AMAX_DRES_WO, {SITE_O}, USE_DX_DY);
-    gpu_rmsnorm_backward(d.dres, gr.rms2 + (size_t)l * C, d.dln, res_mid,
-                         p.rms2 + (size_t)l * C, a.ln2_rstd + (size_t)l * N, N, C, dres_wo_amax,
-                         s);
+    void *wo_img = dres_into_dy(g, site_index(g, l, SITE_O), BTC);
+    gpu_rmsnorm_backward_bf16(d.dres, wo_img, gr.rms2 + (size_t)l * C, d.dln, res_mid,
+                              p.rms2 + (size_t)l * C, a.ln2_rstd + (size_t)l * N, N, C,
+                              dres_wo_amax, s);
     /* WO's output gradient */
-    const float *dy_o = act_dy_for(g, site_index(g, l, SITE_O), d.dln, d.dres, BTC);
+    const bool wo_filled = wo_img != nullptr;
+    const float *dy_o =
+        wo_filled ? d.dres : act_dy_for(g, site_index(g, l, SITE_O), d.dln, d.dres, BTC);
     const uint16_t *o_bf16 = g->o_bf16 ? bf16_at(a.atty, l, BTC) : nullptr;
     /* the fused attention's dO: W_O's bf16 product itself where its input
      * would be bf16's rne of it (act_sum_take), else datty */
     const bool do_direct = g->attention == GPU_ATTENTION_FLASH && flash_do_identity(g, l);
     if (do_direct) act_sum_begin(g, d.datty);
     linear_backward(g, d.datty, gr.wo + (size_t)l * C * C, dy_o, atty, p.wo + (size_t)l * C * C,
-                    N, C, C, site_index(g, l, SITE_O), 0, false, dres_wo_amax, nullptr, o_bf16);
+                    N, C, C, site_index(g, l, SITE_O), 0, wo_filled, dres_wo_amax, nullptr,
+                    o_bf16);
     const __nv_bfloat16 *dO_bf16 =
         do_direct ? (const __nv_bfloat16 *)act_sum_take(g) : nullptr;
     /* attention_backward accumulates dk and dv head by head (the fused kernel overwrites them) */
@@ -1788,8 +1827,10 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     }
     act_sum_flush(g);
     gtq_share_end(g->gq);
-    gpu_rmsnorm_backward(d.dres, gr.rms1 + (size_t)l * C, d.dln, res, p.rms1 + (size_t)l * C,
-                         a.ln1_rstd + (size_t)l * N, N, C, dres_amax(l - 1), s);
+    w2_img = l > 0 ? w2_dy(l - 1) : nullptr;
+    gpu_rmsnorm_backward_bf16(d.dres, w2_img, gr.rms1 + (size_t)l * C, d.dln, res,
+                              p.rms1 + (size_t)l * C, a.ln1_rstd + (size_t)l * N, N, C,
+                              dres_amax(l - 1), s);
   }
   gpu_encoder_backward(gr.wte, d.dres, g->bucket_start, g->bucket_pos, V, C, s);
   });

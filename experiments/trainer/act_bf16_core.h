@@ -48,20 +48,30 @@ EXMY_HD float silu_sigmoid(float a) { return (float)(1.0 / (1.0 + exp(-(double)a
 
 /* SwiGLU's forward under bf16 activations, autocast's silu(h1) * h3 of bf16
  * tensors: s = bf16(silu(a)), out = bf16(s b), each op in float32. */
-EXMY_HD float swiglu_forward_act_bf16_element(float a, float b) {
-  const float s = act_bf16(exmy_fmul_rn(a, silu_sigmoid(a)));
+EXMY_HD float swiglu_forward_act_bf16_sig(float a, float sig, float b) {
+  const float s = act_bf16(exmy_fmul_rn(a, sig));
   return act_bf16(exmy_fmul_rn(s, b));
+}
+/* The same with sig = silu_sigmoid(a) given (the GPU's bf16 storage looks
+ * it up: a is a bf16 value there, one of 65536). */
+EXMY_HD float swiglu_forward_act_bf16_element(float a, float b) {
+  return swiglu_forward_act_bf16_sig(a, silu_sigmoid(a), b);
 }
 
 /* Its backward, autograd's through those two ops, for output gradient d:
  * dh3 = bf16(d s), ds = bf16(d b), dh1 = bf16(ds silu'(a)) with
- * silu'(a) = sig (1 + a (1 - sig)), multiplied in that order. */
-EXMY_HD void swiglu_backward_act_bf16_element(float d, float a, float b, float *dh1, float *dh3) {
-  const float sig = silu_sigmoid(a);
+ * silu'(a) = sig (1 + a (1 - sig)), multiplied in that order; sig =
+ * silu_sigmoid(a) given, as above. */
+EXMY_HD void swiglu_backward_act_bf16_sig(float d, float a, float sig, float b, float *dh1,
+                                          float *dh3) {
   const float s = act_bf16(exmy_fmul_rn(a, sig)), ds = act_bf16(exmy_fmul_rn(d, b));
   *dh3 = act_bf16(exmy_fmul_rn(d, s));
   *dh1 = act_bf16(exmy_fmul_rn(exmy_fmul_rn(ds, sig),
                                exmy_fadd_rn(1.0f, exmy_fmul_rn(a, exmy_fsub_rn(1.0f, sig)))));
+}
+
+EXMY_HD void swiglu_backward_act_bf16_element(float d, float a, float b, float *dh1, float *dh3) {
+  swiglu_backward_act_bf16_sig(d, a, silu_sigmoid(a), b, dh1, dh3);
 }
 
 /* RoPE's rotation of one pair (x0, x1) by the angle with cosine c and sine s

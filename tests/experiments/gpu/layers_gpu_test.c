@@ -171,6 +171,8 @@ END_TEST
 
 /* ------------------------------------------------------------- RMSNorm */
 
+static size_t bf16_images_differ(const uint16_t *a, const uint16_t *b, size_t m);
+
 static void rmsnorm_case(const char *name, int N, int C, uint64_t seed) {
   const size_t NC = (size_t)N * C;
   float *inp = rand_floats(NC, -2, 2, seed), *w = rand_floats(C, 0.5, 1.5, seed + 1);
@@ -254,6 +256,45 @@ static void rmsnorm_case(const char *name, int N, int C, uint64_t seed) {
   to_host(g_dw2, d_dw, C * sizeof(float));
   check_same_bits("rmsnorm_backward", "dinp", g_out, g_out2, NC * sizeof(float));
   check_same_bits("rmsnorm_backward", "dw", g_dw, g_dw2, C * sizeof(float));
+  /* with dinp's bf16 image (gpu_rmsnorm_backward_bf16), rows in registers
+   * and not: dinp and dw as above, the image the bf16 rne fill's pass over
+   * dinp, bit for bit (NaN, infinity and overflow planted in dout's rows) */
+  {
+    float *dout2 = copy_floats(dout, NC);
+    dout2[1] = NAN, dout2[C + 2] = INFINITY, dout2[2 * C + 3] = 3e38f;
+    float *d_dout2 = dev_from(dout2, NC * sizeof(float));
+    uint16_t *d_img = dev_alloc(NC * 2), *d_ref = dev_alloc(NC * 2);
+    float *g_out3 = malloc(NC * sizeof(float)), *g_dw3 = malloc(C * sizeof(float));
+    exmy_format bf;
+    ck_assert_int_eq(exmy_format_parse("bf16", &bf), 0);
+    const exmy_rounding_opts rne = {0};
+    for (int regs = 1; regs >= 0; regs--) {
+      gpu_rmsnorm_set_rows_in_registers(regs);
+      to_dev(d_dinp, dinp0, NC * sizeof(float));
+      to_dev(d_dw, dw0, C * sizeof(float));
+      gpu_rmsnorm_backward(d_dinp, d_dw, d_dout2, d_inp, d_w, d_rstd, N, C, NULL, 0);
+      CU(exmy_cuda_quantize_bf16(&bf, &rne, d_dinp, d_ref, NC, 0));
+      LAUNCHED();
+      to_host(g_out2, d_dinp, NC * sizeof(float));
+      to_host(g_dw2, d_dw, C * sizeof(float));
+      to_dev(d_dinp, dinp0, NC * sizeof(float));
+      to_dev(d_dw, dw0, C * sizeof(float));
+      gpu_rmsnorm_backward_bf16(d_dinp, d_img, d_dw, d_dout2, d_inp, d_w, d_rstd, N, C, NULL, 0);
+      LAUNCHED();
+      to_host(g_out3, d_dinp, NC * sizeof(float));
+      to_host(g_dw3, d_dw, C * sizeof(float));
+      check_same_bits("rmsnorm_backward_bf16", "dinp", g_out2, g_out3, NC * sizeof(float));
+      check_same_bits("rmsnorm_backward_bf16", "dw", g_dw2, g_dw3, C * sizeof(float));
+      const size_t d = bf16_images_differ(d_img, d_ref, NC);
+      printf("  %-26s %-12s rows in registers %d: %zu of %zu image values differ\n",
+             "rmsnorm_backward_bf16", name, regs, d, NC);
+      ck_assert_msg(d == 0, "rmsnorm_backward_bf16 %s (registers %d): %zu images differ", name,
+                    regs, d);
+    }
+    gpu_rmsnorm_set_rows_in_registers(true);
+    CU(cudaFree(d_dout2)); CU(cudaFree(d_img)); CU(cudaFree(d_ref));
+    free(dout2); free(g_out3); free(g_dw3);
+  }
 
   CU(cudaFree(d_inp)); CU(cudaFree(d_w)); CU(cudaFree(d_out)); CU(cudaFree(d_rstd));
   CU(cudaFree(d_dout)); CU(cudaFree(d_dinp)); CU(cudaFree(d_dw));
@@ -814,6 +855,70 @@ START_TEST(swiglu_forward_bf16) {
     CU(cudaFree(d_s)); CU(cudaFree(d_r)); CU(cudaFree(d_y));
     free(h1); free(h3); free(dout);
   }
+}
+END_TEST
+
+/* SwiGLU's forward and backward on bf16 storage (their sigmoid looked up
+ * in a table of every bf16 value) against the float32-storage kernels of bf16
+ * activations (the sigmoid computed), with every bf16 bit pattern as h1 four
+ * times over against random bf16 h3 and dout: bit for bit (a NaN for a
+ * NaN). */
+START_TEST(swiglu_bf16_storage_every_input) {
+  enum { N = 4 << 16 };
+  uint16_t *h[3];
+  float *w[3];
+  uint64_t seed = 123;
+  for (int t = 0; t < 3; t++) {
+    h[t] = malloc(N * 2), w[t] = malloc(N * sizeof(float));
+    for (size_t i = 0; i < N; i++) {
+      h[t][i] = t == 0 ? (uint16_t)i : (uint16_t)(splitmix64(&seed) & 0xBFFF); /* |x| < 2 */
+      const uint32_t u = (uint32_t)h[t][i] << 16;
+      memcpy(&w[t][i], &u, 4);
+    }
+  }
+  uint16_t *d_h[3], *d_o[2];
+  float *d_w[3], *d_f[2];
+  for (int t = 0; t < 3; t++) d_h[t] = dev_from(h[t], N * 2), d_w[t] = dev_from(w[t], N * 4);
+  for (int t = 0; t < 2; t++) d_o[t] = dev_alloc(N * 2), d_f[t] = dev_alloc(N * 4);
+  uint16_t *got = malloc(N * 2);
+  float *want = malloc(N * 4);
+  for (int backward = 0; backward < 2; backward++) {
+    if (backward) {
+      gpu_swiglu_backward_act_bf16(d_f[0], d_f[1], d_w[2], d_w[0], d_w[1], N, 0);
+      CU(gpu_swiglu_backward_bf16_storage(d_o[0], d_o[1], d_h[2], d_h[0], d_h[1], N, 0));
+    } else {
+      gpu_swiglu_forward_act_bf16(d_f[0], d_w[0], d_w[1], N, NULL, 0);
+      CU(gpu_swiglu_forward_bf16_storage(d_o[0], d_h[0], d_h[1], N, 0));
+    }
+    LAUNCHED();
+    for (int out = 0; out <= backward; out++) {
+      to_host(got, d_o[out], N * 2);
+      to_host(want, d_f[out], N * 4);
+      size_t bad = 0;
+      for (size_t i = 0; i < N; i++) {
+        uint32_t u;
+        memcpy(&u, &want[i], 4);
+        const bool nan_g = (got[i] & 0x7F80) == 0x7F80 && (got[i] & 0x7F);
+        bad += isnan(want[i]) ? !nan_g : (u & 0xFFFFu) != 0 || (uint16_t)(u >> 16) != got[i];
+      }
+      printf("  %-26s %s output %d: %zu of %d differ\n", "swiglu_bf16_storage",
+             backward ? "backward" : "forward", out, bad, (int)N);
+      ck_assert_msg(bad == 0, "swiglu bf16 storage %s output %d: %zu of %d differ",
+                    backward ? "backward" : "forward", out, bad, (int)N);
+    }
+  }
+  for (int t = 0; t < 3; t++) {
+    CU(cudaFree(d_h[t]));
+    CU(cudaFree(d_w[t]));
+    free(h[t]);
+    free(w[t]);
+  }
+  for (int t = 0; t < 2; t++) {
+    CU(cudaFree(d_o[t]));
+    CU(cudaFree(d_f[t]));
+  }
+  free(got);
+  free(want);
 }
 END_TEST
 
@@ -2213,7 +2318,7 @@ int main(void) {
                                 causal_softmax, crossentropy, sumsq,  adamw,
                                 adamw_coat,     scale_120m,   add_bf16,     swiglu_forward_bf16,
                                 rope_bf16,      rmsnorm_forward_bf16, rope_bf16_storage,
-                                sum_bf16,       NULL};
+                                sum_bf16,       swiglu_bf16_storage_every_input, NULL};
   Suite *s = suite_of("gpu_layers", 300, tests);
   /* after the others; on its own: CK_RUN_CASE=adamw_fold */
   TCase *tc = tcase_create("adamw_fold");

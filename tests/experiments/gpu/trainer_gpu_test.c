@@ -561,6 +561,9 @@ static const model_fusion rope_fusion = {"rope fusion", gpu_model_set_rope_unfus
 static const model_fusion rmsnorm_forward_fusion = {"rmsnorm forward fusion",
                                                     gpu_model_set_rmsnorm_forward_unfused,
                                                     gpu_model_rmsnorm_forward_fused};
+/* RMSNorm's backward writing W2's and W_O's bf16 dY (counted per image) */
+static const model_fusion dres_fusion = {"residual gradient images", gpu_model_set_dres_unfused,
+                                         gpu_model_dres_fused};
 /* bf16 activations' operands made by their producers (counted per tensor) */
 static const model_fusion act_bf16_fusion = {"bf16 activations' operands",
                                              gpu_model_set_act_bf16_unfused,
@@ -768,20 +771,37 @@ END_TEST
  * and v from their GEMMs in bf16, q and k rotated on bf16 storage into the
  * kernel's inputs, and dq, dk rotated back into Q's and K's dY slots, dv
  * rounded by its fill alone (6 tensors a layer), and dO taken as W_O's
- * bf16 product (1); W2's and WO's dY filled from the float32 residual
- * gradient, not from a rounded copy (2), and the dX sums of W1 and W3 and of
- * Q, K and V added from their bf16 products in one pass (2): 11 a layer, 4
- * with the materialised attention -- against the float32 tensors, RoPE on
+ * bf16 product (1); the dX sums of W1 and W3 and of Q, K and V added from
+ * their bf16 products in one pass (2): 9 a layer, 2 with the materialised
+ * attention (W2's and W_O's dY are RMSNorm's backward's images here:
+ * model_dres_fusion_bit_identical) -- against the float32 tensors, RoPE on
  * them, the rounding passes, the fills and the sums pass by pass; none
  * under float32 activations. */
+/* The same for RMSNorm's backward writing the residual gradient as the bf16
+ * dY of W2 and of W_O (2 a layer) where those fills are bf16's own rne
+ * (bf16 operands, float32 or bf16 activations, either attention); none for
+ * E8M3, FP8 or fp8-te, whose fills round otherwise. */
+START_TEST(model_dres_fusion_bit_identical) {
+  const gpu_attention_kind mat = GPU_ATTENTION_MATERIALIZED, flash = GPU_ATTENTION_FLASH;
+  const model_fusion *fu = &dres_fusion;
+  fusion_same_bits(fu, fusion_bf16, NULL, 2, 0, "test", mat);
+  fusion_same_bits(fu, fusion_bf16, NULL, 2, 0, "tiny", flash);
+  fusion_same_bits(fu, act_bf16_bf16, NULL, 2, 0, "tiny", flash);
+  fusion_same_bits(fu, act_bf16_bf16, NULL, 2, 0, "test", mat);
+  fusion_same_bits(fu, fusion_e8m3_sr, NULL, 0, 0, "test", mat);
+  fusion_same_bits(fu, fusion_fp8, NULL, 0, 0, "test", mat);
+  fusion_same_bits(fu, NULL, "fp8-te", 0, 0, "tiny", flash);
+}
+END_TEST
+
 START_TEST(model_act_bf16_operands_bit_identical) {
   const gpu_attention_kind mat = GPU_ATTENTION_MATERIALIZED, flash = GPU_ATTENTION_FLASH;
   static const char *const act_bf16_attention[] = {"format_w=bf16", "format_a=bf16",
                                                    "format_g=bf16", "quant_attention=1",
                                                    "quant_lm_head=1", "activations=bf16", NULL};
-  fusion_same_bits(&act_bf16_fusion, act_bf16_bf16, NULL, 11, 0, "tiny", flash);
-  fusion_same_bits(&act_bf16_fusion, act_bf16_attention, NULL, 11, 0, "tiny", flash);
-  fusion_same_bits(&act_bf16_fusion, act_bf16_bf16, NULL, 4, 0, "test", mat);
+  fusion_same_bits(&act_bf16_fusion, act_bf16_bf16, NULL, 9, 0, "tiny", flash);
+  fusion_same_bits(&act_bf16_fusion, act_bf16_attention, NULL, 9, 0, "tiny", flash);
+  fusion_same_bits(&act_bf16_fusion, act_bf16_bf16, NULL, 2, 0, "test", mat);
   fusion_same_bits(&act_bf16_fusion, fusion_bf16, NULL, 0, 0, "tiny", flash);
 }
 END_TEST
@@ -1942,7 +1962,8 @@ int main(void) {
                                 model_swiglu_forward_fusion_bit_identical,
                                 model_rope_fusion_bit_identical,
                                 model_rmsnorm_forward_fusion_bit_identical,
-                                model_act_bf16_operands_bit_identical, NULL};
+                                model_act_bf16_operands_bit_identical,
+                                model_dres_fusion_bit_identical, NULL};
   Suite *s = suite_of_loop("trainer_gpu", 600, operands_match_cpu, N_RECIPES, tests);
   TCase *tc = tcase_create("along_k");
   tcase_set_timeout(tc, 600);

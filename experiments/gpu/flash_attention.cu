@@ -497,10 +497,10 @@ struct FwdCfg {
 
 template <int HS, int WARPS, int MT, int BC, int kMode>
 __global__ void __launch_bounds__(WARPS * 32)
-    flash_fwd_kernel(float *__restrict__ out, float *__restrict__ lse,
-                     const bf16 *__restrict__ q, const bf16 *__restrict__ k,
-                     const bf16 *__restrict__ v, int T, int NH, int NKV, float scale_log2,
-                     Rounding rp, unsigned int *out_amax) {
+    flash_fwd_kernel(float *__restrict__ out, bf16 *__restrict__ out_bf16,
+                     float *__restrict__ lse, const bf16 *__restrict__ q,
+                     const bf16 *__restrict__ k, const bf16 *__restrict__ v, int T, int NH,
+                     int NKV, float scale_log2, Rounding rp, unsigned int *out_amax) {
   typedef FwdCfg<HS, WARPS, MT, BC> C;
   constexpr int NT = C::kThreads, BR = C::kBR, LD = C::kLD, KS = HS / 16;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -617,8 +617,14 @@ __global__ void __launch_bounds__(WARPS * 32)
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       const int row = row0 + mt * 16 + g + hf * 8;
       if (row < T) {
-        store_row(out + ((size_t)b * T + row) * ldq + (size_t)h * HS + 2 * t4, o[mt], hf, 1.f / l,
-                  &m);
+        const size_t at = ((size_t)b * T + row) * ldq + (size_t)h * HS + 2 * t4;
+        if (out_bf16) /* the same values rounded to bf16 (rne) */
+#pragma unroll
+          for (int n = 0; n < HS / 8; n++)
+            *(__nv_bfloat162 *)(out_bf16 + at + n * 8) = __floats2bfloat162_rn(
+                o[mt][n][2 * hf] * (1.f / l), o[mt][n][2 * hf + 1] * (1.f / l));
+        else
+          store_row(out + at, o[mt], hf, 1.f / l, &m);
         if (t4 == 0) lse[((size_t)b * NH + h) * T + row] = (mrow[mt][hf] + log2f(l)) * kLn2;
       }
     }
@@ -951,8 +957,9 @@ cudaError_t prepare(K kernel, size_t smem) {
 }
 
 template <int HS, int kMode>
-cudaError_t forward(float *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
-                    int T, int NH, int NKV, Rounding rp, unsigned int *out_amax, cudaStream_t s) {
+cudaError_t forward(float *out, bf16 *out_bf16, float *lse, const bf16 *q, const bf16 *k,
+                    const bf16 *v, int B, int T, int NH, int NKV, Rounding rp,
+                    unsigned int *out_amax, cudaStream_t s) {
   typedef Tiles<HS> X;
   typedef FwdCfg<HS, X::kFwdWarps, X::kFwdMT, X::kFwdBC> C;
   auto kernel = flash_fwd_kernel<HS, X::kFwdWarps, X::kFwdMT, X::kFwdBC, kMode>;
@@ -960,8 +967,8 @@ cudaError_t forward(float *out, float *lse, const bf16 *q, const bf16 *k, const 
   if (e != cudaSuccess) return e;
   const float scale_log2 = (float)(kLog2e / sqrt((double)HS));
   dim3 grid(B * NH, (T + C::kBR - 1) / C::kBR);
-  kernel<<<grid, C::kThreads, C::kSmem, s>>>(out, lse, q, k, v, T, NH, NKV, scale_log2, rp,
-                                             out_amax);
+  kernel<<<grid, C::kThreads, C::kSmem, s>>>(out, out_bf16, lse, q, k, v, T, NH, NKV,
+                                             scale_log2, rp, out_amax);
   return cudaGetLastError();
 }
 
@@ -1072,8 +1079,21 @@ extern "C" cudaError_t flash_attention_forward(float *out, float *lse, const __n
   const flash_rounding &rp = p ? *p : kPlainBf16;
   if (!args_ok(B, T, NH, NKV, hs) || !rounding_ok(rp, T)) return cudaErrorInvalidValue;
   const int mode = kernel_mode(rp, rp);
-  FLASH_DISPATCH(forward, hs, mode, out, lse, q, k, v, B, T, NH, NKV, rounding_of(rp), out_amax,
-                 s);
+  FLASH_DISPATCH(forward, hs, mode, out, nullptr, lse, q, k, v, B, T, NH, NKV, rounding_of(rp),
+                 out_amax, s);
+}
+
+extern "C" cudaError_t flash_attention_forward_bf16(__nv_bfloat16 *out, float *lse,
+                                                    const __nv_bfloat16 *q,
+                                                    const __nv_bfloat16 *k,
+                                                    const __nv_bfloat16 *v, int B, int T, int NH,
+                                                    int NKV, int hs, const flash_rounding *p,
+                                                    cudaStream_t s) {
+  const flash_rounding &rp = p ? *p : kPlainBf16;
+  if (!out || !args_ok(B, T, NH, NKV, hs) || !rounding_ok(rp, T)) return cudaErrorInvalidValue;
+  const int mode = kernel_mode(rp, rp);
+  FLASH_DISPATCH(forward, hs, mode, nullptr, out, lse, q, k, v, B, T, NH, NKV, rounding_of(rp),
+                 nullptr, s);
 }
 
 extern "C" size_t flash_attention_scratch_bytes(int B, int T, int NH, int NKV, int hs) {

@@ -79,6 +79,13 @@ cudaError_t flash_attention_forward(float *out, float *lse, const __nv_bfloat16 
                                     const __nv_bfloat16 *k, const __nv_bfloat16 *v, int B,
                                     int T, int NH, int NKV, int hs, const flash_rounding *p,
                                     unsigned int *out_amax, cudaStream_t s);
+/* The same with the output written in bf16 (out: B x T x NH*hs), each value
+ * rounded once, rne: the float32 output's values rounded as
+ * exmy_cuda_quantize_bf16 rounds them into plain bf16. */
+cudaError_t flash_attention_forward_bf16(__nv_bfloat16 *out, float *lse,
+                                         const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                                         const __nv_bfloat16 *v, int B, int T, int NH, int NKV,
+                                         int hs, const flash_rounding *p, cudaStream_t s);
 
 /* dq, dk, dv (float32) are OVERWRITTEN.  out: the forward's output (float32),
  * for D = rowsum(dO * O).  scratch: at least flash_attention_scratch_bytes.

@@ -258,7 +258,8 @@ __global__ void __launch_bounds__(kThreads)
     rmsnorm_forward_bf16_kernel(const __grid_constant__ exmy_format rt,
                                 const __grid_constant__ KOpts o, uint16_t *__restrict__ out,
                                 float *__restrict__ out_f32, float *__restrict__ rstd,
-                                float *__restrict__ inp, const float *__restrict__ add,
+                                float *inp, const float *__restrict__ add,
+                                const uint16_t *__restrict__ add_bf16, float *sum,
                                 const float *__restrict__ w, int N, int C, int vec,
                                 const float *si, unsigned int *amax_bits) {
   using namespace exmy_cuda;
@@ -270,14 +271,24 @@ __global__ void __launch_bounds__(kThreads)
   float m = 0.0f;
   if (row < N) {
     float4 *x4 = reinterpret_cast<float4 *>(inp + (size_t)row * C);
+    float4 *s4 = reinterpret_cast<float4 *>((sum ? sum : inp) + (size_t)row * C);
     const float4 *a4 = add ? reinterpret_cast<const float4 *>(add + (size_t)row * C) : nullptr;
+    const uint2 *b4 = add_bf16 ? reinterpret_cast<const uint2 *>(add_bf16 + (size_t)row * C)
+                               : nullptr;
     for (int k = lane; k < C / 4; k += 32) {
       float4 v = x4[k];
-      if (a4) {
-        const float4 b = a4[k];
+      if (a4 || b4) {
+        float4 b;
+        if (a4) {
+          b = a4[k];
+        } else { /* 4 bf16 values, widened */
+          const uint2 u = b4[k];
+          b = make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xFFFF0000u),
+                          __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xFFFF0000u));
+        }
         v = make_float4(__fadd_rn(v.x, b.x), __fadd_rn(v.y, b.y), __fadd_rn(v.z, b.z),
                         __fadd_rn(v.w, b.w));
-        x4[k] = v;
+        s4[k] = v;
       }
       reinterpret_cast<float4 *>(xs)[k] = v;
     }
@@ -563,8 +574,9 @@ struct RopeBf16Op {
 template <int ID>
 struct RmsnormBf16Op {
   static bool run(const exmy_format &f, const KOpts &o, uint16_t *out, float *out_f32,
-                  float *rstd, float *inp, const float *add, const float *w, int N, int C,
-                  const gpu_bf16_scaling &sc, cudaStream_t s) {
+                  float *rstd, float *inp, const float *add, const uint16_t *add_bf16,
+                  float *sum, const float *w, int N, int C, const gpu_bf16_scaling &sc,
+                  cudaStream_t s) {
     if constexpr (ID == SPEC_GENERIC) {
       return false;
     } else {
@@ -572,7 +584,8 @@ struct RmsnormBf16Op {
       exmy_cuda::with_operand_mode<ID>(o.mode, [&](auto mode) {
         rmsnorm_forward_bf16_kernel<ID, decltype(mode)::value>
             <<<warp_per_row_grid(N), kThreads, sizeof(float) * kWarpsPerBlock * C, s>>>(
-                f, o, out, out_f32, rstd, inp, add, w, N, C, vec, sc.scale_inv, sc.amax_bits);
+                f, o, out, out_f32, rstd, inp, add, add_bf16, sum, w, N, C, vec, sc.scale_inv,
+                sc.amax_bits);
       });
       return true;
     }
@@ -1338,19 +1351,42 @@ void gpu_add_rmsnorm_forward(float *out, float *rstd, float *inp, const float *a
   launch_rmsnorm_forward(out, rstd, inp, add, w, N, C, amax, s);
 }
 
-cudaError_t gpu_rmsnorm_forward_bf16(void *out, float *out_f32, float *rstd, float *inp,
-                                     const float *add, const float *w, int N, int C,
-                                     const exmy_format *f, const exmy_rounding_opts *o,
-                                     const gpu_bf16_scaling *sc, cudaStream_t s) {
+static cudaError_t launch_rmsnorm_forward_bf16(void *out, float *out_f32, float *rstd,
+                                               float *inp, const float *add,
+                                               const uint16_t *add_bf16, float *sum,
+                                               const float *w, int N, int C,
+                                               const exmy_format *f,
+                                               const exmy_rounding_opts *o,
+                                               const gpu_bf16_scaling *sc, cudaStream_t s) {
   if (!gpu_bf16_operand_serves(f) || exmy_rounding_opts_check(o) != 0 || N < 0 || C <= 0 ||
       C % exmy_cuda::kPer || C > kRmsnormBf16MaxC ||
-      (((uintptr_t)inp | (uintptr_t)add) & 15u))
+      (((uintptr_t)inp | (uintptr_t)add | (uintptr_t)add_bf16 | (uintptr_t)sum) & 15u))
     return cudaErrorInvalidValue;
   if (!N) return cudaSuccess;
   const gpu_bf16_scaling none = {nullptr, nullptr};
   const bool launched = with_spec_format<EXMY_GPU_BF16, RmsnormBf16Op>(
-      f, *f, kopts_of(o), (uint16_t *)out, out_f32, rstd, inp, add, w, N, C, sc ? *sc : none, s);
+      f, *f, kopts_of(o), (uint16_t *)out, out_f32, rstd, inp, add, add_bf16, sum, w, N, C,
+      sc ? *sc : none, s);
   return launched ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+cudaError_t gpu_rmsnorm_forward_bf16(void *out, float *out_f32, float *rstd, float *inp,
+                                     const float *add, const float *w, int N, int C,
+                                     const exmy_format *f, const exmy_rounding_opts *o,
+                                     const gpu_bf16_scaling *sc, cudaStream_t s) {
+  return launch_rmsnorm_forward_bf16(out, out_f32, rstd, inp, add, nullptr, nullptr, w, N, C, f,
+                                     o, sc, s);
+}
+
+cudaError_t gpu_add_bf16_rmsnorm_forward_bf16(void *out, float *out_f32, float *rstd, float *sum,
+                                              const float *inp, const uint16_t *add,
+                                              const float *w, int N, int C,
+                                              const exmy_format *f,
+                                              const exmy_rounding_opts *o,
+                                              const gpu_bf16_scaling *sc, cudaStream_t s) {
+  if (!sum || !add) return cudaErrorInvalidValue;
+  return launch_rmsnorm_forward_bf16(out, out_f32, rstd, const_cast<float *>(inp), nullptr, add,
+                                     sum, w, N, C, f, o, sc, s);
 }
 
 void gpu_rmsnorm_set_rows_in_registers(bool on) { rmsnorm_rows_in_registers = on; }

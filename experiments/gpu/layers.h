@@ -179,6 +179,15 @@ cudaError_t gpu_rmsnorm_forward_bf16(void *out, float *out_f32, float *rstd, flo
                                      const float *add, const float *w, int N, int C,
                                      const exmy_format *f, const exmy_rounding_opts *o,
                                      const gpu_bf16_scaling *sc, cudaStream_t s);
+/* The same after sum = inp + add for bf16 add (gpu_add_bf16's sums, written
+ * to sum; inp is not changed): the residual add of bf16 activations and the
+ * RMSNorm after it in one pass. */
+cudaError_t gpu_add_bf16_rmsnorm_forward_bf16(void *out, float *out_f32, float *rstd, float *sum,
+                                              const float *inp, const uint16_t *add,
+                                              const float *w, int N, int C,
+                                              const exmy_format *f,
+                                              const exmy_rounding_opts *o,
+                                              const gpu_bf16_scaling *sc, cudaStream_t s);
 /* The finite max |dh1| and |dh3| of the gradients above, folded into *amax1
  * and *amax3 (device words, either NULL) as float bits, nothing written:
  * per-tensor current scaling's first pass for gpu_swiglu_backward_bf16. */

@@ -112,6 +112,14 @@ struct gpu_model {
     size_t mn;
     int n;
   } act_sum;
+  /* bf16 activations: a residual add dst = base + bf16 product left to the
+   * RMSNorm that reads dst next (gemm_act_residual; the product in
+   * act_scratch), or p NULL */
+  struct {
+    const uint16_t *p;
+    const float *base;
+    float *dst;
+  } add_pending;
   /* and SwiGLU's tensors stored in bf16 (mlp_bf16): h1, h3 and hg for every
    * layer, dh1, dh3 and dhg, in their arena pieces (half of each unused).
    * h1, h3 and dhg are written by their GEMMs in bf16 (gtq_gemm_bf16_out),
@@ -314,6 +322,25 @@ static void gemm_act(gpu_model *g, bool ta, bool tb, int m, int n, int k, gtq_op
 
 static int site_index(const gpu_model *g, int layer, int kind) {
   return g->sites ? layer * SITES_PER_LAYER + kind : -1;
+}
+
+/* gemm_act's dst = base + bf16(op(A) op(B)) for a residual add that an
+ * RMSNorm reads next: the product in bf16 in act_scratch and the sum left to
+ * that RMSNorm's pass (add_pending; gpu_add_bf16_rmsnorm_forward_bf16, or
+ * gpu_add_bf16 first where it cannot take it) where act_direct, else
+ * gemm_act. */
+static void gemm_act_residual(gpu_model *g, int m, int n, int k, gtq_operand a, gtq_operand b,
+                              float *dst, const float *base) {
+  const size_t mn = (size_t)m * n;
+  if (act_direct(g) && !g->act_sum.n && gtq_bf16_out_serves(g->gq, a, b) &&
+      mn <= 2 * g->act_scratch_n) {
+    uint16_t *t = (uint16_t *)g->act_scratch;
+    gtq_gemm_bf16_out(g->gq, false, true, m, n, k, a, b, t, n);
+    g->add_pending = {t, base, dst};
+    g->act_fused++;
+    return;
+  }
+  gemm_act(g, false, true, m, n, k, a, b, dst, base);
 }
 
 /* bf16 activations: dst = bf16(P1) + bf16(P2) + ... of the linear products
@@ -520,7 +547,7 @@ static void mlp_forward_bf16(gpu_model *g, int l, float *res_out, const float *r
   gtq_operand x = stored_operand(g, s2, USE_FWD_X, SLOT_X, FILL, hg, N, H);
   gtq_operand wq = fill_operand(g, s2, USE_FWD_W, SLOT_W, p.w2 + (size_t)l * C * H, C, H,
                                 weight_word(g, s2));
-  gemm_act(g, false, true, N, C, H, x, wq, res_out, res_mid); /* res_mid + bf16(hg W2^T) */
+  gemm_act_residual(g, N, C, H, x, wq, res_out, res_mid); /* res_mid + bf16(hg W2^T) */
 }
 
 /* Its backward from W2's output gradient dy_w2 (bf16 values, float32; or
@@ -626,10 +653,13 @@ static bool swiglu_forward_fused(gpu_model *g, int l, const float *h1, const flo
  * unwritten otherwise.  Not where a fill takes out's amax (current scaling:
  * the amax before the scale), nor for rows wider than the kernel stages
  * (1024).  add: the pending
- * residual add (gpu_add_rmsnorm_forward's).  False: nothing done. */
+ * residual add (gpu_add_rmsnorm_forward's); add_bf16 and base: x = base +
+ * add_bf16 (gemm_act_residual's).  False: nothing done. */
 static bool rmsnorm_into_operand(gpu_model *g, float *out, float *rstd, float *x,
                                  const float *add, const float *w, const unsigned int *amax,
-                                 std::initializer_list<int> sites, bool keep_f32) {
+                                 std::initializer_list<int> sites, bool keep_f32,
+                                 const uint16_t *add_bf16 = nullptr,
+                                 const float *base = nullptr) {
   const int N = g->B * g->T, C = g->cfg.dim, site = *sites.begin();
   if (site < 0 || g->rmsnorm_fwd_unfused || amax || C % 8 || C > 1024) return false;
   const exmy_operand_quant *q = gtq_fusable_bf16(g->gq, site, USE_FWD_X, USE_DW_X);
@@ -642,9 +672,15 @@ static bool rmsnorm_into_operand(gpu_model *g, float *out, float *rstd, float *x
     if (other != site && !gtq_fill_borrows(g->gq, other, USE_FWD_X, SLOT_X, out, N, C))
       f32 = true;
   const gpu_bf16_scaling sc = {fill.scale_inv, fill.amax_bits};
-  gtq_check(gpu_rmsnorm_forward_bf16(fill.y, f32 ? out : nullptr, rstd, x, add, w, N, C,
-                                     &q->format, &fill.o, &sc, g->s),
-            "rmsnorm forward (bf16 operand)");
+  if (add_bf16)
+    gtq_check(gpu_add_bf16_rmsnorm_forward_bf16(fill.y, f32 ? out : nullptr, rstd, x, base,
+                                                add_bf16, w, N, C, &q->format, &fill.o, &sc,
+                                                g->s),
+              "residual add and rmsnorm forward (bf16 operand)");
+  else
+    gtq_check(gpu_rmsnorm_forward_bf16(fill.y, f32 ? out : nullptr, rstd, x, add, w, N, C,
+                                       &q->format, &fill.o, &sc, g->s),
+              "rmsnorm forward (bf16 operand)");
   gtq_fill_bf16_done(g->gq, site, USE_FWD_X, SLOT_X);
   g->rmsnorm_fwd_fused++;
   return true;
@@ -883,10 +919,11 @@ static flash_rounding flash_rounding_of(gpu_model *g, int site, int use) {
 /* rotate: q and k as their GEMMs left them, RoPE's forward still to apply
  * (rope_into_operand; rope_fusable), else rotated already. */
 /* ready: the kernel's inputs Q, K, V made already (qkv_into_flash_inputs),
- * or NULL. */
+ * or NULL.  out_bf16: the output written in bf16 there instead of out. */
 static void flash_forward(gpu_model *g, float *out, float *lse, float *q, float *k,
                           const float *v, int l, unsigned int *out_amax, bool rotate,
-                          const __nv_bfloat16 *const *ready = nullptr) {
+                          const __nv_bfloat16 *const *ready = nullptr,
+                          uint16_t *out_bf16 = nullptr) {
   const model_config &c = g->cfg;
   const int N = g->B * g->T, hs = c.dim / c.n_heads, KVC = c.n_kv_heads * hs;
   const int qk = site_index(g, l, SITE_ATT_QK), pv = site_index(g, l, SITE_ATT_PV);
@@ -905,9 +942,14 @@ static void flash_forward(gpu_model *g, float *out, float *lse, float *q, float 
   g->p_offsets[l] = p.round.offset;
   const __nv_bfloat16 *V =
       ready ? ready[2] : flash_input(g, pv, USE_FWD_W, SLOT_W, v, N, KVC, g->fv + l * BTK);
-  gtq_check(flash_attention_forward(out, lse, Q, K, V, g->B, g->T, c.n_heads, c.n_kv_heads, hs,
-                                    &p, out_amax, g->s),
-            "flash_attention_forward");
+  if (out_bf16)
+    gtq_check(flash_attention_forward_bf16((__nv_bfloat16 *)out_bf16, lse, Q, K, V, g->B, g->T,
+                                           c.n_heads, c.n_kv_heads, hs, &p, g->s),
+              "flash_attention_forward (bf16 output)");
+  else
+    gtq_check(flash_attention_forward(out, lse, Q, K, V, g->B, g->T, c.n_heads, c.n_kv_heads,
+                                      hs, &p, out_amax, g->s),
+              "flash_attention_forward");
 }
 
 /* Where the fused kernel reads its input for `use` of attention site `site`
@@ -1530,6 +1572,15 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
                      std::initializer_list<int> sites, bool keep_f32) {
     const float *add = pending_add;
     pending_add = nullptr;
+    const auto pend = g->add_pending; /* bf16 activations: x = base + bf16 product */
+    g->add_pending = {};
+    if (pend.p) {
+      if (pend.dst != x) gtq_check(cudaErrorInvalidValue, "residual add pending elsewhere");
+      if (rmsnorm_into_operand(g, out, rstd, x, nullptr, w, amax, sites, keep_f32, pend.p,
+                               pend.base))
+        return true;
+      gpu_add_bf16(x, pend.base, pend.p, (size_t)N * C, s);
+    }
     if (rmsnorm_into_operand(g, out, rstd, x, add, w, amax, sites, keep_f32)) return true;
     if (add)
       gpu_add_rmsnorm_forward(out, rstd, x, add, w, N, C, amax, s);
@@ -1582,16 +1633,22 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     }
     unsigned int *atty_amax = nullptr; /* the materialised attention's output: cuBLAS's */
     if (g->o_bf16) { /* O rounded into bf16 storage, W_O's X as it is */
-      flash_forward(g, g->o_f32, g->lse + (size_t)l * B * NH * T, q, k, v, l, nullptr,
-                    rope_in_flash, qkv_ready ? qkv_in : nullptr);
       uint16_t *o = bf16_at(a.atty, l, BTC);
-      const exmy_rounding_opts rne = {};
-      gtq_check(exmy_cuda_quantize_bf16(&g->bf16, &rne, g->o_f32, o, BTC, s), "O to bf16");
+      if (act_direct(g)) { /* written in bf16 by the kernel */
+        flash_forward(g, nullptr, g->lse + (size_t)l * B * NH * T, q, k, v, l, nullptr,
+                      rope_in_flash, qkv_ready ? qkv_in : nullptr, o);
+        g->act_fused++;
+      } else {
+        flash_forward(g, g->o_f32, g->lse + (size_t)l * B * NH * T, q, k, v, l, nullptr,
+                      rope_in_flash, qkv_ready ? qkv_in : nullptr);
+        const exmy_rounding_opts rne = {};
+        gtq_check(exmy_cuda_quantize_bf16(&g->bf16, &rne, g->o_f32, o, BTC, s), "O to bf16");
+      }
       const int so = site_index(g, l, SITE_O);
       gtq_operand x = stored_operand(g, so, USE_FWD_X, SLOT_X, FILL, o, N, C);
       gtq_operand wq = fill_operand(g, so, USE_FWD_W, SLOT_W, p.wo + (size_t)l * C * C, C, C,
                                     weight_word(g, so));
-      gemm_act(g, false, true, N, C, C, x, wq, res_mid, res); /* res + bf16(O W_O^T) */
+      gemm_act_residual(g, N, C, C, x, wq, res_mid, res); /* res + bf16(O W_O^T) */
     } else {
       if (g->attention == GPU_ATTENTION_FLASH) {
         atty_amax = amax_word(g, l, AMAX_ATTY, {SITE_O}, USE_FWD_X);

@@ -747,6 +747,27 @@ START_TEST(out_bf16_matches_float) {
       memcpy(&u, &ho[i], 4);
       hb[i] = (uint16_t)(u >> 16);
     }
+    /* the forward writing O in bf16 itself: those bits, and the same lse */
+    {
+      __nv_bfloat16 *ob2 = dev_alloc(nq * 2);
+      float *lse2 = dev_alloc(nl * 4), *hl = malloc(nl * 4), *hl2 = malloc(nl * 4);
+      uint16_t *hb2 = malloc(nq * 2);
+      CU(flash_attention_forward_bf16(ob2, lse2, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs, NULL, 0));
+      CU(cudaDeviceSynchronize());
+      to_host(hb2, ob2, nq * 2);
+      to_host(hl, lse, nl * 4);
+      to_host(hl2, lse2, nl * 4);
+      size_t d = 0;
+      for (size_t i = 0; i < nq; i++) d += hb[i] != hb2[i];
+      printf("forward_bf16 B %d T %d NH %d NKV %d hs %d: %zu of %zu outputs differ, lse %s\n",
+             s.B, s.T, s.NH, s.NKV, s.hs, d, nq, memcmp(hl, hl2, nl * 4) ? "DIFFERS" : "the same");
+      ck_assert_msg(d == 0 && !memcmp(hl, hl2, nl * 4), "forward_bf16: %zu outputs differ", d);
+      ck_assert_int_eq(flash_attention_forward_bf16(NULL, lse2, q, k, v, s.B, s.T, s.NH, s.NKV,
+                                                    s.hs, NULL, 0),
+                       cudaErrorInvalidValue);
+      CU(cudaFree(ob2)); CU(cudaFree(lse2));
+      free(hl), free(hl2), free(hb2);
+    }
     CU(cudaMemcpy(out, ho, nq * 4, cudaMemcpyHostToDevice));
     const __nv_bfloat16 *ob = dev_from(hb, nq * 2);
     float *got[2][3];

@@ -1032,7 +1032,14 @@ START_TEST(rmsnorm_forward_bf16) {
           *d_x2 = dev_alloc(NC * sizeof(float)), *d_o1 = dev_alloc(NC * sizeof(float)),
           *d_o2 = dev_alloc(NC * sizeof(float)), *d_r1 = dev_alloc(N * sizeof(float)),
           *d_r2 = dev_alloc(N * sizeof(float)), *d_s = dev_alloc(2 * sizeof(float));
-    uint16_t *d_img1 = dev_alloc(NC * 2), *d_img2 = dev_alloc(NC * 2);
+    uint16_t *d_img1 = dev_alloc(NC * 2), *d_img2 = dev_alloc(NC * 2), *d_addb = dev_alloc(NC * 2);
+    float *d_s2 = dev_alloc(NC * sizeof(float));
+    {
+      exmy_format bf;
+      ck_assert_int_eq(exmy_format_parse("bf16", &bf), 0);
+      const exmy_rounding_opts rne = {0};
+      CU(exmy_cuda_quantize_bf16(&bf, &rne, d_add, d_addb, NC, 0));
+    }
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
       exmy_format f;
       ck_assert_int_eq(exmy_format_parse(cases[c].format, &f), 0);
@@ -1042,31 +1049,47 @@ START_TEST(rmsnorm_forward_bf16) {
       o.flush_subnormals = cases[c].flush;
       o.seed = 0x7eed + c;
       o.offset = 5003 + wi;
-      for (int variant = 0; variant < 4; variant++) {
-        const bool with_add = variant & 1, with_f32 = variant & 2;
+      for (int variant = 0; variant < 6; variant++) {
+        /* 4, 5: the addend in bf16 (its bf16 image, d_addb), the sum elsewhere */
+        const bool with_add = variant & 1 || variant >= 4, with_f32 = variant & 2,
+                   add16 = variant >= 4;
         exmy_cuda_delayed_state *st[2] = {NULL, NULL};
         if (cases[c].delayed) delayed_states_start(st, 2);
         for (int step = 0; step < (cases[c].delayed ? STEPS : 1); step++) {
           CU(cudaMemcpy(d_x1, d_x0, NC * sizeof(float), cudaMemcpyDeviceToDevice));
           CU(cudaMemcpy(d_x2, d_x0, NC * sizeof(float), cudaMemcpyDeviceToDevice));
           CU(cudaMemset(d_o2, 0xA5, NC * sizeof(float)));
-          if (with_add)
-            gpu_add_rmsnorm_forward(d_o1, d_r1, d_x1, d_add, d_w, N, C, NULL, 0);
-          else
+          if (add16) {
+            gpu_add_bf16(d_x1, d_x1, d_addb, NC, 0);
             gpu_rmsnorm_forward(d_o1, d_r1, d_x1, d_w, N, C, NULL, 0);
-          float *o2 = with_f32 ? d_o2 : NULL;
-          const float *a2 = with_add ? d_add : NULL;
+          } else if (with_add) {
+            gpu_add_rmsnorm_forward(d_o1, d_r1, d_x1, d_add, d_w, N, C, NULL, 0);
+          } else {
+            gpu_rmsnorm_forward(d_o1, d_r1, d_x1, d_w, N, C, NULL, 0);
+          }
+          float *o2 = with_f32 || variant == 5 ? d_o2 : NULL;
+          const float *a2 = with_add && !add16 ? d_add : NULL;
           int states_differ = 0;
           float used[2] = {0, 0};
           if (!cases[c].delayed) {
             CU(exmy_cuda_quantize_bf16(&f, &o, d_o1, d_img1, NC, 0));
-            CU(gpu_rmsnorm_forward_bf16(d_img2, o2, d_r2, d_x2, a2, d_w, N, C, &f, &o, NULL, 0));
+            if (add16)
+              CU(gpu_add_bf16_rmsnorm_forward_bf16(d_img2, o2, d_r2, d_s2, d_x2, d_addb, d_w, N,
+                                                   C, &f, &o, NULL, 0));
+            else
+              CU(gpu_rmsnorm_forward_bf16(d_img2, o2, d_r2, d_x2, a2, d_w, N, C, &f, &o, NULL,
+                                          0));
           } else {
             CU(exmy_cuda_quantize_delayed_bf16(&f, &o, 1, true, false, st[0], d_o1, d_img1, NC,
                                                d_s, 0));
             gpu_bf16_scaling sc;
             CU(exmy_cuda_delayed_begin(st[1], &sc.scale_inv, &sc.amax_bits, 0));
-            CU(gpu_rmsnorm_forward_bf16(d_img2, o2, d_r2, d_x2, a2, d_w, N, C, &f, &o, &sc, 0));
+            if (add16)
+              CU(gpu_add_bf16_rmsnorm_forward_bf16(d_img2, o2, d_r2, d_s2, d_x2, d_addb, d_w, N,
+                                                   C, &f, &o, &sc, 0));
+            else
+              CU(gpu_rmsnorm_forward_bf16(d_img2, o2, d_r2, d_x2, a2, d_w, N, C, &f, &o, &sc,
+                                          0));
             CU(exmy_cuda_delayed_end(&f, 1, true, false, st[1], d_s + 1, 0));
             LAUNCHED();
             to_host(used, d_s, sizeof used);
@@ -1088,10 +1111,15 @@ START_TEST(rmsnorm_forward_bf16) {
           to_host(h2, d_r2, N * sizeof(float));
           check_same_bits("rmsnorm_forward_bf16", "rstd", h1, h2, N * sizeof(float));
           to_host(h1, d_x1, NC * sizeof(float));
-          to_host(h2, d_x2, NC * sizeof(float));
+          to_host(h2, add16 ? d_s2 : d_x2, NC * sizeof(float));
           check_same_bits("rmsnorm_forward_bf16", "sum", h1, h2, NC * sizeof(float));
+          if (add16) { /* inp left as it was */
+            to_host(h1, d_x0, NC * sizeof(float));
+            to_host(h2, d_x2, NC * sizeof(float));
+            check_same_bits("rmsnorm_forward_bf16", "inp", h1, h2, NC * sizeof(float));
+          }
           to_host(h2, d_o2, NC * sizeof(float));
-          if (with_f32) {
+          if (with_f32 || variant == 5) {
             to_host(h1, d_o1, NC * sizeof(float));
             check_same_bits("rmsnorm_forward_bf16", "out", h1, h2, NC * sizeof(float));
           } else { /* not written */
@@ -1122,6 +1150,7 @@ START_TEST(rmsnorm_forward_bf16) {
     CU(cudaFree(d_x0)); CU(cudaFree(d_add)); CU(cudaFree(d_w)); CU(cudaFree(d_x1));
     CU(cudaFree(d_x2)); CU(cudaFree(d_o1)); CU(cudaFree(d_o2)); CU(cudaFree(d_r1));
     CU(cudaFree(d_r2)); CU(cudaFree(d_s)); CU(cudaFree(d_img1)); CU(cudaFree(d_img2));
+    CU(cudaFree(d_addb)); CU(cudaFree(d_s2));
     free(x); free(add); free(w);
   }
 }

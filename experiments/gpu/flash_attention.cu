@@ -426,6 +426,14 @@ __device__ __forceinline__ void store_row(float *dst, const float (&c)[NT][4], i
   }
 }
 
+/* The same rounded to bf16 (rne), to bf16 memory. */
+template <int NT>
+__device__ __forceinline__ void store_row_bf16(bf16 *dst, const float (&c)[NT][4], int hf) {
+#pragma unroll
+  for (int n = 0; n < NT; n++)
+    *(__nv_bfloat162 *)(dst + n * 8) = __floats2bfloat162_rn(c[n][2 * hf], c[n][2 * hf + 1]);
+}
+
 /* ROWS x HS tile of a (T, ld) bf16 matrix starting at row r0 -> shared
  * memory with row stride HS + 8; rows >= T become zeros. */
 template <int ROWS, int HS, int NTHREADS>
@@ -697,6 +705,7 @@ struct DkdvCfg {
 template <int HS, int WARPS, int BR, bool kKVRegs, int kMode, bool kHeadRound>
 __global__ void __launch_bounds__(WARPS * 32)
     flash_bwd_dkdv_kernel(float *__restrict__ dk, float *__restrict__ dv,
+                          bf16 *__restrict__ dk16, bf16 *__restrict__ dv16,
                           const bf16 *__restrict__ q, const bf16 *__restrict__ k,
                           const bf16 *__restrict__ v, const bf16 *__restrict__ dout,
                           const float *__restrict__ lse2, const float *__restrict__ Dd, int T,
@@ -820,8 +829,13 @@ __global__ void __launch_bounds__(WARPS * 32)
     const int row = j0 + g + hf * 8;
     if (row < T) {
       const size_t off = ((size_t)b * T + row) * ldkv + (size_t)kvh * HS + 2 * t4;
-      store_row(dk + off, dka, hf, 1.f);
-      store_row(dv + off, dva, hf, 1.f, &m);
+      if (dk16) { /* bf16 activations: written rounded */
+        store_row_bf16(dk16 + off, dka, hf);
+        store_row_bf16(dv16 + off, dva, hf);
+      } else {
+        store_row(dk + off, dka, hf, 1.f);
+        store_row(dv + off, dva, hf, 1.f, &m);
+      }
     }
   }
   if (dv_amax) block_amax_fold<NT>(m, dv_amax);
@@ -837,7 +851,8 @@ struct DqCfg {
  * in registers (hs <= 64), else they are re-read from shared memory. */
 template <int HS, int WARPS, int BC, bool kQRegs, int kMode>
 __global__ void __launch_bounds__(WARPS * 32)
-    flash_bwd_dq_kernel(float *__restrict__ dq, const bf16 *__restrict__ q,
+    flash_bwd_dq_kernel(float *__restrict__ dq, bf16 *__restrict__ dq16,
+                        const bf16 *__restrict__ q,
                         const bf16 *__restrict__ k, const bf16 *__restrict__ v,
                         const bf16 *__restrict__ dout, const float *__restrict__ lse2,
                         const float *__restrict__ Dd, int T, int Tp, int NH, int NKV,
@@ -921,7 +936,13 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
   for (int hf = 0; hf < 2; hf++) {
     const int row = row0 + g + hf * 8;
-    if (row < T) store_row(dq + ((size_t)b * T + row) * ldq + (size_t)h * HS + 2 * t4, dqa, hf, 1.f);
+    if (row < T) {
+      const size_t at = ((size_t)b * T + row) * ldq + (size_t)h * HS + 2 * t4;
+      if (dq16)
+        store_row_bf16(dq16 + at, dqa, hf);
+      else
+        store_row(dq + at, dqa, hf, 1.f);
+    }
   }
 }
 
@@ -979,7 +1000,7 @@ cudaError_t backward(float *dq, float *dk, float *dv, const bf16 *dout, const fl
                      const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B, int T,
                      int NH, int NKV, Rounding rp, Rounding rds, void *scratch,
                      unsigned int *dv_amax, bool head_round, const bf16 *out_bf16,
-                     cudaStream_t s) {
+                     bf16 *const *grads16, cudaStream_t s) {
   typedef Tiles<HS> X;
   const int Tp = (int)padded_T(T);
   float *lse2 = (float *)scratch, *Dd = lse2 + (size_t)B * NH * Tp;
@@ -1003,16 +1024,16 @@ cudaError_t backward(float *dq, float *dk, float *dv, const bf16 *dout, const fl
       k2 = flash_bwd_dkdv_kernel<HS, X::kBwdWarps, X::kDkdvBR, X::kRegs, kMode, true>;
   if ((e = prepare(k2, C2::kSmem)) != cudaSuccess) return e;
   dim3 g2(B * NKV, (T + C2::kBC - 1) / C2::kBC);
-  k2<<<g2, C2::kThreads, C2::kSmem, s>>>(dk, dv, q, k, v, dout, lse2, Dd, T, Tp, NH, NKV,
-                                         scale_log2, scale, rp, rds, dv_amax);
+  k2<<<g2, C2::kThreads, C2::kSmem, s>>>(dk, dv, grads16[1], grads16[2], q, k, v, dout, lse2, Dd,
+                                         T, Tp, NH, NKV, scale_log2, scale, rp, rds, dv_amax);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
 
   typedef DqCfg<HS, X::kBwdWarps, X::kDqBC> C3;
   auto k3 = flash_bwd_dq_kernel<HS, X::kBwdWarps, X::kDqBC, X::kRegs, kMode>;
   if ((e = prepare(k3, C3::kSmem)) != cudaSuccess) return e;
   dim3 g3(B * NH, (T + C3::kBR - 1) / C3::kBR);
-  k3<<<g3, C3::kThreads, C3::kSmem, s>>>(dq, q, k, v, dout, lse2, Dd, T, Tp, NH, NKV,
-                                         scale_log2, scale, rds);
+  k3<<<g3, C3::kThreads, C3::kSmem, s>>>(dq, grads16[0], q, k, v, dout, lse2, Dd, T, Tp, NH,
+                                         NKV, scale_log2, scale, rds);
   return cudaGetLastError();
 }
 
@@ -1114,13 +1135,19 @@ extern "C" cudaError_t flash_attention_backward(float *dq, float *dk, float *dv,
   const flash_rounding &rp = p ? *p : kPlainBf16, &rds = ds ? *ds : kPlainBf16;
   const bool head_round = act && act->round_head_grads && NKV < NH;
   const bf16 *out_bf16 = act ? act->out_bf16 : nullptr;
+  bf16 *const none[3] = {nullptr, nullptr, nullptr};
+  bf16 *const *grads16 = act && act->grads_bf16[0] ? act->grads_bf16 : none;
+  if (act && (!act->grads_bf16[0] != !act->grads_bf16[1] ||
+              !act->grads_bf16[0] != !act->grads_bf16[2]))
+    return cudaErrorInvalidValue;
   if (!args_ok(B, T, NH, NKV, hs) || !rounding_ok(rp, T) || !rounding_ok(rds, T) ||
       rp.round.mode != rds.round.mode || !scratch || (!out && !out_bf16))
     return cudaErrorInvalidValue;
   const int mode = kernel_mode(rp, rds);
   if (head_round && mode != kBf16) return cudaErrorInvalidValue;
   FLASH_DISPATCH(backward, hs, mode, dq, dk, dv, dout, out, lse, q, k, v, B, T, NH, NKV,
-                 rounding_of(rp), rounding_of(rds), scratch, dv_amax, head_round, out_bf16, s);
+                 rounding_of(rp), rounding_of(rds), scratch, dv_amax, head_round, out_bf16,
+                 grads16, s);
 }
 
 /* ------------------------------------------------------ test support */

@@ -96,10 +96,13 @@ cudaError_t flash_attention_forward_bf16(__nv_bfloat16 *out, float *lse,
  * gradients of K and V repeated over the group, bf16 tensors, summed); only
  * with plain bf16 P and dS (7 bits, rne), else cudaErrorInvalidValue; no
  * effect where NKV == NH.  out_bf16: O stored in bf16 (its values rounded),
- * read in place of out, which may then be NULL. */
+ * read in place of out, which may then be NULL.  grads_bf16 (all three or
+ * none): dQ, dK and dV written there in bf16 (rne) in place of dq, dk, dv,
+ * which are then not written (dv_amax not folded). */
 typedef struct {
   int round_head_grads;
   const __nv_bfloat16 *out_bf16;
+  __nv_bfloat16 *grads_bf16[3];
 } flash_act_bf16;
 size_t flash_attention_scratch_bytes(int B, int T, int NH, int NKV, int hs);
 cudaError_t flash_attention_backward(float *dq, float *dk, float *dv, const __nv_bfloat16 *dout,

@@ -702,10 +702,8 @@ __global__ void swiglu_backward_bf16_storage_kernel(uint16_t *dh1, uint16_t *dh3
 /* RoPE of bf16 activations on bf16 storage: rope_kernel<true>'s rotation
  * of each pair and rounding, 8 elements (4 pairs of one head: hs % 8 == 0)
  * a thread through 16-byte loads and stores; every result a bf16 value, so
- * the bits of the float32-storage kernel.  In float: x rounded to bf16
- * first (act_bf16, the bits of an act_round pass before it). */
-template <typename In>
-__global__ void rope_bf16_storage_kernel(uint16_t *out, const In *x, const float *cos_t,
+ * the bits of the float32-storage kernel. */
+__global__ void rope_bf16_storage_kernel(uint16_t *out, const uint16_t *x, const float *cos_t,
                                          const float *sin_t, size_t n8, int T, int rowlen,
                                          int half, float sign) {
   for (size_t i = global_index(); i < n8; i += global_stride()) {
@@ -713,17 +711,9 @@ __global__ void rope_bf16_storage_kernel(uint16_t *out, const In *x, const float
     const int i0 = (int)(base - bt * rowlen) / 2 % half, t = (int)(bt % T);
     const float *cs = cos_t + (size_t)t * half + i0, *sn = sin_t + (size_t)t * half + i0;
     float v[8];
-    if constexpr (sizeof(In) == 2) {
-      const bf16x8 a = load_bf16x8(x, i);
+    const bf16x8 a = load_bf16x8(x, i);
 #pragma unroll
-      for (int j = 0; j < 8; j++) v[j] = __bfloat162float(a.v[j]);
-    } else {
-      const float4 a = reinterpret_cast<const float4 *>(x)[2 * i],
-                   b = reinterpret_cast<const float4 *>(x)[2 * i + 1];
-      const float w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-      for (int j = 0; j < 8; j++) v[j] = act_bf16(w[j]);
-    }
+    for (int j = 0; j < 8; j++) v[j] = __bfloat162float(a.v[j]);
     bf16x8 o;
 #pragma unroll
     for (int p = 0; p < 4; p++) {
@@ -736,18 +726,6 @@ __global__ void rope_bf16_storage_kernel(uint16_t *out, const In *x, const float
   }
 }
 
-template <typename In>
-static cudaError_t launch_rope_bf16_storage(uint16_t *out, const In *x, const float *cos_t,
-                                            const float *sin_t, int B, int T, int nh, int hs,
-                                            bool backward, cudaStream_t s) {
-  if (B < 0 || T <= 0 || nh <= 0 || hs <= 0 || hs % 8 || (((uintptr_t)out | (uintptr_t)x) & 15u))
-    return cudaErrorInvalidValue;
-  const size_t n8 = (size_t)B * T * nh * hs / 8;
-  if (!n8) return cudaSuccess;
-  rope_bf16_storage_kernel<In><<<elementwise_grid(n8), kThreads, 0, s>>>(
-      out, x, cos_t, sin_t, n8, T, nh * hs, hs / 2, backward ? -1.0f : 1.0f);
-  return cudaGetLastError();
-}
 
 /* The gradients of one element: model.c's swiglu_backward. */
 __device__ __forceinline__ void swiglu_grads(float d, float a, float b, float *g1, float *g3) {
@@ -1498,13 +1476,13 @@ cudaError_t gpu_swiglu_backward_bf16_storage(uint16_t *dh1, uint16_t *dh3, const
 cudaError_t gpu_rope_bf16_storage(uint16_t *out, const uint16_t *x, const float *cos_t,
                                   const float *sin_t, int B, int T, int nh, int hs, bool backward,
                                   cudaStream_t s) {
-  return launch_rope_bf16_storage(out, x, cos_t, sin_t, B, T, nh, hs, backward, s);
-}
-
-cudaError_t gpu_rope_bf16_storage_f32(uint16_t *out, const float *x, const float *cos_t,
-                                      const float *sin_t, int B, int T, int nh, int hs,
-                                      bool backward, cudaStream_t s) {
-  return launch_rope_bf16_storage(out, x, cos_t, sin_t, B, T, nh, hs, backward, s);
+  if (B < 0 || T <= 0 || nh <= 0 || hs <= 0 || hs % 8 || (((uintptr_t)out | (uintptr_t)x) & 15u))
+    return cudaErrorInvalidValue;
+  const size_t n8 = (size_t)B * T * nh * hs / 8;
+  if (!n8) return cudaSuccess;
+  rope_bf16_storage_kernel<<<elementwise_grid(n8), kThreads, 0, s>>>(
+      out, x, cos_t, sin_t, n8, T, nh * hs, hs / 2, backward ? -1.0f : 1.0f);
+  return cudaGetLastError();
 }
 
 /* The table rows of the bf16 operand path (every one bf16-exact). */

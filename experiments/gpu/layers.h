@@ -111,11 +111,6 @@ cudaError_t gpu_swiglu_backward_bf16_storage(uint16_t *dh1, uint16_t *dh3, const
 cudaError_t gpu_rope_bf16_storage(uint16_t *out, const uint16_t *x, const float *cos_t,
                                   const float *sin_t, int B, int T, int nh, int hs, bool backward,
                                   cudaStream_t s);
-/* The same from float32 x, each value rounded to bf16 first (an act_round
- * pass's bits: dq and dk as the fused attention leaves them). */
-cudaError_t gpu_rope_bf16_storage_f32(uint16_t *out, const float *x, const float *cos_t,
-                                      const float *sin_t, int B, int T, int nh, int hs,
-                                      bool backward, cudaStream_t s);
 /* Tests: over all 2^32 float32 inputs, how many act_bf16 on the GPU (the
  * conversion instruction) gives other bits than the reference core (a NaN
  * for a NaN counts as equal); -1 on a CUDA error. */

@@ -1020,12 +1020,13 @@ static bool dqkv_identity(const gpu_model *g, int l) {
   return true;
 }
 
-/* Layer l's backward through Q, K and V from the fused kernel's float32
- * dq, dk, dv under qkv_bf16 where dqkv_identity holds: dq and dk rounded to
- * bf16 and rotated back on bf16 storage (act_round's and RoPE's bits)
- * straight into Q's and K's dY slots, each just before its GEMMs (one dY
- * buffer under lean activations); dv rounded by its fill (bf16's rne of dv,
- * act_round's image).  Inside the caller's share region for ln1. */
+/* Layer l's backward through Q, K and V from the fused kernel's dq, dk, dv
+ * written in bf16 (act_round's bits) into their buffers' memory, under
+ * qkv_bf16 where dqkv_identity holds: dq and dk rotated back on bf16
+ * storage (RoPE's bits) straight into Q's and K's dY slots, each just
+ * before its GEMMs (one dY buffer under lean activations); dv read as it is
+ * stored (the image its fill would make).  Inside the caller's share region
+ * for ln1. */
 static void dqkv_into_operands(gpu_model *g, int l, const float *ln1) {
   const model_config &c = g->cfg;
   const int N = g->B * g->T, C = c.dim, hs = C / c.n_heads, KVC = c.n_kv_heads * hs;
@@ -1036,27 +1037,31 @@ static void dqkv_into_operands(gpu_model *g, int l, const float *ln1) {
     float *dx = i ? d.dk : d.dq;
     gtq_bf16_fill w;
     gtq_fill_bf16_slot(g->gq, site, USE_DX_DY, SLOT_DY, (size_t)N * width, nullptr, &w);
-    gtq_check(gpu_rope_bf16_storage_f32((uint16_t *)w.y, dx, g->rope_cos, g->rope_sin, g->B,
-                                        g->T, i ? c.n_kv_heads : c.n_heads, hs, true, g->s),
+    gtq_check(gpu_rope_bf16_storage((uint16_t *)w.y, (const uint16_t *)dx, g->rope_cos,
+                                    g->rope_sin, g->B, g->T, i ? c.n_kv_heads : c.n_heads, hs,
+                                    true, g->s),
               "RoPE backward (bf16 storage)");
     gtq_fill_bf16_done(g->gq, site, USE_DX_DY, SLOT_DY);
     linear_backward(g, d.dln, (i ? gr.wk : gr.wq) + (size_t)l * width * C, dx, ln1,
                     (i ? p.wk : p.wq) + (size_t)l * width * C, N, C, width, site, i ? 1 : 0,
                     true);
   }
-  linear_backward(g, d.dln, gr.wv + (size_t)l * KVC * C, d.dv, ln1, p.wv + (size_t)l * KVC * C,
-                  N, C, KVC, site_index(g, l, SITE_V), 1);
+  linear_backward(g, d.dln, gr.wv + (size_t)l * KVC * C, nullptr, ln1,
+                  p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V), 1, false,
+                  nullptr, (const uint16_t *)d.dv);
   g->act_fused += 3;
 }
 
 /* dv_amax: the word dv's amax is folded into (amax_word), or NULL. */
 /* out_bf16: O stored in bf16 (read in place of out), or NULL. */
 /* dO_bf16: the kernel's dO input made already (bf16 values that its fill
- * would leave as they are: flash_do_identity), or NULL: dout's fill. */
+ * would leave as they are: flash_do_identity), or NULL: dout's fill.
+ * grads_bf16: dq, dk, dv written in bf16 into their own buffers' memory. */
 static void flash_backward(gpu_model *g, float *dq, float *dk, float *dv, const float *dout,
                            const float *out, const uint16_t *out_bf16, const float *lse,
                            const float *q, const float *k, const float *v, int l,
-                           unsigned int *dv_amax, const __nv_bfloat16 *dO_bf16 = nullptr) {
+                           unsigned int *dv_amax, const __nv_bfloat16 *dO_bf16 = nullptr,
+                           bool grads_bf16 = false) {
   const model_config &c = g->cfg;
   const int N = g->B * g->T, hs = c.dim / c.n_heads, KVC = c.n_kv_heads * hs;
   const int qk = site_index(g, l, SITE_ATT_QK), pv = site_index(g, l, SITE_ATT_PV);
@@ -1078,7 +1083,10 @@ static void flash_backward(gpu_model *g, float *dq, float *dk, float *dv, const 
   if (pv >= 0 && g->sites[pv].op[USE_FWD_X].enabled) p.round = g->sites[pv].op[USE_FWD_X].round;
   p.round.offset = g->p_offsets[l]; /* the forward's words for the same elements */
   const flash_rounding ds = flash_rounding_of(g, qk, USE_DX_DY);
-  const flash_act_bf16 act = {g->act_bf16, (const __nv_bfloat16 *)out_bf16};
+  flash_act_bf16 act = {g->act_bf16, (const __nv_bfloat16 *)out_bf16, {}};
+  if (grads_bf16)
+    act.grads_bf16[0] = (__nv_bfloat16 *)dq, act.grads_bf16[1] = (__nv_bfloat16 *)dk,
+    act.grads_bf16[2] = (__nv_bfloat16 *)dv;
   gtq_check(flash_attention_backward(dq, dk, dv, dO, out_bf16 ? nullptr : out, lse, Q, K, V, g->B,
                                      g->T, c.n_heads, c.n_kv_heads, hs, &p, &ds,
                                      g->flash_scratch, dv_amax, &act, g->s),
@@ -1840,7 +1848,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     if (g->attention == GPU_ATTENTION_FLASH) {
       dv_amax = amax_word(g, l, AMAX_DV, {SITE_V}, USE_DX_DY);
       flash_backward(g, d.dq, d.dk, d.dv, d.datty, atty, o_bf16,
-                     g->lse + (size_t)l * B * NH * T, q, k, v, l, dv_amax, dO_bf16);
+                     g->lse + (size_t)l * B * NH * T, q, k, v, l, dv_amax, dO_bf16, dqkv_direct);
       if (!dqkv_direct) {
         act_round(g, d.dq, BTC); /* as written in bf16 (one head per key/value head) */
         act_round(g, d.dk, BTK);

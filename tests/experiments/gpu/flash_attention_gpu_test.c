@@ -457,7 +457,7 @@ START_TEST(rejects_what_it_does_not_serve) {
   ck_assert_int_eq(flash_attention_backward(out, out, out, x, out, lse, x, x, x, 1, 64, 1, 1,
                                             64, &rz, &sr, scratch, NULL, NULL, 0),
                    cudaErrorInvalidValue); /* P and dS by different modes */
-  const flash_act_bf16 heads = {1, NULL};
+  const flash_act_bf16 heads = {1, NULL, {NULL, NULL, NULL}};
   ck_assert_int_eq(flash_attention_backward(out, out, out, x, out, lse, x, x, x, 1, 64, 2, 1,
                                             64, &rz, &rz, scratch, NULL, &heads, 0),
                    cudaErrorInvalidValue); /* each head's dK, dV rounded: only under bf16 P, dS */
@@ -654,7 +654,7 @@ END_TEST
  * lse and dQ bit-identical to the repeated run's.  Groups of 2 and 4 heads,
  * hs 32, 64 and 128, T not a multiple of a block. */
 START_TEST(gqa_head_rounding) {
-  const flash_act_bf16 heads = {1, NULL};
+  const flash_act_bf16 heads = {1, NULL, {NULL, NULL, NULL}};
   const shape shapes[] = {{2, 100, 4, 2, 64}, {1, 200, 4, 1, 32}, {2, 70, 4, 2, 128}};
   for (int c = 0; c < 3; c++) {
     const shape s = shapes[c], e = {s.B, s.T, s.NH, s.NH, s.hs};
@@ -773,7 +773,7 @@ START_TEST(out_bf16_matches_float) {
     float *got[2][3];
     for (int w = 0; w < 2; w++) {
       float *dq = dev_alloc(nq * 4), *dk = dev_alloc(nkv * 4), *dv = dev_alloc(nkv * 4);
-      const flash_act_bf16 act = {s.NKV < s.NH, w ? ob : NULL};
+      const flash_act_bf16 act = {s.NKV < s.NH, w ? ob : NULL, {NULL, NULL, NULL}};
       CU(flash_attention_backward(dq, dk, dv, dout, w ? NULL : out, lse, q, k, v, s.B, s.T, s.NH,
                                   s.NKV, s.hs, NULL, NULL, scratch, NULL, &act, 0));
       got[w][0] = malloc(nq * 4), got[w][1] = malloc(nkv * 4), got[w][2] = malloc(nkv * 4);
@@ -781,6 +781,32 @@ START_TEST(out_bf16_matches_float) {
       to_host(got[w][1], dk, nkv * 4);
       to_host(got[w][2], dv, nkv * 4);
       CU(cudaFree(dq)); CU(cudaFree(dk)); CU(cudaFree(dv));
+    }
+    /* dQ, dK, dV written in bf16 by the kernels (grads_bf16): the float
+     * gradients rounded (rne), bit for bit */
+    {
+      __nv_bfloat16 *g16[3] = {dev_alloc(nq * 2), dev_alloc(nkv * 2), dev_alloc(nkv * 2)};
+      const flash_act_bf16 act = {s.NKV < s.NH, ob, {g16[0], g16[1], g16[2]}};
+      CU(flash_attention_backward(NULL, NULL, NULL, dout, NULL, lse, q, k, v, s.B, s.T, s.NH,
+                                  s.NKV, s.hs, NULL, NULL, scratch, NULL, &act, 0));
+      CU(cudaDeviceSynchronize());
+      size_t d = 0;
+      for (int t = 0; t < 3; t++) {
+        const size_t n = t ? nkv : nq;
+        uint16_t *h = malloc(n * 2);
+        to_host(h, g16[t], n * 2);
+        for (size_t i = 0; i < n; i++) {
+          const float r = act_bf16(got[1][t][i]);
+          uint32_t u;
+          memcpy(&u, &r, 4);
+          d += (uint16_t)(u >> 16) != h[i];
+        }
+        free(h);
+        CU(cudaFree(g16[t]));
+      }
+      printf("grads_bf16 B %d T %d NH %d NKV %d hs %d: %zu values differ from the rounded floats\n",
+             s.B, s.T, s.NH, s.NKV, s.hs, d);
+      ck_assert_msg(d == 0, "grads_bf16: %zu values differ", d);
     }
     const int same = !memcmp(got[0][0], got[1][0], nq * 4) &&
                      !memcmp(got[0][1], got[1][1], nkv * 4) &&

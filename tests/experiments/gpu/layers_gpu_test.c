@@ -925,9 +925,7 @@ END_TEST
 /* RoPE of bf16 activations on bf16 storage (gpu_rope_bf16_storage) against
  * the float32-storage kernels on the same bf16 values, forward and backward,
  * heads of 8, 32 and 64, in place and not, NaN, infinities and overflowing
- * rotations planted: bit for bit; from float32 (gpu_rope_bf16_storage_f32)
- * against an act_round pass (bf16 rne) and the float32 kernel; a head size
- * not a multiple of 8 refused. */
+ * rotations planted: bit for bit; a head size not a multiple of 8 refused. */
 START_TEST(rope_bf16_storage) {
   static const int head_sizes[] = {8, 32, 64};
   enum { B = 2, T = 37, NH = 3 };
@@ -948,24 +946,16 @@ START_TEST(rope_bf16_storage) {
     }
     float *d_w = dev_alloc(n * sizeof(float));
     uint16_t *d_x = dev_from(xb, n * 2), *d_y = dev_alloc(n * 2);
-    float *d_x32 = dev_from(x, n * sizeof(float));
-    const exmy_rounding_opts rne = {0};
-    exmy_format bf;
-    ck_assert_int_eq(exmy_format_parse("bf16", &bf), 0);
     for (int backward = 0; backward < 2; backward++)
-      for (int in_place = 0; in_place < 3; in_place++) { /* 2: from float32 */
+      for (int in_place = 0; in_place < 2; in_place++) {
         to_dev(d_w, wide, n * sizeof(float));
         to_dev(d_x, xb, n * 2);
-        if (in_place == 2) CU(exmy_cuda_quantize_f32(&bf, &rne, d_x32, d_w, n, 0));
         if (backward)
           gpu_rope_backward_act_bf16(d_w, tab.d_cs, tab.d_sn, B, T, NH, hs, NULL, 0);
         else
           gpu_rope_forward_act_bf16(d_w, tab.d_cs, tab.d_sn, B, T, NH, hs, 0);
         uint16_t *out = in_place == 1 ? d_x : d_y;
-        if (in_place == 2)
-          CU(gpu_rope_bf16_storage_f32(out, d_x32, tab.d_cs, tab.d_sn, B, T, NH, hs, backward, 0));
-        else
-          CU(gpu_rope_bf16_storage(out, d_x, tab.d_cs, tab.d_sn, B, T, NH, hs, backward, 0));
+        CU(gpu_rope_bf16_storage(out, d_x, tab.d_cs, tab.d_sn, B, T, NH, hs, backward, 0));
         LAUNCHED();
         float *want = malloc(n * sizeof(float));
         to_host(want, d_w, n * sizeof(float));
@@ -980,7 +970,7 @@ START_TEST(rope_bf16_storage) {
         }
         printf("  %-26s hs %-3d %s%s: %zu of %zu differ\n", "rope_bf16_storage", hs,
                backward ? "backward" : "forward",
-               in_place == 2 ? " from float32" : in_place ? " in place" : "", d, n);
+               in_place ? " in place" : "", d, n);
         ck_assert_msg(d == 0, "rope_bf16_storage hs %d backward %d in place %d: %zu differ", hs,
                       backward, in_place, d);
         free(want);
@@ -988,7 +978,7 @@ START_TEST(rope_bf16_storage) {
     ck_assert_int_eq(gpu_rope_bf16_storage(d_y, d_x, tab.d_cs, tab.d_sn, B, T, NH * 2, hs / 2 + 2,
                                            false, 0),
                      cudaErrorInvalidValue);
-    CU(cudaFree(d_w)); CU(cudaFree(d_x)); CU(cudaFree(d_y)); CU(cudaFree(d_x32));
+    CU(cudaFree(d_w)); CU(cudaFree(d_x)); CU(cudaFree(d_y));
     rope_tables_free(tab);
     free(x); free(wide); free(xb); free(got);
   }

@@ -765,6 +765,22 @@ static int delayed_states_differ(exmy_cuda_delayed_state *a, exmy_cuda_delayed_s
          memcmp(&sa.scale_inv, &sb.scale_inv, sizeof(float)) || memcmp(ha, hb, sizeof ha);
 }
 
+/* The fills a producer's own image is tested against: the bf16 operand
+ * path's formats in the modes the trainer fuses (rne, rz, sr, and a run-time
+ * mode), saturating and flushing, unscaled and under delayed scaling. */
+typedef struct {
+  const char *format;
+  exmy_rounding mode;
+  bool saturate, flush, delayed;
+} producer_case;
+static const producer_case producer_cases[] = {
+    {"bf16", EXMY_RNE, false, false, false}, {"e8m3", EXMY_RZ, false, false, false},
+    {"e4m3", EXMY_RNE, true, false, false},  {"e5m2", EXMY_SR, false, false, false},
+    {"e8m5", EXMY_SR, true, true, false},    {"e4m3", EXMY_RNA, false, false, false},
+    {"e4m3", EXMY_RNE, true, false, true},   {"e5m2", EXMY_SR, true, false, true},
+};
+enum { N_PRODUCER_CASES = sizeof producer_cases / sizeof producer_cases[0] };
+
 /* The fused SwiGLU forward's bf16 operand image (W2's X) against the
  * unfused path (gpu_swiglu_forward's float32 hg, then the fill's pass):
  * unscaled in the backward test's modes (exmy_cuda_quantize_bf16), and under
@@ -774,16 +790,7 @@ static int delayed_states_differ(exmy_cuda_delayed_state *a, exmy_cuda_delayed_s
  * and whole states bit for bit, aligned and one element in, with NaN,
  * infinities, an overflowing product and subnormal outputs planted. */
 START_TEST(swiglu_forward_bf16) {
-  static const struct {
-    const char *format;
-    exmy_rounding mode;
-    bool saturate, flush, delayed;
-  } cases[] = {
-      {"bf16", EXMY_RNE, false, false, false}, {"e8m3", EXMY_RZ, false, false, false},
-      {"e4m3", EXMY_RNE, true, false, false},  {"e5m2", EXMY_SR, false, false, false},
-      {"e8m5", EXMY_SR, true, true, false},    {"e4m3", EXMY_RNA, false, false, false},
-      {"e4m3", EXMY_RNE, true, false, true},   {"e5m2", EXMY_SR, true, false, true},
-  };
+  const producer_case *cases = producer_cases;
   enum { STEPS = 3 };
   for (int si = 0; si < NSHAPES; si++) {
     const shape *sh = &shapes[si];
@@ -796,7 +803,7 @@ START_TEST(swiglu_forward_bf16) {
     to_dev(d_h3, h3, n * sizeof(float));
     float *d_hg = dev_alloc(n * sizeof(float)), *d_s = dev_alloc(2 * sizeof(float));
     uint16_t *d_r = dev_alloc(n * 2), *d_y = dev_alloc((n + 8) * 2);
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    for (size_t c = 0; c < N_PRODUCER_CASES; c++) {
       exmy_format f;
       ck_assert_int_eq(exmy_format_parse(cases[c].format, &f), 0);
       exmy_rounding_opts o = {0};
@@ -995,16 +1002,7 @@ END_TEST
  * rstd, the sums and the states bit for bit; C not a multiple of 8, or
  * wider than 1024, refused. */
 START_TEST(rmsnorm_forward_bf16) {
-  static const struct {
-    const char *format;
-    exmy_rounding mode;
-    bool saturate, flush, delayed;
-  } cases[] = {
-      {"bf16", EXMY_RNE, false, false, false}, {"e8m3", EXMY_RZ, false, false, false},
-      {"e4m3", EXMY_RNE, true, false, false},  {"e5m2", EXMY_SR, false, false, false},
-      {"e8m5", EXMY_SR, true, true, false},    {"e4m3", EXMY_RNA, false, false, false},
-      {"e4m3", EXMY_RNE, true, false, true},   {"e5m2", EXMY_SR, true, false, true},
-  };
+  const producer_case *cases = producer_cases;
   static const int widths[] = {256, 768, 1000, 1024};
   enum { N = 37, STEPS = 3 };
   for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
@@ -1030,7 +1028,7 @@ START_TEST(rmsnorm_forward_bf16) {
       const exmy_rounding_opts rne = {0};
       CU(exmy_cuda_quantize_bf16(&bf, &rne, d_add, d_addb, NC, 0));
     }
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    for (size_t c = 0; c < N_PRODUCER_CASES; c++) {
       exmy_format f;
       ck_assert_int_eq(exmy_format_parse(cases[c].format, &f), 0);
       exmy_rounding_opts o = {0};

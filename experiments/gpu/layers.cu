@@ -321,6 +321,8 @@ __global__ void __launch_bounds__(kThreads)
 /* The widest row rmsnorm_forward_bf16_kernel stages: 8 rows of 1024 floats,
  * 32 KiB of the 48 a launch has without opting in. */
 constexpr int kRmsnormBf16MaxC = 1024;
+static_assert(sizeof(float) * kWarpsPerBlock * kRmsnormBf16MaxC <= 48 * 1024,
+              "rmsnorm_forward_bf16_kernel's staged rows need no shared memory opt-in");
 
 /* dx += r (dy w - x k), k = r^2 mean(dy w x), for one row (one warp); the
  * values written folded into m, and written rounded to bf16 (rne: the bits
@@ -507,6 +509,20 @@ static void launch_rope(float *x, const float *cos_t, const float *sin_t, int B,
                                                                       nh, hs / 2, sign, amax);
 }
 
+/* The cos and sin of the angles of the pairs from element `base` of x (rows
+ * of rowlen, T positions, half frequencies a head): cs[p] and sn[p] for its
+ * pair p, while the pairs stay within one head (groups of 8 elements, hs a
+ * multiple of 8).  One formula for both bf16 RoPE kernels, so they rotate
+ * by the same angles. */
+__device__ __forceinline__ void rope_angles_at(const float *cos_t, const float *sin_t,
+                                               size_t base, int T, int rowlen, int half,
+                                               const float **cs, const float **sn) {
+  const size_t bt = base / rowlen;
+  const int i0 = (int)(base - bt * rowlen) / 2 % half, t = (int)(bt % T);
+  *cs = cos_t + (size_t)t * half + i0;
+  *sn = sin_t + (size_t)t * half + i0;
+}
+
 /* RoPE's rotation (sign 1) or its gradient (sign -1) of x (B T rows of
  * nh * hs), rounded straight into a bf16 GEMM operand image: 8 elements (4
  * pairs of one head, rows of a multiple of 8) a thread, rope_kernel's
@@ -527,9 +543,8 @@ __global__ void __launch_bounds__(exmy_cuda::kThreads)
   if (base < n) {
     float v[kPer];
     const bool full = load8(x, base, n, vec, v);
-    const size_t bt = base / rowlen;
-    const int i0 = (int)(base - bt * rowlen) / 2 % half, t = (int)(bt % T);
-    const float *cs = cos_t + (size_t)t * half + i0, *sn = sin_t + (size_t)t * half + i0;
+    const float *cs, *sn;
+    rope_angles_at(cos_t, sin_t, base, T, rowlen, half, &cs, &sn);
 #pragma unroll
     for (int p = 0; p < kPer / 2; p++)
       rope_rotate_pair(v[2 * p], v[2 * p + 1], cs[p], sign * sn[p], false, &v[2 * p],
@@ -707,9 +722,8 @@ __global__ void rope_bf16_storage_kernel(uint16_t *out, const uint16_t *x, const
                                          const float *sin_t, size_t n8, int T, int rowlen,
                                          int half, float sign) {
   for (size_t i = global_index(); i < n8; i += global_stride()) {
-    const size_t base = i * 8, bt = base / rowlen;
-    const int i0 = (int)(base - bt * rowlen) / 2 % half, t = (int)(bt % T);
-    const float *cs = cos_t + (size_t)t * half + i0, *sn = sin_t + (size_t)t * half + i0;
+    const float *cs, *sn;
+    rope_angles_at(cos_t, sin_t, i * 8, T, rowlen, half, &cs, &sn);
     float v[8];
     const bf16x8 a = load_bf16x8(x, i);
 #pragma unroll
@@ -1329,6 +1343,10 @@ void gpu_add_rmsnorm_forward(float *out, float *rstd, float *inp, const float *a
   launch_rmsnorm_forward(out, rstd, inp, add, w, N, C, amax, s);
 }
 
+bool gpu_rmsnorm_forward_bf16_serves(int C) {
+  return C > 0 && C % exmy_cuda::kPer == 0 && C <= kRmsnormBf16MaxC;
+}
+
 static cudaError_t launch_rmsnorm_forward_bf16(void *out, float *out_f32, float *rstd,
                                                float *inp, const float *add,
                                                const uint16_t *add_bf16, float *sum,
@@ -1336,8 +1354,8 @@ static cudaError_t launch_rmsnorm_forward_bf16(void *out, float *out_f32, float 
                                                const exmy_format *f,
                                                const exmy_rounding_opts *o,
                                                const gpu_bf16_scaling *sc, cudaStream_t s) {
-  if (!gpu_bf16_operand_serves(f) || exmy_rounding_opts_check(o) != 0 || N < 0 || C <= 0 ||
-      C % exmy_cuda::kPer || C > kRmsnormBf16MaxC ||
+  if (!gpu_bf16_operand_serves(f) || exmy_rounding_opts_check(o) != 0 || N < 0 ||
+      !gpu_rmsnorm_forward_bf16_serves(C) ||
       (((uintptr_t)inp | (uintptr_t)add | (uintptr_t)add_bf16 | (uintptr_t)sum) & 15u))
     return cudaErrorInvalidValue;
   if (!N) return cudaSuccess;

@@ -183,6 +183,9 @@ cudaError_t gpu_add_bf16_rmsnorm_forward_bf16(void *out, float *out_f32, float *
                                               const exmy_format *f,
                                               const exmy_rounding_opts *o,
                                               const gpu_bf16_scaling *sc, cudaStream_t s);
+/* Whether the two above take rows of C: C a multiple of 8 and at most 1024,
+ * the widest row their kernel stages in shared memory. */
+bool gpu_rmsnorm_forward_bf16_serves(int C);
 /* The finite max |dh1| and |dh3| of the gradients above, folded into *amax1
  * and *amax3 (device words, either NULL) as float bits, nothing written:
  * per-tensor current scaling's first pass for gpu_swiglu_backward_bf16. */

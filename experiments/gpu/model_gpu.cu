@@ -156,6 +156,7 @@ struct gpu_model {
   bool swiglu_fwd_unfused;             /* gpu_model_set_swiglu_forward_unfused */
   unsigned long long swiglu_fwd_fused; /* layers whose forward took swiglu_forward_fused */
   bool rmsnorm_fwd_unfused;             /* gpu_model_set_rmsnorm_forward_unfused */
+  unsigned long long rmsnorm_fwd_fused; /* RMSNorms that took rmsnorm_into_operand */
   bool dres_unfused;                    /* gpu_model_set_dres_unfused */
   unsigned long long dres_fused;        /* images dres_into_dy gave */
   /* bf16 activations, the fused attention on inputs of bf16 values: q, k
@@ -168,7 +169,6 @@ struct gpu_model {
    * tensors so made */
   bool act_unfused;
   unsigned long long act_fused;
-  unsigned long long rmsnorm_fwd_fused; /* RMSNorms that took rmsnorm_into_operand */
   /* (L * AMAX_PER_LAYER + 1) device words, zeroed at the start of the
    * forward and of the backward; NULL where no fill takes a folded amax */
   unsigned int *amax_words;
@@ -275,12 +275,19 @@ static bool act_direct(gpu_model *g) {
   return g->act_bf16 && !g->act_unfused && !gtq_collecting(g->gq);
 }
 
+/* Whether both fills of the dY of `site` (dX's and dW's) are bf16's own rne
+ * (gtq_use_bf16_identity), so that a producer may write that dY's image
+ * itself, or a bf16 dY be its own operand. */
+static bool dy_fills_bf16_rne(const gpu_model *g, int site) {
+  return gtq_use_bf16_identity(g->gq, site, USE_DX_DY) &&
+         gtq_use_bf16_identity(g->gq, site, USE_DW_DY);
+}
+
 /* act_dy for the dY of `site`: dy itself where both its fills are bf16's
- * own rne (gtq_use_bf16_identity: rne of dy is rne of bf16(dy), so the
- * fill makes act_dy's image from dy in one pass; act_direct), else act_dy. */
+ * own rne (dy_fills_bf16_rne: rne of dy is rne of bf16(dy), so the fill
+ * makes act_dy's image from dy in one pass; act_direct), else act_dy. */
 static const float *act_dy_for(gpu_model *g, int site, float *dst, const float *dy, size_t n) {
-  if (act_direct(g) && gtq_use_bf16_identity(g->gq, site, USE_DX_DY) &&
-      gtq_use_bf16_identity(g->gq, site, USE_DW_DY)) {
+  if (act_direct(g) && dy_fills_bf16_rne(g, site)) {
     g->act_fused++;
     return dy;
   }
@@ -593,22 +600,31 @@ static void mlp_backward_bf16(gpu_model *g, int l, const float *dy_w2, const flo
   gtq_share_end(g->gq);
 }
 
+/* The slot of `use` of `site` for n bf16 values, reserved as its fill would
+ * reserve it (gtq_fill_bf16_slot) and recorded as filled, for a fill that
+ * leaves bf16 values as they are (gtq_use_bf16_identity: unscaled, so
+ * gtq_fill_bf16_done has no amax to record and the producer may write the
+ * slot after it). */
+static void *bf16_rne_slot(gpu_model *g, int site, int use, int slot, size_t n) {
+  gtq_bf16_fill w;
+  gtq_fill_bf16_slot(g->gq, site, use, slot, n, nullptr, &w);
+  gtq_fill_bf16_done(g->gq, site, use, slot);
+  return w.y;
+}
+
 /* Where RMSNorm's backward writes the residual gradient dres (n values) as
  * the bf16 dY of `site` (W2's or W_O's: gpu_rmsnorm_backward_bf16), when
- * that dY's fills are bf16's own rne of dres (gtq_use_bf16_identity, both
- * uses; outside statistics steps: gtq_fusable_bf16): the slot, reserved as
- * the fill would reserve it, whose GEMMs then take it as filled; else NULL
- * (the fill's pass). */
+ * that dY's fills are bf16's own rne of dres (dy_fills_bf16_rne; outside
+ * statistics steps: gtq_fusable_bf16): the slot, reserved as the fill
+ * would reserve it (bf16_rne_slot), whose GEMMs then take it as filled;
+ * else NULL (the fill's pass). */
 static void *dres_into_dy(gpu_model *g, int site, size_t n) {
   if (site < 0 || g->dres_unfused || !gtq_fusable_bf16(g->gq, site, USE_DX_DY, USE_DW_DY) ||
-      !gtq_use_bf16_identity(g->gq, site, USE_DX_DY) ||
-      !gtq_use_bf16_identity(g->gq, site, USE_DW_DY))
+      !dy_fills_bf16_rne(g, site))
     return nullptr;
-  gtq_bf16_fill w;
-  gtq_fill_bf16_slot(g->gq, site, USE_DX_DY, SLOT_DY, n, nullptr, &w);
-  gtq_fill_bf16_done(g->gq, site, USE_DX_DY, SLOT_DY);
+  void *y = bf16_rne_slot(g, site, USE_DX_DY, SLOT_DY, n);
   g->dres_fused++;
-  return w.y;
+  return y;
 }
 
 /* SwiGLU's forward writing hg straight into W2's X slot as its bf16
@@ -651,17 +667,18 @@ static bool swiglu_forward_fused(gpu_model *g, int l, const float *h1, const flo
  * where keep_f32 (kept, or read again in the backward) or another site's
  * fill would not borrow (sr, other formats, share regions off), and left
  * unwritten otherwise.  Not where a fill takes out's amax (current scaling:
- * the amax before the scale), nor for rows wider than the kernel stages
- * (1024).  add: the pending
- * residual add (gpu_add_rmsnorm_forward's); add_bf16 and base: x = base +
- * add_bf16 (gemm_act_residual's).  False: nothing done. */
+ * the amax before the scale), nor for rows the kernel does not stage
+ * (gpu_rmsnorm_forward_bf16_serves).  add: the pending residual add
+ * (gpu_add_rmsnorm_forward's); add_bf16 and base: x = base + add_bf16
+ * (gemm_act_residual's).  False: nothing done. */
 static bool rmsnorm_into_operand(gpu_model *g, float *out, float *rstd, float *x,
                                  const float *add, const float *w, const unsigned int *amax,
                                  std::initializer_list<int> sites, bool keep_f32,
                                  const uint16_t *add_bf16 = nullptr,
                                  const float *base = nullptr) {
   const int N = g->B * g->T, C = g->cfg.dim, site = *sites.begin();
-  if (site < 0 || g->rmsnorm_fwd_unfused || amax || C % 8 || C > 1024) return false;
+  if (site < 0 || g->rmsnorm_fwd_unfused || amax || !gpu_rmsnorm_forward_bf16_serves(C))
+    return false;
   const exmy_operand_quant *q = gtq_fusable_bf16(g->gq, site, USE_FWD_X, USE_DW_X);
   if (!q || !gpu_bf16_operand_serves(&q->format) || q->scaling.kind == EXMY_SCALING_TENSOR)
     return false;
@@ -959,10 +976,7 @@ static void flash_forward(gpu_model *g, float *out, float *lse, float *q, float 
 static __nv_bfloat16 *flash_input_slot(gpu_model *g, int site, int use, int slot, size_t n,
                                        __nv_bfloat16 *plain) {
   if (site < 0 || !g->sites[site].op[use].enabled) return plain;
-  gtq_bf16_fill w;
-  gtq_fill_bf16_slot(g->gq, site, use, slot, n, nullptr, &w);
-  gtq_fill_bf16_done(g->gq, site, use, slot);
-  return (__nv_bfloat16 *)w.y;
+  return (__nv_bfloat16 *)bf16_rne_slot(g, site, use, slot, n);
 }
 
 /* Under qkv_bf16: layer l's q, k and v from their GEMMs in bf16 (the
@@ -1012,11 +1026,10 @@ static bool flash_do_identity(const gpu_model *g, int l) {
 }
 
 /* Whether Q's, K's and V's dY fills of layer l are all bf16's own rne
- * (gtq_use_bf16_identity), so dqkv_into_operands makes their bits. */
+ * (dy_fills_bf16_rne), so dqkv_into_operands makes their bits. */
 static bool dqkv_identity(const gpu_model *g, int l) {
   for (int kind : {SITE_Q, SITE_K, SITE_V})
-    for (int use : {USE_DX_DY, USE_DW_DY})
-      if (!gtq_use_bf16_identity(g->gq, site_index(g, l, kind), use)) return false;
+    if (!dy_fills_bf16_rne(g, site_index(g, l, kind))) return false;
   return true;
 }
 
@@ -1035,13 +1048,11 @@ static void dqkv_into_operands(gpu_model *g, int l, const float *ln1) {
   for (int i = 0; i < 2; i++) { /* dq, then dk */
     const int site = site_index(g, l, i ? SITE_K : SITE_Q), width = i ? KVC : C;
     float *dx = i ? d.dk : d.dq;
-    gtq_bf16_fill w;
-    gtq_fill_bf16_slot(g->gq, site, USE_DX_DY, SLOT_DY, (size_t)N * width, nullptr, &w);
-    gtq_check(gpu_rope_bf16_storage((uint16_t *)w.y, (const uint16_t *)dx, g->rope_cos,
+    void *y = bf16_rne_slot(g, site, USE_DX_DY, SLOT_DY, (size_t)N * width);
+    gtq_check(gpu_rope_bf16_storage((uint16_t *)y, (const uint16_t *)dx, g->rope_cos,
                                     g->rope_sin, g->B, g->T, i ? c.n_kv_heads : c.n_heads, hs,
                                     true, g->s),
               "RoPE backward (bf16 storage)");
-    gtq_fill_bf16_done(g->gq, site, USE_DX_DY, SLOT_DY);
     linear_backward(g, d.dln, (i ? gr.wk : gr.wq) + (size_t)l * width * C, dx, ln1,
                     (i ? p.wk : p.wq) + (size_t)l * width * C, N, C, width, site, i ? 1 : 0,
                     true);
@@ -1258,9 +1269,7 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
                 s2 = site_index(g, l, SITE_W2);
       for (int s13 : {s1, s3})
         ok = ok && gtq_use_plain_bf16(g->gq, s13, USE_FWD_X) &&
-             gtq_use_plain_bf16(g->gq, s13, USE_FWD_W) &&
-             gtq_use_bf16_identity(g->gq, s13, USE_DX_DY) &&
-             gtq_use_bf16_identity(g->gq, s13, USE_DW_DY);
+             gtq_use_plain_bf16(g->gq, s13, USE_FWD_W) && dy_fills_bf16_rne(g, s13);
       ok = ok && gtq_use_plain_bf16(g->gq, s2, USE_DX_DY) &&
            gtq_use_plain_bf16(g->gq, s2, USE_DX_W) &&
            gtq_use_bf16_identity(g->gq, s2, USE_FWD_X) &&
@@ -1758,7 +1767,9 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
   gtq_check(cudaMemsetAsync(d.dres, 0, BTC * sizeof(float), s), "memset");
   /* the residual gradient entering layer l's backward, as W2's dY image
    * too where dres_into_dy serves (not under Smooth-SwiGLU: dY is scaled) */
-  auto w2_dy = [&](int l) { return smooth ? nullptr : dres_into_dy(g, site_index(g, l, SITE_W2), BTC); };
+  auto w2_dy = [&](int l) {
+    return smooth ? nullptr : dres_into_dy(g, site_index(g, l, SITE_W2), BTC);
+  };
   void *w2_img = w2_dy(L - 1);
   gpu_rmsnorm_backward_bf16(d.dres, w2_img, gr.rmsf, d.dln, a.res + L * BTC, p.rmsf, a.lnf_rstd,
                             N, C, dres_amax(L - 1), s);

@@ -70,6 +70,18 @@ __device__ __forceinline__ float decode_one(const exmy_format &f, uint32_t c) {
   else return exmy_core_decode(&f, c);
 }
 
+/* fast_encode over the thread's 8 elements; bit k set where element k needs
+ * the core. */
+template <int ID, int MODE>
+__device__ __forceinline__ uint32_t fast_encode8(int R, int saturate, const float v[kPer],
+                                                 const uint32_t rnd[kPer], uint32_t c[kPer]) {
+  uint32_t slow = 0;
+#pragma unroll
+  for (int k = 0; k < kPer; k++)
+    if (!fast_encode<ID, MODE>(R, saturate, v[k], rnd[k], c[k])) slow |= 1u << k;
+  return slow;
+}
+
 template <int ID, int MODE>
 __device__ __forceinline__ void encode8(const exmy_format &f, const KOpts &o,
                                         size_t base, const float v[kPer],
@@ -89,11 +101,14 @@ __device__ __forceinline__ void encode8(const exmy_format &f, const KOpts &o,
   } else if constexpr (Fast<ID>::enabled) {
     /* the fast path, and the core where it declines (rare: NaN, inf, flushed
      * subnormals); one branch for the 8 elements keeps the fast loop free of
-     * per-element branches */
+     * per-element branches.  sr with the whole word (sr_bits 32, the
+     * default) gets a loop of its own, where the constant folds the masks of
+     * the top sr_bits bits away: instructions are what bound sr */
     uint32_t slow = o.flush ? 0xFFu : 0u;
-#pragma unroll
-    for (int k = 0; k < kPer; k++)
-      if (!fast_encode<ID, MODE>(o.sr_bits, o.saturate, v[k], rnd[k], c[k])) slow |= 1u << k;
+    if (MODE == EXMY_SR && o.sr_bits == 32)
+      slow |= fast_encode8<ID, MODE>(32, o.saturate, v, rnd, c);
+    else
+      slow |= fast_encode8<ID, MODE>(o.sr_bits, o.saturate, v, rnd, c);
     if (slow) {
 #pragma unroll
       for (int k = 0; k < kPer; k++)

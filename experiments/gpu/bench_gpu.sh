@@ -110,8 +110,12 @@ for size in $sizes; do
             "msamp-o1 flash" "e8m4 flash rounding=rz" "e8m5 flash rounding=rz" "e8m6 flash rounding=rz" ;;
     # micro-batches of 16 and 8 sequences (every recipe at most 30.6 and 37.2
     # GiB measured: experiments/results/speed-h200/)
-    350m) bench 350m 16 "bf16 flash" "fp8-te flash" "mxfp8 flash" ;;
-    1b) bench 1b 8 "bf16 flash" "fp8-te flash" "mxfp8 flash" ;;
+    # bf16 also with bf16 activations, lean 1 and 2, the configurations
+    # within 1.2x PyTorch compiled's memory
+    350m) bench 350m 16 "bf16 flash" "bf16 flash activations=bf16" \
+            "bf16 flash activations=bf16,lean_activations=2" "fp8-te flash" "mxfp8 flash" ;;
+    1b) bench 1b 8 "bf16 flash" "bf16 flash activations=bf16" \
+          "bf16 flash activations=bf16,lean_activations=2" "fp8-te flash" "mxfp8 flash" ;;
     *) echo "bench_gpu: unknown size $size"; exit 2 ;;
   esac
 done

@@ -41,7 +41,8 @@ cp "$BIN/experiments/trainer/train" "$BIN/tests/experiments/gpu/layers_gpu_test"
    tests/experiments/gpu/train_gpu_test.sh \
    experiments/gpu/bench_gpu.sh experiments/gpu/profile_gpu.sh experiments/gpu/profile_summary.py \
    experiments/reference/llama_torch.py \
-   experiments/reference/bench_torch_gpu.py experiments/reference/profile_torch_gpu.py gpu_bundle/
+   experiments/reference/bench_torch_gpu.py experiments/reference/profile_torch_gpu.py \
+   experiments/reference/torch_gpu_step.py gpu_bundle/
 mkdir -p gpu_bundle/configs && cp experiments/configs/*.cfg gpu_bundle/configs/
 # the Python package (lib/python): libexmy_cuda.so, the package, its GPU test and benchmark
 bazel "${OB[@]}" build -c opt --symlink_prefix=/ //cuda:libexmy_cuda.so

@@ -10,7 +10,8 @@ import time
 
 import torch
 
-from llama_torch import SIZES, Llama
+from llama_torch import SIZES
+from torch_gpu_step import practitioner_step
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--size", default="120m")
@@ -23,25 +24,13 @@ B = a.batch
 torch.backends.cuda.matmul.allow_tf32 = True
 lines = []
 for mode in ("eager", "compiled"):
-    torch.manual_seed(0)
-    model = Llama(V, C, L, NH, NKV, H, T)
-    model.init_weights(1337)
-    model.sdpa = True
-    model = model.cuda()
-    opt = torch.optim.AdamW(model.param_groups(0.1), lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
-    fwd = torch.compile(model) if mode == "compiled" else model
     torch.cuda.reset_peak_memory_stats()
-    x = torch.randint(0, V, (B, T + 1), device="cuda")
+    step = practitioner_step(a.size, B, mode == "compiled")
     times = []
-    for step in range(a.steps):
+    for _ in range(a.steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            _, loss = fwd(x[:, :-1], x[:, 1:])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss = step()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     warm = sorted(times[5:])
@@ -50,7 +39,7 @@ for mode in ("eager", "compiled"):
     print(f"torch {torch.__version__} {mode}: {ms:.1f} ms/step, {B * T / ms * 1e3:.0f} tokens/s, "
           f"peak {peak:.1f} GiB, loss {loss.item():.4f}", flush=True)
     lines.append(f"{mode} {ms:.2f} {B * T / ms * 1e3:.0f} {peak:.2f}")
-    del model, opt, fwd
+    del step, loss  # the model, its optimizer and its gradients go with them
     torch.cuda.empty_cache()
 with open(a.out, "w") as f:
     f.write("\n".join(lines) + "\n")

@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-from llama_torch import SIZES, Llama
+from llama_torch import SIZES
+from torch_gpu_step import practitioner_step
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--size", default="120m")
@@ -45,25 +46,7 @@ def group_of(name):
     return "element-wise and reductions"
 
 
-torch.manual_seed(0)
-model = Llama(V, C, L, NH, NKV, H, T)
-model.init_weights(1337)
-model.sdpa = True
-model = model.cuda()
-opt = torch.optim.AdamW(model.param_groups(0.1), lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
-fwd = torch.compile(model)
-x = torch.randint(0, V, (B, T + 1), device="cuda")
-
-
-def step():
-    opt.zero_grad(set_to_none=True)
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        _, loss = fwd(x[:, :-1], x[:, 1:])
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-
-
+step = practitioner_step(a.size, B, compiled=True)
 for _ in range(8):  # compile and warm up
     step()
 torch.cuda.synchronize()
@@ -90,7 +73,7 @@ for name, ms in per_kernel.most_common():
     if ms < 0.2:
         break
     lines.append(f"    {ms:7.2f} ms  {calls[name] // a.steps:4d} calls  [{group_of(name)}]  {name[:110]}")
-del model, opt, fwd
+del step
 torch.cuda.empty_cache()
 
 # causal attention alone at the model's shape, laid out as the model calls it:

@@ -5,23 +5,14 @@ torch.compile'd.  Writes one line per mode: MODE MS_PER_STEP TOKENS_PER_S PEAK_G
 
 usage: bench_torch_gpu.py [--size 120m] [--batch 32] [--steps 20] [--out FILE]
 """
-import argparse
 import time
 
 import torch
 
-from llama_torch import SIZES
-from torch_gpu_step import practitioner_step
+from torch_gpu_step import practitioner_step, reference_args
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--size", default="120m")
-ap.add_argument("--batch", type=int, default=32)
-ap.add_argument("--steps", type=int, default=20)
-ap.add_argument("--out", default="/dev/stdout")
-a = ap.parse_args()
-V, C, L, NH, NKV, H, T = SIZES[a.size]
+a, (V, C, L, NH, NKV, H, T) = reference_args(steps=20)
 B = a.batch
-torch.backends.cuda.matmul.allow_tf32 = True
 lines = []
 for mode in ("eager", "compiled"):
     torch.cuda.reset_peak_memory_stats()

@@ -10,26 +10,17 @@ attention (flash_attention_gpu_test's speed lines) has its reference.
 
 usage: profile_torch_gpu.py [--size 120m] [--batch 32] [--steps 3] [--out FILE]
 """
-import argparse
 import collections
 
 import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-from llama_torch import SIZES
-from torch_gpu_step import practitioner_step
+from torch_gpu_step import practitioner_step, reference_args
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--size", default="120m")
-ap.add_argument("--batch", type=int, default=32)
-ap.add_argument("--steps", type=int, default=3)
-ap.add_argument("--out", default="/dev/stdout")
-a = ap.parse_args()
-V, C, L, NH, NKV, H, T = SIZES[a.size]
+a, (V, C, L, NH, NKV, H, T) = reference_args(steps=3)
 B = a.batch
 hs = C // NH
-torch.backends.cuda.matmul.allow_tf32 = True
 lines = []
 
 

@@ -3,15 +3,30 @@ would run it on an H100 (bf16 autocast, scaled_dot_product_attention, fused
 AdamW, gradient clipping), eager or torch.compile'd: the GPU trainer's speed
 reference (bench_torch_gpu.py) and the step whose kernels
 profile_torch_gpu.py takes apart."""
+import argparse
+
 import torch
 
 from llama_torch import SIZES, Llama
+
+
+def reference_args(steps):
+    """The scripts' options (--size, --batch, --steps with this default,
+    --out) and the size's shape (V, C, L, NH, NKV, H, T)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", default="120m")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--out", default="/dev/stdout")
+    a = ap.parse_args()
+    return a, SIZES[a.size]
 
 
 def practitioner_step(size, batch, compiled):
     """A new model of `size` (weights of seed 1337, tokens of seed 0) and a
     function that trains it one step on the same batch and returns the loss."""
     V, C, L, NH, NKV, H, T = SIZES[size]
+    torch.backends.cuda.matmul.allow_tf32 = True
     torch.manual_seed(0)
     model = Llama(V, C, L, NH, NKV, H, T)
     model.init_weights(1337)

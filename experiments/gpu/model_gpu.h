@@ -168,6 +168,11 @@ unsigned long long gpu_model_swiglu_forward_fused(const gpu_model *g);
  * count is of RMSNorms so written. */
 void gpu_model_set_rmsnorm_forward_unfused(gpu_model *g, bool on);
 unsigned long long gpu_model_rmsnorm_forward_fused(const gpu_model *g);
+/* The same for RMSNorm's backward writing the residual gradient as W2's
+ * and W_O's dY where their fills are bf16's own rne of it: on = the fills'
+ * passes; the count is of images so written. */
+void gpu_model_set_dres_unfused(gpu_model *g, bool on);
+unsigned long long gpu_model_dres_fused(const gpu_model *g);
 /* The same for bf16 activations' operands made by their producers where
  * the fills would leave them as they are: with the fused attention on plain
  * bf16 inputs, q, k and v written in bf16 by their GEMMs, q and k rotated
@@ -175,11 +180,6 @@ unsigned long long gpu_model_rmsnorm_forward_fused(const gpu_model *g);
  * and K's dY, dv rounded by its fill alone; W2's and WO's dY filled from the
  * residual gradient itself.  On = the float32 tensors, RoPE on them, the
  * rounding passes and the fills; the count is of tensors so made. */
-/* The same for RMSNorm's backward writing the residual gradient as W2's
- * and W_O's dY where their fills are bf16's own rne of it: on = the fills'
- * passes; the count is of images so written. */
-void gpu_model_set_dres_unfused(gpu_model *g, bool on);
-unsigned long long gpu_model_dres_fused(const gpu_model *g);
 void gpu_model_set_act_bf16_unfused(gpu_model *g, bool on);
 unsigned long long gpu_model_act_bf16_fused(const gpu_model *g);
 /* For tests: on = every fill under per-tensor current scaling runs its own

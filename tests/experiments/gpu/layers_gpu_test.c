@@ -679,6 +679,20 @@ static const producer_case producer_cases[] = {
 };
 enum { N_PRODUCER_CASES = sizeof producer_cases / sizeof producer_cases[0] };
 
+/* Case c's format (parsed) and rounding options, with its own seed and
+ * offset. */
+static exmy_rounding_opts producer_case_opts(size_t c, uint64_t seed, uint64_t offset,
+                                             exmy_format *format) {
+  ck_assert_int_eq(exmy_format_parse(producer_cases[c].format, format), 0);
+  exmy_rounding_opts o = {0};
+  o.mode = producer_cases[c].mode;
+  o.saturate = producer_cases[c].saturate;
+  o.flush_subnormals = producer_cases[c].flush;
+  o.seed = seed;
+  o.offset = offset;
+  return o;
+}
+
 /* The fused SwiGLU backward's bf16 operand images against the unfused path
  * (the float32 gradients, then exmy_cuda_quantize_bf16 of each, the pass the
  * trainer's GEMM fill makes): bit for bit, in each rounding mode the trainer
@@ -698,15 +712,8 @@ START_TEST(swiglu_backward_bf16) {
     for (size_t c = 0; c < N_PRODUCER_CASES; c++) {
       if (cases[c].delayed) continue; /* scaled: swiglu_backward_bf16_scaled */
       exmy_format f;
-      ck_assert_int_eq(exmy_format_parse(cases[c].format, &f), 0);
+      exmy_rounding_opts o1 = producer_case_opts(c, 0x5eed + c, 1001 + si, &f), o3 = o1;
       ck_assert(gpu_bf16_operand_serves(&f));
-      exmy_rounding_opts o1 = {0}, o3;
-      o1.mode = cases[c].mode;
-      o1.saturate = cases[c].saturate;
-      o1.flush_subnormals = cases[c].flush;
-      o1.seed = 0x5eed + c;
-      o1.offset = 1001 + si;
-      o3 = o1;
       o3.offset = o1.offset + n;
       /* aligned, then every tensor one element in (no 16-byte access) */
       for (int shift = 0; shift < 2; shift++) {
@@ -798,13 +805,7 @@ START_TEST(swiglu_forward_bf16) {
     uint16_t *d_r = dev_alloc(n * 2), *d_y = dev_alloc((n + 8) * 2);
     for (size_t c = 0; c < N_PRODUCER_CASES; c++) {
       exmy_format f;
-      ck_assert_int_eq(exmy_format_parse(cases[c].format, &f), 0);
-      exmy_rounding_opts o = {0};
-      o.mode = cases[c].mode;
-      o.saturate = cases[c].saturate;
-      o.flush_subnormals = cases[c].flush;
-      o.seed = 0x5eed + c;
-      o.offset = 3001 + si;
+      const exmy_rounding_opts o = producer_case_opts(c, 0x5eed + c, 3001 + si, &f);
       for (int shift = 0; shift < 2; shift++) {
         const size_t m = n - shift;
         const float *a = d_h1 + shift, *b = d_h3 + shift;
@@ -1023,13 +1024,7 @@ START_TEST(rmsnorm_forward_bf16) {
     }
     for (size_t c = 0; c < N_PRODUCER_CASES; c++) {
       exmy_format f;
-      ck_assert_int_eq(exmy_format_parse(cases[c].format, &f), 0);
-      exmy_rounding_opts o = {0};
-      o.mode = cases[c].mode;
-      o.saturate = cases[c].saturate;
-      o.flush_subnormals = cases[c].flush;
-      o.seed = 0x7eed + c;
-      o.offset = 5003 + wi;
+      const exmy_rounding_opts o = producer_case_opts(c, 0x7eed + c, 5003 + wi, &f);
       for (int variant = 0; variant < 6; variant++) {
         /* 4, 5: the addend in bf16 (its bf16 image, d_addb), the sum elsewhere */
         const bool with_add = variant & 1 || variant >= 4, with_f32 = variant & 2,

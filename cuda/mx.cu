@@ -369,9 +369,17 @@ __global__ void __launch_bounds__(kImageThreads, 5)
     bool done = false;
 #pragma unroll
     for (int k = 0; k < kPer; k++) w[k] = __fmul_rn(w[k], s);
+    if constexpr (MODE == EXMY_RNE && HwPair<ID>::enabled) {
+      /* the hardware's conversion where it is the core's rounding */
+      if (!o.flush && o.saturate) {
+        done = true;
+#pragma unroll
+        for (int k = 0; k < kPer; k += 2) hw_quantize_rne_sat2<ID>(w[k], w[k + 1], q[k], q[k + 1]);
+      }
+    }
     if constexpr (MODE == EXMY_RNE && Fast<ID>::enabled) {
       /* the value without its code (MX saturates: every finite value) */
-      if (!o.flush) {
+      if (!done && !o.flush) {
         done = true;
 #pragma unroll
         for (int k = 0; k < kPer; k++) done &= fast_quantize_rne<ID>(o.saturate, w[k], q[k]);

@@ -77,6 +77,34 @@ __global__ void k_sweep_value(const __grid_constant__ exmy_format rt, int sat, M
   atomicAdd(served, took);
 }
 
+/* On every finite float32, in either half of the pair: hw_quantize_rne_sat2
+ * against the core's saturating rne code decoded by the core, as float bits
+ * (the other half takes a scrambled input, finite or not skipped). */
+template <int ID>
+__global__ void k_sweep_hw_pair(Miss *m, unsigned long long *served) {
+  constexpr exmy_format f = spec_format<ID>();
+  const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+  unsigned long long bad = 0, took = 0;
+  for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (1ull << 32); i += stride) {
+    const float x = __uint_as_float((uint32_t)i);
+    const float y = __uint_as_float((uint32_t)(i * 0x9E3779B1ull));
+    if (!(fabsf(x) <= 3.40282347e38f) || !(fabsf(y) <= 3.40282347e38f)) continue;
+    float qx, qy, qy2, qx2;
+    hw_quantize_rne_sat2<ID>(x, y, qx, qy);
+    hw_quantize_rne_sat2<ID>(y, x, qy2, qx2);
+    took++;
+    const uint32_t want = __float_as_uint(exmy_core_decode(&f, exmy_core_encode(&f, EXMY_RNE, 1, 0, 32, x, 0)));
+    const uint32_t want_y = __float_as_uint(exmy_core_decode(&f, exmy_core_encode(&f, EXMY_RNE, 1, 0, 32, y, 0)));
+    if (__float_as_uint(qx) != want || __float_as_uint(qx2) != want ||
+        __float_as_uint(qy) != want_y || __float_as_uint(qy2) != want_y) {
+      if (bad == 0) { m->x = (uint32_t)i; m->fast = __float_as_uint(qx); m->core = want; }
+      bad++;
+    }
+  }
+  if (bad) atomicAdd(&m->count, bad);
+  atomicAdd(served, took);
+}
+
 /* fast_decode (or fast_decode_f) against the core on every code (the first
  * 2^24 of wider formats). */
 template <int ID>
@@ -154,6 +182,20 @@ static unsigned long long check_runs(const char *name, const exmy_format &f, con
     printf("\n");
     /* 2^32 less 2^24 infinities and NaNs: all served when saturating */
     if (sat) ck_assert_msg(n == (1ull << 32) - (1ull << 24), "%s: %llu served", name, n);
+    total += h.count;
+  }
+  if constexpr (HwPair<ID>::enabled) { /* the hardware's pair, saturating rne */
+    ck_assert_int_eq(cudaMemset(d, 0, sizeof *d), cudaSuccess);
+    ck_assert_int_eq(cudaMemset(served, 0, sizeof *served), cudaSuccess);
+    k_sweep_hw_pair<ID><<<132 * 16, 256>>>(d, served);
+    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+    ck_assert_int_eq(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+    ck_assert_int_eq(cudaMemcpy(&n, served, sizeof n, cudaMemcpyDeviceToHost), cudaSuccess);
+    printf("hardware pair %-10s rne  sat=1: %llu differences from the core's decoded code, "
+           "%llu finite pairs%s", name, h.count, n, what);
+    if (h.count) printf(" (first: 0x%08x hw 0x%x core 0x%x)", h.x, h.fast, h.core);
+    printf("\n");
+    ck_assert_msg(n > (1ull << 31), "%s: only %llu finite pairs", name, n);
     total += h.count;
   }
   cudaFree(served);

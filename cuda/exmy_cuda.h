@@ -83,6 +83,19 @@ cudaError_t exmy_cuda_mx_quantize_bf16(const exmy_format *f, const exmy_rounding
                                        int block, const float *x, size_t ld, bool trans,
                                        size_t rows, size_t cols, void *y, unsigned *inexact,
                                        unsigned tag, cudaStream_t stream);
+/* Both images of x (rows x cols, ld) in one read, where a GEMM and its
+ * weight gradient read the same tensor along each of its dimensions (dY
+ * along OC for dX, along the tokens for dW): y as
+ * exmy_cuda_mx_quantize_bf16(f, o, block, x, ld, false, rows, cols, y,
+ * inexact, tag) and yt as exmy_cuda_mx_quantize_bf16(f, o, block, x, ld,
+ * true, cols, rows, yt, inexact_t, tag_t), the same bits and flags; the two
+ * calls themselves where the one-pass kernel does not serve the shape (rows
+ * and cols multiples of 64, aligned). */
+cudaError_t exmy_cuda_mx_quantize_bf16_pair(const exmy_format *f, const exmy_rounding_opts *o,
+                                            int block, const float *x, size_t ld, size_t rows,
+                                            size_t cols, void *y, unsigned *inexact,
+                                            unsigned tag, void *yt, unsigned *inexact_t,
+                                            unsigned tag_t, cudaStream_t stream);
 /* The exact fallback of a GEMM of such images, decided on the device: when
  * *flag == tag, r (m x n dense) = alpha op(A) op(B) + beta C (C not read when
  * beta == 0) with op(A) and op(B)^T MX-quantized along K as

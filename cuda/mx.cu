@@ -296,12 +296,9 @@ __global__ void __launch_bounds__(256)
 /* The image of 64 rows of X' by one MX block (32 columns, K) per block of
  * 256 threads, for the shapes image_rows_ok() accepts (every GEMM operand of
  * the trainer's shapes).  The tile comes through shared memory so that
- * either layout loads 16 bytes a lane, coalesced.  Warp w takes 8 columns
- * (g = w % 4) of 32 consecutive rows, a lane a row: the four warps of a row
- * meet at their partial amaxes in shared memory, then each rounds its 8
- * elements as exmy_cuda_mx_encode_f32 does (encode8: the same codes, the same
- * sr words) into 16 bytes of bf16 bits, which go out a row at a time.  Every
- * reading of the tile is free of bank conflicts (rows padded by 4 floats).
+ * either layout loads 16 bytes a lane, coalesced; image_piece rounds it.
+ * Every reading of the tile is free of bank conflicts (rows padded by 4
+ * floats).
  * k_mx_image_bf16 (one element a lane, the amax by shuffles) and a thread
  * per row of 32 both ran at about 0.4x the memory's speed. */
 constexpr int kImageRows = 64, kImageThreads = 256;
@@ -312,34 +309,23 @@ static bool image_rows_ok(const float *x, size_t ld, bool trans, size_t rows, si
          ((uintptr_t)y & 15u) == 0 && (!trans || rows % 4 == 0);
 }
 
-template <int ID, int MODE, bool TRANS>
-__global__ void __launch_bounds__(kImageThreads, 5)
-    k_mx_image_bf16_rows(const __grid_constant__ exmy_format rt, const __grid_constant__ KOpts o,
-                         const float *__restrict__ x, size_t ld, size_t rows, size_t cols,
-                         uint16_t *__restrict__ y, unsigned *inexact, unsigned tag) {
-  /* TRANS: t[c][r] (x's rows are X' columns); else t[r][c] */
-  constexpr int kRows = TRANS ? kTile : kImageRows, kWidth = (TRANS ? kImageRows : kTile) + 4;
-  __shared__ __align__(16) float t[kRows][kWidth];
-  __shared__ float part[kTile / kPer][kImageRows];
-  __shared__ uint4 out[kImageRows][kTile / kPer];
+/* The image of a 64 x 32 piece of X' (rows r0 .. r0 + 63 of rows, K
+ * columns c0 .. c0 + 31 of cols) that the block holds in shared memory, read
+ * through at(row of the piece, element of its block), into the dense rows x
+ * cols image y; every thread of the block calls it.  Warp w takes 8 columns
+ * (g = w % 4) of 32 consecutive rows, a lane a row: the four warps of a row
+ * meet at their partial amaxes in shared memory, then each rounds its 8
+ * elements as exmy_cuda_mx_encode_f32 does (encode8: the same codes, the same
+ * sr words) into 16 bytes of bf16 bits, which go out a row at a time.
+ * any_inexact: set where a value is not a bf16 value. */
+template <int ID, int MODE, class At>
+__device__ __forceinline__ void image_piece(const exmy_format &rt, const KOpts &o, At at,
+                                            size_t r0, size_t c0, size_t rows, size_t cols,
+                                            uint16_t *__restrict__ y,
+                                            float (&part)[kTile / kPer][kImageRows],
+                                            uint4 (&out)[kImageRows][kTile / kPer],
+                                            bool &any_inexact) {
   const auto &f = kernel_format<ID>(rt);
-  const size_t r0 = (size_t)blockIdx.x * kImageRows, c0 = (size_t)blockIdx.y * kTile;
-#pragma unroll
-  for (int i = 0; i < kImageRows * kTile / 4 / kImageThreads; i++) {
-    const int idx = threadIdx.x + i * kImageThreads;
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if constexpr (!TRANS) {
-      const int rr = idx >> 3, q = idx & 7; /* 8 lanes a row of 32 */
-      if (r0 + rr < rows) v = *reinterpret_cast<const float4 *>(x + (r0 + rr) * ld + c0 + 4 * q);
-      *reinterpret_cast<float4 *>(&t[rr][4 * q]) = v;
-    } else {
-      const int cc = idx >> 4, q = idx & 15; /* 16 lanes a column of 64 rows */
-      if (r0 + 4 * q < rows)
-        v = *reinterpret_cast<const float4 *>(x + (c0 + cc) * ld + r0 + 4 * q);
-      *reinterpret_cast<float4 *>(&t[cc][4 * q]) = v;
-    }
-  }
-  __syncthreads();
   const int warp = threadIdx.x >> 5, g = warp & 3;
   const int rr = (warp >> 2) * 32 + (threadIdx.x & 31);
   float w[kPer];
@@ -347,7 +333,7 @@ __global__ void __launch_bounds__(kImageThreads, 5)
   bool special = false; /* an infinity or NaN among the 8 */
 #pragma unroll
   for (int k = 0; k < kPer; k++) {
-    w[k] = TRANS ? t[kPer * g + k][rr] : t[rr][kPer * g + k];
+    w[k] = at(rr, kPer * g + k);
     const float a = fabsf(w[k]);
     const bool finite = a <= 3.40282347e38f;
     special |= !finite;
@@ -421,7 +407,83 @@ __global__ void __launch_bounds__(kImageThreads, 5)
   if (r0 + orow < rows)
     *reinterpret_cast<uint4 *>(y + (r0 + orow) * cols + c0 + kPer * piece) =
         out[orow][piece ^ ((orow >> 1) & 3)];
+  any_inexact |= bad;
+  __syncthreads(); /* part and out free again */
+}
+
+template <int ID, int MODE, bool TRANS>
+__global__ void __launch_bounds__(kImageThreads, 5)
+    k_mx_image_bf16_rows(const __grid_constant__ exmy_format rt, const __grid_constant__ KOpts o,
+                         const float *__restrict__ x, size_t ld, size_t rows, size_t cols,
+                         uint16_t *__restrict__ y, unsigned *inexact, unsigned tag) {
+  /* TRANS: t[c][r] (x's rows are X' columns); else t[r][c] */
+  constexpr int kRows = TRANS ? kTile : kImageRows, kWidth = (TRANS ? kImageRows : kTile) + 4;
+  __shared__ __align__(16) float t[kRows][kWidth];
+  __shared__ float part[kTile / kPer][kImageRows];
+  __shared__ uint4 out[kImageRows][kTile / kPer];
+  const size_t r0 = (size_t)blockIdx.x * kImageRows, c0 = (size_t)blockIdx.y * kTile;
+#pragma unroll
+  for (int i = 0; i < kImageRows * kTile / 4 / kImageThreads; i++) {
+    const int idx = threadIdx.x + i * kImageThreads;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if constexpr (!TRANS) {
+      const int rr = idx >> 3, q = idx & 7; /* 8 lanes a row of 32 */
+      if (r0 + rr < rows) v = *reinterpret_cast<const float4 *>(x + (r0 + rr) * ld + c0 + 4 * q);
+      *reinterpret_cast<float4 *>(&t[rr][4 * q]) = v;
+    } else {
+      const int cc = idx >> 4, q = idx & 15; /* 16 lanes a column of 64 rows */
+      if (r0 + 4 * q < rows)
+        v = *reinterpret_cast<const float4 *>(x + (c0 + cc) * ld + r0 + 4 * q);
+      *reinterpret_cast<float4 *>(&t[cc][4 * q]) = v;
+    }
+  }
+  __syncthreads();
+  bool bad = false;
+  if constexpr (TRANS)
+    image_piece<ID, MODE>(rt, o, [&](int r, int k) { return t[k][r]; }, r0, c0, rows, cols, y,
+                          part, out, bad);
+  else
+    image_piece<ID, MODE>(rt, o, [&](int r, int k) { return t[r][k]; }, r0, c0, rows, cols, y,
+                          part, out, bad);
   if (bad) *inexact = tag;
+}
+
+/* Both images of X (rows x cols, ld) in one read: y, X's own (blocks of 32
+ * along cols, as k_mx_image_bf16_rows<.., false>), and yt, X^T's (cols x rows,
+ * blocks along rows, as k_mx_image_bf16_rows<.., true> of the same x), bit
+ * for bit those two kernels' images, for 64 x 64 tiles (rows and cols
+ * multiples of 64).  A GEMM and its weight gradient read dY so: dX = dY W
+ * along OC, dW = dY^T X along the tokens. */
+template <int ID, int MODE>
+__global__ void __launch_bounds__(kImageThreads, 4)
+    k_mx_image_bf16_pair(const __grid_constant__ exmy_format rt, const __grid_constant__ KOpts o,
+                         const float *__restrict__ x, size_t ld, size_t rows, size_t cols,
+                         uint16_t *__restrict__ y, unsigned *inexact, unsigned tag,
+                         uint16_t *__restrict__ yt, unsigned *inexact_t, unsigned tag_t) {
+  constexpr int kSide = kImageRows; /* 64 rows, 64 columns */
+  __shared__ __align__(16) float t[kSide][kSide + 4];
+  __shared__ float part[kTile / kPer][kImageRows];
+  __shared__ uint4 out[kImageRows][kTile / kPer];
+  const size_t r0 = (size_t)blockIdx.x * kSide, c0 = (size_t)blockIdx.y * kSide;
+#pragma unroll
+  for (int i = 0; i < kSide * kSide / 4 / kImageThreads; i++) {
+    const int idx = threadIdx.x + i * kImageThreads;
+    const int rr = idx >> 4, q = idx & 15; /* 16 lanes a row of 64 */
+    *reinterpret_cast<float4 *>(&t[rr][4 * q]) =
+        *reinterpret_cast<const float4 *>(x + (r0 + rr) * ld + c0 + 4 * q);
+  }
+  __syncthreads();
+  bool bad = false, bad_t = false;
+#pragma unroll
+  for (int h = 0; h < 2; h++) /* X's rows, K columns c0 + 32 h .. */
+    image_piece<ID, MODE>(rt, o, [&](int r, int k) { return t[r][kTile * h + k]; }, r0,
+                          c0 + kTile * h, rows, cols, y, part, out, bad);
+#pragma unroll
+  for (int h = 0; h < 2; h++) /* X^T's rows (X's columns), K rows r0 + 32 h .. */
+    image_piece<ID, MODE>(rt, o, [&](int r, int k) { return t[kTile * h + k][r]; }, c0,
+                          r0 + kTile * h, cols, rows, yt, part, out, bad_t);
+  if (bad) *inexact = tag;
+  if (bad_t) *inexact_t = tag_t;
 }
 
 template <int ID>
@@ -444,6 +506,29 @@ struct ImageOp {
     const dim3 grid((unsigned)((rows + kTile - 1) / kTile), (unsigned)((cols + kTile - 1) / kTile));
     k_mx_image_bf16<ID><<<grid, dim3(32, 8), 0, s>>>(f, o, x, ld, trans, rows, cols, y, inexact,
                                                      tag);
+    return cudaGetLastError();
+  }
+};
+
+/* X's image and X^T's (exmy_cuda_mx_quantize_bf16_pair): one pass where
+ * k_mx_image_bf16_pair serves the shape, else the two images one by one. */
+template <int ID>
+struct ImagePairOp {
+  static cudaError_t run(const exmy_format &f, const KOpts &o, const float *x, size_t ld,
+                         size_t rows, size_t cols, uint16_t *y, unsigned *inexact, unsigned tag,
+                         uint16_t *yt, unsigned *inexact_t, unsigned tag_t, cudaStream_t s) {
+    if (rows % kImageRows || cols % kImageRows || !image_rows_ok(x, ld, false, rows, cols, y) ||
+        ((uintptr_t)yt & 15u)) {
+      const cudaError_t e = ImageOp<ID>::run(f, o, x, ld, false, rows, cols, y, inexact, tag, s);
+      return e != cudaSuccess
+                 ? e
+                 : ImageOp<ID>::run(f, o, x, ld, true, cols, rows, yt, inexact_t, tag_t, s);
+    }
+    const dim3 grid((unsigned)(rows / kImageRows), (unsigned)(cols / kImageRows));
+    with_operand_mode<ID>(o.mode, [&](auto mode) {
+      k_mx_image_bf16_pair<ID, decltype(mode)::value><<<grid, kImageThreads, 0, s>>>(
+          f, o, x, ld, rows, cols, y, inexact, tag, yt, inexact_t, tag_t);
+    });
     return cudaGetLastError();
   }
 };
@@ -511,6 +596,22 @@ extern "C" cudaError_t exmy_cuda_mx_quantize_bf16(const exmy_format *f,
   k.saturate = 1; /* as exmy_cuda_mx_encode_f32 */
   return with_spec_format<EXMY_GPU_SCALED, ImageOp>(f, *f, k, x, ld, trans, rows, cols,
                                                      (uint16_t *)y, inexact, tag, stream);
+}
+
+extern "C" cudaError_t exmy_cuda_mx_quantize_bf16_pair(
+    const exmy_format *f, const exmy_rounding_opts *o, int block, const float *x, size_t ld,
+    size_t rows, size_t cols, void *y, unsigned *inexact, unsigned tag, void *yt,
+    unsigned *inexact_t, unsigned tag_t, cudaStream_t stream) {
+  if (exmy_code_bytes(f) != 1 || exmy_rounding_opts_check(o) != 0 || !inexact || !inexact_t ||
+      ld < cols || rows / kTile >= 65535 || cols / kTile >= 65535)
+    return cudaErrorInvalidValue;
+  if (block != 0 && block != kTile) return cudaErrorNotSupported;
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  KOpts k = kopts_of(o);
+  k.saturate = 1; /* as exmy_cuda_mx_encode_f32 */
+  return with_spec_format<EXMY_GPU_SCALED, ImagePairOp>(f, *f, k, x, ld, rows, cols,
+                                                         (uint16_t *)y, inexact, tag,
+                                                         (uint16_t *)yt, inexact_t, tag_t, stream);
 }
 
 extern "C" cudaError_t exmy_cuda_mx_gemm_f32_if(

@@ -134,8 +134,11 @@ static bool same_read(const ReadKey &a, const ReadKey &b) {
          a.format.max_code == b.format.max_code && a.round.mode == b.round.mode &&
          a.round.saturate == b.round.saturate &&
          a.round.flush_subnormals == b.round.flush_subnormals &&
-         a.round.sr_bits == b.round.sr_bits && a.round.seed == b.round.seed &&
-         a.round.offset == b.round.offset && a.scaling == b.scaling && a.margin == b.margin &&
+         /* the random stream only where sr draws from it */
+         (a.round.mode != EXMY_SR ||
+          (a.round.sr_bits == b.round.sr_bits && a.round.seed == b.round.seed &&
+           a.round.offset == b.round.offset)) &&
+         a.scaling == b.scaling && a.margin == b.margin &&
          a.pow2 == b.pow2 && a.most_recent == b.most_recent && a.history_len == b.history_len;
 }
 
@@ -150,6 +153,7 @@ struct MxKept {
   size_t cap = 0;
   unsigned *inexact = nullptr;
   unsigned long long used = 0; /* for least-recently-used replacement */
+  bool twin = false;            /* made by a pair for a later read */
 };
 constexpr int kMxKept = 4;
 
@@ -186,6 +190,8 @@ struct MxImages {
   float *s_enc = nullptr;
   gtq_along_k_path_counts paths = {};
   bool reference = false; /* tests: every MX and NVFP4 GEMM through exmy_cuda_qgemm */
+  const void *twin = nullptr; /* gtq_mx_twin_begin's tensor */
+  unsigned long long twins_made = 0, twins_taken = 0;
 };
 
 /* A GEMM that takes a kept image takes the fallback where the image's word
@@ -990,12 +996,38 @@ extern "C" bool gtq_replayable(const gtq_ctx *g) {
   return true;
 }
 
+/* A kept image's slot for rows x k values: a free one, else the least
+ * recently used other than `keep`, its word cleared. */
+static MxKept *kept_slot(MxImages &x, const MxKept *keep, size_t rows, size_t k,
+                         cudaStream_t st) {
+  MxKept *e = nullptr;
+  for (MxKept &c : x.kept) {
+    if (&c == keep) continue;
+    if (!c.valid) {
+      e = &c;
+      break;
+    }
+    if (!e || c.used < e->used) e = &c;
+  }
+  if (!e->inexact) {
+    realloc_epoch++;
+    gtq_check(cudaMalloc((void **)&e->inexact, sizeof(unsigned)), "cudaMalloc (MX kept)");
+  }
+  reserve(&e->img, &e->cap, rows * k * 2);
+  /* its own word (tag 1), so that the other operand's image does not mark it */
+  gtq_check(cudaMemsetAsync(e->inexact, 0, sizeof(unsigned), st), "MX image (kept)");
+  e->valid = false;
+  return e;
+}
+
 /* The bf16 image of MX operand o (rows x k of op(o), trans: o is stored k x
  * rows) for the GEMM of tag x.tag: made into image buffer `slot`, or, inside
  * a share region, found among the kept images (the same tensor read the same
  * way under the same format, rounding and stream offset: the same bits) or
  * made into the least recently used one.  A kept image that held a value
- * outside bf16's grid flags every GEMM that takes it. */
+ * outside bf16's grid flags every GEMM that takes it.  The untransposed read
+ * of gtq_mx_twin_begin's tensor makes its transpose's image in the same pass
+ * and keeps it (the weight gradient's read). */
 static const void *mx_image(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_operand_quant &q,
                             bool trans, size_t rows, size_t k, int slot) {
   MxImages &x = g->mx_img;
@@ -1019,31 +1051,33 @@ static const void *mx_image(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_op
     }
   if (e) {
     e->used = ++x.clock;
-    x.shared_hits++;
+    (e->twin ? x.twins_taken : x.shared_hits)++;
     k_flag_carry<<<1, 1, 0, st>>>(e->inexact, x.flag, x.tag);
     gtq_check(cudaGetLastError(), "MX image (kept)");
     return e->img;
   }
-  for (MxKept &c : x.kept) { /* a free one, else the least recently used */
-    if (!c.valid) {
-      e = &c;
-      break;
-    }
-    if (!e || c.used < e->used) e = &c;
+  e = kept_slot(x, nullptr, rows, k, st);
+  if (o.ptr == x.twin && !trans && q.round.mode != EXMY_SR) {
+    MxKept *t = kept_slot(x, e, k, rows, st);
+    gtq_check(exmy_cuda_mx_quantize_bf16_pair(&q.format, &q.round, block, (const float *)o.ptr,
+                                              o.ld, rows, k, e->img, e->inexact, 1, t->img,
+                                              t->inexact, 1, st),
+              "MX image pair");
+    t->key = key;
+    t->key.trans = true, t->key.rows = k, t->key.cols = rows;
+    t->valid = true;
+    t->twin = true;
+    t->used = ++x.clock;
+    x.twins_made++;
+  } else {
+    gtq_check(exmy_cuda_mx_quantize_bf16(&q.format, &q.round, block, (const float *)o.ptr, o.ld,
+                                         trans, rows, k, e->img, e->inexact, 1, st),
+              "MX image");
   }
-  if (!e->inexact) {
-    realloc_epoch++;
-    gtq_check(cudaMalloc((void **)&e->inexact, sizeof(unsigned)), "cudaMalloc (MX kept)");
-  }
-  reserve(&e->img, &e->cap, rows * k * 2);
-  /* its own word (tag 1), so that the other operand's image does not mark it */
-  gtq_check(cudaMemsetAsync(e->inexact, 0, sizeof(unsigned), st), "MX image (kept)");
-  gtq_check(exmy_cuda_mx_quantize_bf16(&q.format, &q.round, block, (const float *)o.ptr, o.ld,
-                                       trans, rows, k, e->img, e->inexact, 1, st),
-            "MX image");
   k_flag_carry<<<1, 1, 0, st>>>(e->inexact, x.flag, x.tag);
   gtq_check(cudaGetLastError(), "MX image (kept)");
   e->valid = true;
+  e->twin = false;
   e->key = key;
   e->used = ++x.clock;
   return e->img;
@@ -1059,6 +1093,30 @@ extern "C" void gtq_share_end(gtq_ctx *g) {
 }
 
 extern "C" void gtq_set_share_off(gtq_ctx *g, bool off) { g->share_off = off; }
+
+extern "C" bool gtq_mx_twin_begin(gtq_ctx *g, int site, const float *dy) {
+  if (site < 0 || site >= g->n_sites || g->share_off || g->mx_img.reference || gtq_collecting(g))
+    return false;
+  const exmy_operand_quant &a = g->host[site].op[USE_DX_DY], &b = g->host[site].op[USE_DW_DY];
+  if (!a.enabled || !b.enabled || !mx_image_operand(a.format, a.scaling) ||
+      !mx_image_operand(b.format, b.scaling) || a.round.mode == EXMY_SR ||
+      b.round.mode == EXMY_SR)
+    return false;
+  gtq_share_begin(g);
+  g->mx_img.twin = dy;
+  return true;
+}
+
+extern "C" void gtq_mx_twin_end(gtq_ctx *g) {
+  g->mx_img.twin = nullptr;
+  gtq_share_end(g);
+}
+
+extern "C" void gtq_mx_twins(const gtq_ctx *g, unsigned long long *made,
+                             unsigned long long *taken) {
+  *made = g->mx_img.twins_made;
+  *taken = g->mx_img.twins_taken;
+}
 
 extern "C" unsigned long long gtq_slots_borrowed(const gtq_ctx *g) { return g->slots_borrowed; }
 

@@ -111,6 +111,17 @@ unsigned long long gtq_mx_shared_hits(const gtq_ctx *g);
 unsigned long long gtq_slots_borrowed(const gtq_ctx *g);
 /* Tests: regions share nothing (each use rounds its own, as outside). */
 void gtq_set_share_off(gtq_ctx *g, bool off);
+/* A share region around a site's two backward GEMMs (dX = dY W, then
+ * dW += dY^T X) where both read dY as MX images (not sr): dX's image of dY
+ * along OC is made in one pass with dW's along the tokens
+ * (exmy_cuda_mx_quantize_bf16_pair), the same bits.  Returns false, and
+ * opens nothing, where the site's dY uses are not such images;
+ * gtq_mx_twin_end closes what begin opened.  gtq_mx_twins: how many
+ * transposes' images the pairs made and how many a GEMM took (tests; not
+ * counted in gtq_mx_shared_hits). */
+bool gtq_mx_twin_begin(gtq_ctx *g, int site, const float *dy);
+void gtq_mx_twin_end(gtq_ctx *g);
+void gtq_mx_twins(const gtq_ctx *g, unsigned long long *made, unsigned long long *taken);
 /* Whether site i runs on the BF16 path (for logs and tests). */
 bool gtq_site_bf16(const gtq_ctx *g, int site);
 

@@ -497,8 +497,10 @@ static void linear_backward(gpu_model *g, float *dinp, float *dw, const float *d
     gemm_act(g, true, false, OC, C, N, dy2, x, dw, dw);
     return;
   }
+  const bool twin = gtq_mx_twin_begin(g->gq, site, dout);
   gtq_gemm(g->gq, false, false, N, C, OC, 1.0f, dy, wq, dinp_beta, dinp, C);
   gtq_gemm(g->gq, true, false, OC, C, N, 1.0f, dy2, x, 1.0f, dw, C);    /* dW += dY^T X */
+  if (twin) gtq_mx_twin_end(g->gq);
 }
 
 /* ---------------------------------------- bf16 storage (mlp_bf16, o_bf16) */

@@ -313,6 +313,30 @@ static uint16_t bf16_rne(float v) {
   return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
+/* How many of the image's rows x cols bf16 values differ from the CPU's MX
+ * values y (its value where a bf16 value, its bf16 rounding where not), plus
+ * 1 if the flag is not `tag` exactly when some value is not a bf16 value
+ * (`before`, its value before the call, where none is); the first few
+ * printed.  *inexact: how many are not. */
+static size_t image_differences(const exmy_format *f, const exmy_rounding_opts *o, const float *y,
+                                const uint16_t *img, size_t rows, size_t cols, int trans,
+                                unsigned flag, unsigned before, unsigned tag, size_t *inexact) {
+  size_t b = 0;
+  *inexact = 0;
+  for (size_t i = 0; i < rows * cols; i++) {
+    const bool exact = y[i] != y[i] || (bits(y[i]) & 0xFFFFu) == 0;
+    *inexact += !exact;
+    if (img[i] != bf16_rne(y[i]) && b++ < 3)
+      printf("  %s [%zu] of %zux%zu%s %s differs: bf16 0x%04x, cpu value 0x%08x (%s)\n", f->name,
+             i, rows, cols, trans ? " (transposed)" : "", exmy_rounding_name(o->mode), img[i],
+             bits(y[i]), exact ? "a bf16 value" : "not a bf16 value");
+  }
+  if (flag != (*inexact ? tag : before) && b++ < 3)
+    printf("  %s %zux%zu: flag %u differs, %zu values outside bf16 (want %u)\n", f->name, rows,
+           cols, flag, *inexact, *inexact ? tag : before);
+  return b;
+}
+
 /* exmy_cuda_mx_quantize_bf16 against the CPU's MX encode and decode of the
  * gathered operand: every element's bf16 bits are the CPU's value where that
  * value is a bf16 value, and its bf16 rounding where not, which must be
@@ -351,19 +375,8 @@ START_TEST(mx_bf16_image_matches_cpu) {
         CU(exmy_cuda_mx_quantize_bf16(&f, &o, 32, dx, ld, trans, rows, cols, dimg, dflag, 9, 0));
         to_host(img, dimg, n * 2);
         to_host(&flag, dflag, sizeof flag);
-        size_t b = 0, inexact = 0;
-        for (size_t i = 0; i < n; i++) {
-          const bool exact = y[i] != y[i] || (bits(y[i]) & 0xFFFFu) == 0;
-          inexact += !exact;
-          if (img[i] != bf16_rne(y[i]) && b++ < 3)
-            printf("  %s [%zu] of %zux%zu%s %s differs: bf16 0x%04x, cpu value 0x%08x (%s)\n", f.name,
-                   i, rows, cols, trans ? " (transposed)" : "", exmy_rounding_name(o.mode),
-                   img[i], bits(y[i]), exact ? "a bf16 value" : "not a bf16 value");
-        }
-        if (flag != (inexact ? 9u : 5u) && b++ < 3)
-          printf("  %s %zux%zu: flag %u differs, %zu values outside bf16 (want %u)\n", f.name, rows,
-                 cols, flag, inexact, inexact ? 9u : 5u);
-        bad += b;
+        size_t inexact = 0;
+        bad += image_differences(&f, &o, y, img, rows, cols, trans, flag, 5, 9, &inexact);
         inexact_total += inexact;
         free(x); free(xl); free(y); free(img);
         CU(cudaFree(dx)); CU(cudaFree(dimg)); CU(cudaFree(dflag));
@@ -372,6 +385,59 @@ START_TEST(mx_bf16_image_matches_cpu) {
          inexact_total);
   ck_assert_msg(inexact_total > 0, "the test tensors must reach the fallback case");
   ck_assert_msg(bad == 0, "%zu MX bf16 image differences", bad);
+}
+END_TEST
+
+/* exmy_cuda_mx_quantize_bf16_pair: X's image and X^T's from one call, each
+ * against the CPU's MX values of X and of X^T as above (values and flags), on
+ * shapes of the one-pass kernel (rows and cols multiples of 64, ld > cols)
+ * and shapes it leaves to the two single calls, in each mode; the tensors
+ * hold infinities, NaN and blocks whose values fall below bf16's grid. */
+START_TEST(mx_bf16_image_pair_matches_cpu) {
+  const char *names[] = {"float8_e4m3fn", "float8_e5m2", "float4_e2m1fn"};
+  const size_t shapes[][3] = {{128, 192, 196}, {64, 64, 64}, {320, 128, 132}, {96, 96, 100},
+                              {37, 64, 64}};
+  const int n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
+  size_t bad = 0, inexact_total = 0;
+  for (int k = 0; k < 3; k++)
+    for (int s = 0; s < n_shapes; s++)
+      for (int mode = EXMY_RNE; mode <= EXMY_SR; mode++) {
+        exmy_format f;
+        ck_assert_int_eq(exmy_format_parse(names[k], &f), 0);
+        const size_t rows = shapes[s][0], cols = shapes[s][1], ld = shapes[s][2], n = rows * cols;
+        exmy_rounding_opts o = {0};
+        o.mode = (exmy_rounding)mode;
+        o.seed = 77;
+        o.offset = 300 + 13 * s;
+        float *x = test_tensor(rows * ld, 61 + s + 7 * k), *xl = malloc(n * 4),
+              *y = malloc(n * 4), *yt = malloc(n * 4);
+        /* column 7's first block of 32 rows tiny, as test_tensor's row block:
+         * X^T's image holds values below bf16's grid there too */
+        for (size_t r = 0; r < 32; r++) x[r * ld + 7] = ldexpf(1.0f, -140) * (float)(r + 1);
+        logical(x, ld, 0, rows, cols, xl);
+        cpu_mx_values(&f, &o, xl, rows, cols, y);
+        logical(x, ld, 1, cols, rows, xl);
+        cpu_mx_values(&f, &o, xl, cols, rows, yt);
+        float *dx = dev_from(x, rows * ld * 4);
+        uint16_t *dimg = dev_alloc(n * 2), *dimgt = dev_alloc(n * 2), *img = malloc(n * 2),
+                 *imgt = malloc(n * 2);
+        unsigned *dflag = dev_alloc(2 * sizeof(unsigned)), flag[2] = {5, 6};
+        CU(cudaMemcpy(dflag, flag, sizeof flag, cudaMemcpyHostToDevice));
+        CU(exmy_cuda_mx_quantize_bf16_pair(&f, &o, 32, dx, ld, rows, cols, dimg, dflag, 9, dimgt,
+                                           dflag + 1, 10, 0));
+        to_host(img, dimg, n * 2);
+        to_host(imgt, dimgt, n * 2);
+        to_host(flag, dflag, sizeof flag);
+        size_t inexact = 0, inexact_t = 0;
+        bad += image_differences(&f, &o, y, img, rows, cols, 0, flag[0], 5, 9, &inexact);
+        bad += image_differences(&f, &o, yt, imgt, cols, rows, 1, flag[1], 6, 10, &inexact_t);
+        inexact_total += inexact + inexact_t;
+        free(x); free(xl); free(y); free(yt); free(img); free(imgt);
+        CU(cudaFree(dx)); CU(cudaFree(dimg)); CU(cudaFree(dimgt)); CU(cudaFree(dflag));
+      }
+  printf("MX bf16 image pairs: %zu values outside bf16's grid (flagged)\n", inexact_total);
+  ck_assert_msg(inexact_total > 0, "the test tensors must reach the fallback case");
+  ck_assert_msg(bad == 0, "%zu MX bf16 image pair differences", bad);
 }
 END_TEST
 
@@ -654,6 +720,7 @@ int main(void) {
                                 group_scaling_matches_cpu, delayed_scaling_matches_cpu,
                                 stats_match_cpu, mx_bf16_image_matches_cpu,
                                 mx_gemm_fallback_matches_cpu, blocks_match_cpu,
-                                nvfp4_bf16_image_matches_reference, NULL};
+                                nvfp4_bf16_image_matches_reference,
+                                mx_bf16_image_pair_matches_cpu, NULL};
   return run_suite(suite_of("cuda_recipes", 300, tests), false);
 }

@@ -1151,14 +1151,17 @@ static void mx_share_same_bits(const char *rounding) {
 /* The model's share regions (q, k and v; W1 and W3; forward and backward):
  * `config`'s steps with and without sharing bit for bit alike (losses,
  * parameters, moments, gradients, delayed states), with `images` MX images
- * taken and `slots` element-wise X slots borrowed a layer a step.
+ * taken and `slots` element-wise X slots borrowed a layer a step, and
+ * `twins` transposes' MX images made with a GEMM's own and taken by its weight
+ * gradient (gtq_mx_twin_begin).
  * stats_mid: three steps, the second collecting statistics (no sharing in
  * it; delayed states moved on alike by their own passes share again after).
  * unequal_k0: layer 0's K starts from a delayed X state unlike Q's (its
  * scale doubled), so it never borrows: one slot fewer a step. */
 static void model_share_same_bits_as(const char *config, gpu_attention_kind attention,
                                      unsigned long long images, unsigned long long slots,
-                                     bool stats_mid, bool unequal_k0) {
+                                     unsigned long long twins, bool stats_mid,
+                                     bool unequal_k0) {
   recipe rc;
   load_config_recipe(&rc, config);
   model_pair mp;
@@ -1177,13 +1180,15 @@ static void model_share_same_bits_as(const char *config, gpu_attention_kind atte
   float *states0 = malloc(sizeof(float) * (ns + 1));
   delayed_states_copy(mp.gsites, mp.n_sites, states0, NULL); /* as gpu_model_new uploaded them */
   float *end_states[2];
-  unsigned long long hits[2], borrowed[2];
+  unsigned long long hits[2], borrowed[2], made[2], taken[2];
   for (int k = 0; k < 2; k++) {
     for (int i = 0; i < 4; i++) end[k][i] = malloc(sizeof(float) * P);
     gtq_set_share_off(gq, k == 1);
     delayed_states_copy(mp.gsites, mp.n_sites, NULL, states0); /* both runs from the same scales */
     gpu_model_upload(g, mp.m.params_mem, zero, zero);
     const unsigned long long before = gtq_mx_shared_hits(gq), before_slots = gtq_slots_borrowed(gq);
+    unsigned long long made0, taken0;
+    gtq_mx_twins(gq, &made0, &taken0);
     for (int step = 1; step <= STEPS; step++) {
       const bool stats = stats_mid && step == 2;
       gpu_model_begin_step(g, (uint64_t)step << 36, stats);
@@ -1195,6 +1200,8 @@ static void model_share_same_bits_as(const char *config, gpu_attention_kind atte
     }
     hits[k] = gtq_mx_shared_hits(gq) - before;
     borrowed[k] = gtq_slots_borrowed(gq) - before_slots;
+    gtq_mx_twins(gq, &made[k], &taken[k]);
+    made[k] -= made0, taken[k] -= taken0;
     gpu_model_download(g, end[k][0], end[k][1], end[k][2]);
     CU(cudaMemcpy(end[k][3], gpu_model_grads(g), sizeof(float) * P, cudaMemcpyDeviceToHost));
     end_states[k] = malloc(sizeof(float) * (ns + 1));
@@ -1216,6 +1223,11 @@ static void model_share_same_bits_as(const char *config, gpu_attention_kind atte
                     borrowed[1] == 0,
                 "%s: %llu images, %llu slots shared, then %llu and %llu", config, hits[0],
                 borrowed[0], hits[1], borrowed[1]);
+  printf("  twins: %llu made, %llu taken (want %llu), then %llu and %llu unshared\n", made[0],
+         taken[0], twins * per, made[1], taken[1]);
+  ck_assert_msg(made[0] == twins * per && taken[0] == made[0] && made[1] == 0 && taken[1] == 0,
+                "%s: %llu twins made, %llu taken, then %llu and %llu", config, made[0], taken[0],
+                made[1], taken[1]);
   ck_assert_msg(!memcmp(loss[0], loss[1], sizeof loss[0]), "%s: losses differ", config);
   ck_assert_msg(differ == 0, "%s: %zu values differ", config, differ);
   ck_assert_msg(states_differ == 0, "%s: %zu delayed-state values differ", config, states_differ);
@@ -1227,16 +1239,17 @@ static void model_share_same_bits_as(const char *config, gpu_attention_kind atte
 }
 static void model_share_same_bits(const char *config, gpu_attention_kind attention,
                                   unsigned long long images, unsigned long long slots) {
-  model_share_same_bits_as(config, attention, images, slots, false, false);
+  model_share_same_bits_as(config, attention, images, slots, 0, false, false);
 }
 
 START_TEST(mx_shared_images_bit_identical) {
   mx_share_same_bits("rounding=rne");
   mx_share_same_bits("rounding=sr");
   /* a layer's step: q, k, v's X twice and W1, W3's once, forward and
-   * backward (mxfp8 rounds to nearest; nvfp4, not MX, takes no images) */
-  model_share_same_bits("mxfp8", GPU_ATTENTION_FLASH, 6, 0);
-  model_share_same_bits("mxfp8", GPU_ATTENTION_MATERIALIZED, 6, 0);
+   * backward (mxfp8 rounds to nearest; nvfp4, not MX, takes no images);
+   * and each of the 7 linear layers' dY imaged with its transpose */
+  model_share_same_bits_as("mxfp8", GPU_ATTENTION_FLASH, 6, 0, 7, false, false);
+  model_share_same_bits_as("mxfp8", GPU_ATTENTION_MATERIALIZED, 6, 0, 7, false, false);
 }
 END_TEST
 
@@ -1261,9 +1274,9 @@ START_TEST(slots_shared_scaled_bit_identical) {
   model_share_same_bits("msamp-o1", GPU_ATTENTION_MATERIALIZED, 0, 3);
   model_share_same_bits("fp8-te", GPU_ATTENTION_FLASH, 0, 3);
   model_share_same_bits("fp8-coat", GPU_ATTENTION_MATERIALIZED, 0, 3);
-  model_share_same_bits_as("fp8-te", GPU_ATTENTION_FLASH, 0, 3, true, false);
-  model_share_same_bits_as("fp8-current", GPU_ATTENTION_FLASH, 0, 3, true, false);
-  model_share_same_bits_as("fp8-te", GPU_ATTENTION_MATERIALIZED, 0, 3, false, true);
+  model_share_same_bits_as("fp8-te", GPU_ATTENTION_FLASH, 0, 3, 0, true, false);
+  model_share_same_bits_as("fp8-current", GPU_ATTENTION_FLASH, 0, 3, 0, true, false);
+  model_share_same_bits_as("fp8-te", GPU_ATTENTION_MATERIALIZED, 0, 3, 0, false, true);
 }
 END_TEST
 

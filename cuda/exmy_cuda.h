@@ -97,17 +97,20 @@ cudaError_t exmy_cuda_mx_quantize_bf16_pair(const exmy_format *f, const exmy_rou
                                             unsigned tag, void *yt, unsigned *inexact_t,
                                             unsigned tag_t, cudaStream_t stream);
 /* The exact fallback of a GEMM of such images, decided on the device: when
- * *flag == tag, r (m x n dense) = alpha op(A) op(B) + beta C (C not read when
- * beta == 0) with op(A) and op(B)^T MX-quantized along K as
- * exmy_cuda_mx_quantize_bf16 does (blocks of 32, sr indices of the dense
- * K-contiguous images m x k and n x k), products and sums in float32 (fmaf,
- * k in order); *count += 1.  Otherwise nothing (one small launch). */
-cudaError_t exmy_cuda_mx_gemm_f32_if(const unsigned *flag, unsigned tag, bool trans_a,
+ * *flag == tag or a carry word is nonzero (carry_a, carry_b: other images'
+ * inexact words, each may be NULL), r (m x n, ldr) = alpha op(A) op(B) +
+ * beta C (C not read when beta == 0; r may be C then) with op(A) and op(B)^T MX-quantized
+ * along K as exmy_cuda_mx_quantize_bf16 does (blocks of 32, sr indices of
+ * the dense K-contiguous images m x k and n x k), products and sums in
+ * float32 (fmaf, k in order); *flag = tag and *count += 1.  Otherwise
+ * nothing (one small launch). */
+cudaError_t exmy_cuda_mx_gemm_f32_if(unsigned *flag, unsigned tag, const unsigned *carry_a,
+                                     const unsigned *carry_b, bool trans_a,
                                      bool trans_b, size_t m, size_t n, size_t k, float alpha,
                                      const float *a, size_t lda, const exmy_format *fa,
                                      const exmy_rounding_opts *oa, const float *b, size_t ldb,
                                      const exmy_format *fb, const exmy_rounding_opts *ob,
-                                     float beta, const float *c, size_t ldc, float *r,
+                                     float beta, const float *c, size_t ldc, float *r, size_t ldr,
                                      unsigned long long *count, cudaStream_t stream);
 
 /* exmy_tensor_stats_f32 on the device: the statistics of x against its

@@ -536,16 +536,20 @@ struct ImagePairOp {
 /* The fallback GEMM: 32 x 32 tiles of C, each thread 4 of them; the operand
  * tiles MX-quantized as loaded (mx_value, the image kernel's arithmetic),
  * products summed with fmaf in k order.  Grid-stride over the tiles, so that
- * the early exit (*flag != tag, the common case) costs one small launch. */
+ * the early exit (not flagged, the common case) costs one small launch. */
 __global__ void __launch_bounds__(256)
     k_mx_gemm_f32_if(const __grid_constant__ exmy_format fa, const __grid_constant__ KOpts oa,
                      const __grid_constant__ exmy_format fb, const __grid_constant__ KOpts ob,
                      bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
                      const float *a, size_t lda, const float *b, size_t ldb, float beta,
-                     const float *c, size_t ldc, float *r, const unsigned *flag, unsigned tag,
+                     const float *c, size_t ldc, float *r, size_t ldr, unsigned *flag, unsigned tag,
+                     const unsigned *carry_a, const unsigned *carry_b,
                      unsigned long long *count) {
-  if (*flag != tag) return;
-  if (blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0 && count) atomicAdd(count, 1ull);
+  if (*flag != tag && !(carry_a && *carry_a) && !(carry_b && *carry_b)) return;
+  if (blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0) {
+    if (count) atomicAdd(count, 1ull);
+    *flag = tag; /* a block that reads it later decides alike */
+  }
   __shared__ float ta[kTile][kTile + 1], tb[kTile][kTile + 1];
   const size_t tiles_n = (n + kTile - 1) / kTile, tiles = ((m + kTile - 1) / kTile) * tiles_n;
   const int lane = threadIdx.x;
@@ -574,7 +578,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int q = 0; q < 4; q++) {
       const size_t i = i0 + threadIdx.y + 8 * q, j = j0 + lane;
-      if (i < m && j < n) r[i * n + j] = exmy_gemm_epilogue(acc[q], alpha, beta, &c[i * ldc + j]);
+      if (i < m && j < n) r[i * ldr + j] = exmy_gemm_epilogue(acc[q], alpha, beta, &c[i * ldc + j]);
     }
   }
 }
@@ -615,12 +619,13 @@ extern "C" cudaError_t exmy_cuda_mx_quantize_bf16_pair(
 }
 
 extern "C" cudaError_t exmy_cuda_mx_gemm_f32_if(
-    const unsigned *flag, unsigned tag, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+    unsigned *flag, unsigned tag, const unsigned *carry_a, const unsigned *carry_b, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
     float alpha, const float *a, size_t lda, const exmy_format *fa, const exmy_rounding_opts *oa,
     const float *b, size_t ldb, const exmy_format *fb, const exmy_rounding_opts *ob, float beta,
-    const float *c, size_t ldc, float *r, unsigned long long *count, cudaStream_t stream) {
+    const float *c, size_t ldc, float *r, size_t ldr, unsigned long long *count,
+    cudaStream_t stream) {
   if (exmy_code_bytes(fa) != 1 || exmy_code_bytes(fb) != 1 || exmy_rounding_opts_check(oa) ||
-      exmy_rounding_opts_check(ob) || !flag || !r)
+      exmy_rounding_opts_check(ob) || !flag || !r || ldr < n)
     return cudaErrorInvalidValue;
   if (m == 0 || n == 0) return cudaSuccess;
   KOpts ka = kopts_of(oa), kb = kopts_of(ob);
@@ -631,6 +636,6 @@ extern "C" cudaError_t exmy_cuda_mx_gemm_f32_if(
   const unsigned grid = (unsigned)(tiles < (size_t)sms * 2 ? tiles : (size_t)sms * 2);
   k_mx_gemm_f32_if<<<grid, dim3(32, 8), 0, stream>>>(*fa, ka, *fb, kb, trans_a, trans_b, m, n,
                                                      k, alpha, a, lda, b, ldb, beta, c, ldc, r,
-                                                     flag, tag, count);
+                                                     ldr, flag, tag, carry_a, carry_b, count);
   return cudaGetLastError();
 }

@@ -194,12 +194,6 @@ struct MxImages {
   unsigned long long twins_made = 0, twins_taken = 0;
 };
 
-/* A GEMM that takes a kept image takes the fallback where the image's word
- * (1: a value outside bf16's grid) says so, as the image kernel flags it. */
-__global__ void k_flag_carry(const unsigned *word, unsigned *flag, unsigned tag) {
-  if (*word) *flag = tag;
-}
-
 /* C (m x n, ldc) = r where the image kernels flagged this GEMM. */
 __global__ void k_copy_if(const unsigned *flag, unsigned tag, const float *r, size_t m, size_t n,
                           float *c, size_t ldc) {
@@ -1025,14 +1019,17 @@ static MxKept *kept_slot(MxImages &x, const MxKept *keep, size_t rows, size_t k,
  * a share region, found among the kept images (the same tensor read the same
  * way under the same format, rounding and stream offset: the same bits) or
  * made into the least recently used one.  A kept image that held a value
- * outside bf16's grid flags every GEMM that takes it.  The untransposed read
- * of gtq_mx_twin_begin's tensor makes its transpose's image in the same pass
+ * outside bf16's grid flags every GEMM that takes it: *carry is its word
+ * (1: a value outside bf16's grid), which the GEMM's fallback reads, NULL
+ * for an image that flags the GEMM itself.  The untransposed read of
+ * gtq_mx_twin_begin's tensor makes its transpose's image in the same pass
  * and keeps it (the weight gradient's read). */
 static const void *mx_image(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_operand_quant &q,
-                            bool trans, size_t rows, size_t k, int slot) {
+                            bool trans, size_t rows, size_t k, int slot, const unsigned **carry) {
   MxImages &x = g->mx_img;
   cudaStream_t st = g->stream;
   const int block = q.scaling.group;
+  *carry = nullptr;
   if (!g->share || g->share_off) {
     reserve(&x.img[slot], &x.img_cap[slot], rows * k * 2);
     gtq_check(exmy_cuda_mx_quantize_bf16(&q.format, &q.round, block, (const float *)o.ptr, o.ld,
@@ -1052,8 +1049,7 @@ static const void *mx_image(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_op
   if (e) {
     e->used = ++x.clock;
     (e->twin ? x.twins_taken : x.shared_hits)++;
-    k_flag_carry<<<1, 1, 0, st>>>(e->inexact, x.flag, x.tag);
-    gtq_check(cudaGetLastError(), "MX image (kept)");
+    *carry = e->inexact;
     return e->img;
   }
   e = kept_slot(x, nullptr, rows, k, st);
@@ -1074,8 +1070,7 @@ static const void *mx_image(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_op
                                          trans, rows, k, e->img, e->inexact, 1, st),
               "MX image");
   }
-  k_flag_carry<<<1, 1, 0, st>>>(e->inexact, x.flag, x.tag);
-  gtq_check(cudaGetLastError(), "MX image (kept)");
+  *carry = e->inexact;
   e->valid = true;
   e->twin = false;
   e->key = key;
@@ -1143,8 +1138,9 @@ static void row_major_gemm_ex(gtq_ctx *g, bool ta, bool tb, int m, int n, int k,
  * cuBLAS on the tensor cores with FP32 accumulation (exact products, as the
  * element-wise BF16 path).  Should an image hold a value that bf16 cannot
  * (a float32 subnormal below bf16's grid), the image kernels set the flag to
- * this GEMM's tag and the device takes the FP32 fallback instead: its result
- * is computed from C before cuBLAS overwrites it and copied over cuBLAS's. */
+ * this GEMM's tag (a kept image's word: carried) and the device takes the
+ * FP32 fallback instead: written over cuBLAS's result where beta == 0, else
+ * computed from C before cuBLAS overwrites it and copied over cuBLAS's. */
 static void mx_gemm_bf16(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
                          const gtq_operand &a, const exmy_cuda_operand_quant &qa,
                          const gtq_operand &b, const exmy_cuda_operand_quant &qb, float beta,
@@ -1160,18 +1156,32 @@ static void mx_gemm_bf16(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, floa
   }
   if (++x.tag == 0) x.tag = 1; /* 0 is the flag's initial value */
   const size_t M = (size_t)m, N = (size_t)n, K = (size_t)k;
-  reserve((void **)&x.result, &x.result_cap, M * N * sizeof(float));
   /* op(A) as m x k and op(B)^T as n x k, K contiguous */
-  const void *img_a = mx_image(g, a, qa, ta, M, K, 0);
-  const void *img_b = mx_image(g, b, qb, !tb, N, K, 1);
-  gtq_check(exmy_cuda_mx_gemm_f32_if(x.flag, x.tag, ta, tb, M, N, K, alpha, (const float *)a.ptr,
-                                     a.ld, &qa.format, &qa.round, (const float *)b.ptr, b.ld,
-                                     &qb.format, &qb.round, beta, c, ldc, x.result, x.fallbacks,
-                                     st), "MX fallback GEMM");
+  const unsigned *carry_a, *carry_b;
+  const void *img_a = mx_image(g, a, qa, ta, M, K, 0, &carry_a);
+  const void *img_b = mx_image(g, b, qb, !tb, N, K, 1, &carry_b);
   /* C = op(A) op(B) with op(B)^T as n x k: the images, K contiguous */
-  row_major_gemm_ex(g, false, true, m, n, k, &alpha, gtq_operand_bf16(-1, 0, img_a, k),
-                    gtq_operand_bf16(-1, 0, img_b, k), CUDA_R_16BF, &beta, c, CUDA_R_32F, ldc,
-                    CUBLAS_COMPUTE_32F, "cublasGemmEx (MX)");
+  const auto images_gemm = [&] {
+    row_major_gemm_ex(g, false, true, m, n, k, &alpha, gtq_operand_bf16(-1, 0, img_a, k),
+                      gtq_operand_bf16(-1, 0, img_b, k), CUDA_R_16BF, &beta, c, CUDA_R_32F, ldc,
+                      CUBLAS_COMPUTE_32F, "cublasGemmEx (MX)");
+  };
+  const auto fallback = [&](float *r, size_t ldr) {
+    gtq_check(exmy_cuda_mx_gemm_f32_if(x.flag, x.tag, carry_a, carry_b, ta, tb, M, N, K, alpha,
+                                       (const float *)a.ptr, a.ld, &qa.format, &qa.round,
+                                       (const float *)b.ptr, b.ld, &qb.format, &qb.round, beta,
+                                       c, ldc, r, ldr, x.fallbacks, st),
+              "MX fallback GEMM");
+  };
+  if (beta == 0.0f) { /* C is not read: the fallback overwrites cuBLAS's result itself */
+    images_gemm();
+    fallback(c, (size_t)ldc);
+    return;
+  }
+  /* from C before cuBLAS overwrites it, copied over cuBLAS's result */
+  reserve((void **)&x.result, &x.result_cap, M * N * sizeof(float));
+  fallback(x.result, N);
+  images_gemm();
   k_copy_if<<<264, 256, 0, st>>>(x.flag, x.tag, x.result, M, N, c, ldc);
   gtq_check(cudaGetLastError(), "MX fallback copy");
 }

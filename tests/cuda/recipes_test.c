@@ -441,9 +441,10 @@ START_TEST(mx_bf16_image_pair_matches_cpu) {
 }
 END_TEST
 
-/* exmy_cuda_mx_gemm_f32_if: with the flag at its tag, r = alpha op(A) op(B)
- * + beta C from the CPU's MX values of op(A) and op(B)^T, fmaf in k order,
- * bit for bit; with another flag, r untouched. */
+/* exmy_cuda_mx_gemm_f32_if: with the flag at its tag or a carry word set,
+ * r = alpha op(A) op(B) + beta C from the CPU's MX values of op(A) and
+ * op(B)^T, fmaf in k order, bit for bit, and the flag at the tag; with
+ * another flag and zero carry words, r untouched. */
 START_TEST(mx_gemm_fallback_matches_cpu) {
   exmy_format fa, fb;
   ck_assert_int_eq(exmy_format_parse("float8_e4m3fn", &fa), 0);
@@ -482,14 +483,17 @@ START_TEST(mx_gemm_fallback_matches_cpu) {
         }
       float *da = dev_from(a, sa * 4), *db = dev_from(b, sb * 4), *dc = dev_from(c, m * ldc * 4),
             *dr = dev_alloc(m * n * 4);
-      unsigned *dflag = dev_alloc(sizeof(unsigned)), flag = 3;
+      unsigned *dflag = dev_alloc(sizeof(unsigned)), flag = 3, one = 1;
+      unsigned *dzero = dev_alloc(sizeof(unsigned)), *dset = dev_alloc(sizeof(unsigned));
+      CU(cudaMemset(dzero, 0, sizeof(unsigned)));
+      CU(cudaMemcpy(dset, &one, sizeof one, cudaMemcpyHostToDevice));
       unsigned long long *dcount = dev_alloc(8), count = 0;
       CU(cudaMemcpy(dflag, &flag, sizeof flag, cudaMemcpyHostToDevice));
       CU(cudaMemcpy(dcount, &count, 8, cudaMemcpyHostToDevice));
       CU(cudaMemset(dr, 0xFF, m * n * 4));
-      /* another tag: nothing happens */
-      CU(exmy_cuda_mx_gemm_f32_if(dflag, 4, ta, tb, m, n, k, alpha, da, lda, &fa, &oa, db, ldb,
-                                  &fb, &ob, beta, dc, ldc, dr, dcount, 0));
+      /* another tag, carry words zero: nothing happens */
+      CU(exmy_cuda_mx_gemm_f32_if(dflag, 4, dzero, dzero, ta, tb, m, n, k, alpha, da, lda, &fa,
+                                  &oa, db, ldb, &fb, &ob, beta, dc, ldc, dr, n, dcount, 0));
       to_host(got, dr, m * n * 4);
       to_host(&count, dcount, 8);
       size_t b0 = 0;
@@ -497,17 +501,27 @@ START_TEST(mx_gemm_fallback_matches_cpu) {
       if (b0 || count)
         printf("  fallback ran with another tag: %zu values differ, count %llu\n", b0, count);
       bad += b0 + count;
-      CU(exmy_cuda_mx_gemm_f32_if(dflag, 3, ta, tb, m, n, k, alpha, da, lda, &fa, &oa, db, ldb,
-                                  &fb, &ob, beta, dc, ldc, dr, dcount, 0));
-      to_host(got, dr, m * n * 4);
+      /* the flag at its tag (s 0), or another tag and a carry word set (s 1:
+       * A's, s 2: B's), r dense or strided */
+      const size_t ldr = s == 0 ? n : n + 5;
+      float *dr2 = dev_alloc(m * ldr * 4), *got2 = malloc(m * ldr * 4);
+      CU(exmy_cuda_mx_gemm_f32_if(dflag, s == 0 ? 3 : 6, s == 1 ? dset : NULL,
+                                  s == 2 ? dset : NULL, ta, tb, m, n, k, alpha, da, lda, &fa, &oa,
+                                  db, ldb, &fb, &ob, beta, dc, ldc, dr2, ldr, dcount, 0));
+      to_host(got2, dr2, m * ldr * 4);
+      for (size_t i = 0; i < m; i++) memcpy(got + i * n, got2 + i * ldr, n * 4);
       to_host(&count, dcount, 8);
+      to_host(&flag, dflag, sizeof flag);
       size_t b1 = diff_floats(got, want, m * n, "mx fallback gemm");
       if (count != 1) printf("  fallback count %llu differs from 1\n", count), b1++;
+      if (flag != (s == 0 ? 3u : 6u)) printf("  flag %u not set to the tag\n", flag), b1++;
+      free(got2);
+      CU(cudaFree(dr2));
       if (b1) printf("  ^ %zux%zux%zu ta %d tb %d %s\n", m, n, k, ta, tb, exmy_rounding_name(oa.mode));
       bad += b1;
       free(a); free(b); free(c); free(al); free(bl); free(qa); free(qb); free(want); free(got);
       CU(cudaFree(da)); CU(cudaFree(db)); CU(cudaFree(dc)); CU(cudaFree(dr));
-      CU(cudaFree(dflag)); CU(cudaFree(dcount));
+      CU(cudaFree(dflag)); CU(cudaFree(dcount)); CU(cudaFree(dzero)); CU(cudaFree(dset));
     }
   ck_assert_msg(bad == 0, "%zu MX fallback GEMM differences", bad);
 }

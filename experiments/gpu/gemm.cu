@@ -156,6 +156,7 @@ struct MxKept {
   bool twin = false;            /* made by a pair for a later read */
 };
 constexpr int kMxKept = 4;
+constexpr int kMxHeld = 512; /* a forward's holds: 4 a layer */
 
 /* An element-wise slot filled inside a share region: whose, and from what;
  * under delayed scaling the use whose state it moved on, and that state's
@@ -191,6 +192,12 @@ struct MxImages {
   gtq_along_k_path_counts paths = {};
   bool reference = false; /* tests: every MX and NVFP4 GEMM through exmy_cuda_qgemm */
   const void *twin = nullptr; /* gtq_mx_twin_begin's tensor */
+  /* gtq_mx_hold_twin: the tensor whose next untransposed image makes its
+   * transpose's too, and the images held so for this forward's backward
+   * (the i-th hold of a forward in held[i], whose buffers stay) */
+  const void *hold_next = nullptr;
+  MxKept held[kMxHeld];
+  int n_held = 0;
   unsigned long long twins_made = 0, twins_taken = 0;
 };
 
@@ -450,6 +457,10 @@ extern "C" void gtq_begin_forward(gtq_ctx *g) {
   if (g->mx_img.flag)
     gtq_check(cudaMemsetAsync(g->mx_img.flag, 0, sizeof(unsigned), g->stream), "MX flag");
   g->mx_img.tag = 0;
+  /* the last forward's held images are of tensors that may have changed */
+  for (MxKept &h : g->mx_img.held) h.valid = false;
+  g->mx_img.n_held = 0;
+  g->mx_img.hold_next = nullptr;
 }
 
 extern "C" void gtq_begin_step(gtq_ctx *g, uint64_t sr_counter, bool collect_stats) {
@@ -990,6 +1001,18 @@ extern "C" bool gtq_replayable(const gtq_ctx *g) {
   return true;
 }
 
+/* A kept image's buffer for rows x k values and its word, cleared: its own
+ * (tag 1), so that the other operand's image does not mark it. */
+static void kept_prepare(MxKept *e, size_t rows, size_t k, cudaStream_t st) {
+  if (!e->inexact) {
+    realloc_epoch++;
+    gtq_check(cudaMalloc((void **)&e->inexact, sizeof(unsigned)), "cudaMalloc (MX kept)");
+  }
+  reserve(&e->img, &e->cap, rows * k * 2);
+  gtq_check(cudaMemsetAsync(e->inexact, 0, sizeof(unsigned), st), "MX image (kept)");
+  e->valid = false;
+}
+
 /* A kept image's slot for rows x k values: a free one, else the least
  * recently used other than `keep`, its word cleared. */
 static MxKept *kept_slot(MxImages &x, const MxKept *keep, size_t rows, size_t k,
@@ -1003,14 +1026,7 @@ static MxKept *kept_slot(MxImages &x, const MxKept *keep, size_t rows, size_t k,
     }
     if (!e || c.used < e->used) e = &c;
   }
-  if (!e->inexact) {
-    realloc_epoch++;
-    gtq_check(cudaMalloc((void **)&e->inexact, sizeof(unsigned)), "cudaMalloc (MX kept)");
-  }
-  reserve(&e->img, &e->cap, rows * k * 2);
-  /* its own word (tag 1), so that the other operand's image does not mark it */
-  gtq_check(cudaMemsetAsync(e->inexact, 0, sizeof(unsigned), st), "MX image (kept)");
-  e->valid = false;
+  kept_prepare(e, rows, k, st);
   return e;
 }
 
@@ -1029,35 +1045,53 @@ static const void *mx_image(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_op
   MxImages &x = g->mx_img;
   cudaStream_t st = g->stream;
   const int block = q.scaling.group;
-  *carry = nullptr;
-  if (!g->share || g->share_off) {
-    reserve(&x.img[slot], &x.img_cap[slot], rows * k * 2);
-    gtq_check(exmy_cuda_mx_quantize_bf16(&q.format, &q.round, block, (const float *)o.ptr, o.ld,
-                                         trans, rows, k, x.img[slot], x.flag, x.tag, st),
-              "MX image");
-    return x.img[slot];
-  }
   ReadKey key;
   key.x = o.ptr, key.ld = o.ld, key.trans = trans, key.rows = rows, key.cols = k;
   key.block = block, key.format = q.format, key.round = q.round;
-  MxKept *e = nullptr;
-  for (MxKept &c : x.kept)
-    if (c.valid && same_read(c.key, key)) {
-      e = &c;
-      break;
+  *carry = nullptr;
+  for (int i = 0; i < x.n_held; i++) /* made by this forward for this read */
+    if (x.held[i].valid && same_read(x.held[i].key, key)) {
+      x.twins_taken++;
+      *carry = x.held[i].inexact;
+      return x.held[i].img;
     }
-  if (e) {
-    e->used = ++x.clock;
-    (e->twin ? x.twins_taken : x.shared_hits)++;
-    *carry = e->inexact;
-    return e->img;
+  const bool share = g->share && !g->share_off;
+  MxKept *e = nullptr;
+  if (share) {
+    for (MxKept &c : x.kept)
+      if (c.valid && same_read(c.key, key)) {
+        e = &c;
+        break;
+      }
+    if (e) {
+      e->used = ++x.clock;
+      (e->twin ? x.twins_taken : x.shared_hits)++;
+      *carry = e->inexact;
+      return e->img;
+    }
+    e = kept_slot(x, nullptr, rows, k, st);
+  } else {
+    reserve(&x.img[slot], &x.img_cap[slot], rows * k * 2);
   }
-  e = kept_slot(x, nullptr, rows, k, st);
-  if (o.ptr == x.twin && !trans && q.round.mode != EXMY_SR) {
-    MxKept *t = kept_slot(x, e, k, rows, st);
+  void *img = share ? e->img : x.img[slot];
+  unsigned *word = share ? e->inexact : x.flag;
+  const unsigned tag = share ? 1u : x.tag;
+  /* the transpose's image too: kept for the region (gtq_mx_twin_begin) or
+   * held for the backward (gtq_mx_hold_twin) */
+  MxKept *t = nullptr;
+  if (!trans && q.round.mode != EXMY_SR) {
+    if (share && o.ptr == x.twin) {
+      t = kept_slot(x, e, k, rows, st);
+    } else if (o.ptr == x.hold_next && x.n_held < kMxHeld) {
+      t = &x.held[x.n_held++];
+      kept_prepare(t, k, rows, st);
+      x.hold_next = nullptr;
+    }
+  }
+  if (t) {
     gtq_check(exmy_cuda_mx_quantize_bf16_pair(&q.format, &q.round, block, (const float *)o.ptr,
-                                              o.ld, rows, k, e->img, e->inexact, 1, t->img,
-                                              t->inexact, 1, st),
+                                              o.ld, rows, k, img, word, tag, t->img, t->inexact,
+                                              1, st),
               "MX image pair");
     t->key = key;
     t->key.trans = true, t->key.rows = k, t->key.cols = rows;
@@ -1067,9 +1101,10 @@ static const void *mx_image(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_op
     x.twins_made++;
   } else {
     gtq_check(exmy_cuda_mx_quantize_bf16(&q.format, &q.round, block, (const float *)o.ptr, o.ld,
-                                         trans, rows, k, e->img, e->inexact, 1, st),
+                                         trans, rows, k, img, word, tag, st),
               "MX image");
   }
+  if (!share) return img;
   *carry = e->inexact;
   e->valid = true;
   e->twin = false;
@@ -1099,6 +1134,18 @@ extern "C" bool gtq_mx_twin_begin(gtq_ctx *g, int site, const float *dy) {
     return false;
   gtq_share_begin(g);
   g->mx_img.twin = dy;
+  return true;
+}
+
+extern "C" bool gtq_mx_hold_twin(gtq_ctx *g, int site, const float *x) {
+  if (site < 0 || site >= g->n_sites || g->share_off || g->mx_img.reference || gtq_collecting(g))
+    return false;
+  const exmy_operand_quant &a = g->host[site].op[USE_FWD_X], &b = g->host[site].op[USE_DW_X];
+  if (!a.enabled || !b.enabled || !mx_image_operand(a.format, a.scaling) ||
+      !mx_image_operand(b.format, b.scaling) || a.round.mode == EXMY_SR ||
+      b.round.mode == EXMY_SR)
+    return false;
+  g->mx_img.hold_next = x;
   return true;
 }
 

@@ -117,10 +117,18 @@ void gtq_set_share_off(gtq_ctx *g, bool off);
  * (exmy_cuda_mx_quantize_bf16_pair), the same bits.  Returns false, and
  * opens nothing, where the site's dY uses are not such images;
  * gtq_mx_twin_end closes what begin opened.  gtq_mx_twins: how many
- * transposes' images the pairs made and how many a GEMM took (tests; not
- * counted in gtq_mx_shared_hits). */
+ * transposes' images the pairs made (here and gtq_mx_hold_twin's) and how
+ * many a GEMM took (tests; not counted in gtq_mx_shared_hits). */
 bool gtq_mx_twin_begin(gtq_ctx *g, int site, const float *dy);
 void gtq_mx_twin_end(gtq_ctx *g);
+/* The forward's image of x as site's X (along C) is made in one pass with
+ * its transpose's image (along the tokens, the backward's dW read), which is
+ * held until the next forward begins (gtq_begin_forward) and taken by the
+ * reads that match it, the same bits.  The caller promises that nothing
+ * writes x in between.  Returns false, and arms nothing, where the site's X
+ * uses are not MX images both ways (not sr), sharing is off, or statistics
+ * are collected; counted in gtq_mx_twins. */
+bool gtq_mx_hold_twin(gtq_ctx *g, int site, const float *x);
 void gtq_mx_twins(const gtq_ctx *g, unsigned long long *made, unsigned long long *taken);
 /* Whether site i runs on the BF16 path (for logs and tests). */
 bool gtq_site_bf16(const gtq_ctx *g, int site);

@@ -464,6 +464,15 @@ static void linear_forward_act(gpu_model *g, float *out, const float *resid, con
 static gtq_operand stored_operand(gpu_model *g, int site, int use, int slot, bool fill,
                                   const uint16_t *x, long rows, long cols);
 
+/* A layer's X of `site`, in a buffer of its own that nothing writes before
+ * the backward's dW reads it (not the one layer's buffer of the lean layout,
+ * which the next layer overwrites): its MX image along the tokens made with
+ * the forward's along C and held for that read (gtq_mx_hold_twin), where the
+ * site's X is an MX image both ways; nothing otherwise. */
+static void hold_twin(gpu_model *g, int site, const float *x) {
+  gtq_mx_hold_twin(g->gq, site, x);
+}
+
 /* dX = dinp_beta dX + dY W, dW += dY^T X: model.c's linear_backward.
  * dy_filled: dY's slot holds this step's operand already (swiglu_backward_fused);
  * dy_amax: dout's amax as its producer folded it (amax_word), or NULL;
@@ -1629,6 +1638,7 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
                 !g->lean || g->keep_ln1 || g->recompute_ln1);
     const bool qkv_ready = g->qkv_bf16 && act_direct(g);
     const __nv_bfloat16 *qkv_in[3] = {nullptr, nullptr, nullptr};
+    if (!g->lean || g->keep_ln1) hold_twin(g, sq, ln1);
     if (qkv_ready) {
       qkv_into_flash_inputs(g, l, ln1, ln1_amax, ln1_filled, q, k, qkv_in);
     } else {
@@ -1679,6 +1689,7 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
       }
       /* the residual add promotes the bf16 branch; under float32
        * activations RMSNorm 2 makes it */
+      hold_twin(g, site_index(g, l, SITE_O), atty);
       linear_forward_act(g, res_mid, g->act_bf16 ? res : nullptr, atty, p.wo + (size_t)l * C * C,
                          N, C, C, site_index(g, l, SITE_O), atty_amax);
       if (!g->act_bf16) pending_add = res;
@@ -1693,6 +1704,7 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
       gtq_share_end(g->gq);
       continue;
     }
+    if (!g->lean || g->keep_ln2) hold_twin(g, s1, ln2);
     linear_forward(g, h1, ln2, p.w1 + (size_t)l * H * C, N, C, H, s1, ln2_amax, ln2_filled);
     linear_forward(g, h3, ln2, p.w3 + (size_t)l * H * C, N, C, H, site_index(g, l, SITE_W3),
                    ln2_amax);
@@ -1718,6 +1730,7 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
       gpu_smooth_swiglu_scale_rows(res_out, res_out, h3, N, C, H, s);
       gpu_add_inplace(res_out, res_mid, BTC, s);
     } else {
+      if (!g->lean || g->keep_hg) hold_twin(g, site_index(g, l, SITE_W2), hg);
       linear_forward_act(g, res_out, g->act_bf16 ? res_mid : nullptr, hg,
                          p.w2 + (size_t)l * C * H, N, H, C, site_index(g, l, SITE_W2), hg_amax,
                          hg_filled);

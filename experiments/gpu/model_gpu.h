@@ -43,10 +43,14 @@ gpu_model *gpu_model_new(const model *m, const recipe *rc, tq_site *sites, int n
  * no backward GEMM reads them in float32 (every layer's where one does: MX,
  * NVFP4 and group-scaled or unquantized sites), and one buffer behind the
  * GEMM sites' dY slots (gtq_share_dy_slots) rather than one per site: the
- * same bits, about 13 GiB less at 120m (bf16).  2: as 1, but ln1, ln2 and
- * hg are always one layer, recomputed in the backward by the forward's
- * kernels where a GEMM reads them (the least memory: mxfp8 at 120m 16.1
- * GiB in use against 21.0 at 1, and 6 ms a step slower).  0: every layer's, as model.c
+ * same bits, about 13 GiB less at 120m (bf16).  At 0 and 1 the MX images
+ * of ln1, O, ln2 and hg along the tokens (their dW GEMMs' reads) are made
+ * with the forward's and held until the backward (gtq_mx_hold_twin): mxfp8
+ * at 120m 23.9 GiB in use at 1, 2.2 ms a step faster than without.  2: as 1,
+ * but ln1, ln2 and hg are always one layer, recomputed in the backward by
+ * the forward's kernels where a GEMM reads them, and only O's image held
+ * (the least memory: mxfp8 at 120m 16.1 GiB in use before the held images,
+ * and 6 ms a step slower).  0: every layer's, as model.c
  * keeps them, and a dY slot per site (for comparisons, and the tests that
  * read the slots).  The materialised attention is never lean. */
 gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_site *sites, int n_sites,

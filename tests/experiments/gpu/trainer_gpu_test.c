@@ -1152,15 +1152,17 @@ static void mx_share_same_bits(const char *rounding) {
  * `config`'s steps with and without sharing bit for bit alike (losses,
  * parameters, moments, gradients, delayed states), with `images` MX images
  * taken and `slots` element-wise X slots borrowed a layer a step, and
- * `twins` transposes' MX images made with a GEMM's own and taken by its weight
- * gradient (gtq_mx_twin_begin).
+ * `made` transposes' MX images made with a GEMM's own (dY's for dW,
+ * gtq_mx_twin_begin; X's held from the forward, gtq_mx_hold_twin), `taken`
+ * read by the weight gradients.
  * stats_mid: three steps, the second collecting statistics (no sharing in
  * it; delayed states moved on alike by their own passes share again after).
  * unequal_k0: layer 0's K starts from a delayed X state unlike Q's (its
  * scale doubled), so it never borrows: one slot fewer a step. */
 static void model_share_same_bits_as(const char *config, gpu_attention_kind attention,
                                      unsigned long long images, unsigned long long slots,
-                                     unsigned long long twins, bool stats_mid,
+                                     unsigned long long twins_made,
+                                     unsigned long long twins_taken, bool stats_mid,
                                      bool unequal_k0) {
   recipe rc;
   load_config_recipe(&rc, config);
@@ -1223,9 +1225,10 @@ static void model_share_same_bits_as(const char *config, gpu_attention_kind atte
                     borrowed[1] == 0,
                 "%s: %llu images, %llu slots shared, then %llu and %llu", config, hits[0],
                 borrowed[0], hits[1], borrowed[1]);
-  printf("  twins: %llu made, %llu taken (want %llu), then %llu and %llu unshared\n", made[0],
-         taken[0], twins * per, made[1], taken[1]);
-  ck_assert_msg(made[0] == twins * per && taken[0] == made[0] && made[1] == 0 && taken[1] == 0,
+  printf("  twins: %llu made, %llu taken (want %llu, %llu), then %llu and %llu unshared\n",
+         made[0], taken[0], twins_made * per, twins_taken * per, made[1], taken[1]);
+  ck_assert_msg(made[0] == twins_made * per && taken[0] == twins_taken * per && made[1] == 0 &&
+                    taken[1] == 0,
                 "%s: %llu twins made, %llu taken, then %llu and %llu", config, made[0], taken[0],
                 made[1], taken[1]);
   ck_assert_msg(!memcmp(loss[0], loss[1], sizeof loss[0]), "%s: losses differ", config);
@@ -1239,17 +1242,19 @@ static void model_share_same_bits_as(const char *config, gpu_attention_kind atte
 }
 static void model_share_same_bits(const char *config, gpu_attention_kind attention,
                                   unsigned long long images, unsigned long long slots) {
-  model_share_same_bits_as(config, attention, images, slots, 0, false, false);
+  model_share_same_bits_as(config, attention, images, slots, 0, 0, false, false);
 }
 
 START_TEST(mx_shared_images_bit_identical) {
   mx_share_same_bits("rounding=rne");
   mx_share_same_bits("rounding=sr");
-  /* a layer's step: q, k, v's X twice and W1, W3's once, forward and
-   * backward (mxfp8 rounds to nearest; nvfp4, not MX, takes no images);
-   * and each of the 7 linear layers' dY imaged with its transpose */
-  model_share_same_bits_as("mxfp8", GPU_ATTENTION_FLASH, 6, 0, 7, false, false);
-  model_share_same_bits_as("mxfp8", GPU_ATTENTION_MATERIALIZED, 6, 0, 7, false, false);
+  /* a layer's step: the forward's images of ln1 for K and V, of ln2 for W3
+   * (mxfp8 rounds to nearest; nvfp4, not MX, takes no images); each of the
+   * 7 linear layers' dY imaged with its transpose, and ln1's, O's, ln2's and
+   * hg's transposes made in the forward, taken by dWq, dWk, dWv, dWo, dW1,
+   * dW3 and dW2 */
+  model_share_same_bits_as("mxfp8", GPU_ATTENTION_FLASH, 3, 0, 11, 14, false, false);
+  model_share_same_bits_as("mxfp8", GPU_ATTENTION_MATERIALIZED, 3, 0, 11, 14, false, false);
 }
 END_TEST
 
@@ -1274,9 +1279,9 @@ START_TEST(slots_shared_scaled_bit_identical) {
   model_share_same_bits("msamp-o1", GPU_ATTENTION_MATERIALIZED, 0, 3);
   model_share_same_bits("fp8-te", GPU_ATTENTION_FLASH, 0, 3);
   model_share_same_bits("fp8-coat", GPU_ATTENTION_MATERIALIZED, 0, 3);
-  model_share_same_bits_as("fp8-te", GPU_ATTENTION_FLASH, 0, 3, 0, true, false);
-  model_share_same_bits_as("fp8-current", GPU_ATTENTION_FLASH, 0, 3, 0, true, false);
-  model_share_same_bits_as("fp8-te", GPU_ATTENTION_MATERIALIZED, 0, 3, 0, false, true);
+  model_share_same_bits_as("fp8-te", GPU_ATTENTION_FLASH, 0, 3, 0, 0, true, false);
+  model_share_same_bits_as("fp8-current", GPU_ATTENTION_FLASH, 0, 3, 0, 0, true, false);
+  model_share_same_bits_as("fp8-te", GPU_ATTENTION_MATERIALIZED, 0, 3, 0, 0, false, true);
 }
 END_TEST
 

@@ -1124,27 +1124,27 @@ extern "C" void gtq_share_end(gtq_ctx *g) {
 
 extern "C" void gtq_set_share_off(gtq_ctx *g, bool off) { g->share_off = off; }
 
-extern "C" bool gtq_mx_twin_begin(gtq_ctx *g, int site, const float *dy) {
+/* Whether uses u and v of `site` (one tensor read along each of its
+ * dimensions) may take an image and its transpose's from one pass: both MX
+ * images, not sr, sharing on, not a statistics step. */
+static bool mx_pair_serves(const gtq_ctx *g, int site, int u, int v) {
   if (site < 0 || site >= g->n_sites || g->share_off || g->mx_img.reference || gtq_collecting(g))
     return false;
-  const exmy_operand_quant &a = g->host[site].op[USE_DX_DY], &b = g->host[site].op[USE_DW_DY];
-  if (!a.enabled || !b.enabled || !mx_image_operand(a.format, a.scaling) ||
-      !mx_image_operand(b.format, b.scaling) || a.round.mode == EXMY_SR ||
-      b.round.mode == EXMY_SR)
-    return false;
+  const exmy_operand_quant &a = g->host[site].op[u], &b = g->host[site].op[v];
+  return a.enabled && b.enabled && mx_image_operand(a.format, a.scaling) &&
+         mx_image_operand(b.format, b.scaling) && a.round.mode != EXMY_SR &&
+         b.round.mode != EXMY_SR;
+}
+
+extern "C" bool gtq_mx_twin_begin(gtq_ctx *g, int site, const float *dy) {
+  if (!mx_pair_serves(g, site, USE_DX_DY, USE_DW_DY)) return false;
   gtq_share_begin(g);
   g->mx_img.twin = dy;
   return true;
 }
 
 extern "C" bool gtq_mx_hold_twin(gtq_ctx *g, int site, const float *x) {
-  if (site < 0 || site >= g->n_sites || g->share_off || g->mx_img.reference || gtq_collecting(g))
-    return false;
-  const exmy_operand_quant &a = g->host[site].op[USE_FWD_X], &b = g->host[site].op[USE_DW_X];
-  if (!a.enabled || !b.enabled || !mx_image_operand(a.format, a.scaling) ||
-      !mx_image_operand(b.format, b.scaling) || a.round.mode == EXMY_SR ||
-      b.round.mode == EXMY_SR)
-    return false;
+  if (!mx_pair_serves(g, site, USE_FWD_X, USE_DW_X)) return false;
   g->mx_img.hold_next = x;
   return true;
 }

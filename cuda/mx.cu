@@ -585,19 +585,30 @@ __global__ void __launch_bounds__(256)
 
 }  // namespace
 
+/* The kernels' options for an MX bf16 image of format f in blocks of
+ * `block`: a format of one-byte codes, valid options, blocks of 32 (0: the
+ * default), saturating as exmy_cuda_mx_encode_f32. */
+static cudaError_t image_kopts(const exmy_format *f, const exmy_rounding_opts *o, int block,
+                               KOpts *k) {
+  if (exmy_code_bytes(f) != 1 || exmy_rounding_opts_check(o) != 0) return cudaErrorInvalidValue;
+  if (block != 0 && block != kTile) return cudaErrorNotSupported;
+  *k = kopts_of(o);
+  k->saturate = 1;
+  return cudaSuccess;
+}
+
 extern "C" cudaError_t exmy_cuda_mx_quantize_bf16(const exmy_format *f,
                                                   const exmy_rounding_opts *o, int block,
                                                   const float *x, size_t ld, bool trans,
                                                   size_t rows, size_t cols, void *y,
                                                   unsigned *inexact, unsigned tag,
                                                   cudaStream_t stream) {
-  if (exmy_code_bytes(f) != 1 || exmy_rounding_opts_check(o) != 0 || !inexact ||
-      ld < (trans ? rows : cols) || rows / kTile >= (1u << 31) || cols / kTile >= 65535)
+  if (!inexact || ld < (trans ? rows : cols) || rows / kTile >= (1u << 31) ||
+      cols / kTile >= 65535)
     return cudaErrorInvalidValue;
-  if (block != 0 && block != kTile) return cudaErrorNotSupported;
+  KOpts k;
+  if (const cudaError_t e = image_kopts(f, o, block, &k)) return e;
   if (rows == 0 || cols == 0) return cudaSuccess;
-  KOpts k = kopts_of(o);
-  k.saturate = 1; /* as exmy_cuda_mx_encode_f32 */
   return with_spec_format<EXMY_GPU_SCALED, ImageOp>(f, *f, k, x, ld, trans, rows, cols,
                                                      (uint16_t *)y, inexact, tag, stream);
 }
@@ -606,24 +617,23 @@ extern "C" cudaError_t exmy_cuda_mx_quantize_bf16_pair(
     const exmy_format *f, const exmy_rounding_opts *o, int block, const float *x, size_t ld,
     size_t rows, size_t cols, void *y, unsigned *inexact, unsigned tag, void *yt,
     unsigned *inexact_t, unsigned tag_t, cudaStream_t stream) {
-  if (exmy_code_bytes(f) != 1 || exmy_rounding_opts_check(o) != 0 || !inexact || !inexact_t ||
-      ld < cols || rows / kTile >= 65535 || cols / kTile >= 65535)
+  /* rows bounded as the transposed image's columns, where two calls make it */
+  if (!inexact || !inexact_t || ld < cols || rows / kTile >= 65535 || cols / kTile >= 65535)
     return cudaErrorInvalidValue;
-  if (block != 0 && block != kTile) return cudaErrorNotSupported;
+  KOpts k;
+  if (const cudaError_t e = image_kopts(f, o, block, &k)) return e;
   if (rows == 0 || cols == 0) return cudaSuccess;
-  KOpts k = kopts_of(o);
-  k.saturate = 1; /* as exmy_cuda_mx_encode_f32 */
   return with_spec_format<EXMY_GPU_SCALED, ImagePairOp>(f, *f, k, x, ld, rows, cols,
                                                          (uint16_t *)y, inexact, tag,
                                                          (uint16_t *)yt, inexact_t, tag_t, stream);
 }
 
 extern "C" cudaError_t exmy_cuda_mx_gemm_f32_if(
-    unsigned *flag, unsigned tag, const unsigned *carry_a, const unsigned *carry_b, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
-    float alpha, const float *a, size_t lda, const exmy_format *fa, const exmy_rounding_opts *oa,
-    const float *b, size_t ldb, const exmy_format *fb, const exmy_rounding_opts *ob, float beta,
-    const float *c, size_t ldc, float *r, size_t ldr, unsigned long long *count,
-    cudaStream_t stream) {
+    unsigned *flag, unsigned tag, const unsigned *carry_a, const unsigned *carry_b, bool trans_a,
+    bool trans_b, size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
+    const exmy_format *fa, const exmy_rounding_opts *oa, const float *b, size_t ldb,
+    const exmy_format *fb, const exmy_rounding_opts *ob, float beta, const float *c, size_t ldc,
+    float *r, size_t ldr, unsigned long long *count, cudaStream_t stream) {
   if (exmy_code_bytes(fa) != 1 || exmy_code_bytes(fb) != 1 || exmy_rounding_opts_check(oa) ||
       exmy_rounding_opts_check(ob) || !flag || !r || ldr < n)
     return cudaErrorInvalidValue;

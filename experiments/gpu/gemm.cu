@@ -194,7 +194,8 @@ struct MxImages {
   const void *twin = nullptr; /* gtq_mx_twin_begin's tensor */
   /* gtq_mx_hold_twin: the tensor whose next untransposed image makes its
    * transpose's too, and the images held so for this forward's backward
-   * (the i-th hold of a forward in held[i], whose buffers stay) */
+   * (the i-th hold of a forward in held[i], whose buffers stay; the first
+   * n_held are this forward's) */
   const void *hold_next = nullptr;
   MxKept held[kMxHeld];
   int n_held = 0;
@@ -458,7 +459,6 @@ extern "C" void gtq_begin_forward(gtq_ctx *g) {
     gtq_check(cudaMemsetAsync(g->mx_img.flag, 0, sizeof(unsigned), g->stream), "MX flag");
   g->mx_img.tag = 0;
   /* the last forward's held images are of tensors that may have changed */
-  for (MxKept &h : g->mx_img.held) h.valid = false;
   g->mx_img.n_held = 0;
   g->mx_img.hold_next = nullptr;
 }
@@ -1039,7 +1039,9 @@ static MxKept *kept_slot(MxImages &x, const MxKept *keep, size_t rows, size_t k,
  * (1: a value outside bf16's grid), which the GEMM's fallback reads, NULL
  * for an image that flags the GEMM itself.  The untransposed read of
  * gtq_mx_twin_begin's tensor makes its transpose's image in the same pass
- * and keeps it (the weight gradient's read). */
+ * and keeps it (the weight gradient's read); that of gtq_mx_hold_twin's
+ * holds it for the backward, where this forward's held images are looked up
+ * first. */
 static const void *mx_image(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_operand_quant &q,
                             bool trans, size_t rows, size_t k, int slot, const unsigned **carry) {
   MxImages &x = g->mx_img;
@@ -1050,7 +1052,7 @@ static const void *mx_image(gtq_ctx *g, const gtq_operand &o, const exmy_cuda_op
   key.block = block, key.format = q.format, key.round = q.round;
   *carry = nullptr;
   for (int i = 0; i < x.n_held; i++) /* made by this forward for this read */
-    if (x.held[i].valid && same_read(x.held[i].key, key)) {
+    if (same_read(x.held[i].key, key)) {
       x.twins_taken++;
       *carry = x.held[i].inexact;
       return x.held[i].img;

@@ -7,20 +7,24 @@
  *
  * The rounding of one element under expansion takes two powers in double
  * (lib/scale_core.h's exmy_core_dre_expand and _contract), about 150 double
- * operations each.  group_round_fast reaches the same float with far less:
+ * operations each.  group_round_try reaches the same float with far less:
  *  - expansion: only the code of Q(sign(x) |x|^k · s) is kept.  |x|^k =
  *    2^(k log2 |x|) with log2 of |x|'s mantissa by log2f (1 ulp by the CUDA
  *    documentation), the product in double, 2^(its fraction) by exp2f
  *    (2 ulp): a relative error below 2^-19 for k <= 16.  The code is taken
- *    at both ends of the interval +-2^-17 around it; rounding is monotone, so
- *    equal codes are the code of the exact power.
- *  - contraction: |w| = |q| · inv (float) with |q| = sig · 2^e, sig in 8..15
- *    for every code of a format of up to 3 mantissa bits; log2(sig · inv) in
- *    double is one entry of a per-group table of 8 (lane sig - 8 of the
- *    warp, or of its half, computes it), so |w|^(1/k) = exp2((e + log2(sig · inv)) / k) costs one
- *    double exp2 (1 ulp) with a relative error below 2^-37; the float it
- *    rounds to is taken at both ends of +-2^-36 around it (pow itself is
- *    within 2 ulp of double), equal floats being the float of the exact path.
+ *    at both ends of the interval +-2^-17 around it (for E4M3 and E5M2 by
+ *    the hardware's cvt.rn.satfinite, both ends in one instruction);
+ *    rounding is monotone, so equal codes are the code of the exact power.
+ *  - contraction: |w| = |q| · inv (float) with |q| = sig · 2^p, sig in 8..15
+ *    for every code of a format of up to 3 mantissa bits, so |w|^(1/k) =
+ *    2^(log2(sig · inv) / k) · 2^(p / k): a per-group table of 8 for the
+ *    first factor (lanes sig - 8 of the warp, or of its half) and, where the
+ *    format's exponents fit a warp (E4M3, E5M2), one of 32 for the second,
+ *    so one double product an element, with a relative error below 2^-39;
+ *    elsewhere one double exp2 (1 ulp) of (p + log2(sig · inv)) / k, below
+ *    2^-37.  The float it rounds to is taken at both ends of +-2^-36 around
+ *    it (pow itself is within 2 ulp of double), equal floats being the float
+ *    of the exact path.
  * Wherever a bound does not apply (sr and the other modes, flushing, formats
  * the fast path does not know, more than 3 mantissa bits, k above 16,
  * subnormal operands) or the two ends differ (about one element in 7000 for
@@ -88,53 +92,134 @@ __device__ __forceinline__ float group_round(const exmy_format &f, const KOpts &
   return g.k != 1.0 ? exmy_core_dre_contract(w, g.k) : w;
 }
 
-/* What group_round_fast needs of a group beyond its scales: whether the
- * fast path applies to it at all, 1/k, and the contraction's table: lanes
- * table .. table + 7 of the warp (table a multiple of 8) hold the entries
- * sig = 8 .. 15 (y = sig · inv, log2 y), every lane the entry of its own
- * lane % 8. */
+/* What group_round_try needs of a group beyond its scales: whether the
+ * fast path applies to it at all; hw: the hardware's conversion that rounds
+ * its format (hw_pair_kind); 1/k; whether the format's exponents p (below)
+ * fit a warp's table (tabled); and the contraction's tables (group_tables):
+ * lanes table .. table + 7 of the warp hold the entries sig = 8 .. 15,
+ * y = sig · inv, log2 y and a = 2^(log2 y / k); where tabled, lane l holds
+ * b = 2^((p_min + l) / k), so that |w|^(1/k) = a[sig] · b[p - p_min]: a
+ * double product instead of a double exp2 an element. */
 struct GroupFast {
-  bool on;
+  bool on, tabled;
+  int hw;
   double inv_k;
-  int table;
+  int table, p_min;
   float y;
-  double log2_y;
+  double log2_y, a, b;
 };
 
+/* Whether the hardware's cvt.rn.satfinite rounds f exactly as the library
+ * does (round to nearest even, saturating to the largest finite value):
+ * 1 for OCP E4M3 (FN), 2 for E5M2, 0 otherwise. */
+__host__ __device__ inline int hw_pair_kind(const exmy_format &f, int saturate) {
+  if (!saturate) return 0;
+  if (same_fields(f, spec_format<SPEC_E4M3FN>())) return 1;
+  if (same_fields(f, spec_format<SPEC_E5M2>())) return 2;
+  return 0;
+}
+
+/* The decoded values of f that are normal floats, sig · 2^(p + 3) with sig
+ * in 8 .. 15, have p from format_p_min(f) to emax - 3; tabled where that is
+ * at most 32 exponents (E4M3 18, E5M2 32). */
+__host__ __device__ inline int format_p_min(const exmy_format &f) {
+  return (f.emin - f.man_bits > -126 ? f.emin - f.man_bits : -126) - 3;
+}
+__host__ __device__ inline bool format_tabled(const exmy_format &f) {
+  return f.emax - 3 - format_p_min(f) + 1 <= 32;
+}
+
+/* 2^e for |e| <= 1000, or NaN, which no fast check passes, beyond. */
+__device__ __forceinline__ double exp2_or_nan(double e) {
+  return fabs(e) <= 1000.0 ? exp2(e) : __longlong_as_double(0x7FF8000000000000ll);
+}
+
+/* The fast path's state of a group, without its tables. */
 __device__ __forceinline__ GroupFast group_fast(const exmy_format &f, const KOpts &o,
-                                                const GroupScale &g, int table) {
-  GroupFast t;
+                                                const GroupScale &g) {
+  GroupFast t = {};
   t.on = g.k != 1.0 && g.k > 0.0 && g.k <= 16.0 && o.mode == EXMY_RNE && !o.flush &&
          fast_path_ok(f) && f.man_bits <= 3 && g.scale > 0.0f && g.scale <= 3.40282347e38f &&
          g.inv > 0.0f && g.inv <= 3.40282347e38f;
+  t.hw = hw_pair_kind(f, o.saturate);
   t.inv_k = 1.0 / g.k;
-  t.table = table;
-  t.y = __fmul_rn((float)(8 + (threadIdx.x & 7)), g.inv);
-  t.log2_y = t.on ? log2((double)t.y) : 0.0;
+  t.p_min = format_p_min(f);
+  t.tabled = format_tabled(f);
   return t;
 }
 
-/* The scales and fast-path state of the group that lane `from` of the warp
- * computed (every lane calls it at once): lanes that set up two groups side
- * by side, each half of the warp one, take the other half's. */
-__device__ __forceinline__ void group_from_lane(const GroupScale &g, const GroupFast &t, int from,
-                                                GroupScale *g_out, GroupFast *t_out) {
+/* The scales and fast-path state that lane `from` of the warp computed
+ * (every lane calls it at once). */
+__device__ __forceinline__ void group_take(const GroupScale &g, const GroupFast &t, int from,
+                                           GroupScale *g_out, GroupFast *t_out) {
   g_out->scale = __shfl_sync(0xFFFFFFFFu, g.scale, from);
   g_out->inv = __shfl_sync(0xFFFFFFFFu, g.inv, from);
   g_out->k = __shfl_sync(0xFFFFFFFFu, g.k, from);
   t_out->on = __shfl_sync(0xFFFFFFFFu, (int)t.on, from) != 0;
+  t_out->tabled = __shfl_sync(0xFFFFFFFFu, (int)t.tabled, from) != 0;
+  t_out->hw = __shfl_sync(0xFFFFFFFFu, t.hw, from);
   t_out->inv_k = __shfl_sync(0xFFFFFFFFu, t.inv_k, from);
-  t_out->table = __shfl_sync(0xFFFFFFFFu, t.table, from);
-  t_out->y = t.y; /* the lane's own entry: the shuffles of the table read it */
-  t_out->log2_y = t.log2_y;
+  t_out->p_min = __shfl_sync(0xFFFFFFFFu, t.p_min, from);
 }
 
-/* group_round(f, o, x, g, j), fast.  Every lane of the warp calls it at once
- * (the table is shuffled); a lane without an element passes active = false
- * and gets an unspecified value. */
-__device__ __forceinline__ float group_round_fast(const exmy_format &f, const KOpts &o, float x,
-                                                  const GroupScale &g, const GroupFast &t,
-                                                  uint64_t j, bool active) {
+/* The tables of two groups side by side (every lane calls it at once):
+ * group 0's entries y, log2 y, a in lanes 0-7, group 1's in lanes 16-23
+ * (each half of the warp computes its group's), and both groups' b in every
+ * lane. */
+__device__ __forceinline__ void group_tables(const GroupScale g[2], GroupFast t[2]) {
+  const int lane = threadIdx.x & 31;
+  /* the half's own group, selected (an index would put the arrays in local
+   * memory) */
+  const bool upper = lane >= 16, on = upper ? t[1].on : t[0].on;
+  const double inv_k = upper ? t[1].inv_k : t[0].inv_k;
+  const float y = __fmul_rn((float)(8 + (lane & 7)), upper ? g[1].inv : g[0].inv);
+  const double log2_y = on ? log2((double)y) : 0.0;
+  const double a = on && fabs(log2_y) <= 160.0 ? exp2_or_nan(__dmul_rn(log2_y, inv_k))
+                                               : __longlong_as_double(0x7FF8000000000000ll);
+  for (int k = 0; k < 2; k++) {
+    t[k].table = 16 * k;
+    t[k].y = y; /* only the lanes of t[k].table are read */
+    t[k].log2_y = log2_y;
+    t[k].a = a;
+    t[k].b = t[k].on && t[k].tabled
+                 ? exp2_or_nan(__dmul_rn((double)(t[k].p_min + lane), t[k].inv_k))
+                 : 0.0;
+  }
+}
+
+/* The two ends z0, z1 of the expansion's interval (x's sign, times the
+ * scale) rounded to the format as floats: by the hardware's conversion
+ * where hw names one (HW: always; finite inputs only: it saturates
+ * infinities), by fast_encode_f and fast_decode_f otherwise; false where
+ * either way does not apply or the two differ. */
+template <bool HW>
+__device__ __forceinline__ bool round_both_ends(const exmy_format &f, const KOpts &o, int hw,
+                                                float z0, float z1, float &q) {
+  if (HW || hw) {
+    float q1;
+    if (hw == 1)
+      hw_quantize_rne_sat2<SPEC_E4M3FN>(z0, z1, q, q1);
+    else
+      hw_quantize_rne_sat2<SPEC_E5M2>(z0, z1, q, q1);
+    return fabsf(z0) <= 3.40282347e38f && fabsf(z1) <= 3.40282347e38f &&
+           __float_as_uint(q) == __float_as_uint(q1);
+  }
+  uint32_t c0 = 0, c1 = 1;
+  const bool ok = fast_encode_f<EXMY_RNE>(f, 32, o.saturate, z0, 0u, c0) &&
+                  fast_encode_f<EXMY_RNE>(f, 32, o.saturate, z1, 0u, c1) && c0 == c1;
+  q = ok ? fast_decode_f(f, c0) : 0.0f;
+  return ok;
+}
+
+/* group_round(f, o, x, g, j)'s value where *ok comes back true; where false
+ * the caller takes group_round itself.  Every lane of the warp calls it at
+ * once (the tables are shuffled), with or without an element.  Branch-free
+ * for the formats the hardware rounds (FAST: every group's hw set and its
+ * format tabled), so that two calls interleave. */
+template <bool FAST>
+__device__ __forceinline__ float group_round_try(const exmy_format &f, const KOpts &o, float x,
+                                                 const GroupScale &g, const GroupFast &t,
+                                                 bool *ok_out) {
   const float ax = fabsf(x);
   /* expansion: the code of x, from both ends of an interval around |x|^k
    * (0^k = 0, the sign kept) */
@@ -143,37 +228,52 @@ __device__ __forceinline__ float group_round_fast(const exmy_format &f, const KO
   const uint32_t xb = __float_as_uint(ax);
   const float mant = __uint_as_float((xb & 0x007FFFFFu) | 0x3F800000u); /* [1, 2) */
   const double lg = __dadd_rn((double)((int)(xb >> 23) - 127), (double)log2f(mant));
-  const double e = __dmul_rn(lg, g.k);
+  double e = __dmul_rn(lg, g.k);
   ok = ok && (zero || fabs(e) <= 1000.0); /* a double, if not a float */
-  const double whole = floor(e);
+  e = ok ? e : 0.0;
+  const int whole = __double2int_rd(e);
+  /* exp2f(fraction) · 2^whole, 2^whole built from its bits (a normal double) */
   const double power =
-      ok && !zero ? ldexp((double)exp2f((float)(e - whole)), (int)whole) : 0.0;
+      ok && !zero ? __dmul_rn((double)exp2f((float)__dsub_rn(e, (double)whole)),
+                              __hiloint2double((whole + 1023) << 20, 0))
+                  : 0.0;
   const float z_lo = __double2float_rn(__dmul_rn(power, 1.0 - 0x1p-17));
   const float z_hi = __double2float_rn(__dmul_rn(power, 1.0 + 0x1p-17));
-  uint32_t c_lo = 0, c_hi = 1;
-  ok = ok && fast_encode_f<EXMY_RNE>(f, 32, o.saturate, __fmul_rn(copysignf(z_lo, x), g.scale),
-                                     0u, c_lo) &&
-       fast_encode_f<EXMY_RNE>(f, 32, o.saturate, __fmul_rn(copysignf(z_hi, x), g.scale), 0u,
-                               c_hi) &&
-       c_lo == c_hi;
+  float q;
+  ok = round_both_ends<FAST>(f, o, t.hw, __fmul_rn(copysignf(z_lo, x), g.scale),
+                             __fmul_rn(copysignf(z_hi, x), g.scale), q) &&
+       ok;
+  q = ok ? q : 0.0f;
   /* contraction: w = q · inv, |q| = sig · 2^p, log2 |w| = p + log2(sig · inv) */
-  const float q = ok ? fast_decode_f(f, c_lo) : 0.0f;
   const float w = mul_keep_nan(q, g.inv);
   const uint32_t qb = __float_as_uint(fabsf(q));
   const int sig = 8 + (int)((qb >> 20) & 7u), p = (int)(qb >> 23) - 127 - 3;
-  const float y = __shfl_sync(0xFFFFFFFFu, t.y, t.table + sig - 8);
-  const double log2_y = __shfl_sync(0xFFFFFFFFu, t.log2_y, t.table + sig - 8);
-  if (ok && q == 0.0f) return w; /* 0^(1/k) = 0, the sign kept */
-  ok = ok && (qb & 0x000FFFFFu) == 0 && qb >= 0x00800000u && y >= 1.17549435e-38f &&
-       p >= -126 && p <= 127 && fabsf(w) > 1.17549435e-38f &&
-       fabsf(w) == __fmul_rn(y, exmy_pow2f(p)) && fabs(log2_y) <= 160.0 && t.inv_k <= 64.0;
-  const double e2 = __dmul_rn(__dadd_rn((double)p, log2_y), t.inv_k);
-  ok = ok && fabs(e2) <= 1000.0;
-  const double back = exp2(ok ? e2 : 0.0);
+  const int entry = t.table + sig - 8;
+  const float y = __shfl_sync(0xFFFFFFFFu, t.y, entry);
+  double back;
+  bool fine; /* the contraction's own conditions */
+  if (FAST || t.tabled) {
+    /* a[sig] · b[p - p_min]: |log2 y| <= 160 and both exponents within 1000
+     * (else a or b is NaN), each within 2^-38.7 of its exact value, so the
+     * product within 2^-39 (relative) of |w|^(1/k) */
+    const double a = __shfl_sync(0xFFFFFFFFu, t.a, entry);
+    const double b = __shfl_sync(0xFFFFFFFFu, t.b, (p - t.p_min) & 31);
+    fine = p >= t.p_min && p - t.p_min < 32;
+    back = __dmul_rn(a, b);
+  } else {
+    const double log2_y = __shfl_sync(0xFFFFFFFFu, t.log2_y, entry);
+    const double e2 = __dmul_rn(__dadd_rn((double)p, log2_y), t.inv_k);
+    fine = fabs(log2_y) <= 160.0 && fabs(e2) <= 1000.0;
+    back = exp2(ok && fine ? e2 : 0.0);
+  }
+  fine = fine && (qb & 0x000FFFFFu) == 0 && qb >= 0x00800000u && y >= 1.17549435e-38f &&
+         p >= -126 && p <= 127 && fabsf(w) > 1.17549435e-38f &&
+         fabsf(w) == __fmul_rn(y, exmy_pow2f(p)) && t.inv_k <= 64.0;
   const float b_lo = __double2float_rn(__dmul_rn(back, 1.0 - 0x1p-36));
   const float b_hi = __double2float_rn(__dmul_rn(back, 1.0 + 0x1p-36));
-  if (ok && b_lo == b_hi) return copysignf(b_lo, w);
-  return active ? group_round(f, o, x, g, j) : 0.0f;
+  /* 0^(1/k) = 0, the sign kept */
+  *ok_out = ok && (q == 0.0f || (fine && b_lo == b_hi));
+  return q == 0.0f ? w : copysignf(b_lo, w);
 }
 
 }  // namespace exmy_cuda

@@ -136,7 +136,8 @@ __device__ __forceinline__ decltype(auto) kernel_format(const exmy_format &rt) {
   }
 }
 
-static inline int same_fields(const exmy_format &a, const exmy_format &b) {
+__host__ __device__ static inline int same_fields(const exmy_format &a,
+                                                  const exmy_format &b) {
   return a.exp_bits == b.exp_bits && a.man_bits == b.man_bits &&
          a.bias == b.bias && a.specials == b.specials &&
          a.is_signed == b.is_signed && a.bits == b.bits && a.emin == b.emin &&

@@ -1681,7 +1681,9 @@ static void awkward_fill(float *x, size_t n, double scale, bool positive, uint64
  * for bit in p, g, m and v, over several steps that carry the moments: tensors
  * and groups of lengths that are no multiple of 128 or of 32 (groups
  * straddling tensors), awkward values (awkward_fill), clipping on, off and
- * none, both moment formats, expansion on and off, groups of 128, 200, 32, 1. */
+ * none, both moment formats, expansion on and off, groups of 128, 200, 32, 1;
+ * formats the hardware's conversion rounds (E4M3, E5M2) and others, whose
+ * exponents fit a warp's table (E3M2) or not (E6M2, E8M3). */
 START_TEST(adamw_coat) {
   static const size_t lengths[] = {1, 37, 128, 129, 1000, 4099, 300, 77};
   const int nt = (int)(sizeof lengths / sizeof *lengths);
@@ -1698,7 +1700,8 @@ START_TEST(adamw_coat) {
       {"e4m3", "e4m3", 128, true, 0},    {"e4m3", "e5m2", 128, true, 0},
       {"e4m3", "e4m3", 200, true, 0},    {"e4m3", "e4m3", 32, true, 1e-3},
       {"e4m3", "e4m3", 1, true, 0},      {"e4m3", "e4m3", 128, false, 0},
-      {"e5m2", "e4m3", 77, false, 1e-3},
+      {"e5m2", "e4m3", 77, false, 1e-3}, {"e3m2", "e6m2", 128, true, 1e-3},
+      {"e8m3", "e5m2", 128, true, 0},
   };
   float *p = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
   float *m = malloc(n * sizeof(float)), *v = malloc(n * sizeof(float));

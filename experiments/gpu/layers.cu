@@ -1228,6 +1228,7 @@ struct CoatFormats {
  * side by side, lane j (m) and lane 16 + j (v) for group j, so that the
  * double logarithms and powers of group_scale run once for all of them. */
 constexpr int kCoatBatch = 16;
+static_assert(kCoatBatch <= 16, "a batch's groups are lanes j and 16 + j");
 /* Iterations of 32 elements a lane takes together, their loads first: one
  * at a time left the kernel waiting on memory.  With 3 blocks an SM (80
  * registers, a few spilled in the group setup) 2 did best on the H100 over

@@ -220,4 +220,33 @@ static inline unsigned blocks_for(size_t items, unsigned threads) {
   return (unsigned)((items + threads - 1) / threads);
 }
 
+/* A one-thread kernel (the scale and alpha kernels, several hundred a step
+ * of a scaled recipe) launched as a programmatic dependent of the kernel
+ * before it in the stream: on sm_90 its launch overlaps that kernel's end
+ * instead of following it, and the kernel reads nothing before
+ * wait_for_previous_kernel().  The kernel after it starts as usual, once it
+ * has finished. */
+template <typename... Params, typename... Args>
+static inline cudaError_t launch_single_dependent(void (*kernel)(Params...), cudaStream_t stream,
+                                                  Args... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(1);
+  cfg.blockDim = dim3(1);
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+/* The previous kernel's results, complete and visible (a no-op where the
+ * launch was not programmatic, and before sm_90). */
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cudaGridDependencySynchronize();
+#endif
+}
+
 #endif /* EXMY_CUDA_KERNEL_COMMON_CUH */

@@ -105,6 +105,7 @@ __global__ void k_stats_scale(exmy_tensor_stats *st, const float *scale_inv, flo
 /* exmy_scale_from_amax of the device amax; then inv = 1 / s. */
 __global__ void k_scale(const unsigned int *amax_bits, float fmax, int margin,
                         int pow2, float *scale_inv) {
+  wait_for_previous_kernel();
   const float2 si = scale_pair_from_amax(*amax_bits, fmax, margin, pow2);
   scale_inv[0] = si.x;
   scale_inv[1] = si.y;
@@ -189,7 +190,8 @@ void launch_scaled_bf16_any(const exmy_format &f, const KOpts &k, const float *x
 __global__ void k_delayed_update(float *history, int len, int latest,
                                  const unsigned int *amax_bits, int most_recent,
                                  float fmax, int margin, int pow2, float *scale_inv,
-                                 float *scale_used = nullptr) {
+                                 float *scale_used) {
+  wait_for_previous_kernel();
   if (scale_used) *scale_used = scale_inv[0]; /* the scale this call rounded with */
   exmy_core_delayed_update(history, len, latest, __uint_as_float(*amax_bits), most_recent, fmax,
                            margin, pow2, &scale_inv[0], &scale_inv[1]);
@@ -265,10 +267,10 @@ extern "C" cudaError_t exmy_cuda_delayed_end(const exmy_format *f, int margin, b
   exmy_format_get_info(f, &info);
   state->latest = (state->latest + 1) % state->history_len;
   if (state->count < state->history_len) state->count++;
-  k_delayed_update<<<1, 1, 0, stream>>>(state->history, state->history_len, state->latest,
-                                        state->amax_bits, history_most_recent, info.max,
-                                        margin, pow2, state->scale_inv, scale_used);
-  return cudaGetLastError();
+  return launch_single_dependent(k_delayed_update, stream, state->history, state->history_len,
+                                 state->latest, (const unsigned int *)state->amax_bits,
+                                 (int)history_most_recent, info.max, margin, (int)pow2,
+                                 state->scale_inv, scale_used);
 }
 
 extern "C" cudaError_t exmy_cuda_quantize_delayed_scaled_f32(
@@ -306,8 +308,8 @@ extern "C" cudaError_t exmy_cuda_scale_from_amax(const exmy_format *f, int margi
                                                  cudaStream_t stream) {
   exmy_format_info info;
   exmy_format_get_info(f, &info);
-  k_scale<<<1, 1, 0, stream>>>(amax_bits, info.max, margin, pow2, scale_inv);
-  return cudaGetLastError();
+  return launch_single_dependent(k_scale, stream, amax_bits, info.max, margin, (int)pow2,
+                                 scale_inv);
 }
 
 extern "C" cudaError_t exmy_cuda_amax_fold(const float *x, size_t n, unsigned int *amax_bits,

@@ -16,6 +16,7 @@
 #include "cpu/exmy_cpu.h"
 #include "cuda/accum_gemm.cuh"
 #include "cuda/gather.cuh"
+#include "cuda/kernel_common.cuh"
 #include "experiments/gpu/blockscaled_lt.h"
 #include "experiments/gpu/fp8_codes.cuh"
 
@@ -44,6 +45,7 @@ struct Site {
 };
 
 __global__ void k_alpha(float alpha, const float *sa, const float *sb, float *out) {
+  wait_for_previous_kernel();
   float a = alpha;
   if (sa) a *= __fdiv_rn(1.0f, *sa);
   if (sb) a *= __fdiv_rn(1.0f, *sb);
@@ -910,8 +912,7 @@ static exmy_cuda_operand_quant mx_operand(gtq_ctx *g, const exmy_operand_quant *
 static const float *alpha_on_device(gtq_ctx *g, float alpha, const float *sa, const float *sb) {
   float *slot = g->alphas + g->alpha_next;
   g->alpha_next = (g->alpha_next + 1) % kAlphaRing;
-  k_alpha<<<1, 1, 0, g->stream>>>(alpha, sa, sb, slot);
-  gtq_check(cudaGetLastError(), "alpha");
+  gtq_check(launch_single_dependent(k_alpha, g->stream, alpha, sa, sb, slot), "alpha");
   return slot;
 }
 

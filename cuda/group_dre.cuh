@@ -129,9 +129,14 @@ __host__ __device__ inline bool format_tabled(const exmy_format &f) {
   return f.emax - 3 - format_p_min(f) + 1 <= 32;
 }
 
-/* 2^e for |e| <= 1000, or NaN, which no fast check passes, beyond. */
+/* A quiet NaN: a table entry that no fast check passes. */
+__device__ __forceinline__ double fails_every_check() {
+  return __longlong_as_double(0x7FF8000000000000ll);
+}
+
+/* 2^e for |e| <= 1000, or NaN beyond. */
 __device__ __forceinline__ double exp2_or_nan(double e) {
-  return fabs(e) <= 1000.0 ? exp2(e) : __longlong_as_double(0x7FF8000000000000ll);
+  return fabs(e) <= 1000.0 ? exp2(e) : fails_every_check();
 }
 
 /* The fast path's state of a group, without its tables. */
@@ -175,7 +180,7 @@ __device__ __forceinline__ void group_tables(const GroupScale g[2], GroupFast t[
   const float y = __fmul_rn((float)(8 + (lane & 7)), upper ? g[1].inv : g[0].inv);
   const double log2_y = on ? log2((double)y) : 0.0;
   const double a = on && fabs(log2_y) <= 160.0 ? exp2_or_nan(__dmul_rn(log2_y, inv_k))
-                                               : __longlong_as_double(0x7FF8000000000000ll);
+                                               : fails_every_check();
   for (int k = 0; k < 2; k++) {
     t[k].table = 16 * k;
     t[k].y = y; /* only the lanes of t[k].table are read */

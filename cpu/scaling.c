@@ -39,8 +39,7 @@ void exmy_delayed_state_update(exmy_delayed_state *s, const exmy_format *f,
                                const exmy_scaling *sc, float amax) {
   exmy_format_info info;
   exmy_format_get_info(f, &info);
-  s->latest = (s->latest + 1) % s->history_len;
-  if (s->count < s->history_len) s->count++;
+  exmy_core_delayed_advance(s->history_len, &s->count, &s->latest);
   exmy_core_delayed_update(s->amax_history, s->history_len, s->latest, amax,
                            sc->history_most_recent, info.max, sc->margin,
                            sc->pow2, &s->scale, &s->scale_inv);

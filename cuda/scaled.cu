@@ -186,28 +186,33 @@ void launch_scaled_bf16_any(const exmy_format &f, const KOpts &k, const float *x
   with_spec_format<EXMY_GPU_BF16, ScaledBf16Op>(&f, f, k, x, y, n, si, amax, s);
 }
 
-/* exmy_delayed_state_update on the device (the host has advanced `latest`). */
-__global__ void k_delayed_update(float *history, int len, int latest,
+/* exmy_delayed_state_update on the device, the history's position
+ * {count, latest} included: it lives on the device, so that a step's
+ * launches are the same every step (a CUDA graph may replay them). */
+__global__ void k_delayed_update(float *history, int len, int *position,
                                  const unsigned int *amax_bits, int most_recent,
                                  float fmax, int margin, int pow2, float *scale_inv,
                                  float *scale_used) {
   wait_for_previous_kernel();
   if (scale_used) *scale_used = scale_inv[0]; /* the scale this call rounded with */
-  exmy_core_delayed_update(history, len, latest, __uint_as_float(*amax_bits), most_recent, fmax,
-                           margin, pow2, &scale_inv[0], &scale_inv[1]);
+  exmy_core_delayed_advance(len, &position[0], &position[1]);
+  exmy_core_delayed_update(history, len, position[1], __uint_as_float(*amax_bits), most_recent,
+                           fmax, margin, pow2, &scale_inv[0], &scale_inv[1]);
 }
 
 }  // namespace
 
 struct exmy_cuda_delayed_state {
-  int history_len, count, latest; /* host copies of the CPU struct's counters */
-  float *history;                 /* device, history_len floats */
-  float *scale_inv;               /* device: scale, 1/scale */
-  unsigned int *amax_bits;        /* device scratch */
+  int history_len;
+  int *position;           /* device: the CPU struct's count and latest */
+  float *history;          /* device, history_len floats */
+  float *scale_inv;        /* device: scale, 1/scale */
+  unsigned int *amax_bits; /* device scratch */
 };
 
 extern "C" void exmy_cuda_delayed_state_free(exmy_cuda_delayed_state *s) {
   if (!s) return;
+  cudaFree(s->position);
   cudaFree(s->history);
   cudaFree(s->scale_inv);
   cudaFree(s->amax_bits);
@@ -220,7 +225,10 @@ extern "C" exmy_cuda_delayed_state *exmy_cuda_delayed_state_new(int history_len)
   if (!s) return NULL;
   s->history_len = history_len;
   const float one[2] = {1.0f, 1.0f};
-  if (cudaMalloc((void **)&s->history, sizeof(float) * history_len) != cudaSuccess ||
+  const int position[2] = {0, history_len - 1}; /* exmy_delayed_state_new's */
+  if (cudaMalloc((void **)&s->position, sizeof position) != cudaSuccess ||
+      cudaMemcpy(s->position, position, sizeof position, cudaMemcpyHostToDevice) != cudaSuccess ||
+      cudaMalloc((void **)&s->history, sizeof(float) * history_len) != cudaSuccess ||
       cudaMalloc((void **)&s->scale_inv, 2 * sizeof(float)) != cudaSuccess ||
       cudaMalloc((void **)&s->amax_bits, sizeof(unsigned int)) != cudaSuccess ||
       cudaMemset(s->history, 0, sizeof(float) * history_len) != cudaSuccess ||
@@ -240,8 +248,8 @@ extern "C" cudaError_t exmy_cuda_delayed_state_copy(exmy_cuda_delayed_state *dst
                                                     cudaStream_t stream) {
   if (!dst || !src || dst->history_len != src->history_len) return cudaErrorInvalidValue;
   if (dst == src) return cudaSuccess;
-  dst->count = src->count;
-  dst->latest = src->latest;
+  EXMY_CUDA_TRY(cudaMemcpyAsync(dst->position, src->position, 2 * sizeof(int),
+                                cudaMemcpyDeviceToDevice, stream));
   EXMY_CUDA_TRY(cudaMemcpyAsync(dst->history, src->history, sizeof(float) * src->history_len,
                                 cudaMemcpyDeviceToDevice, stream));
   return cudaMemcpyAsync(dst->scale_inv, src->scale_inv, 2 * sizeof(float),
@@ -265,10 +273,8 @@ extern "C" cudaError_t exmy_cuda_delayed_end(const exmy_format *f, int margin, b
   if (!state) return cudaErrorInvalidValue;
   exmy_format_info info;
   exmy_format_get_info(f, &info);
-  state->latest = (state->latest + 1) % state->history_len;
-  if (state->count < state->history_len) state->count++;
   return launch_single_dependent(k_delayed_update, stream, state->history, state->history_len,
-                                 state->latest, (const unsigned int *)state->amax_bits,
+                                 state->position, (const unsigned int *)state->amax_bits,
                                  (int)history_most_recent, info.max, margin, (int)pow2,
                                  state->scale_inv, scale_used);
 }
@@ -367,11 +373,13 @@ extern "C" cudaError_t exmy_cuda_delayed_state_download(const exmy_cuda_delayed_
                                                         exmy_delayed_state *host) {
   if (!s || !host || host->history_len != s->history_len) return cudaErrorInvalidValue;
   float si[2];
+  int position[2];
   EXMY_CUDA_TRY(cudaMemcpy(si, s->scale_inv, sizeof si, cudaMemcpyDeviceToHost));
+  EXMY_CUDA_TRY(cudaMemcpy(position, s->position, sizeof position, cudaMemcpyDeviceToHost));
   EXMY_CUDA_TRY(cudaMemcpy(host->amax_history, s->history, sizeof(float) * s->history_len,
                            cudaMemcpyDeviceToHost));
-  host->count = s->count;
-  host->latest = s->latest;
+  host->count = position[0];
+  host->latest = position[1];
   host->scale = si[0];
   host->scale_inv = si[1];
   return cudaSuccess;
@@ -381,11 +389,11 @@ extern "C" cudaError_t exmy_cuda_delayed_state_upload(exmy_cuda_delayed_state *s
                                                       const exmy_delayed_state *host) {
   if (!s || !host || host->history_len != s->history_len) return cudaErrorInvalidValue;
   const float si[2] = {host->scale, host->scale_inv};
+  const int position[2] = {host->count, host->latest};
   EXMY_CUDA_TRY(cudaMemcpy(s->scale_inv, si, sizeof si, cudaMemcpyHostToDevice));
+  EXMY_CUDA_TRY(cudaMemcpy(s->position, position, sizeof position, cudaMemcpyHostToDevice));
   EXMY_CUDA_TRY(cudaMemcpy(s->history, host->amax_history, sizeof(float) * s->history_len,
                            cudaMemcpyHostToDevice));
-  s->count = host->count;
-  s->latest = host->latest;
   return cudaSuccess;
 }
 

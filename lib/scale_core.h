@@ -93,6 +93,13 @@ EXMY_HD float exmy_core_row_scale_from_amax(float amax) {
   return amax > 0.0f && isfinite(amax) ? amax : 1.0f;
 }
 
+/* Delayed scaling's history position after a call: the slot the new amax
+ * goes into (one past the latest, cyclically) and how many slots hold one. */
+EXMY_HD void exmy_core_delayed_advance(int len, int *count, int *latest) {
+  *latest = (*latest + 1) % len;
+  if (*count < len) (*count)++;
+}
+
 /* Delayed scaling's update after a call (Transformer Engine's
  * DelayedScaling): amax goes into slot `latest` of the history (len slots);
  * the scale is recomputed from the history's max, or from amax itself if

@@ -986,13 +986,14 @@ extern "C" bool gtq_replayable(const gtq_ctx *g) {
       const exmy_operand_quant &q = s.op[u];
       /* current scaling off the BF16 path: an amax pass in the stream's scratch */
       if (q.enabled && q.scaling.kind == EXMY_SCALING_TENSOR && !g->sites[i].bf16) return false;
+      /* delayed scaling's history and its position live on the device */
       if (!q.enabled || q.scaling.kind == EXMY_SCALING_NONE ||
-          q.scaling.kind == EXMY_SCALING_TENSOR) {
+          q.scaling.kind == EXMY_SCALING_TENSOR || q.scaling.kind == EXMY_SCALING_DELAYED) {
         all_mx = false;
       } else if (mx_image_operand(q.format, q.scaling)) {
         mx = true;
       } else {
-        return false; /* delayed: the history's position on the host; group, NVFP4 */
+        return false; /* group, NVFP4 */
       }
       if (q.enabled && q.round.mode == EXMY_SR) return false; /* each step's offsets */
     }

@@ -76,10 +76,11 @@ void gtq_begin_step(gtq_ctx *g, uint64_t sr_counter, bool collect_stats);
 void gtq_begin_forward(gtq_ctx *g);
 /* Whether a step's launches are the same every step (no per-step host
  * state in them), so that CUDA graphs may replay them: no sr (each step's
- * stream offsets), no delayed scaling (the history's position on the host),
- * no accumulation models, and block scalings only as MX images on the BF16
- * path (each forward's MX tags count from 1, gtq_begin_forward); unscaled and
- * per-tensor current scaling otherwise. */
+ * stream offsets), no accumulation models, and block scalings only as MX
+ * images on the BF16 path (each forward's MX tags count from 1,
+ * gtq_begin_forward); unscaled, per-tensor current scaling (on the BF16
+ * path) and delayed scaling (its history's position lives on the device)
+ * otherwise. */
 bool gtq_replayable(const gtq_ctx *g);
 uint64_t gtq_sr_counter(const gtq_ctx *g);
 /* Takes the next n indices of the sr stream, as quantizing an operand of n

@@ -180,6 +180,16 @@ START_TEST(delayed_scaling_matches_cpu) {
         bad += b;
         free(x);
       }
+      /* the device's history, position included, is the CPU's slot for slot */
+      exmy_delayed_state *back = exmy_delayed_state_new(4);
+      CU(exmy_cuda_delayed_state_download(gs, back));
+      if (back->count != cs->count || back->latest != cs->latest ||
+          memcmp(back->amax_history, cs->amax_history, 4 * sizeof(float))) {
+        printf("  %s most_recent %d: history count %d latest %d, cpu %d %d\n", f.name, recent,
+               back->count, back->latest, cs->count, cs->latest);
+        bad++;
+      }
+      exmy_delayed_state_free(back);
       exmy_delayed_state_free(cs);
       exmy_cuda_delayed_state_free(gs);
       free(y); free(gy);

@@ -15,9 +15,9 @@
 #  5. CUDA graphs (cuda_graph = 1, the default) against eager launches
 #     (cuda_graph = 0): every logged value but the timings bit-identical, with
 #     statistics steps and validations (eager, between replays) in the run,
-#     unscaled, under current scaling (fp8-current, msamp-o1) and on MX
-#     images (mxfp8, mxfp4); recipes whose launches change per step (sr,
-#     delayed scaling) run eagerly;
+#     unscaled, under current and delayed scaling (fp8-current, msamp-o1,
+#     fp8-te, fp8-coat) and on MX images (mxfp8, mxfp4); recipes whose
+#     launches change per step (sr) run eagerly;
 #  6. the fused attention's lean activations (lean_activations = 1, the
 #     default: q, k, v kept for one layer, ln1, ln2, hg too where no GEMM
 #     reads them in float32, else every layer's; one buffer behind every
@@ -159,7 +159,8 @@ done
 # 5. CUDA graphs: the same bits as eager launches
 values() { sed 's/"tokens_per_s":[^,}]*,\{0,1\}//; s/"ms":[^,}]*,\{0,1\}//' "$tmp/$1/log.jsonl"; }
 for spec in "bf16 flash" "e8m3 materialized" "fp32 materialized" "fp8-current flash" \
-            "msamp-o1 materialized" "mxfp8 flash" "mxfp4 materialized"; do
+            "msamp-o1 materialized" "fp8-te flash" "fp8-coat materialized" "mxfp8 flash" \
+            "mxfp4 materialized"; do
   set -- $spec
   g=(bf16 "${common[@]}" --set device=gpu --set attention_kernel=$2 --set stats_every=7 --set val_every=5)
   g[0]=$1

@@ -175,6 +175,16 @@ struct HwPair {
   static constexpr bool enabled = ID == SPEC_E4M3FN || ID == SPEC_E5M2;
 };
 
+/* HwPair at run time: whether the hardware's conversion rounds f exactly
+ * as the library does under rounding options that saturate (`saturate`
+ * 0: never): 1 for OCP E4M3 (FN), 2 for E5M2, 0 otherwise. */
+__host__ __device__ inline int hw_pair_kind(const exmy_format &f, int saturate) {
+  if (!saturate) return 0;
+  if (same_fields(f, spec_format<SPEC_E4M3FN>())) return 1;
+  if (same_fields(f, spec_format<SPEC_E5M2>())) return 2;
+  return 0;
+}
+
 /* fast_quantize_rne<ID>(1, x, q) for two finite x at once, by the hardware's
  * conversions: every E4M3 and E5M2 value is an fp16 value and every fp16
  * value a float32, so the way back is exact.  Finite inputs only (the

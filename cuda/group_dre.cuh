@@ -9,9 +9,12 @@
  * (lib/scale_core.h's exmy_core_dre_expand and _contract), about 150 double
  * operations each.  group_round_try reaches the same float with far less:
  *  - expansion: only the code of Q(sign(x) |x|^k · s) is kept.  |x|^k =
- *    2^(k log2 |x|) with log2 of |x|'s mantissa by log2f (1 ulp by the CUDA
- *    documentation), the product in double, 2^(its fraction) by exp2f
- *    (2 ulp): a relative error below 2^-19 for k <= 16.  The code is taken
+ *    2^(k log2 |x|) with log2 of |x|'s mantissa m by __log2f (the MUFU
+ *    instruction: absolute error below 2^-22 for m in [0.5, 2] by the CUDA
+ *    documentation; log2f's polynomial cost 20 instructions more), the
+ *    product in double, 2^(its fraction) by exp2f (2 ulp): an exponent off by
+ *    at most 16 · 2^-22 for k <= 16, so a relative error below 2^-18.4
+ *    (2^-18 ln 2, plus exp2f's 2^-22 and the fraction's rounding).  The code is taken
  *    at both ends of the interval +-2^-17 around it (for E4M3 and E5M2 by
  *    the hardware's cvt.rn.satfinite, both ends in one instruction);
  *    rounding is monotone, so equal codes are the code of the exact power.
@@ -19,8 +22,9 @@
  *    for every code of a format of up to 3 mantissa bits, so |w|^(1/k) =
  *    2^(log2(sig · inv) / k) · 2^(p / k): a per-group table of 8 for the
  *    first factor (lanes sig - 8 of the warp, or of its half) and, where the
- *    format's exponents fit a warp (E4M3, E5M2), one of 32 for the second,
- *    so one double product an element, with a relative error below 2^-39;
+ *    format's exponents fit a warp (E4M3, E5M2), one of 32 for the second
+ *    (2^(p_min / k) · (2^(1 / k))^l in lane l: two exp2 a group, not 32),
+ *    so one double product an element, with a relative error below 2^-38.6;
  *    elsewhere one double exp2 (1 ulp) of (p + log2(sig · inv)) / k, below
  *    2^-37.  The float it rounds to is taken at both ends of +-2^-36 around
  *    it (pow itself is within 2 ulp of double), equal floats being the float
@@ -92,32 +96,31 @@ __device__ __forceinline__ float group_round(const exmy_format &f, const KOpts &
   return g.k != 1.0 ? exmy_core_dre_contract(w, g.k) : w;
 }
 
+/* What the fast path needs of a format, the same for every group (found
+ * once, on the host: format_fast): hw, the hardware's conversion that rounds
+ * it (hw_pair_kind); p_min and whether its exponents p (below) fit a warp's
+ * table (tabled). */
+struct FormatFast {
+  int hw, p_min;
+  bool tabled;
+};
+
 /* What group_round_try needs of a group beyond its scales: whether the
- * fast path applies to it at all; hw: the hardware's conversion that rounds
- * its format (hw_pair_kind); 1/k; whether the format's exponents p (below)
- * fit a warp's table (tabled); and the contraction's tables (group_tables):
- * lanes table .. table + 7 of the warp hold the entries sig = 8 .. 15,
- * y = sig · inv, log2 y and a = 2^(log2 y / k); where tabled, lane l holds
- * b = 2^((p_min + l) / k), so that |w|^(1/k) = a[sig] · b[p - p_min]: a
- * double product instead of a double exp2 an element. */
+ * fast path applies to it at all; its format's FormatFast; 1/k; and the
+ * contraction's tables (group_tables): lanes table .. table + 7 of the warp
+ * hold the entries sig = 8 .. 15, y = sig · inv, log2 y and
+ * a = 2^(log2 y / k); where tabled, lane l holds b = 2^((p_min + l) / k), so
+ * that |w|^(1/k) = a[sig] · b[p - p_min]: a double product instead of a
+ * double exp2 an element. */
 struct GroupFast {
-  bool on, tabled;
-  int hw;
+  bool on;
+  FormatFast fmt;
   double inv_k;
-  int table, p_min;
+  int table;
   float y;
   double log2_y, a, b;
 };
 
-/* Whether the hardware's cvt.rn.satfinite rounds f exactly as the library
- * does (round to nearest even, saturating to the largest finite value):
- * 1 for OCP E4M3 (FN), 2 for E5M2, 0 otherwise. */
-__host__ __device__ inline int hw_pair_kind(const exmy_format &f, int saturate) {
-  if (!saturate) return 0;
-  if (same_fields(f, spec_format<SPEC_E4M3FN>())) return 1;
-  if (same_fields(f, spec_format<SPEC_E5M2>())) return 2;
-  return 0;
-}
 
 /* The decoded values of f that are normal floats, sig · 2^(p + 3) with sig
  * in 8 .. 15, have p from format_p_min(f) to emax - 3; tabled where that is
@@ -127,6 +130,10 @@ __host__ __device__ inline int format_p_min(const exmy_format &f) {
 }
 __host__ __device__ inline bool format_tabled(const exmy_format &f) {
   return f.emax - 3 - format_p_min(f) + 1 <= 32;
+}
+
+__host__ __device__ inline FormatFast format_fast(const exmy_format &f, int saturate) {
+  return FormatFast{hw_pair_kind(f, saturate), format_p_min(f), format_tabled(f)};
 }
 
 /* A quiet NaN: a table entry that no fast check passes. */
@@ -139,56 +146,73 @@ __device__ __forceinline__ double exp2_or_nan(double e) {
   return fabs(e) <= 1000.0 ? exp2(e) : fails_every_check();
 }
 
-/* The fast path's state of a group, without its tables. */
-__device__ __forceinline__ GroupFast group_fast(const exmy_format &f, const KOpts &o,
-                                                const GroupScale &g) {
+/* The fast path's state of a group (f's FormatFast ff), without its tables. */
+__device__ __forceinline__ GroupFast group_fast(const exmy_format &f, const FormatFast &ff,
+                                                const KOpts &o, const GroupScale &g) {
   GroupFast t = {};
   t.on = g.k != 1.0 && g.k > 0.0 && g.k <= 16.0 && o.mode == EXMY_RNE && !o.flush &&
          fast_path_ok(f) && f.man_bits <= 3 && g.scale > 0.0f && g.scale <= 3.40282347e38f &&
          g.inv > 0.0f && g.inv <= 3.40282347e38f;
-  t.hw = hw_pair_kind(f, o.saturate);
+  t.fmt = ff;
   t.inv_k = 1.0 / g.k;
-  t.p_min = format_p_min(f);
-  t.tabled = format_tabled(f);
   return t;
 }
 
-/* The scales and fast-path state that lane `from` of the warp computed
- * (every lane calls it at once). */
+/* The scales and fast-path state that lane `from` of the warp computed for a
+ * group of format ff (every lane calls it at once). */
 __device__ __forceinline__ void group_take(const GroupScale &g, const GroupFast &t, int from,
-                                           GroupScale *g_out, GroupFast *t_out) {
+                                           const FormatFast &ff, GroupScale *g_out,
+                                           GroupFast *t_out) {
   g_out->scale = __shfl_sync(0xFFFFFFFFu, g.scale, from);
   g_out->inv = __shfl_sync(0xFFFFFFFFu, g.inv, from);
   g_out->k = __shfl_sync(0xFFFFFFFFu, g.k, from);
   t_out->on = __shfl_sync(0xFFFFFFFFu, (int)t.on, from) != 0;
-  t_out->tabled = __shfl_sync(0xFFFFFFFFu, (int)t.tabled, from) != 0;
-  t_out->hw = __shfl_sync(0xFFFFFFFFu, t.hw, from);
+  t_out->fmt = ff;
   t_out->inv_k = __shfl_sync(0xFFFFFFFFu, t.inv_k, from);
-  t_out->p_min = __shfl_sync(0xFFFFFFFFu, t.p_min, from);
 }
+
+/* Below this 1/k the b table's powers stay far inside double's range (the
+ * largest is 2^(51 / k), the smallest 2^(-19 / k)); a group's k is at least
+ * log_range / ln(FLT_MAX / FLT_TRUE_MIN), 0.064 for E4M3, so 1/k <= 16. */
+constexpr double kTableMaxInvK = 20.0;
 
 /* The tables of two groups side by side (every lane calls it at once):
  * group 0's entries y, log2 y, a in lanes 0-7, group 1's in lanes 16-23
  * (each half of the warp computes its group's), and both groups' b in every
- * lane. */
+ * lane.  One double exp2 a lane: lanes 0-7 of a half take a's, lanes 8 and 9
+ * its group's b0 = 2^(p_min / k) and r = 2^(1 / k), and every lane l makes
+ * b = b0 · r^l by squaring (nine products; r^l within 2^-46.4 of its
+ * value, b0 within 2^-45.5, so b within 2^-44.9: the 2^-38.6 of a · b is
+ * a's). */
 __device__ __forceinline__ void group_tables(const GroupScale g[2], GroupFast t[2]) {
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31, role = lane & 15;
   /* the half's own group, selected (an index would put the arrays in local
    * memory) */
   const bool upper = lane >= 16, on = upper ? t[1].on : t[0].on;
   const double inv_k = upper ? t[1].inv_k : t[0].inv_k;
+  const int p_min = upper ? t[1].fmt.p_min : t[0].fmt.p_min;
   const float y = __fmul_rn((float)(8 + (lane & 7)), upper ? g[1].inv : g[0].inv);
-  const double log2_y = on ? log2((double)y) : 0.0;
-  const double a = on && fabs(log2_y) <= 160.0 ? exp2_or_nan(__dmul_rn(log2_y, inv_k))
-                                               : fails_every_check();
+  const double log2_y = on && role < 8 ? log2((double)y) : 0.0;
+  const bool a_fine = on && fabs(log2_y) <= 160.0;
+  const double arg = role < 8 ? __dmul_rn(log2_y, inv_k)
+                              : role == 8 ? __dmul_rn((double)p_min, inv_k) : inv_k;
+  const double e = exp2_or_nan(arg);
+  const double a = a_fine ? e : fails_every_check();
   for (int k = 0; k < 2; k++) {
     t[k].table = 16 * k;
     t[k].y = y; /* only the lanes of t[k].table are read */
     t[k].log2_y = log2_y;
     t[k].a = a;
-    t[k].b = t[k].on && t[k].tabled
-                 ? exp2_or_nan(__dmul_rn((double)(t[k].p_min + lane), t[k].inv_k))
-                 : 0.0;
+    const double b0 = __shfl_sync(0xFFFFFFFFu, e, 16 * k + 8);
+    double sq = __shfl_sync(0xFFFFFFFFu, e, 16 * k + 9), rl = 1.0;
+#pragma unroll
+    for (int bit = 0; bit < 5; bit++) {
+      if ((lane >> bit) & 1) rl = __dmul_rn(rl, sq);
+      if (bit < 4) sq = __dmul_rn(sq, sq);
+    }
+    t[k].b = !(t[k].on && t[k].fmt.tabled) ? 0.0
+             : t[k].inv_k <= kTableMaxInvK ? __dmul_rn(b0, rl)
+                                           : fails_every_check();
   }
 }
 
@@ -232,7 +256,7 @@ __device__ __forceinline__ float group_round_try(const exmy_format &f, const KOp
   bool ok = t.on && (zero || (ax >= 1.17549435e-38f && ax <= 3.40282347e38f));
   const uint32_t xb = __float_as_uint(ax);
   const float mant = __uint_as_float((xb & 0x007FFFFFu) | 0x3F800000u); /* [1, 2) */
-  const double lg = __dadd_rn((double)((int)(xb >> 23) - 127), (double)log2f(mant));
+  const double lg = __dadd_rn((double)((int)(xb >> 23) - 127), (double)__log2f(mant));
   double e = __dmul_rn(lg, g.k);
   ok = ok && (zero || fabs(e) <= 1000.0); /* a double, if not a float */
   e = ok ? e : 0.0;
@@ -245,7 +269,7 @@ __device__ __forceinline__ float group_round_try(const exmy_format &f, const KOp
   const float z_lo = __double2float_rn(__dmul_rn(power, 1.0 - 0x1p-17));
   const float z_hi = __double2float_rn(__dmul_rn(power, 1.0 + 0x1p-17));
   float q;
-  ok = round_both_ends<FAST>(f, o, t.hw, __fmul_rn(copysignf(z_lo, x), g.scale),
+  ok = round_both_ends<FAST>(f, o, t.fmt.hw, __fmul_rn(copysignf(z_lo, x), g.scale),
                              __fmul_rn(copysignf(z_hi, x), g.scale), q) &&
        ok;
   q = ok ? q : 0.0f;
@@ -257,13 +281,13 @@ __device__ __forceinline__ float group_round_try(const exmy_format &f, const KOp
   const float y = __shfl_sync(0xFFFFFFFFu, t.y, entry);
   double back;
   bool fine; /* the contraction's own conditions */
-  if (FAST || t.tabled) {
+  if (FAST || t.fmt.tabled) {
     /* a[sig] · b[p - p_min]: |log2 y| <= 160 and both exponents within 1000
      * (else a or b is NaN), each within 2^-38.7 of its exact value, so the
      * product within 2^-39 (relative) of |w|^(1/k) */
     const double a = __shfl_sync(0xFFFFFFFFu, t.a, entry);
-    const double b = __shfl_sync(0xFFFFFFFFu, t.b, (p - t.p_min) & 31);
-    fine = p >= t.p_min && p - t.p_min < 32;
+    const double b = __shfl_sync(0xFFFFFFFFu, t.b, (p - t.fmt.p_min) & 31);
+    fine = p >= t.fmt.p_min && p - t.fmt.p_min < 32;
     back = __dmul_rn(a, b);
   } else {
     const double log2_y = __shfl_sync(0xFFFFFFFFu, t.log2_y, entry);

@@ -52,10 +52,8 @@ cudaError_t reserve(void **buf, size_t *cap, size_t bytes) {
   return cudaSuccess;
 }
 
-bool is_fp8(const exmy_format *f) {
-  const int id = f ? spec_id(f) : SPEC_GENERIC;
-  return id == SPEC_E4M3FN || id == SPEC_E5M2;
-}
+/* OCP E4M3 (FN) or E5M2: the formats of the H100's FP8 GEMMs (HwPair's). */
+bool is_fp8(const exmy_format *f) { return f && hw_pair_kind(*f, 1) != 0; }
 
 #define BLAS_TRY(call)                                                   \
   do {                                                                   \

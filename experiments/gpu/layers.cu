@@ -1216,13 +1216,25 @@ struct AdamwTensors {
   adamw_coefs coefs[GPU_ADAMW_MAX_TENSORS];
 };
 
-/* The moments' formats (m, v), their largest finite values and the
- * logarithms of their ranges (ln(fmax / smallest subnormal)). */
+/* The moments' formats (m, v), their largest finite values, the
+ * logarithms of their ranges (ln(fmax / smallest subnormal)) and what the
+ * fast rounding needs of them (exmy_cuda::format_fast). */
 struct CoatFormats {
   exmy_format f[2];
   float fmax[2];
   double log_range[2];
+  exmy_cuda::FormatFast ff[2];
 };
+
+/* Group i of a run of n elements cut into groups of `group`: its first
+ * element and its length (the last may be short). */
+struct GroupSpan {
+  size_t start, len;
+};
+__device__ __forceinline__ GroupSpan group_span(size_t i, size_t group, size_t n) {
+  const size_t start = i * group;
+  return {start, n - start < group ? n - start : group};
+}
 
 /* Groups a warp of adamw_coat_kernel takes at once: their scales are found
  * side by side, lane j (m) and lane 16 + j (v) for group j, so that the
@@ -1264,7 +1276,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     while (first * group >= t.end[ti]) ti++;
     float my_amax = 0.0f, my_amin = INFINITY; /* of group lane % 16, moment `mine` */
     for (int j = 0; j < count; j++) {
-      const size_t start = (first + j) * group, len = n - start < group ? n - start : group;
+      const auto [start, len] = group_span(first + j, group, n);
       float amax[2] = {0.0f, 0.0f}, amin[2] = {INFINITY, INFINITY};
       for (size_t i0 = 0; i0 < len; i0 += 32 * kCoatUnroll) {
         /* a chunk's loads first: kCoatUnroll of each array in flight */
@@ -1299,12 +1311,13 @@ __global__ void __launch_bounds__(kThreads, 3)
     }
     const GroupScale own = group_scale(cf.fmax[mine], cf.log_range[mine], my_amax, my_amin, 0, 0,
                                        dre);
-    const GroupFast own_fast = group_fast(cf.f[mine], o, own);
+    const GroupFast own_fast = group_fast(cf.f[mine], cf.ff[mine], o, own);
     for (int j = 0; j < count; j++) {
-      const size_t start = (first + j) * group, len = n - start < group ? n - start : group;
+      const auto [start, len] = group_span(first + j, group, n);
       GroupScale sc[2];
       GroupFast fast[2];
-      for (int k = 0; k < 2; k++) group_take(own, own_fast, j + 16 * k, &sc[k], &fast[k]);
+      for (int k = 0; k < 2; k++)
+        group_take(own, own_fast, j + 16 * k, cf.ff[k], &sc[k], &fast[k]);
       group_tables(sc, fast);
       /* each lane reads back only what it wrote itself, a chunk at a time */
       for (size_t i0 = 0; i0 < len; i0 += 32 * kCoatUnroll) {
@@ -1766,6 +1779,9 @@ cudaError_t gpu_adamw_coat(float *p, float *g, float *m, float *v, const size_t 
     t.end[i] = i < ntensors - 1 ? n : SIZE_MAX; /* the last tensor takes the rest */
   }
   if (!n) return cudaSuccess;
+  exmy_rounding_opts o = {};
+  o.mode = EXMY_RNE;
+  o.saturate = true;
   CoatFormats cf;
   for (int k = 0; k < 2; k++) {
     exmy_format_info info;
@@ -1773,17 +1789,13 @@ cudaError_t gpu_adamw_coat(float *p, float *g, float *m, float *v, const size_t 
     cf.f[k] = formats[k];
     cf.fmax[k] = info.max;
     cf.log_range[k] = log((double)info.max / (double)info.min_subnormal);
+    cf.ff[k] = exmy_cuda::format_fast(formats[k], o.saturate);
   }
-  exmy_rounding_opts o = {};
-  o.mode = EXMY_RNE;
-  o.saturate = true;
   const size_t groups = (n + (size_t)group - 1) / (size_t)group;
   const size_t batches = (groups + kCoatBatch - 1) / kCoatBatch;
   size_t blocks = (batches + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (blocks > 32768) blocks = 32768;
-  const bool fast = exmy_cuda::hw_pair_kind(formats[0], o.saturate) &&
-                    exmy_cuda::hw_pair_kind(formats[1], o.saturate) &&
-                    exmy_cuda::format_tabled(formats[0]) && exmy_cuda::format_tabled(formats[1]);
+  const bool fast = cf.ff[0].hw && cf.ff[1].hw && cf.ff[0].tabled && cf.ff[1].tabled;
   (fast ? adamw_coat_kernel<true> : adamw_coat_kernel<false>)<<<(unsigned)blocks, kThreads, 0,
                                                                 s>>>(
       p, g, m, v, n, (size_t)group, sumsq, max_norm, t, cf, dre ? 1 : 0, kopts_of(&o));

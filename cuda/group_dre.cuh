@@ -171,8 +171,9 @@ __device__ __forceinline__ void group_take(const GroupScale &g, const GroupFast 
   t_out->inv_k = __shfl_sync(0xFFFFFFFFu, t.inv_k, from);
 }
 
-/* Below this 1/k the b table's powers stay far inside double's range (the
- * largest is 2^(51 / k), the smallest 2^(-19 / k)); a group's k is at least
+/* Up to this 1/k the b table's factors stay far inside double's range: a
+ * tabled format has -34 <= p_min < 0, so b0 = 2^(p_min / k) >= 2^-680 and
+ * r^l = 2^(l / k) <= 2^620 for l < 32.  A group's k is at least
  * log_range / ln(FLT_MAX / FLT_TRUE_MIN), 0.064 for E4M3, so 1/k <= 16. */
 constexpr double kTableMaxInvK = 20.0;
 
@@ -182,8 +183,8 @@ constexpr double kTableMaxInvK = 20.0;
  * lane.  One double exp2 a lane: lanes 0-7 of a half take a's, lanes 8 and 9
  * its group's b0 = 2^(p_min / k) and r = 2^(1 / k), and every lane l makes
  * b = b0 · r^l by squaring (nine products; r^l within 2^-46.4 of its
- * value, b0 within 2^-45.5, so b within 2^-44.9: the 2^-38.6 of a · b is
- * a's). */
+ * value, b0 within 2^-44 (|p_min / k| <= 680), so b within 2^-43.7: the
+ * 2^-38.6 of a · b is a's). */
 __device__ __forceinline__ void group_tables(const GroupScale g[2], GroupFast t[2]) {
   const int lane = threadIdx.x & 31, role = lane & 15;
   /* the half's own group, selected (an index would put the arrays in local
@@ -283,8 +284,9 @@ __device__ __forceinline__ float group_round_try(const exmy_format &f, const KOp
   bool fine; /* the contraction's own conditions */
   if (FAST || t.fmt.tabled) {
     /* a[sig] · b[p - p_min]: |log2 y| <= 160 and both exponents within 1000
-     * (else a or b is NaN), each within 2^-38.7 of its exact value, so the
-     * product within 2^-39 (relative) of |w|^(1/k) */
+     * (else a or b is NaN), a within 2^-38.7 of its exact value and b within
+     * 2^-43.7 (group_tables), so the product within 2^-38.6 (relative) of
+     * |w|^(1/k) */
     const double a = __shfl_sync(0xFFFFFFFFu, t.a, entry);
     const double b = __shfl_sync(0xFFFFFFFFu, t.b, (p - t.fmt.p_min) & 31);
     fine = p >= t.fmt.p_min && p - t.fmt.p_min < 32;

@@ -93,7 +93,12 @@ bool gtq_collecting(const gtq_ctx *g);
 uint64_t gtq_alloc_epoch(const gtq_ctx *g);
 /* Copies the device statistics of this step into the host sites (sync). */
 void gtq_fetch_stats(gtq_ctx *g);
-/* Delayed-scaling states: device -> host sites (for a checkpoint) and back. */
+/* Delayed-scaling states: device -> host sites (for a checkpoint) and back.
+ * A step captured in a CUDA graph keeps the slot sharing it was captured
+ * with (whose delayed states were equal then, gtq_share_begin): an upload
+ * while such graphs exist must keep those states equal (as the trainer's
+ * validation does, restoring the states it downloaded), or the graphs be
+ * dropped first (gpu_model_set_cuda_graph). */
 void gtq_states_download(gtq_ctx *g);
 void gtq_states_upload(gtq_ctx *g);
 /* Between gtq_share_begin and gtq_share_end (nestable), GEMMs that read one

@@ -121,7 +121,6 @@ struct GroupFast {
   double log2_y, a, b;
 };
 
-
 /* The decoded values of f that are normal floats, sig · 2^(p + 3) with sig
  * in 8 .. 15, have p from format_p_min(f) to emax - 3; tabled where that is
  * at most 32 exponents (E4M3 18, E5M2 32). */

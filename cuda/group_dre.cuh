@@ -8,16 +8,18 @@
  * The rounding of one element under expansion takes two powers in double
  * (lib/scale_core.h's exmy_core_dre_expand and _contract), about 150 double
  * operations each.  group_round_try reaches the same float with far less:
- *  - expansion: only the code of Q(sign(x) |x|^k · s) is kept.  |x|^k =
- *    2^(k log2 |x|) with log2 of |x|'s mantissa m by __log2f (the MUFU
- *    instruction: absolute error below 2^-22 for m in [0.5, 2] by the CUDA
- *    documentation; log2f's polynomial cost 20 instructions more), the
- *    product in double, 2^(its fraction) by exp2f (2 ulp): an exponent off by
- *    at most 16 · 2^-22 for k <= 16, so a relative error below 2^-18.4
- *    (2^-18 ln 2, plus exp2f's 2^-22 and the fraction's rounding).  The code is taken
- *    at both ends of the interval +-2^-17 around it (for E4M3 and E5M2 by
- *    the hardware's cvt.rn.satfinite, both ends in one instruction);
- *    rounding is monotone, so equal codes are the code of the exact power.
+ *  - expansion: only the code of Q(sign(x) |x|^k · s) is kept.  |x|^k s =
+ *    2^(k log2 |x| + log2 s) with log2 of |x|'s mantissa m by __log2f (the
+ *    MUFU instruction: absolute error below 2^-22 for m in [0.5, 2] by the
+ *    CUDA documentation; log2f's polynomial cost 20 instructions more), the
+ *    exponent in float (k and log2 s each split in two floats, the sums
+ *    fused multiply-adds; the formats whose codes lie within 2^+-18, E4M3
+ *    and E5M2 among them) or in double (the others, |x|^k first), its power
+ *    by exp2f (2 ulp): a relative error below 2^-17.2 (float) or 2^-18.4
+ *    (double).  The code is taken at both ends of the interval +-2^-17
+ *    around it (for E4M3 and E5M2 by the hardware's cvt.rn.satfinite, both
+ *    ends in one instruction); rounding is monotone, so equal codes are the
+ *    code of the exact power.
  *  - contraction: |w| = |q| · inv (float) with |q| = sig · 2^p, sig in 8..15
  *    for every code of a format of up to 3 mantissa bits, so |w|^(1/k) =
  *    2^(log2(sig · inv) / k) · 2^(p / k): a per-group table of 8 for the
@@ -99,10 +101,12 @@ __device__ __forceinline__ float group_round(const exmy_format &f, const KOpts &
 /* What the fast path needs of a format, the same for every group (found
  * once, on the host: format_fast): hw, the hardware's conversion that rounds
  * it (hw_pair_kind); p_min and whether its exponents p (below) fit a warp's
- * table (tabled). */
+ * table (tabled); narrow: whether every value where its rounding changes
+ * lies within 2^+-kNarrowLog2 (format_narrow), so that the expansion may run
+ * in float. */
 struct FormatFast {
   int hw, p_min;
-  bool tabled;
+  bool tabled, narrow;
 };
 
 /* What group_round_try needs of a group beyond its scales: whether the
@@ -119,6 +123,10 @@ struct GroupFast {
   int table;
   float y;
   double log2_y, a, b;
+  /* the expansion's float form: k = k_hi + k_lo (k_hi of 12 significant
+   * bits, so that k_hi E is exact for any float exponent E) and log2(scale)
+   * = ls_hi + ls_lo, each to within 2^-48 of itself */
+  float k_hi, k_lo, ls_hi, ls_lo;
 };
 
 /* The decoded values of f that are normal floats, sig · 2^(p + 3) with sig
@@ -131,8 +139,19 @@ __host__ __device__ inline bool format_tabled(const exmy_format &f) {
   return f.emax - 3 - format_p_min(f) + 1 <= 32;
 }
 
+/* The expansion's float form (group_round_try) holds its error bound for
+ * |log2 (|x|^k s)| <= kNarrowLog2.  A format's rounding is constant below
+ * half its smallest subnormal, 2^(emin - man_bits - 1), and from 2^(emax + 1)
+ * up (every value there saturates or overflows): narrow where both lie
+ * inside (E4M3 -10 and 9, E5M2 -17 and 16). */
+constexpr int kNarrowLog2 = 18;
+__host__ __device__ inline bool format_narrow(const exmy_format &f) {
+  return f.emin - f.man_bits - 1 >= -kNarrowLog2 && f.emax + 1 <= kNarrowLog2;
+}
+
 __host__ __device__ inline FormatFast format_fast(const exmy_format &f, int saturate) {
-  return FormatFast{hw_pair_kind(f, saturate), format_p_min(f), format_tabled(f)};
+  return FormatFast{hw_pair_kind(f, saturate), format_p_min(f), format_tabled(f),
+                    format_narrow(f)};
 }
 
 /* A quiet NaN: a table entry that no fast check passes. */
@@ -154,6 +173,11 @@ __device__ __forceinline__ GroupFast group_fast(const exmy_format &f, const Form
          g.inv > 0.0f && g.inv <= 3.40282347e38f;
   t.fmt = ff;
   t.inv_k = 1.0 / g.k;
+  t.k_hi = __uint_as_float(__float_as_uint(__double2float_rn(g.k)) & 0xFFFFF000u);
+  t.k_lo = __double2float_rn(g.k - (double)t.k_hi);
+  const double ls = t.on ? log2((double)g.scale) : 0.0;
+  t.ls_hi = __double2float_rn(ls);
+  t.ls_lo = __double2float_rn(ls - (double)t.ls_hi);
   return t;
 }
 
@@ -168,6 +192,10 @@ __device__ __forceinline__ void group_take(const GroupScale &g, const GroupFast 
   t_out->on = __shfl_sync(0xFFFFFFFFu, (int)t.on, from) != 0;
   t_out->fmt = ff;
   t_out->inv_k = __shfl_sync(0xFFFFFFFFu, t.inv_k, from);
+  t_out->k_hi = __shfl_sync(0xFFFFFFFFu, t.k_hi, from);
+  t_out->k_lo = __shfl_sync(0xFFFFFFFFu, t.k_lo, from);
+  t_out->ls_hi = __shfl_sync(0xFFFFFFFFu, t.ls_hi, from);
+  t_out->ls_lo = __shfl_sync(0xFFFFFFFFu, t.ls_lo, from);
 }
 
 /* Up to this 1/k the b table's factors stay far inside double's range: a
@@ -250,28 +278,56 @@ __device__ __forceinline__ float group_round_try(const exmy_format &f, const KOp
                                                  const GroupScale &g, const GroupFast &t,
                                                  bool *ok_out) {
   const float ax = fabsf(x);
-  /* expansion: the code of x, from both ends of an interval around |x|^k
+  /* expansion: the code of x, from both ends of an interval around |x|^k s
    * (0^k = 0, the sign kept) */
   const bool zero = ax == 0.0f;
   bool ok = t.on && (zero || (ax >= 1.17549435e-38f && ax <= 3.40282347e38f));
   const uint32_t xb = __float_as_uint(ax);
   const float mant = __uint_as_float((xb & 0x007FFFFFu) | 0x3F800000u); /* [1, 2) */
-  const double lg = __dadd_rn((double)((int)(xb >> 23) - 127), (double)__log2f(mant));
-  double e = __dmul_rn(lg, g.k);
-  ok = ok && (zero || fabs(e) <= 1000.0); /* a double, if not a float */
-  e = ok ? e : 0.0;
-  const int whole = __double2int_rd(e);
-  /* exp2f(fraction) · 2^whole, 2^whole built from its bits (a normal double) */
-  const double power =
-      ok && !zero ? __dmul_rn((double)exp2f((float)__dsub_rn(e, (double)whole)),
-                              __hiloint2double((whole + 1023) << 20, 0))
-                  : 0.0;
-  const float z_lo = __double2float_rn(__dmul_rn(power, 1.0 - 0x1p-17));
-  const float z_hi = __double2float_rn(__dmul_rn(power, 1.0 + 0x1p-17));
+  const float lg_mant = __log2f(mant);
   float q;
-  ok = round_both_ends<FAST>(f, o, t.fmt.hw, __fmul_rn(copysignf(z_lo, x), g.scale),
-                             __fmul_rn(copysignf(z_hi, x), g.scale), q) &&
-       ok;
+  if (FAST || t.fmt.narrow) {
+    /* log2(|x|^k s) = k (E + log2 mant) + log2 s in float, by fused
+     * multiply-adds in an order whose partial sums stay below 2^6 wherever
+     * the code depends on it (the sum within 2^+-kNarrowLog2, k <= 16):
+     * k_hi E exact, each of the four sums rounded once to within 2^-19
+     * (the first, below 2^6) or 2^-20 (below 2^5), log2 mant's 2^-22 times
+     * k: the exponent within 2^-16.8, so its power (exp2f: 2 ulp) within
+     * 2^-17.2 of |x|^k s, the exact path's two float roundings (2^-24)
+     * included; the ends are rounded outward.  Outside that range every value rounds to 0 or saturates
+     * (or overflows) alike, however far off the sum.  The exact path rounds
+     * fl(|x|^k) s, so fl(|x|^k) must be a normal float (tu about k log2 |x|
+     * within 1/2 of its range), or the product too small for any subnormal
+     * of fl(|x|^k) to reach a code: below 2^-20 with s below 2^120. */
+    const float ex = (float)((int)(xb >> 23) - 127);
+    const float t1 = __fmaf_rn(t.k_hi, ex, t.ls_hi);
+    const float t2 = __fmaf_rn(t.k_hi, lg_mant, t1);
+    const float t3 = __fmaf_rn(t.k_lo, __fadd_rn(ex, lg_mant), t2);
+    const float e = __fadd_rn(t3, t.ls_lo), tu = __fsub_rn(t3, t.ls_hi);
+    ok = ok && (zero || (tu <= 127.5f && (tu >= -125.5f || (e <= -20.0f && t.ls_hi <= 120.0f))));
+    const float z = zero ? 0.0f : exp2f(e);
+    ok = round_both_ends<FAST>(f, o, t.fmt.hw, copysignf(__fmul_rd(z, 1.0f - 0x1p-17f), x),
+                               copysignf(__fmul_ru(z, 1.0f + 0x1p-17f), x), q) &&
+         ok;
+  } else {
+    /* the same in double, |x|^k first, then its product with s in float
+     * as the exact path rounds it */
+    const double lg = __dadd_rn((double)((int)(xb >> 23) - 127), (double)lg_mant);
+    double e = __dmul_rn(lg, g.k);
+    ok = ok && (zero || fabs(e) <= 1000.0); /* a double, if not a float */
+    e = ok ? e : 0.0;
+    const int whole = __double2int_rd(e);
+    /* exp2f(fraction) · 2^whole, 2^whole built from its bits (a normal double) */
+    const double power =
+        ok && !zero ? __dmul_rn((double)exp2f((float)__dsub_rn(e, (double)whole)),
+                                __hiloint2double((whole + 1023) << 20, 0))
+                    : 0.0;
+    const float z_lo = __double2float_rn(__dmul_rn(power, 1.0 - 0x1p-17));
+    const float z_hi = __double2float_rn(__dmul_rn(power, 1.0 + 0x1p-17));
+    ok = round_both_ends<FAST>(f, o, t.fmt.hw, __fmul_rn(copysignf(z_lo, x), g.scale),
+                               __fmul_rn(copysignf(z_hi, x), g.scale), q) &&
+         ok;
+  }
   q = ok ? q : 0.0f;
   /* contraction: w = q · inv, |q| = sig · 2^p, log2 |w| = p + log2(sig · inv) */
   const float w = mul_keep_nan(q, g.inv);

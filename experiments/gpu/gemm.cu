@@ -77,13 +77,14 @@ __global__ void k_batch_pointers(const char *a, long a_sb, long a_sh, int a_div,
 }
 
 
-/* Counts the reallocations of reserve(): a captured CUDA graph that read a
- * buffer from before one is stale. */
-uint64_t realloc_epoch = 0;
+/* Counts what makes a captured CUDA graph stale: the reallocations of
+ * reserve() and the others here (it would read freed memory), and uploads
+ * of delayed states (gtq_states_upload). */
+static uint64_t graph_epoch = 0;
 
 void reserve(void **p, size_t *cap, size_t bytes) {
   if (*cap >= bytes) return;
-  realloc_epoch++;
+  graph_epoch++;
   if (*p) gtq_check(cudaFree(*p), "cudaFree");
   *p = nullptr;
   gtq_check(cudaMalloc(p, bytes), "cudaMalloc (operand cache)");
@@ -479,9 +480,9 @@ extern "C" uint64_t gtq_sr_reserve(gtq_ctx *g, uint64_t n) {
   return first;
 }
 extern "C" bool gtq_collecting(const gtq_ctx *g) { return g->collect; }
-extern "C" uint64_t gtq_alloc_epoch(const gtq_ctx *g) {
+extern "C" uint64_t gtq_graph_epoch(const gtq_ctx *g) {
   (void)g;
-  return realloc_epoch;
+  return graph_epoch;
 }
 extern "C" bool gtq_site_bf16(const gtq_ctx *g, int site) {
   return site >= 0 && site < g->n_sites && g->sites[site].bf16;
@@ -516,6 +517,10 @@ static bool same_state(const exmy_delayed_state *a, const exmy_delayed_state *b)
 
 extern "C" void gtq_states_upload(gtq_ctx *g) {
   gtq_check(cudaStreamSynchronize(g->stream), "sync");
+  /* A captured step replays the slot sharing of its capture, which copied
+   * one delayed state into another where the two were equal then; uploaded
+   * states need not be, so every graph is captured again. */
+  graph_epoch++;
   for (int i = 0; i < g->n_sites; i++)
     for (int u = 0; u < USES_PER_SITE; u++) {
       if (!g->sites[i].delayed[u]) continue;
@@ -668,7 +673,7 @@ extern "C" gtq_operand gtq_operand_for_gemm_amax(gtq_ctx *g, int site, int use, 
      * becomes the one its pass would have left, the other's */
     if (sl.data) {
       gtq_check(cudaFree(sl.data), "cudaFree");
-      realloc_epoch++;
+      graph_epoch++;
     }
     sl.data = alike->data;
     sl.cap = 0;
@@ -771,7 +776,7 @@ extern "C" void gtq_share_dy_slots(gtq_ctx *g) {
     sl.cap = 0;
   }
   g->share_dy = true;
-  realloc_epoch++;
+  graph_epoch++;
 }
 
 extern "C" bool gtq_use_plain_bf16(const gtq_ctx *g, int site, int use) {
@@ -1007,7 +1012,7 @@ extern "C" bool gtq_replayable(const gtq_ctx *g) {
  * (tag 1), so that the other operand's image does not mark it. */
 static void kept_prepare(MxKept *e, size_t rows, size_t k, cudaStream_t st) {
   if (!e->inexact) {
-    realloc_epoch++;
+    graph_epoch++;
     gtq_check(cudaMalloc((void **)&e->inexact, sizeof(unsigned)), "cudaMalloc (MX kept)");
   }
   reserve(&e->img, &e->cap, rows * k * 2);
@@ -1199,7 +1204,7 @@ static void mx_gemm_bf16(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, floa
   MxImages &x = g->mx_img;
   cudaStream_t st = g->stream;
   if (!x.flag) {
-    realloc_epoch++;
+    graph_epoch++;
     gtq_check(cudaMalloc((void **)&x.flag, sizeof(unsigned)), "cudaMalloc (MX flag)");
     gtq_check(cudaMalloc((void **)&x.fallbacks, sizeof(unsigned long long)), "cudaMalloc");
     gtq_check(cudaMemsetAsync(x.flag, 0, sizeof(unsigned), st), "MX flag");

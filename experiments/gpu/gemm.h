@@ -88,17 +88,17 @@ uint64_t gtq_sr_counter(const gtq_ctx *g);
  * dS); returns the first. */
 uint64_t gtq_sr_reserve(gtq_ctx *g, uint64_t n);
 bool gtq_collecting(const gtq_ctx *g);
-/* Grows by one whenever an operand cache, staging or pointer buffer is
- * reallocated (a CUDA graph captured before then reads freed memory). */
-uint64_t gtq_alloc_epoch(const gtq_ctx *g);
+/* Grows whenever a CUDA graph captured before then is stale: an operand
+ * cache, staging or pointer buffer reallocated (the graph would read freed
+ * memory), or delayed states uploaded (gtq_states_upload). */
+uint64_t gtq_graph_epoch(const gtq_ctx *g);
 /* Copies the device statistics of this step into the host sites (sync). */
 void gtq_fetch_stats(gtq_ctx *g);
 /* Delayed-scaling states: device -> host sites (for a checkpoint) and back.
  * A step captured in a CUDA graph keeps the slot sharing it was captured
- * with (whose delayed states were equal then, gtq_share_begin): an upload
- * while such graphs exist must keep those states equal (as the trainer's
- * validation does, restoring the states it downloaded), or the graphs be
- * dropped first (gpu_model_set_cuda_graph). */
+ * with (one delayed state copied into another where the two were equal
+ * then, gtq_share_begin), so an upload makes every graph stale
+ * (gtq_graph_epoch): the next steps run eagerly, then capture again. */
 void gtq_states_download(gtq_ctx *g);
 void gtq_states_upload(gtq_ctx *g);
 /* Between gtq_share_begin and gtq_share_end (nestable), GEMMs that read one

@@ -50,12 +50,13 @@ T *dalloc(size_t n) {
 
 /* A part of the step (forward body, backward) captured as a CUDA graph and
  * replayed.  Captured on the second eager-capable call (the first, eager,
- * makes every allocation), discarded when a buffer it reads has been
- * reallocated since (alloc_epoch) or its one argument changed. */
+ * makes every allocation), discarded when it is stale (graph_epoch: a
+ * buffer it reads reallocated, delayed states uploaded) or its one argument
+ * changed. */
 struct step_graph {
   cudaGraphExec_t exec = nullptr;
   bool warm = false;    /* one eager run of this part since the last discard */
-  uint64_t epoch = 0;   /* alloc_epoch() at capture */
+  uint64_t epoch = 0;   /* graph_epoch() at capture */
   /* at the eager run, then at capture: the part's argument (the backward's
    * loss_scale, the forward's sharpness) and gpu_model.weight_amax_valid */
   float arg = 0;
@@ -193,12 +194,14 @@ struct gpu_model {
   unsigned long long amax_folded; /* fills that took a producer's amax */
   bool graphs;          /* cuda_graph = 1 and the recipe lets the step be replayed */
   step_graph fwd, bwd;
+  unsigned long long graph_launches = 0; /* step parts replayed from a graph */
 };
 
-/* Every reallocation a captured launch could have read from (which recipes
- * may be replayed at all: gtq_replayable). */
-static uint64_t alloc_epoch(const gpu_model *g) {
-  return gtq_alloc_epoch(g->gq) + gpu_layers_scratch_epoch() + exmy_cuda_scratch_epoch();
+/* Everything that makes a captured step stale: every reallocation a
+ * captured launch could have read from, and the GEMMs' own (gtq_graph_epoch;
+ * which recipes may be replayed at all: gtq_replayable). */
+static uint64_t graph_epoch(const gpu_model *g) {
+  return gtq_graph_epoch(g->gq) + gpu_layers_scratch_epoch() + exmy_cuda_scratch_epoch();
 }
 
 static void graph_drop(step_graph &sg) {
@@ -221,7 +224,7 @@ static void run_step_part(gpu_model *g, step_graph &sg, float arg, F body) {
    * their own passes after an upload; a graph is captured only after an
    * eager run of the same launches */
   const bool folded = g->weight_amax_valid;
-  if (sg.exec && (sg.epoch != alloc_epoch(g) || sg.arg != arg || sg.weights_folded != folded))
+  if (sg.exec && (sg.epoch != graph_epoch(g) || sg.arg != arg || sg.weights_folded != folded))
     graph_drop(sg);
   if (!sg.exec && !(sg.warm && sg.arg == arg && sg.weights_folded == folded)) {
     body();
@@ -231,12 +234,12 @@ static void run_step_part(gpu_model *g, step_graph &sg, float arg, F body) {
     return;
   }
   if (!sg.exec) {
-    const uint64_t epoch = alloc_epoch(g);
+    const uint64_t epoch = graph_epoch(g);
     cudaGraph_t graph = nullptr;
     gtq_check(cudaStreamBeginCapture(g->s, cudaStreamCaptureModeRelaxed), "graph capture");
     body();
     gtq_check(cudaStreamEndCapture(g->s, &graph), "graph capture");
-    if (alloc_epoch(g) != epoch) { /* a buffer moved while capturing: run it eagerly */
+    if (graph_epoch(g) != epoch) { /* a buffer moved while capturing: run it eagerly */
       cudaGraphDestroy(graph);
       sg.warm = false;
       body();
@@ -249,6 +252,7 @@ static void run_step_part(gpu_model *g, step_graph &sg, float arg, F body) {
     sg.weights_folded = folded;
   }
   gtq_check(cudaGraphLaunch(sg.exec, g->s), "graph launch");
+  g->graph_launches++;
 }
 
 /* activations = bf16: x (n values) rounded in place to bf16, model.c's
@@ -1452,6 +1456,9 @@ extern "C" void gpu_model_set_cuda_graph(gpu_model *g, bool on) {
   g->graphs = on && gtq_replayable(g->gq);
 }
 extern "C" bool gpu_model_cuda_graph(const gpu_model *g) { return g->graphs; }
+extern "C" unsigned long long gpu_model_graph_launches(const gpu_model *g) {
+  return g->graph_launches;
+}
 
 extern "C" void gpu_model_profile(gpu_model *g, bool on) {
   gtq_check(cudaStreamSynchronize(g->s), "profile");

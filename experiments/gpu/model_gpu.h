@@ -81,10 +81,14 @@ void gpu_model_states_upload(gpu_model *g);
  * (on their second call) and replayed afterwards: the same kernels with the
  * same arguments in the same order, so the same bits, fewer launch gaps.
  * Off after gpu_model_new; on takes effect only for recipes whose launches do
- * not change from step to step (no stochastic rounding, no scaling, no MX);
- * statistics steps always run eagerly. */
+ * not change from step to step (gtq_replayable: not under stochastic
+ * rounding, group scaling, NVFP4 or an accumulation model); statistics steps
+ * always run eagerly, and after an upload of delayed states or a buffer
+ * reallocated the next steps capture again (gtq_graph_epoch).
+ * gpu_model_graph_launches counts the step parts replayed. */
 void gpu_model_set_cuda_graph(gpu_model *g, bool on);
 bool gpu_model_cuda_graph(const gpu_model *g);
+unsigned long long gpu_model_graph_launches(const gpu_model *g);
 
 /* Waits for the model's stream, then starts (on) or stops the CUDA
  * profiler's collection (cudaProfilerStart / cudaProfilerStop): a profiler

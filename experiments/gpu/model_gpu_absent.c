@@ -54,6 +54,10 @@ bool gpu_model_cuda_graph(const gpu_model *g) {
   (void)g, unreachable();
   return false;
 }
+unsigned long long gpu_model_graph_launches(const gpu_model *g) {
+  (void)g, unreachable();
+  return 0;
+}
 int gpu_model_bf16_storage(const gpu_model *g) {
   (void)g, unreachable();
   return 0;

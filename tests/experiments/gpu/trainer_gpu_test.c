@@ -1966,6 +1966,79 @@ START_TEST(model_bf16_storage_bit_identical) {
 }
 END_TEST
 
+/* Delayed states uploaded while CUDA graphs hold captured steps: K's X
+ * state, equal to Q's until then (so the captured steps copy Q's state and
+ * image into K's slot), uploaded unlike it.  The steps after the upload as
+ * those of the same run without graphs, bit for bit: the upload makes the
+ * captured steps stale, and they are captured again. */
+START_TEST(graph_upload_unequal_states_bit_identical) {
+  recipe rc;
+  load_config_recipe(&rc, "fp8-te");
+  model_pair mp;
+  model_pair_new(&mp, &rc, true, "tiny", GPU_ATTENTION_FLASH, false);
+  gpu_model *g = mp.g;
+  const size_t P = mp.m.num_params, ns = delayed_states_size(mp.gsites, mp.n_sites);
+  const adamw_hparams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  enum { STEPS = 6, UPLOAD_AFTER = 3 };
+  float *zero = calloc(P, sizeof(float)), *end[2][4], *end_states[2], loss[2][STEPS];
+  float *states0 = malloc(sizeof(float) * (ns + 1));
+  delayed_states_copy(mp.gsites, mp.n_sites, states0, NULL);
+  unsigned long long replayed[2][2];
+  for (int k = 0; k < 2; k++) { /* 0: graphs, 1: eager */
+    gpu_model_set_cuda_graph(g, k == 0);
+    ck_assert(gpu_model_cuda_graph(g) == (k == 0));
+    delayed_states_copy(mp.gsites, mp.n_sites, NULL, states0);
+    gpu_model_upload(g, mp.m.params_mem, zero, zero);
+    const unsigned long long launches0 = gpu_model_graph_launches(g);
+    for (int step = 1; step <= STEPS; step++) {
+      gpu_model_begin_step(g, (uint64_t)step << 36, false);
+      gpu_model_zero_grad(g);
+      loss[k][step - 1] = gpu_model_forward(g, mp.tok, mp.tgt);
+      gpu_model_backward(g, 1.0f);
+      gpu_model_update(g, &hp, step, 1.0);
+      if (step == UPLOAD_AFTER) {
+        replayed[k][0] = gpu_model_graph_launches(g) - launches0;
+        gpu_model_states_download(g);
+        exmy_delayed_state *d = mp.gsites[SITE_K].op[USE_FWD_X].delayed;
+        ck_assert(d != NULL && d->scale == mp.gsites[SITE_Q].op[USE_FWD_X].delayed->scale);
+        /* not a power of two: K's image rounds otherwise than Q's */
+        d->scale *= 1.5f, d->scale_inv = 1.0f / d->scale;
+        gpu_model_states_upload(g);
+      }
+    }
+    replayed[k][1] = gpu_model_graph_launches(g) - launches0 - replayed[k][0];
+    for (int i = 0; i < 4; i++) end[k][i] = malloc(sizeof(float) * P);
+    gpu_model_download(g, end[k][0], end[k][1], end[k][2]);
+    CU(cudaMemcpy(end[k][3], gpu_model_grads(g), sizeof(float) * P, cudaMemcpyDeviceToHost));
+    end_states[k] = malloc(sizeof(float) * (ns + 1));
+    delayed_states_copy(mp.gsites, mp.n_sites, end_states[k], NULL);
+  }
+  size_t differ = 0;
+  for (int i = 0; i < 4; i++) differ += count_bit_diffs(end[0][i], end[1][i], P);
+  const size_t states_differ = count_bit_diffs(end_states[0], end_states[1], ns);
+  printf("graphs across an upload of unequal delayed states (fp8-te): %llu and %llu step parts "
+         "replayed before and after the upload (eager run %llu, %llu); last losses %.7f / %.7f; "
+         "%zu of 4 x %zu values and %zu delayed-state values differ\n",
+         replayed[0][0], replayed[0][1], replayed[1][0], replayed[1][1], loss[0][STEPS - 1],
+         loss[1][STEPS - 1], differ, P, states_differ);
+  /* forward and backward: captured at step 2 and replayed at steps 2-3, so
+   * 4 launches; after the upload one eager step, then 4 more */
+  ck_assert_msg(replayed[0][0] == 4 && replayed[0][1] == 4 && replayed[1][0] == 0 &&
+                    replayed[1][1] == 0,
+                "replayed %llu, %llu (graphs), %llu, %llu (eager)", replayed[0][0],
+                replayed[0][1], replayed[1][0], replayed[1][1]);
+  ck_assert_msg(!memcmp(loss[0], loss[1], sizeof loss[0]), "losses differ");
+  ck_assert_msg(differ == 0 && states_differ == 0, "%zu values, %zu state values differ", differ,
+                states_differ);
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 4; i++) free(end[k][i]);
+    free(end_states[k]);
+  }
+  free(zero), free(states0);
+  model_pair_free(&mp);
+}
+END_TEST
+
 int main(void) {
   const TTest *const tests[] = {model_fp32_matches_cpu, model_e8m3_weights_bit_identical,
                                 model_swiglu_fusion_bit_identical,
@@ -1994,6 +2067,11 @@ int main(void) {
   tc = tcase_create("amax_folding");
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, model_weight_amax_folding_bit_identical);
+  suite_add_tcase(s, tc);
+  /* on its own: CK_RUN_CASE=graph_upload */
+  tc = tcase_create("graph_upload");
+  tcase_set_timeout(tc, 600);
+  tcase_add_test(tc, graph_upload_unequal_states_bit_identical);
   suite_add_tcase(s, tc);
   return run_suite(s, false);
 }

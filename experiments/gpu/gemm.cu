@@ -79,7 +79,9 @@ __global__ void k_batch_pointers(const char *a, long a_sb, long a_sh, int a_div,
 
 /* Counts what makes a captured CUDA graph stale: the reallocations of
  * reserve() and the others here (it would read freed memory), and uploads
- * of delayed states (gtq_states_upload). */
+ * of delayed states (gtq_states_upload).  One count for the process: an
+ * event in one context makes every context's graphs stale, which costs a
+ * capture, never a wrong replay. */
 static uint64_t graph_epoch = 0;
 
 void reserve(void **p, size_t *cap, size_t bytes) {
@@ -985,22 +987,22 @@ extern "C" bool gtq_replayable(const gtq_ctx *g) {
   for (int i = 0; i < g->n_sites; i++) {
     const tq_site &s = g->host[i];
     /* exmy_cuda_qgemm_accum gathers into workspaces it may grow */
-    if (s.accum.group != EXMY_ACCUM_FP32) return false;
+    if (accumulates(s)) return false;
     bool mx = false, all_mx = true;
     for (int u = 0; u < USES_PER_SITE; u++) {
       const exmy_operand_quant &q = s.op[u];
+      if (q.enabled && q.round.mode == EXMY_SR) return false; /* each step's offsets */
       /* current scaling off the BF16 path: an amax pass in the stream's scratch */
       if (q.enabled && q.scaling.kind == EXMY_SCALING_TENSOR && !g->sites[i].bf16) return false;
-      /* delayed scaling's history and its position live on the device */
-      if (!q.enabled || q.scaling.kind == EXMY_SCALING_NONE ||
-          q.scaling.kind == EXMY_SCALING_TENSOR || q.scaling.kind == EXMY_SCALING_DELAYED) {
+      /* element-wise scaling (delayed too: its history and position live
+       * on the device) or MX images; anything else (group, NVFP4) is not
+       * replayable */
+      if (!q.enabled || elementwise(q))
         all_mx = false;
-      } else if (mx_image_operand(q.format, q.scaling)) {
+      else if (mx_image_operand(q.format, q.scaling))
         mx = true;
-      } else {
-        return false; /* group, NVFP4 */
-      }
-      if (q.enabled && q.round.mode == EXMY_SR) return false; /* each step's offsets */
+      else
+        return false;
     }
     /* a GEMM with one MX operand takes exmy_cuda_qgemm */
     if (mx && !all_mx) return false;

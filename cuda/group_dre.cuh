@@ -33,7 +33,9 @@
  *    of the exact path.
  * Wherever a bound does not apply (sr and the other modes, flushing, formats
  * the fast path does not know, more than 3 mantissa bits, k above 16,
- * subnormal operands) or the two ends differ (about one element in 7000 for
+ * subnormal operands; in the float form fl(|x|^k) not a normal float unless
+ * the product is far below every code; in the contraction q · inv not a
+ * normal float) or the two ends differ (about one element in 7000 for
  * the expansion, one in 3000 for the contraction, on log-uniform groups), the
  * element takes the exact path, group_round itself.
  */
@@ -123,9 +125,9 @@ struct GroupFast {
   int table;
   float y;
   double log2_y, a, b;
-  /* the expansion's float form: k = k_hi + k_lo (k_hi of 12 significant
-   * bits, so that k_hi E is exact for any float exponent E) and log2(scale)
-   * = ls_hi + ls_lo, each to within 2^-48 of itself */
+  /* the expansion's float form: k = k_hi + k_lo within 2^-32 (k_hi its
+   * first 12 significant bits) and log2(scale) = ls_hi + ls_lo within
+   * 2^-41, far below the float sums' roundings */
   float k_hi, k_lo, ls_hi, ls_lo;
 };
 
@@ -287,15 +289,18 @@ __device__ __forceinline__ float group_round_try(const exmy_format &f, const KOp
   const float lg_mant = __log2f(mant);
   float q;
   if (FAST || t.fmt.narrow) {
-    /* log2(|x|^k s) = k (E + log2 mant) + log2 s in float, by fused
-     * multiply-adds in an order whose partial sums stay below 2^6 wherever
-     * the code depends on it (the sum within 2^+-kNarrowLog2, k <= 16):
-     * k_hi E exact, each of the four sums rounded once to within 2^-19
-     * (the first, below 2^6) or 2^-20 (below 2^5), log2 mant's 2^-22 times
-     * k: the exponent within 2^-16.8, so its power (exp2f: 2 ulp) within
+    /* log2(|x|^k s) = k (E + log2 mant) + log2 s in float, by three fused
+     * multiply-adds and an add in an order whose partial sums stay below
+     * 2^6 wherever the code depends on it (the sum within 2^+-kNarrowLog2,
+     * k <= 16): each of the four sums rounded once to within 2^-19 (the
+     * first, below 2^6) or 2^-20 (below 2^5), log2 mant's 2^-22 times k,
+     * E + log2 mant's rounding times k_lo and k's split below 2^-26 each:
+     * the exponent within 2^-16.8, so its power (exp2f: 2 ulp) within
      * 2^-17.2 of |x|^k s, the exact path's two float roundings (2^-24)
-     * included; the ends are rounded outward.  Outside that range every value rounds to 0 or saturates
-     * (or overflows) alike, however far off the sum.  The exact path rounds
+     * included; the ends are rounded outward.  Outside that range every
+     * value rounds to 0 or saturates (or overflows) alike, and the sum
+     * (below 2^11.1) is off by less than 2^-10 there, too little to cross
+     * into it.  The exact path rounds
      * fl(|x|^k) s, so fl(|x|^k) must be a normal float (tu about k log2 |x|
      * within 1/2 of its range), or the product too small for any subnormal
      * of fl(|x|^k) to reach a code: below 2^-20 with s below 2^120. */
@@ -353,7 +358,7 @@ __device__ __forceinline__ float group_round_try(const exmy_format &f, const KOp
     back = exp2(ok && fine ? e2 : 0.0);
   }
   fine = fine && (qb & 0x000FFFFFu) == 0 && qb >= 0x00800000u && y >= 1.17549435e-38f &&
-         p >= -126 && p <= 127 && fabsf(w) > 1.17549435e-38f &&
+         p >= -126 && p <= 127 && fabsf(w) > 1.17549435e-38f && fabsf(w) <= 3.40282347e38f &&
          fabsf(w) == __fmul_rn(y, exmy_pow2f(p)) && t.inv_k <= 64.0;
   const float b_lo = __double2float_rn(__dmul_rn(back, 1.0 - 0x1p-36));
   const float b_hi = __double2float_rn(__dmul_rn(back, 1.0 + 0x1p-36));

@@ -1801,7 +1801,8 @@ cudaError_t gpu_adamw_coat(float *p, float *g, float *m, float *v, const size_t 
   const size_t batches = (groups + kCoatBatch - 1) / kCoatBatch;
   size_t blocks = (batches + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (blocks > 32768) blocks = 32768;
-  const bool fast = cf.ff[0].hw && cf.ff[1].hw && cf.ff[0].tabled && cf.ff[1].tabled;
+  const bool fast = cf.ff[0].hw && cf.ff[1].hw && cf.ff[0].tabled && cf.ff[1].tabled &&
+                    cf.ff[0].narrow && cf.ff[1].narrow; /* FAST's expansion is the float form */
   (fast ? adamw_coat_kernel<true> : adamw_coat_kernel<false>)<<<(unsigned)blocks, kThreads, 0,
                                                                 s>>>(
       p, g, m, v, n, (size_t)group, sumsq, max_norm, t, cf, dre ? 1 : 0, kopts_of(&o));

@@ -82,7 +82,9 @@ void gpu_model_states_upload(gpu_model *g);
  * same arguments in the same order, so the same bits, fewer launch gaps.
  * Off after gpu_model_new; on takes effect only for recipes whose launches do
  * not change from step to step (gtq_replayable: not under stochastic
- * rounding, group scaling, NVFP4 or an accumulation model); statistics steps
+ * rounding, group scaling, NVFP4, an accumulation model, current scaling
+ * off the BF16 path, MX operands that are not bf16 images or beside
+ * operands that are not MX, or the MX reference path); statistics steps
  * always run eagerly, and after an upload of delayed states or a buffer
  * reallocated the next steps capture again (gtq_graph_epoch).
  * gpu_model_graph_launches counts the step parts replayed. */

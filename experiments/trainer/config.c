@@ -83,7 +83,7 @@ static const config_key keys[] = {
     CHOICE("device", "cpu", "cpu|gpu", "cpu | gpu (CUDA: the same model, recipes, logs and checkpoints)"),
     CHOICE("attention_kernel", "materialized", "materialized|flash", "gpu: materialized (scores stored, every product through the recipe, as on the CPU) | flash (fused bf16 kernel)"),
     INT("lean_activations", "1", 0, 2, "gpu, attention_kernel = flash: 1 keeps q, k and v for one layer, not all, ln1, ln2 and hg too where no backward GEMM reads them in float32 (MX, NVFP4, group-scaled and unquantized sites read them), and one buffer for every GEMM site's quantized dY: the same bits, less memory; 2 keeps ln1, ln2 and hg for one layer always, recomputed in the backward where a GEMM reads them (the least memory, slower); 0 keeps every layer's"),
-    BOOL("cuda_graph", "1", "gpu: replay each step's forward and backward launches from a CUDA graph (the same bits; recipes with sr, group or NVFP4 scaling, accumulation models, and statistics steps, run eagerly)"),
+    BOOL("cuda_graph", "1", "gpu: replay each step's forward and backward launches from a CUDA graph (the same bits; recipes with sr, group or NVFP4 scaling, accumulation models or a few other operand kinds run eagerly, as do statistics steps: the 'CUDA graphs:' line says which)"),
     /* precision recipe (`--recipe FILE` resets these keys) */
     R_STR("recipe", "fp32", "recipe name (informational)"),
     R_STR("format_w", "fp32", "format of weights in GEMMs (fp32: not quantized)"),

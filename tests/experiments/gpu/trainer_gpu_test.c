@@ -1983,13 +1983,15 @@ START_TEST(graph_upload_unequal_states_bit_identical) {
   float *zero = calloc(P, sizeof(float)), *end[2][4], *end_states[2], loss[2][STEPS];
   float *states0 = malloc(sizeof(float) * (ns + 1));
   delayed_states_copy(mp.gsites, mp.n_sites, states0, NULL);
-  unsigned long long replayed[2][2];
+  unsigned long long replayed[2][2], borrowed[2];
+  gtq_ctx *gq = gpu_model_gemm(g);
   for (int k = 0; k < 2; k++) { /* 0: graphs, 1: eager */
     gpu_model_set_cuda_graph(g, k == 0);
     ck_assert(gpu_model_cuda_graph(g) == (k == 0));
     delayed_states_copy(mp.gsites, mp.n_sites, NULL, states0);
     gpu_model_upload(g, mp.m.params_mem, zero, zero);
-    const unsigned long long launches0 = gpu_model_graph_launches(g);
+    const unsigned long long launches0 = gpu_model_graph_launches(g),
+                             borrowed0 = gtq_slots_borrowed(gq);
     for (int step = 1; step <= STEPS; step++) {
       gpu_model_begin_step(g, (uint64_t)step << 36, false);
       gpu_model_zero_grad(g);
@@ -1998,9 +2000,18 @@ START_TEST(graph_upload_unequal_states_bit_identical) {
       gpu_model_update(g, &hp, step, 1.0);
       if (step == UPLOAD_AFTER) {
         replayed[k][0] = gpu_model_graph_launches(g) - launches0;
+        borrowed[k] = gtq_slots_borrowed(gq) - borrowed0;
         gpu_model_states_download(g);
-        exmy_delayed_state *d = mp.gsites[SITE_K].op[USE_FWD_X].delayed;
-        ck_assert(d != NULL && d->scale == mp.gsites[SITE_Q].op[USE_FWD_X].delayed->scale);
+        /* K's X state the same as Q's in every field, so that K's slot
+         * borrowed Q's (counted by the host calls of the eager steps) */
+        exmy_delayed_state *d = mp.gsites[SITE_K].op[USE_FWD_X].delayed,
+                           *dq = mp.gsites[SITE_Q].op[USE_FWD_X].delayed;
+        ck_assert(d != NULL && dq != NULL && d->history_len == dq->history_len &&
+                  d->count == dq->count && d->latest == dq->latest &&
+                  !memcmp(&d->scale, &dq->scale, sizeof(float)) &&
+                  !memcmp(&d->scale_inv, &dq->scale_inv, sizeof(float)) &&
+                  !memcmp(d->amax_history, dq->amax_history,
+                          sizeof(float) * (size_t)d->history_len));
         /* not a power of two: K's image rounds otherwise than Q's */
         d->scale *= 1.5f, d->scale_inv = 1.0f / d->scale;
         gpu_model_states_upload(g);
@@ -2017,10 +2028,14 @@ START_TEST(graph_upload_unequal_states_bit_identical) {
   for (int i = 0; i < 4; i++) differ += count_bit_diffs(end[0][i], end[1][i], P);
   const size_t states_differ = count_bit_diffs(end_states[0], end_states[1], ns);
   printf("graphs across an upload of unequal delayed states (fp8-te): %llu and %llu step parts "
-         "replayed before and after the upload (eager run %llu, %llu); last losses %.7f / %.7f; "
-         "%zu of 4 x %zu values and %zu delayed-state values differ\n",
-         replayed[0][0], replayed[0][1], replayed[1][0], replayed[1][1], loss[0][STEPS - 1],
-         loss[1][STEPS - 1], differ, P, states_differ);
+         "replayed before and after the upload (eager run %llu, %llu); %llu slots borrowed in the "
+         "eager run's first %d steps; last losses %.7f / %.7f; %zu of 4 x %zu values and %zu "
+         "delayed-state values differ\n",
+         replayed[0][0], replayed[0][1], replayed[1][0], replayed[1][1], borrowed[1],
+         (int)UPLOAD_AFTER, loss[0][STEPS - 1], loss[1][STEPS - 1], differ, P, states_differ);
+  /* K's, V's and W3's X slots a layer a step (slots_shared_scaled_bit_identical) */
+  ck_assert_msg(borrowed[1] == 3ull * UPLOAD_AFTER * (unsigned long long)mp.mc.n_layers,
+                "%llu slots borrowed", borrowed[1]);
   /* forward and backward: captured at step 2 and replayed at steps 2-3, so
    * 4 launches; after the upload one eager step, then 4 more */
   ck_assert_msg(replayed[0][0] == 4 && replayed[0][1] == 4 && replayed[1][0] == 0 &&

@@ -19,7 +19,7 @@ OB=(--output_base="${EXMY_BAZEL_OUTPUT_BASE:-$ob_default}")
 # are found through `bazel info` instead.
 TARGETS=(//cuda:bench //cuda:verify_hw //:libexmy.so
          //tests/cuda:convert_test //tests/cuda:recipes_test //tests/cuda:qgemm_test
-         //tests/cuda:fast_path_test //tests/cuda:qgemm_accum_test
+         //tests/cuda:fast_path_test //tests/cuda:group_dre_test //tests/cuda:qgemm_accum_test
          //experiments/trainer:train //tests/experiments/gpu:layers_gpu_test
          //tests/experiments/gpu:flash_attention_gpu_test //tests/experiments/gpu:trainer_gpu_test
          //tests/experiments/gpu:accum_fp8_gpu_test //tests/experiments/gpu:blockscaled_lt_calibrate
@@ -31,7 +31,7 @@ mkdir -p gpu_bundle
 cp "$BIN/cuda/bench" "$BIN/cuda/verify_hw" "$BIN/libexmy.so" \
    "$BIN/tests/cuda/convert_test" "$BIN/tests/cuda/recipes_test" \
    "$BIN/tests/cuda/qgemm_test" "$BIN/tests/cuda/qgemm_accum_test" \
-   "$BIN/tests/cuda/fast_path_test" gpu_bundle/
+   "$BIN/tests/cuda/fast_path_test" "$BIN/tests/cuda/group_dre_test" gpu_bundle/
 cp cuda/verify_mldtypes.py tests/lib/h100_fp8/capture.py cuda/gpu_run.sh gpu_bundle/
 # the trainer: binary, tests, recipe configs, sweeps, benchmark, PyTorch reference
 cp "$BIN/experiments/trainer/train" "$BIN/tests/experiments/gpu/layers_gpu_test" \

@@ -38,7 +38,7 @@ done
 echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 status=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  for t in fast_path_test convert_test recipes_test qgemm_test qgemm_accum_test \
+  for t in fast_path_test group_dre_test convert_test recipes_test qgemm_test qgemm_accum_test \
            accum_fp8_gpu_test; do
     ./$t > "$out/$t.log" 2>&1
     rc=$?

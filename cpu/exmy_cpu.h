@@ -47,6 +47,9 @@ void exmy_delayed_state_free(exmy_delayed_state *s);
  * update every DELAYED quantization does after use). */
 void exmy_delayed_state_update(exmy_delayed_state *s, const exmy_format *f,
                                const exmy_scaling *sc, float amax);
+/* Whether two states are the same bit for bit: history length, position
+ * (count, latest), scale, scale_inv and every history slot. */
+bool exmy_delayed_state_equal(const exmy_delayed_state *a, const exmy_delayed_state *b);
 
 /* The TENSOR-recipe scale for a given amax (see EXMY_SCALING_TENSOR). */
 float exmy_scale_from_amax(const exmy_format *f, float amax, int margin,

@@ -2,6 +2,7 @@
  * and the delayed-scaling state (Transformer Engine's DelayedScaling); the
  * arithmetic itself is lib/scale_core.h, shared with cuda/. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu/exmy_cpu.h"
 #include "lib/scale_core.h"
@@ -33,6 +34,13 @@ void exmy_delayed_state_free(exmy_delayed_state *s) {
   if (!s) return;
   free(s->amax_history);
   free(s);
+}
+
+bool exmy_delayed_state_equal(const exmy_delayed_state *a, const exmy_delayed_state *b) {
+  return a->history_len == b->history_len && a->count == b->count && a->latest == b->latest &&
+         !memcmp(&a->scale, &b->scale, sizeof(float)) &&
+         !memcmp(&a->scale_inv, &b->scale_inv, sizeof(float)) &&
+         !memcmp(a->amax_history, b->amax_history, sizeof(float) * (size_t)a->history_len);
 }
 
 void exmy_delayed_state_update(exmy_delayed_state *s, const exmy_format *f,

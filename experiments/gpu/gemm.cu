@@ -510,13 +510,6 @@ extern "C" void gtq_states_download(gtq_ctx *g) {
                   "delayed state download");
 }
 
-static bool same_state(const exmy_delayed_state *a, const exmy_delayed_state *b) {
-  return a->history_len == b->history_len && a->count == b->count && a->latest == b->latest &&
-         !memcmp(&a->scale, &b->scale, sizeof(float)) &&
-         !memcmp(&a->scale_inv, &b->scale_inv, sizeof(float)) &&
-         !memcmp(a->amax_history, b->amax_history, sizeof(float) * (size_t)a->history_len);
-}
-
 extern "C" void gtq_states_upload(gtq_ctx *g) {
   gtq_check(cudaStreamSynchronize(g->stream), "sync");
   /* A captured step replays the slot sharing of its capture, which copied
@@ -532,7 +525,7 @@ extern "C" void gtq_states_upload(gtq_ctx *g) {
       uint64_t tag = ++g->last_tag;
       for (int j = 0; j <= i && tag == g->last_tag; j++)
         for (int v = 0; v < USES_PER_SITE && (j < i || v < u); v++)
-          if (g->sites[j].delayed[v] && same_state(g->host[j].op[v].delayed, h)) {
+          if (g->sites[j].delayed[v] && exmy_delayed_state_equal(g->host[j].op[v].delayed, h)) {
             tag = g->sites[j].state_tag[v];
             break;
           }

@@ -96,6 +96,21 @@ START_TEST(delayed_scaling_history) {
   float xz[2] = {0.0f, 0.0f};
   exmy_quantize_scaled_f32(&f, &o, &sc, s, xz, y, 1, 2, &st);
   ck_assert_float_eq(s->scale, 448.0f);
+  /* equality, bit for bit: a twin given the same calls, then one slot apart */
+  exmy_delayed_state *t = exmy_delayed_state_new(3), *u = exmy_delayed_state_new(4);
+  ck_assert(!exmy_delayed_state_equal(s, t));
+  ck_assert(!exmy_delayed_state_equal(t, u)); /* lengths */
+  sc.history_most_recent = false;
+  exmy_delayed_state_update(t, &f, &sc, 4.0f);
+  exmy_delayed_state *v = exmy_delayed_state_new(3);
+  exmy_delayed_state_update(v, &f, &sc, 4.0f);
+  ck_assert(exmy_delayed_state_equal(t, v));
+  v->amax_history[2] = 1.0f; /* a slot the scale does not read yet */
+  ck_assert(!exmy_delayed_state_equal(t, v));
+  v->amax_history[2] = 0.0f;
+  v->latest = 2;
+  ck_assert(!exmy_delayed_state_equal(t, v));
+  exmy_delayed_state_free(t), exmy_delayed_state_free(u), exmy_delayed_state_free(v);
   exmy_delayed_state_free(s);
 }
 END_TEST

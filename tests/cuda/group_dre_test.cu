@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "cuda/group_dre.cuh"
+#include "experiments/trainer/splitmix64.h"
 #include "lib/exmy.h"
 #include "tests/check_suite.h"
 
@@ -30,17 +31,8 @@ struct Tally {
   double k;
 };
 
-/* splitmix64's finaliser, and a uniform double in [0, 1) from a stream. */
-__device__ uint64_t mix(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-__device__ double uniform(uint64_t &s) {
-  s = mix(s);
-  return (double)(s >> 11) * 0x1p-53;
-}
+/* A uniform double in [0, 1) from the stream of state s. */
+__device__ double uniform(uint64_t &s) { return (double)(splitmix64(&s) >> 11) * 0x1p-53; }
 
 /* per_lane inputs a lane of one group a warp.  Every lane draws the group's
  * k and scale from the same stream (the tables are shuffled across the warp)
@@ -49,8 +41,8 @@ template <bool FAST>
 __global__ void k_compare(const __grid_constant__ exmy_format f, FormatFast ff, KOpts o,
                           float fmax, uint64_t seed, int per_lane, Tally *out) {
   const uint64_t warp = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-  uint64_t gs = mix(seed ^ (warp * 0xD1B54A32D192ED03ull));
-  uint64_t ls = mix(gs + 1 + threadIdx.x % 32);
+  uint64_t gs = seed ^ (warp * 0xD1B54A32D192ED03ull);
+  uint64_t ls = gs ^ ((uint64_t)(threadIdx.x % 32 + 1) << 40);
   double k = uniform(gs) < 0.3 ? 16.0 - 0.01 * uniform(gs) : 0.05 + 15.95 * uniform(gs);
   float s;
   if (uniform(gs) < 0.5) {

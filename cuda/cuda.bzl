@@ -28,11 +28,22 @@ NVCC_FLAGS = [
 def if_cuda(with_cuda, without_cuda = []):
     return with_cuda if CUDA_FOUND else without_cuda
 
-def cuda_library(name, srcs, hdrs = [], cu_deps = [], deps = [], **kwargs):
+# Hopper's architecture-specific features (wgmma, setmaxnreg): machine code
+# for sm_90a, which runs on compute capability 9.0 only, and the same
+# compute_90 PTX as above for newer GPUs, where such code must not run (see
+# experiments/gpu/wgmma.cuh).
+NVCC_FLAGS_SM90A = [
+    "-gencode=arch=compute_90a,code=sm_90a" if f == "-gencode=arch=compute_90,code=sm_90" else f
+    for f in NVCC_FLAGS
+]
+
+def cuda_library(name, srcs, hdrs = [], cu_deps = [], deps = [], sm90a = False, **kwargs):
     """srcs: .cu files; hdrs: headers they include (also exported);
-    cu_deps: other headers the .cu files include (labels)."""
+    cu_deps: other headers the .cu files include (labels); sm90a: built with
+    NVCC_FLAGS_SM90A."""
     if not CUDA_FOUND:
         return
+    flags = NVCC_FLAGS_SM90A if sm90a else NVCC_FLAGS
     objs = []
     for src in srcs:
         obj = "_objs_%s/%s.o" % (name, src.replace("/", "_")[:-len(".cu")])
@@ -45,7 +56,7 @@ def cuda_library(name, srcs, hdrs = [], cu_deps = [], deps = [], **kwargs):
             # shared: two nvcc at once removed each other's files.  Each run
             # gets a directory of its own.
             cmd = ("t=$$(mktemp -d) && TMPDIR=$$t %s %s -c $(location %s) -o $@; " +
-                   "rc=$$?; rm -rf $$t; exit $$rc") % (NVCC, " ".join(NVCC_FLAGS), src),
+                   "rc=$$?; rm -rf $$t; exit $$rc") % (NVCC, " ".join(flags), src),
         )
         objs.append(obj)
     native.cc_library(

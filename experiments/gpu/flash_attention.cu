@@ -39,6 +39,7 @@
 #include <stdint.h>
 
 #include "cuda/kernel_common.cuh" /* fold_finite_amax, block_amax_fold */
+#include "experiments/gpu/wgmma.cuh"
 #include "lib/philox.h"
 #include "lib/round_core.h"
 
@@ -389,6 +390,19 @@ __device__ __forceinline__ void mma_abt(float (&c)[NT][4], const uint32_t (&f)[K
  * rounded per kMode (sr: with the words of `words`, see QueryRowWords) and
  * packed k step by k step into A fragments, and B the k-major tile sB:
  * O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K. */
+/* The A fragment of k step kk of P (row tile mt, accumulator tiles 2 kk and
+ * 2 kk + 1), rounded per kMode (sr: the words of `words`). */
+template <int kMode, int NP, class Words>
+__device__ __forceinline__ void p_frag(uint32_t (&a)[4], const float (&p)[NP][4], int mt, int kk,
+                                       const Rounding &rd, const Words &words) {
+  uint32_t w0[4] = {0, 0, 0, 0}, w1[4] = {0, 0, 0, 0};
+  if constexpr (kMode == EXMY_SR) {
+    words(mt, 2 * kk, w0);
+    words(mt, 2 * kk + 1, w1);
+  }
+  acc_to_a<kMode>(a, p[2 * kk], p[2 * kk + 1], rd, w0, w1);
+}
+
 template <int kMode, int MT, int LD, int NP, int NT, class Words>
 __device__ __forceinline__ void mma_pb(float (*c)[NT][4], const float (*p)[NP][4],
                                        const bf16 *sB, const Rounding &rd, const Words &words,
@@ -397,16 +411,56 @@ __device__ __forceinline__ void mma_pb(float (*c)[NT][4], const float (*p)[NP][4
   for (int kk = 0; kk < NP / 2; kk++) {
     uint32_t a[MT][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-      uint32_t w0[4] = {0, 0, 0, 0}, w1[4] = {0, 0, 0, 0};
-      if constexpr (kMode == EXMY_SR) {
-        words(mt, 2 * kk, w0);
-        words(mt, 2 * kk + 1, w1);
-      }
-      acc_to_a<kMode>(a[mt], p[mt][2 * kk], p[mt][2 * kk + 1], rd, w0, w1);
-    }
+    for (int mt = 0; mt < MT; mt++) p_frag<kMode>(a[mt], p[mt], mt, kk, rd, words);
     mma_k_step<MT, true, LD>(c, a, sB, kk * 16, lane);
   }
+}
+
+/* ------------------------------------------------ warpgroup products
+ * The same products by wgmma (wgmma.cuh) for hs 64 and 64 x 64 blocks: a
+ * warpgroup's 4 warps hold 16 rows each, in the layouts above (MT = 1), and
+ * the operands are 64-row tiles in the 128-byte swizzle (load_tile with
+ * kWg).  Each call issues its k steps in order, as mma_k_step does, and
+ * leaves them pending (wgmma_commit, wgmma_wait, wgmma_settle follow). */
+
+template <int NB>
+__device__ __forceinline__ float (&flat(float (&c)[NB][4]))[NB * 4] {
+  return reinterpret_cast<float(&)[NB * 4]>(c);
+}
+
+/* c = A B^T over hs 64: A the 64 rows of the tile at shared address a, B
+ * the 64 rows of the tile at b (S = Q K^T, dP = dO V^T, S^T = K Q^T, dP^T =
+ * V dO^T). */
+__device__ __forceinline__ void wg_abt(float (&c)[8][4], uint32_t a, uint32_t b) {
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++)
+    wgmma_ss_m64n64k16<0>(flat(c), wgmma_desc_sw128(a + kk * 32, 16, 1024),
+                          wgmma_desc_sw128(b + kk * 32, 16, 1024), kk);
+}
+
+/* c += P B, P the 64 x 64 accumulator tiles as A fragments (4 k steps,
+ * p_frag), B the tile at b read k-major (O += P V, dV += P^T dO, dK += dS^T
+ * Q, dQ += dS K). */
+__device__ __forceinline__ void wg_pb(float (&c)[8][4], const uint32_t (&p)[4][4], uint32_t b) {
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++)
+    wgmma_rs_m64n64k16<1>(flat(c), p[kk], wgmma_desc_sw128(b + kk * 2048, 8192, 1024));
+}
+
+/* P (64 x 64, this warp's 16 rows) as the 4 k steps' A fragments. */
+template <int kMode, class Words>
+__device__ __forceinline__ void p_frags(uint32_t (&a)[4][4], const float (&p)[8][4],
+                                        const Rounding &rd, const Words &words) {
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++) p_frag<kMode>(a[kk], p, 0, kk, rd, words);
+}
+
+/* Waits for the pending products and settles their accumulators. */
+template <int NB>
+__device__ __forceinline__ void wg_finish(float (&c)[NB][4]) {
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_settle(flat(c));
 }
 
 /* This lane's part of row g + 8 hf of a 16 x (8 * NT) accumulator tile,
@@ -434,18 +488,34 @@ __device__ __forceinline__ void store_row_bf16(bf16 *dst, const float (&c)[NT][4
     *(__nv_bfloat162 *)(dst + n * 8) = __floats2bfloat162_rn(c[n][2 * hf], c[n][2 * hf + 1]);
 }
 
+/* Shared-memory row stride (elements) of the tiles: HS + 8 for ldmatrix, HS
+ * (128 bytes, hs 64) in wgmma's swizzle; the start of dynamic shared memory,
+ * aligned to 1024 bytes for the swizzle (kSmemAlign more bytes asked). */
+template <int HS, bool kWg>
+__host__ __device__ constexpr int tile_ld() {
+  return kWg ? HS : HS + 8;
+}
+template <bool kWg>
+constexpr size_t kSmemAlign = kWg ? 1024 : 0;
+template <bool kWg>
+__device__ __forceinline__ unsigned char *smem_base(unsigned char *p) {
+  return kWg ? (unsigned char *)(((uintptr_t)p + 1023) & ~(uintptr_t)1023) : p;
+}
+
 /* ROWS x HS tile of a (T, ld) bf16 matrix starting at row r0 -> shared
- * memory with row stride HS + 8; rows >= T become zeros. */
-template <int ROWS, int HS, int NTHREADS>
+ * memory with row stride tile_ld; rows >= T become zeros.  kWg: 16-byte
+ * chunk c of row r at chunk c ^ (r & 7), wgmma's 128-byte swizzle. */
+template <int ROWS, int HS, int NTHREADS, bool kWg = false>
 __device__ __forceinline__ void load_tile(bf16 *s, const bf16 *g, size_t ld, int r0, int T,
                                           int tid) {
-  constexpr int CH = HS / 8, LD = HS + 8;
+  constexpr int CH = HS / 8, LD = tile_ld<HS, kWg>();
+  static_assert(!kWg || HS == 64, "the swizzled tiles have rows of 128 bytes");
 #pragma unroll
   for (int i = tid; i < ROWS * CH; i += NTHREADS) {
     const int r = i / CH, c = i % CH;
     const bool ok = r0 + r < T;
     const bf16 *src = ok ? g + (size_t)(r0 + r) * ld + c * 8 : g;
-    cp_async16(smem_addr(s + r * LD + c * 8), src, ok);
+    cp_async16(smem_addr(s + r * LD + (kWg ? c ^ (r & 7) : c) * 8), src, ok);
   }
 }
 
@@ -477,42 +547,54 @@ struct QueryBlock {
   }
 };
 
+/* Waits for all but the latest group of copies; every thread of the CTA
+ * may read what the others copied after this (wgmma too where kWg). */
+template <bool kWg>
+__device__ __forceinline__ void copies_landed() {
+  cp_async_wait<1>();
+  if constexpr (kWg) wgmma_fence_smem();
+  __syncthreads();
+}
+
 /* Key/value blocks double-buffered in two stages of BC rows each: starts the
  * copy of block kb + 1 (if any) into the other stage, then waits for block
  * kb, which every thread of the CTA may read after this. */
-template <int BC, int HS, int NTHREADS>
+template <int BC, int HS, int NTHREADS, bool kWg>
 __device__ __forceinline__ void next_kv_block(bf16 *sK, bf16 *sV, const bf16 *kg,
                                               const bf16 *vg, size_t ldkv, int kb, int nkb,
                                               int T, int tid) {
-  constexpr int LD = HS + 8;
+  constexpr int LD = tile_ld<HS, kWg>();
   const int next = (kb & 1) ^ 1;
   if (kb + 1 < nkb) {
-    load_tile<BC, HS, NTHREADS>(sK + next * BC * LD, kg, ldkv, (kb + 1) * BC, T, tid);
-    load_tile<BC, HS, NTHREADS>(sV + next * BC * LD, vg, ldkv, (kb + 1) * BC, T, tid);
+    load_tile<BC, HS, NTHREADS, kWg>(sK + next * BC * LD, kg, ldkv, (kb + 1) * BC, T, tid);
+    load_tile<BC, HS, NTHREADS, kWg>(sV + next * BC * LD, vg, ldkv, (kb + 1) * BC, T, tid);
   }
   cp_async_commit();
-  cp_async_wait<1>();
-  __syncthreads();
+  copies_landed<kWg>();
 }
 
 /* --------------------------------------------------------------- forward */
 
-template <int HS, int WARPS, int MT, int BC>
+template <int HS, int WARPS, int MT, int BC, bool kWg>
 struct FwdCfg {
-  static constexpr int kThreads = WARPS * 32, kBR = WARPS * MT * 16, kLD = HS + 8;
-  static constexpr size_t kSmem = (size_t)(kBR + 4 * BC) * kLD * sizeof(bf16);
+  static constexpr int kThreads = WARPS * 32, kBR = WARPS * MT * 16, kLD = tile_ld<HS, kWg>();
+  static constexpr size_t kSmem = (size_t)(kBR + 4 * BC) * kLD * sizeof(bf16) + kSmemAlign<kWg>;
 };
 
-template <int HS, int WARPS, int MT, int BC, int kMode>
+/* kWg: the products by wgmma, each warpgroup (4 warps, MT = 1) 64 query rows
+ * and 64 keys a block; the same sums in the same order as mma.sync's, so
+ * the same bits (flash_attention_gpu_test). */
+template <int HS, int WARPS, int MT, int BC, int kMode, bool kWg>
 __global__ void __launch_bounds__(WARPS * 32)
     flash_fwd_kernel(float *__restrict__ out, bf16 *__restrict__ out_bf16,
                      float *__restrict__ lse, const bf16 *__restrict__ q,
                      const bf16 *__restrict__ k, const bf16 *__restrict__ v, int T, int NH,
                      int NKV, float scale_log2, Rounding rp, unsigned int *out_amax) {
-  typedef FwdCfg<HS, WARPS, MT, BC> C;
+  typedef FwdCfg<HS, WARPS, MT, BC, kWg> C;
   constexpr int NT = C::kThreads, BR = C::kBR, LD = C::kLD, KS = HS / 16;
-  extern __shared__ __align__(16) unsigned char smem[];
-  bf16 *sQ = (bf16 *)smem, *sK = sQ + BR * LD, *sV = sK + 2 * BC * LD;
+  static_assert(!kWg || (HS == 64 && MT == 1 && BC == 64 && WARPS % 4 == 0), "wgmma tiles");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16 *sQ = (bf16 *)smem_base<kWg>(smem_raw), *sK = sQ + BR * LD, *sV = sK + 2 * BC * LD;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const QueryBlock<HS, BR> cta(T, NH, NKV);
@@ -521,10 +603,14 @@ __global__ void __launch_bounds__(WARPS * 32)
   const bf16 *qg = cta.q_head(q, T), *kg = cta.kv_head(k, T), *vg = cta.kv_head(v, T);
   const int nkb = (min(q0 + BR, T) + BC - 1) / BC;
   const int row0 = q0 + warp * MT * 16; /* first query row of this warp */
+  /* wgmma: the key blocks this warpgroup's 64 rows see (a block wholly past
+   * them is skipped; mma.sync warps compute it fully masked, adding zeros) */
+  const int rows_wg = q0 + (warp & ~3) * 16;
+  const int nkb_wg = !kWg ? nkb : rows_wg < T ? min(rows_wg + 63, T - 1) / BC + 1 : 0;
 
-  load_tile<BR, HS, NT>(sQ, qg, ldq, q0, T, tid);
-  load_tile<BC, HS, NT>(sK, kg, ldkv, 0, T, tid);
-  load_tile<BC, HS, NT>(sV, vg, ldkv, 0, T, tid);
+  load_tile<BR, HS, NT, kWg>(sQ, qg, ldq, q0, T, tid);
+  load_tile<BC, HS, NT, kWg>(sK, kg, ldkv, 0, T, tid);
+  load_tile<BC, HS, NT, kWg>(sV, vg, ldkv, 0, T, tid);
   cp_async_commit();
 
   uint32_t qf[MT][KS][4];
@@ -542,8 +628,12 @@ __global__ void __launch_bounds__(WARPS * 32)
 
   for (int kb = 0; kb < nkb; kb++) {
     const int st = kb & 1;
-    next_kv_block<BC, HS, NT>(sK, sV, kg, vg, ldkv, kb, nkb, T, tid);
-    if (kb == 0) {
+    next_kv_block<BC, HS, NT, kWg>(sK, sV, kg, vg, ldkv, kb, nkb, T, tid);
+    if (kb >= nkb_wg) { /* wgmma: past this warpgroup's rows */
+      __syncthreads();
+      continue;
+    }
+    if (!kWg && kb == 0) {
 #pragma unroll
       for (int mt = 0; mt < MT; mt++) load_a_frags<LD>(qf[mt], sQ, warp * MT * 16 + mt * 16, lane);
     }
@@ -551,16 +641,22 @@ __global__ void __launch_bounds__(WARPS * 32)
 
     /* S = Q K^T (raw dot products) */
     float s[MT][BC / 8][4];
+    if constexpr (kWg) {
+      wgmma_fence();
+      wg_abt(s[0], smem_addr(sQ + (warp & ~3) * 16 * LD), smem_addr(cK));
+      wg_finish(s[0]);
+    } else {
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) zero(s[mt]);
+      for (int mt = 0; mt < MT; mt++) zero(s[mt]);
 #pragma unroll
-    for (int kk = 0; kk < KS; kk++) {
-      uint32_t a[MT][4];
+      for (int kk = 0; kk < KS; kk++) {
+        uint32_t a[MT][4];
 #pragma unroll
-      for (int mt = 0; mt < MT; mt++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) a[mt][e] = qf[mt][kk][e];
-      mma_k_step<MT, false, LD>(s, a, cK, kk * 16, lane);
+          for (int e = 0; e < 4; e++) a[mt][e] = qf[mt][kk][e];
+        mma_k_step<MT, false, LD>(s, a, cK, kk * 16, lane);
+      }
     }
 
     /* causal mask where this key block reaches past the warp's first row */
@@ -611,7 +707,15 @@ __global__ void __launch_bounds__(WARPS * 32)
 
     /* O += P V */
     const QueryRowWords pw = {rp.seed, head_index(rp, b, NH, h, T), T, row0, kb * BC, lane};
-    mma_pb<kMode, MT, LD>(o, s, cV, rp, pw, lane);
+    if constexpr (kWg) {
+      uint32_t pf[4][4];
+      p_frags<kMode>(pf, s[0], rp, pw);
+      wgmma_fence();
+      wg_pb(o[0], pf, smem_addr(cV));
+      wg_finish(o[0]);
+    } else {
+      mma_pb<kMode, MT, LD>(o, s, cV, rp, pw, lane);
+    }
     __syncthreads();
   }
 
@@ -689,11 +793,11 @@ __global__ void flash_bwd_prep_kernel(float *__restrict__ lse2, float *__restric
   }
 }
 
-template <int HS, int WARPS, int BR>
+template <int HS, int WARPS, int BR, bool kWg>
 struct DkdvCfg {
-  static constexpr int kThreads = WARPS * 32, kBC = WARPS * 16, kLD = HS + 8;
-  static constexpr size_t kSmem =
-      (size_t)(2 * kBC + 4 * BR) * kLD * sizeof(bf16) + 4 * BR * sizeof(float);
+  static constexpr int kThreads = WARPS * 32, kBC = WARPS * 16, kLD = tile_ld<HS, kWg>();
+  static constexpr size_t kSmem = (size_t)(2 * kBC + 4 * BR) * kLD * sizeof(bf16) +
+                                  4 * BR * sizeof(float) + kSmemAlign<kWg>;
 };
 
 /* dK, dV for 16 * WARPS keys of one kv head.  kKVRegs: K and V fragments
@@ -701,8 +805,10 @@ struct DkdvCfg {
  * kHeadRound (bf16 activations, a group of several heads): each head's dK
  * and dV rounded to bf16 (rne) when its last query block is in, then added
  * in float32 to the group's sums in head order, as autograd sums the bf16
- * gradients of K and V repeated over the group. */
-template <int HS, int WARPS, int BR, bool kKVRegs, int kMode, bool kHeadRound>
+ * gradients of K and V repeated over the group.  kWg: the products by wgmma
+ * (one warpgroup, hs 64, 64 queries a step), the same sums in the same
+ * order. */
+template <int HS, int WARPS, int BR, bool kKVRegs, int kMode, bool kHeadRound, bool kWg>
 __global__ void __launch_bounds__(WARPS * 32)
     flash_bwd_dkdv_kernel(float *__restrict__ dk, float *__restrict__ dv,
                           bf16 *__restrict__ dk16, bf16 *__restrict__ dv16,
@@ -711,10 +817,12 @@ __global__ void __launch_bounds__(WARPS * 32)
                           const float *__restrict__ lse2, const float *__restrict__ Dd, int T,
                           int Tp, int NH, int NKV, float scale_log2, float scale, Rounding rp,
                           Rounding rds, unsigned int *dv_amax) {
-  typedef DkdvCfg<HS, WARPS, BR> C;
+  typedef DkdvCfg<HS, WARPS, BR, kWg> C;
   constexpr int NT = C::kThreads, BC = C::kBC, LD = C::kLD, KS = HS / 16;
-  extern __shared__ __align__(16) unsigned char smem[];
-  bf16 *sK = (bf16 *)smem, *sV = sK + BC * LD, *sQ = sV + BC * LD, *sdO = sQ + 2 * BR * LD;
+  static_assert(!kWg || (HS == 64 && WARPS == 4 && BR == 64 && !kKVRegs), "wgmma tiles");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16 *sK = (bf16 *)smem_base<kWg>(smem_raw), *sV = sK + BC * LD, *sQ = sV + BC * LD,
+       *sdO = sQ + 2 * BR * LD;
   float *sL = (float *)(sdO + 2 * BR * LD), *sD = sL + 2 * BR;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
@@ -729,15 +837,15 @@ __global__ void __launch_bounds__(WARPS * 32)
 
   auto load_q = [&](int it, int st) {
     const int h = kvh * group + it / nq, q0 = (qb0 + it % nq) * BR;
-    load_tile<BR, HS, NT>(sQ + st * BR * LD, qg + (size_t)h * HS, ldq, q0, T, tid);
-    load_tile<BR, HS, NT>(sdO + st * BR * LD, dog + (size_t)h * HS, ldq, q0, T, tid);
+    load_tile<BR, HS, NT, kWg>(sQ + st * BR * LD, qg + (size_t)h * HS, ldq, q0, T, tid);
+    load_tile<BR, HS, NT, kWg>(sdO + st * BR * LD, dog + (size_t)h * HS, ldq, q0, T, tid);
     const size_t ro = ((size_t)b * NH + h) * Tp + q0;
     load_vec<BR>(sL + st * BR, lse2 + ro, tid);
     load_vec<BR>(sD + st * BR, Dd + ro, tid);
   };
 
-  load_tile<BC, HS, NT>(sK, kg, ldkv, k0, T, tid);
-  load_tile<BC, HS, NT>(sV, vg, ldkv, k0, T, tid);
+  load_tile<BC, HS, NT, kWg>(sK, kg, ldkv, k0, T, tid);
+  load_tile<BC, HS, NT, kWg>(sV, vg, ldkv, k0, T, tid);
   load_q(0, 0);
   cp_async_commit();
 
@@ -753,8 +861,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     const int st = it & 1;
     if (it + 1 < nit) load_q(it + 1, st ^ 1);
     cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();
+    copies_landed<kWg>();
     if constexpr (kKVRegs) {
       if (it == 0) {
         load_a_frags<LD>(kf, sK, warp * 16, lane);
@@ -765,9 +872,19 @@ __global__ void __launch_bounds__(WARPS * 32)
     const bf16 *cQ = sQ + st * BR * LD, *cdO = sdO + st * BR * LD;
     const float *cL = sL + st * BR, *cD = sD + st * BR;
 
-    /* S^T = K Q^T, 16 keys x BR queries per warp */
-    float sa[BR / 8][4];
-    mma_abt<KS, kKVRegs, LD>(sa, kf, sK, warp * 16, cQ, lane);
+    /* S^T = K Q^T, 16 keys x BR queries per warp (wgmma: and dP^T = V dO^T) */
+    float sa[BR / 8][4], dpa[BR / 8][4];
+    if constexpr (kWg) {
+      wgmma_fence();
+      wg_abt(sa, smem_addr(sK), smem_addr(cQ));
+      wg_abt(dpa, smem_addr(sV), smem_addr(cdO));
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_settle(flat(sa));
+      wgmma_settle(flat(dpa));
+    } else {
+      mma_abt<KS, kKVRegs, LD>(sa, kf, sK, warp * 16, cQ, lane);
+    }
 
     /* P^T = exp(S^T scale - lse[query]); zero where query < key */
     const bool diag = q0 < j0 + 15;
@@ -784,11 +901,14 @@ __global__ void __launch_bounds__(WARPS * 32)
 
     /* dV += P^T dO */
     const KeyRowWords pw = {rp.seed, head_index(rp, b, NH, h, T), T, j0, q0, lane};
-    mma_pb<kMode, 1, LD>(&dva, &sa, cdO, rp, pw, lane);
-
-    /* dP^T = V dO^T */
-    float dpa[BR / 8][4];
-    mma_abt<KS, kKVRegs, LD>(dpa, vf, sV, warp * 16, cdO, lane);
+    uint32_t pf[kWg ? 4 : 1][4];
+    if constexpr (kWg) {
+      p_frags<kMode>(pf, sa, rp, pw);
+    } else {
+      mma_pb<kMode, 1, LD>(&dva, &sa, cdO, rp, pw, lane);
+      /* dP^T = V dO^T */
+      mma_abt<KS, kKVRegs, LD>(dpa, vf, sV, warp * 16, cdO, lane);
+    }
 
     /* dS^T = P^T (dP^T - D[query]) scale */
 #pragma unroll
@@ -801,7 +921,19 @@ __global__ void __launch_bounds__(WARPS * 32)
 
     /* dK += dS^T Q */
     const KeyRowWords dsw = {rds.seed, head_index(rds, b, NH, h, T), T, j0, q0, lane};
-    mma_pb<kMode, 1, LD>(&dka, &dpa, cQ, rds, dsw, lane);
+    if constexpr (kWg) {
+      uint32_t dsf[4][4];
+      p_frags<kMode>(dsf, dpa, rds, dsw);
+      wgmma_fence();
+      wg_pb(dva, pf, smem_addr(cdO));
+      wg_pb(dka, dsf, smem_addr(cQ));
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_settle(flat(dva));
+      wgmma_settle(flat(dka));
+    } else {
+      mma_pb<kMode, 1, LD>(&dka, &dpa, cQ, rds, dsw, lane);
+    }
     if constexpr (kHeadRound) {
       if (it % nq == nq - 1) { /* head h is complete */
 #pragma unroll
@@ -841,15 +973,18 @@ __global__ void __launch_bounds__(WARPS * 32)
   if (dv_amax) block_amax_fold<NT>(m, dv_amax);
 }
 
-template <int HS, int WARPS, int BC>
+template <int HS, int WARPS, int BC, bool kWg>
 struct DqCfg {
-  static constexpr int kThreads = WARPS * 32, kBR = WARPS * 16, kLD = HS + 8;
-  static constexpr size_t kSmem = (size_t)(2 * kBR + 4 * BC) * kLD * sizeof(bf16);
+  static constexpr int kThreads = WARPS * 32, kBR = WARPS * 16, kLD = tile_ld<HS, kWg>();
+  static constexpr size_t kSmem =
+      (size_t)(2 * kBR + 4 * BC) * kLD * sizeof(bf16) + kSmemAlign<kWg>;
 };
 
 /* dQ for 16 * WARPS query rows of one head.  kQRegs: Q and dO fragments stay
- * in registers (hs <= 64), else they are re-read from shared memory. */
-template <int HS, int WARPS, int BC, bool kQRegs, int kMode>
+ * in registers (hs <= 64), else they are re-read from shared memory.  kWg:
+ * the products by wgmma (one warpgroup, hs 64, 64 keys a step), the same
+ * sums in the same order. */
+template <int HS, int WARPS, int BC, bool kQRegs, int kMode, bool kWg>
 __global__ void __launch_bounds__(WARPS * 32)
     flash_bwd_dq_kernel(float *__restrict__ dq, bf16 *__restrict__ dq16,
                         const bf16 *__restrict__ q,
@@ -857,10 +992,12 @@ __global__ void __launch_bounds__(WARPS * 32)
                         const bf16 *__restrict__ dout, const float *__restrict__ lse2,
                         const float *__restrict__ Dd, int T, int Tp, int NH, int NKV,
                         float scale_log2, float scale, Rounding rds) {
-  typedef DqCfg<HS, WARPS, BC> C;
+  typedef DqCfg<HS, WARPS, BC, kWg> C;
   constexpr int NT = C::kThreads, BR = C::kBR, LD = C::kLD, KS = HS / 16;
-  extern __shared__ __align__(16) unsigned char smem[];
-  bf16 *sQ = (bf16 *)smem, *sdO = sQ + BR * LD, *sK = sdO + BR * LD, *sV = sK + 2 * BC * LD;
+  static_assert(!kWg || (HS == 64 && WARPS == 4 && BC == 64 && !kQRegs), "wgmma tiles");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16 *sQ = (bf16 *)smem_base<kWg>(smem_raw), *sdO = sQ + BR * LD, *sK = sdO + BR * LD,
+       *sV = sK + 2 * BC * LD;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const QueryBlock<HS, BR> cta(T, NH, NKV);
@@ -879,10 +1016,10 @@ __global__ void __launch_bounds__(WARPS * 32)
     D[hf] = Dd[ri];
   }
 
-  load_tile<BR, HS, NT>(sQ, qg, ldq, q0, T, tid);
-  load_tile<BR, HS, NT>(sdO, dog, ldq, q0, T, tid);
-  load_tile<BC, HS, NT>(sK, kg, ldkv, 0, T, tid);
-  load_tile<BC, HS, NT>(sV, vg, ldkv, 0, T, tid);
+  load_tile<BR, HS, NT, kWg>(sQ, qg, ldq, q0, T, tid);
+  load_tile<BR, HS, NT, kWg>(sdO, dog, ldq, q0, T, tid);
+  load_tile<BC, HS, NT, kWg>(sK, kg, ldkv, 0, T, tid);
+  load_tile<BC, HS, NT, kWg>(sV, vg, ldkv, 0, T, tid);
   cp_async_commit();
 
   uint32_t qf[kQRegs ? KS : 1][4], df[kQRegs ? KS : 1][4];
@@ -891,7 +1028,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 
   for (int kb = 0; kb < nkb; kb++) {
     const int st = kb & 1;
-    next_kv_block<BC, HS, NT>(sK, sV, kg, vg, ldkv, kb, nkb, T, tid);
+    next_kv_block<BC, HS, NT, kWg>(sK, sV, kg, vg, ldkv, kb, nkb, T, tid);
     if constexpr (kQRegs) {
       if (kb == 0) {
         load_a_frags<LD>(qf, sQ, warp * 16, lane);
@@ -902,17 +1039,27 @@ __global__ void __launch_bounds__(WARPS * 32)
 
     /* S = Q K^T and dP = dO V^T */
     float sa[BC / 8][4], dpa[BC / 8][4];
-    zero(sa);
-    zero(dpa);
+    if constexpr (kWg) {
+      wgmma_fence();
+      wg_abt(sa, smem_addr(sQ), smem_addr(cK));
+      wg_abt(dpa, smem_addr(sdO), smem_addr(cV));
+      wgmma_commit();
+      wgmma_wait<0>();
+      wgmma_settle(flat(sa));
+      wgmma_settle(flat(dpa));
+    } else {
+      zero(sa);
+      zero(dpa);
 #pragma unroll
-    for (int kk = 0; kk < KS; kk++) {
-      uint32_t a[4], c[4];
-      a_frag<kQRegs, LD>(a, qf, sQ, warp * 16, kk, lane);
-      a_frag<kQRegs, LD>(c, df, sdO, warp * 16, kk, lane);
+      for (int kk = 0; kk < KS; kk++) {
+        uint32_t a[4], c[4];
+        a_frag<kQRegs, LD>(a, qf, sQ, warp * 16, kk, lane);
+        a_frag<kQRegs, LD>(c, df, sdO, warp * 16, kk, lane);
 #pragma unroll
-      for (int np = 0; np < BC / 16; np++) {
-        mma_16x16<1, false, LD>(&sa, &a, cK, kk * 16, np, lane);
-        mma_16x16<1, false, LD>(&dpa, &c, cV, kk * 16, np, lane);
+        for (int np = 0; np < BC / 16; np++) {
+          mma_16x16<1, false, LD>(&sa, &a, cK, kk * 16, np, lane);
+          mma_16x16<1, false, LD>(&dpa, &c, cV, kk * 16, np, lane);
+        }
       }
     }
 
@@ -929,7 +1076,15 @@ __global__ void __launch_bounds__(WARPS * 32)
 
     /* dQ += dS K */
     const QueryRowWords dsw = {rds.seed, head_index(rds, b, NH, h, T), T, row0, kb * BC, lane};
-    mma_pb<kMode, 1, LD>(&dqa, &dpa, cK, rds, dsw, lane);
+    if constexpr (kWg) {
+      uint32_t dsf[4][4];
+      p_frags<kMode>(dsf, dpa, rds, dsw);
+      wgmma_fence();
+      wg_pb(dqa, dsf, smem_addr(cK));
+      wg_finish(dqa);
+    } else {
+      mma_pb<kMode, 1, LD>(&dqa, &dpa, cK, rds, dsw, lane);
+    }
     __syncthreads();
   }
 
@@ -949,27 +1104,45 @@ __global__ void __launch_bounds__(WARPS * 32)
 /* -------------------------------------------------------------- launchers */
 
 /* Tile shapes per head size: forward (warps, m16 tiles per warp, keys per
- * block), backward (warps; queries per dK/dV step; keys per dQ step). */
+ * block), backward (warps; queries per dK/dV step; keys per dQ step).
+ * kWgmma: kernels by wgmma exist (hs 64: two warpgroups of 64 query rows in
+ * the forward, one of 64 rows in dK/dV and dQ; the same block shapes, so
+ * the same sums). */
 template <int HS>
 struct Tiles;
 template <>
 struct Tiles<32> {
   static constexpr int kFwdWarps = 4, kFwdMT = 2, kFwdBC = 64;
   static constexpr int kBwdWarps = 4, kDkdvBR = 64, kDqBC = 64;
-  static constexpr bool kRegs = true;
+  static constexpr bool kRegs = true, kWgmma = false;
 };
 template <>
 struct Tiles<64> {
   static constexpr int kFwdWarps = 4, kFwdMT = 2, kFwdBC = 64;
   static constexpr int kBwdWarps = 4, kDkdvBR = 64, kDqBC = 64;
-  static constexpr bool kRegs = true;
+  static constexpr bool kRegs = true, kWgmma = true;
 };
 template <>
 struct Tiles<128> {
   static constexpr int kFwdWarps = 4, kFwdMT = 1, kFwdBC = 64;
   static constexpr int kBwdWarps = 4, kDkdvBR = 64, kDqBC = 64;
-  static constexpr bool kRegs = false;
+  static constexpr bool kRegs = false, kWgmma = false;
 };
+
+/* flash_attention_use_wgmma's switch. */
+int g_wgmma_allowed = 1;
+
+/* Whether the wgmma kernels run here: allowed, and the current device of
+ * compute capability 9.0 exactly, whose code is this file's sm_90a build
+ * (other GPUs compile the compute_90 PTX, where wgmma.cuh traps). */
+bool wgmma_here() {
+  int dev, major = 0, minor = 0;
+  if (!g_wgmma_allowed || cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+}
 
 template <typename K>
 cudaError_t prepare(K kernel, size_t smem) {
@@ -982,14 +1155,57 @@ cudaError_t forward(float *out, bf16 *out_bf16, float *lse, const bf16 *q, const
                     const bf16 *v, int B, int T, int NH, int NKV, Rounding rp,
                     unsigned int *out_amax, cudaStream_t s) {
   typedef Tiles<HS> X;
-  typedef FwdCfg<HS, X::kFwdWarps, X::kFwdMT, X::kFwdBC> C;
-  auto kernel = flash_fwd_kernel<HS, X::kFwdWarps, X::kFwdMT, X::kFwdBC, kMode>;
-  cudaError_t e = prepare(kernel, C::kSmem);
-  if (e != cudaSuccess) return e;
   const float scale_log2 = (float)(kLog2e / sqrt((double)HS));
+  cudaError_t e;
+  if constexpr (X::kWgmma) {
+    if (wgmma_here()) { /* the same 128 query rows a CTA, as 8 warps of 16 */
+      typedef FwdCfg<HS, 2 * X::kFwdWarps, 1, X::kFwdBC, true> C;
+      static_assert(C::kBR == X::kFwdWarps * X::kFwdMT * 16, "same rows a CTA");
+      auto kernel = flash_fwd_kernel<HS, 2 * X::kFwdWarps, 1, X::kFwdBC, kMode, true>;
+      if ((e = prepare(kernel, C::kSmem)) != cudaSuccess) return e;
+      dim3 grid(B * NH, (T + C::kBR - 1) / C::kBR);
+      kernel<<<grid, C::kThreads, C::kSmem, s>>>(out, out_bf16, lse, q, k, v, T, NH, NKV,
+                                                 scale_log2, rp, out_amax);
+      return cudaGetLastError();
+    }
+  }
+  typedef FwdCfg<HS, X::kFwdWarps, X::kFwdMT, X::kFwdBC, false> C;
+  auto kernel = flash_fwd_kernel<HS, X::kFwdWarps, X::kFwdMT, X::kFwdBC, kMode, false>;
+  if ((e = prepare(kernel, C::kSmem)) != cudaSuccess) return e;
   dim3 grid(B * NH, (T + C::kBR - 1) / C::kBR);
   kernel<<<grid, C::kThreads, C::kSmem, s>>>(out, out_bf16, lse, q, k, v, T, NH, NKV,
                                              scale_log2, rp, out_amax);
+  return cudaGetLastError();
+}
+
+/* The dK/dV and dQ kernels, by mma.sync or (kWg) by wgmma. */
+template <int HS, int kMode, bool kWg>
+cudaError_t backward_kernels(float *dq, float *dk, float *dv, const bf16 *dout, const bf16 *q,
+                             const bf16 *k, const bf16 *v, const float *lse2, const float *Dd,
+                             int B, int T, int Tp, int NH, int NKV, Rounding rp, Rounding rds,
+                             unsigned int *dv_amax, bool head_round, bf16 *const *grads16,
+                             cudaStream_t s) {
+  typedef Tiles<HS> X;
+  constexpr bool kRegs = X::kRegs && !kWg;
+  const float scale = (float)(1.0 / sqrt((double)HS)), scale_log2 = scale * kLog2e;
+  cudaError_t e;
+  typedef DkdvCfg<HS, X::kBwdWarps, X::kDkdvBR, kWg> C2;
+  auto k2 = flash_bwd_dkdv_kernel<HS, X::kBwdWarps, X::kDkdvBR, kRegs, kMode, false, kWg>;
+  if constexpr (kMode == kBf16) /* bf16 activations' P and dS; head_round implies NKV < NH */
+    if (head_round)
+      k2 = flash_bwd_dkdv_kernel<HS, X::kBwdWarps, X::kDkdvBR, kRegs, kMode, true, kWg>;
+  if ((e = prepare(k2, C2::kSmem)) != cudaSuccess) return e;
+  dim3 g2(B * NKV, (T + C2::kBC - 1) / C2::kBC);
+  k2<<<g2, C2::kThreads, C2::kSmem, s>>>(dk, dv, grads16[1], grads16[2], q, k, v, dout, lse2, Dd,
+                                         T, Tp, NH, NKV, scale_log2, scale, rp, rds, dv_amax);
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+
+  typedef DqCfg<HS, X::kBwdWarps, X::kDqBC, kWg> C3;
+  auto k3 = flash_bwd_dq_kernel<HS, X::kBwdWarps, X::kDqBC, kRegs, kMode, kWg>;
+  if ((e = prepare(k3, C3::kSmem)) != cudaSuccess) return e;
+  dim3 g3(B * NH, (T + C3::kBR - 1) / C3::kBR);
+  k3<<<g3, C3::kThreads, C3::kSmem, s>>>(dq, grads16[0], q, k, v, dout, lse2, Dd, T, Tp, NH,
+                                         NKV, scale_log2, scale, rds);
   return cudaGetLastError();
 }
 
@@ -1004,7 +1220,6 @@ cudaError_t backward(float *dq, float *dk, float *dv, const bf16 *dout, const fl
   typedef Tiles<HS> X;
   const int Tp = (int)padded_T(T);
   float *lse2 = (float *)scratch, *Dd = lse2 + (size_t)B * NH * Tp;
-  const float scale = (float)(1.0 / sqrt((double)HS)), scale_log2 = scale * kLog2e;
 
   const size_t threads = (size_t)B * Tp * NH * (HS / 8);
   const unsigned prep_blocks = (unsigned)((threads + 255) / 256);
@@ -1017,24 +1232,13 @@ cudaError_t backward(float *dq, float *dk, float *dv, const bf16 *dout, const fl
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
 
-  typedef DkdvCfg<HS, X::kBwdWarps, X::kDkdvBR> C2;
-  auto k2 = flash_bwd_dkdv_kernel<HS, X::kBwdWarps, X::kDkdvBR, X::kRegs, kMode, false>;
-  if constexpr (kMode == kBf16) /* bf16 activations' P and dS; head_round implies NKV < NH */
-    if (head_round)
-      k2 = flash_bwd_dkdv_kernel<HS, X::kBwdWarps, X::kDkdvBR, X::kRegs, kMode, true>;
-  if ((e = prepare(k2, C2::kSmem)) != cudaSuccess) return e;
-  dim3 g2(B * NKV, (T + C2::kBC - 1) / C2::kBC);
-  k2<<<g2, C2::kThreads, C2::kSmem, s>>>(dk, dv, grads16[1], grads16[2], q, k, v, dout, lse2, Dd,
-                                         T, Tp, NH, NKV, scale_log2, scale, rp, rds, dv_amax);
-  if ((e = cudaGetLastError()) != cudaSuccess) return e;
-
-  typedef DqCfg<HS, X::kBwdWarps, X::kDqBC> C3;
-  auto k3 = flash_bwd_dq_kernel<HS, X::kBwdWarps, X::kDqBC, X::kRegs, kMode>;
-  if ((e = prepare(k3, C3::kSmem)) != cudaSuccess) return e;
-  dim3 g3(B * NH, (T + C3::kBR - 1) / C3::kBR);
-  k3<<<g3, C3::kThreads, C3::kSmem, s>>>(dq, grads16[0], q, k, v, dout, lse2, Dd, T, Tp, NH,
-                                         NKV, scale_log2, scale, rds);
-  return cudaGetLastError();
+  if constexpr (X::kWgmma) {
+    if (wgmma_here())
+      return backward_kernels<HS, kMode, true>(dq, dk, dv, dout, q, k, v, lse2, Dd, B, T, Tp, NH,
+                                               NKV, rp, rds, dv_amax, head_round, grads16, s);
+  }
+  return backward_kernels<HS, kMode, false>(dq, dk, dv, dout, q, k, v, lse2, Dd, B, T, Tp, NH,
+                                            NKV, rp, rds, dv_amax, head_round, grads16, s);
 }
 
 const flash_rounding kPlainBf16 = {7, {}};
@@ -1151,6 +1355,16 @@ extern "C" cudaError_t flash_attention_backward(float *dq, float *dk, float *dv,
 }
 
 /* ------------------------------------------------------ test support */
+
+extern "C" int flash_attention_use_wgmma(int allow) {
+  const int was = g_wgmma_allowed;
+  g_wgmma_allowed = allow != 0;
+  return was;
+}
+
+extern "C" int flash_attention_wgmma_active(int hs) {
+  return (hs == 64 && wgmma_here()) ? 1 : 0;
+}
 
 extern "C" float flash_attention_round(float x, const flash_rounding *r, uint32_t random) {
   const Rounding rd = rounding_of(*r);

@@ -114,6 +114,18 @@ cudaError_t flash_attention_backward(float *dq, float *dk, float *dv, const __nv
                                      unsigned int *dv_amax, const flash_act_bf16 *act,
                                      cudaStream_t s);
 
+/* Which kernels run.  On a GPU of compute capability 9.0 (H100, H200) the
+ * products of hs 64 run on Hopper's warpgroup MMA (wgmma, asynchronous, from
+ * shared memory); elsewhere, and for hs 32 and 128, on mma.sync.  Both
+ * compute every sum in the same order, so they give the same bits (checked
+ * by flash_attention_gpu_test).  flash_attention_use_wgmma(0) keeps to
+ * mma.sync everywhere (1: the default choice again) and returns the previous
+ * setting; not thread-safe, for tests and benchmarks.
+ * flash_attention_wgmma_active(hs): whether calls of this head size would
+ * run on wgmma now. */
+int flash_attention_use_wgmma(int allow);
+int flash_attention_wgmma_active(int hs);
+
 /* For tests, on the host. */
 /* x as the kernels round it (r as above; random: the sr word; rne as the
  * kernels do it, which differs from lib/round_core.h for NaN inputs only). */

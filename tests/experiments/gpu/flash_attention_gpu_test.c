@@ -34,8 +34,11 @@
  * grouped-query heads (NKV = NH, NH/2, 1); T not a multiple of any block.
  * Each compared shape prints a fingerprint of its GPU results ("bits"), so
  * that the logs of two builds show whether they agree bit for bit.
+ * On an H100 or H200 the hs-64 calls run on wgmma: wgmma_matches_mma_sync
+ * holds them to the mma.sync kernels bit for bit (every output, every mode).
  * Prints the forward and backward speed of the 120m shape (not asserted),
- * unquantized and with E8M3 P and dS by rne, rz and sr, in one run.
+ * unquantized and with E8M3 P and dS by rne, rz and sr, in one run, and
+ * unquantized on mma.sync where wgmma ran.
  * Needs a GPU (tag "gpu"). */
 #include <check.h>
 #include <cuda_runtime_api.h>
@@ -825,6 +828,99 @@ START_TEST(out_bf16_matches_float) {
 }
 END_TEST
 
+/* bf16 activations' calls on `in`: forward_bf16 (O in bf16, lse), then the
+ * backward reading that O and writing dQ, dK, dV in bf16, each head's dK and
+ * dV rounded where NKV < NH (plain bf16 P and dS).  Bits into o16 (nq),
+ * lse (nl), g16 (nq + 2 nkv). */
+static void run_gpu_bf16(shape s, const inputs *in, uint16_t *o16, float *lse_h, uint16_t *g16) {
+  const size_t nq = in->nq, nkv = in->nkv, nl = (size_t)s.B * s.NH * s.T;
+  const __nv_bfloat16 *q = dev_from(in->q16, nq * 2), *k = dev_from(in->k16, nkv * 2),
+                      *v = dev_from(in->v16, nkv * 2), *dout = dev_from(in->do16, nq * 2);
+  __nv_bfloat16 *ob = dev_alloc(nq * 2), *g[3] = {dev_alloc(nq * 2), dev_alloc(nkv * 2),
+                                                  dev_alloc(nkv * 2)};
+  float *lse = dev_alloc(nl * 4);
+  void *scratch = dev_alloc(flash_attention_scratch_bytes(s.B, s.T, s.NH, s.NKV, s.hs));
+  CU(cudaMemset(ob, 0xFF, nq * 2));
+  for (int t = 0; t < 3; t++) CU(cudaMemset(g[t], 0xFF, (t ? nkv : nq) * 2));
+  CU(flash_attention_forward_bf16(ob, lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs, NULL, 0));
+  const flash_act_bf16 act = {s.NKV < s.NH, ob, {g[0], g[1], g[2]}};
+  CU(flash_attention_backward(NULL, NULL, NULL, dout, NULL, lse, q, k, v, s.B, s.T, s.NH, s.NKV,
+                              s.hs, NULL, NULL, scratch, NULL, &act, 0));
+  to_host(o16, ob, nq * 2);
+  to_host(lse_h, lse, nl * 4);
+  to_host(g16, g[0], nq * 2);
+  to_host(g16 + nq, g[1], nkv * 2);
+  to_host(g16 + nq + nkv, g[2], nkv * 2);
+  for (int t = 0; t < 3; t++) CU(cudaFree(g[t]));
+  CU(cudaFree((void *)q)); CU(cudaFree((void *)k)); CU(cudaFree((void *)v));
+  CU(cudaFree((void *)dout)); CU(cudaFree(ob)); CU(cudaFree(lse)); CU(cudaFree(scratch));
+}
+
+/* On a GPU where the hs-64 kernels run on wgmma: the same calls with
+ * flash_attention_use_wgmma(0) (mma.sync) give the same bits, every output
+ * (out, lse, dq, dk, dv, the folded amaxes; the bf16 activations' O and
+ * gradients), unquantized and with E8M3 P and dS by rne, rz and sr, over
+ * multi-head, grouped-query and single-key-head shapes, T not a multiple of
+ * any block, and the 120m shape.  Elsewhere it says so and checks that
+ * flash_attention_use_wgmma(0) turns wgmma off. */
+START_TEST(wgmma_matches_mma_sync) {
+  flash_attention_use_wgmma(0);
+  ck_assert_int_eq(flash_attention_wgmma_active(64), 0);
+  flash_attention_use_wgmma(1);
+  if (!flash_attention_wgmma_active(64)) {
+    printf("wgmma_matches_mma_sync: this GPU runs mma.sync only (compute capability not 9.0)\n");
+    return;
+  }
+  ck_assert_int_eq(flash_attention_wgmma_active(32), 0);
+  ck_assert_int_eq(flash_attention_wgmma_active(128), 0);
+  const shape shapes[] = {{2, 1000, 4, 2, 64}, {1, 77, 3, 1, 64}, {3, 300, 2, 2, 64},
+                          {2, 129, 8, 8, 64}, {4, 1024, 12, 12, 64}};
+  const exmy_rounding modes[] = {EXMY_RNE, EXMY_RNE, EXMY_RZ, EXMY_SR};
+  long cases = 0;
+  for (int c = 0; c < 5; c++) {
+    const shape s = shapes[c];
+    inputs in = make_inputs(s, 40 + c, 0);
+    const size_t nq = in.nq, nkv = in.nkv, nl = (size_t)s.B * s.NH * s.T;
+    for (int m = 0; m < 4; m++) {
+      if (modes[m] == EXMY_SR && s.T % 4) continue;
+      const roundings rd = roundings_of(modes[m], m == 0 ? 7 : 3, 70 + m);
+      results r[2] = {alloc_results(s), alloc_results(s)};
+      for (int w = 0; w < 2; w++) {
+        flash_attention_use_wgmma(w);
+        run_gpu(s, &in, &rd, &r[w], true); /* the amaxes against each run's outputs */
+      }
+      flash_attention_use_wgmma(1);
+      const int same = !memcmp(r[0].out, r[1].out, nq * 4) && !memcmp(r[0].lse, r[1].lse, nl * 4) &&
+                       !memcmp(r[0].dq, r[1].dq, nq * 4) && !memcmp(r[0].dk, r[1].dk, nkv * 4) &&
+                       !memcmp(r[0].dv, r[1].dv, nkv * 4);
+      printf("wgmma vs mma.sync B %d T %d NH %d NKV %d, P and dS E8M%d %s: %s\n", s.B, s.T, s.NH,
+             s.NKV, m == 0 ? 7 : 3, mode_name(modes[m]), same ? "bit-identical" : "DIFFER");
+      ck_assert_msg(same, "wgmma and mma.sync differ: B %d T %d NH %d NKV %d mode %d", s.B, s.T,
+                    s.NH, s.NKV, m);
+      free_results(&r[0]), free_results(&r[1]);
+      cases++;
+    }
+    uint16_t *o16[2], *g16[2];
+    float *lse[2];
+    for (int w = 0; w < 2; w++) {
+      o16[w] = malloc(nq * 2), g16[w] = malloc((nq + 2 * nkv) * 2), lse[w] = malloc(nl * 4);
+      flash_attention_use_wgmma(w);
+      run_gpu_bf16(s, &in, o16[w], lse[w], g16[w]);
+    }
+    flash_attention_use_wgmma(1);
+    const int same = !memcmp(o16[0], o16[1], nq * 2) && !memcmp(lse[0], lse[1], nl * 4) &&
+                     !memcmp(g16[0], g16[1], (nq + 2 * nkv) * 2);
+    printf("wgmma vs mma.sync B %d T %d NH %d NKV %d, bf16 activations%s: %s\n", s.B, s.T, s.NH,
+           s.NKV, s.NKV < s.NH ? " (heads' dK, dV rounded)" : "", same ? "bit-identical" : "DIFFER");
+    ck_assert_msg(same, "bf16 activations: wgmma and mma.sync differ");
+    for (int w = 0; w < 2; w++) free(o16[w]), free(g16[w]), free(lse[w]);
+    cases++;
+    free_inputs(&in);
+  }
+  printf("wgmma_matches_mma_sync: %ld cases bit-identical\n", cases);
+}
+END_TEST
+
 /* The lanes' sharing of Philox blocks, replayed for both tile layouts. */
 START_TEST(sr_layout_matches_stream) {
   const int Ts[] = {4, 12, 64, 100, 256, 1000};
@@ -858,7 +954,10 @@ START_TEST(speed) {
   const roundings rd[4] = {roundings_of(EXMY_RNE, 7, 0), roundings_of(EXMY_RNE, 3, 0),
                            roundings_of(EXMY_RZ, 3, 0), roundings_of(EXMY_SR, 3, 61)};
   float ref_fwd = 0, ref_bwd = 0;
-  for (int m = 0; m < 4; m++) {
+  const int wgmma = flash_attention_wgmma_active(64);
+  for (int run = 0; run < (wgmma ? 5 : 4); run++) {
+    const int m = run < 4 ? run : 0;
+    flash_attention_use_wgmma(run < 4); /* the last run: mma.sync, unquantized */
     const flash_rounding *p = &rd[m].p, *ds = &rd[m].ds;
     for (int i = 0; i < 3; i++) {
       CU(flash_attention_forward(out, lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs, p, NULL, 0));
@@ -879,11 +978,13 @@ START_TEST(speed) {
     CU(cudaEventElapsedTime(&bwd_ms, e1, e2));
     fwd_ms /= reps, bwd_ms /= reps;
     if (m == 0) ref_fwd = fwd_ms, ref_bwd = bwd_ms;
-    printf("speed B %d T %d NH %d hs %d, P and dS %-18s: forward %.3f ms = %.0f TFLOP/s"
+    printf("speed B %d T %d NH %d hs %d, %s, P and dS %-18s: forward %.3f ms = %.0f TFLOP/s"
            " (%.2fx unquantized), backward %.3f ms = %.0f TFLOP/s (%.2fx unquantized)\n",
-           s.B, s.T, s.NH, s.hs, names[m], fwd_ms, flops / fwd_ms / 1e9, fwd_ms / ref_fwd,
-           bwd_ms, 2.5 * flops / bwd_ms / 1e9, bwd_ms / ref_bwd);
+           s.B, s.T, s.NH, s.hs, run < 4 && wgmma ? "wgmma" : "mma.sync", names[m], fwd_ms,
+           flops / fwd_ms / 1e9, fwd_ms / ref_fwd, bwd_ms, 2.5 * flops / bwd_ms / 1e9,
+           bwd_ms / ref_bwd);
   }
+  flash_attention_use_wgmma(1);
   printf("speed: backward TFLOP/s count 2.5x the forward's FLOPs; FlashAttention-2 on an H100"
          " reaches 200-350 forward\n");
   CU(cudaEventDestroy(e0)); CU(cudaEventDestroy(e1)); CU(cudaEventDestroy(e2));
@@ -912,6 +1013,7 @@ int main(void) {
   tcase_add_test(tc, matches_cpu);
   tcase_add_test(tc, gqa_head_rounding);
   tcase_add_test(tc, out_bf16_matches_float);
+  tcase_add_test(tc, wgmma_matches_mma_sync);
   tcase_add_test(tc, speed);
   suite_add_tcase(s, tc);
   return run_suite(s, false);

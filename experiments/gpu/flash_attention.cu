@@ -583,9 +583,12 @@ struct FwdCfg {
 
 /* kWg: the products by wgmma, each warpgroup (4 warps, MT = 1) 64 query rows
  * and 64 keys a block; the same sums in the same order as mma.sync's, so
- * the same bits (flash_attention_gpu_test). */
+ * the same bits (flash_attention_gpu_test).  Two CTAs an SM: at most 128
+ * registers a thread (left alone, sr's kernel took 149, one CTA an SM, and
+ * ran at 0.81 ms where it runs at 0.65 with 128 and a few spilled words; rne
+ * and rz also gained, 0.30 -> 0.26 and 0.31 -> 0.28, B 32, T 1024, 12 heads). */
 template <int HS, int WARPS, int MT, int BC, int kMode, bool kWg>
-__global__ void __launch_bounds__(WARPS * 32)
+__global__ void __launch_bounds__(WARPS * 32, kWg ? 2 : 1)
     flash_fwd_kernel(float *__restrict__ out, bf16 *__restrict__ out_bf16,
                      float *__restrict__ lse, const bf16 *__restrict__ q,
                      const bf16 *__restrict__ k, const bf16 *__restrict__ v, int T, int NH,

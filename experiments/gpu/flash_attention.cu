@@ -440,7 +440,8 @@ __device__ __forceinline__ void wg_abt(float (&c)[8][4], uint32_t a, uint32_t b)
 
 /* c += P B, P the 64 x 64 accumulator tiles as A fragments (4 k steps,
  * p_frag), B the tile at b read k-major (O += P V, dV += P^T dO, dK += dS^T
- * Q, dQ += dS K). */
+ * Q, dQ += dS K): 16 rows of 128 bytes a k step; the leading byte offset
+ * (to a next panel of 64 columns) is not used at N = 64. */
 __device__ __forceinline__ void wg_pb(float (&c)[8][4], const uint32_t (&p)[4][4], uint32_t b) {
 #pragma unroll
   for (int kk = 0; kk < 4; kk++)
@@ -461,6 +462,19 @@ __device__ __forceinline__ void wg_finish(float (&c)[NB][4]) {
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_settle(flat(c));
+}
+
+/* The backward's two score products of a step, issued together and waited
+ * for: c1 = A1 B1^T, c2 = A2 B2^T (S and dP, or S^T and dP^T). */
+__device__ __forceinline__ void wg_abt_pair(float (&c1)[8][4], uint32_t a1, uint32_t b1,
+                                            float (&c2)[8][4], uint32_t a2, uint32_t b2) {
+  wgmma_fence();
+  wg_abt(c1, a1, b1);
+  wg_abt(c2, a2, b2);
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_settle(flat(c1));
+  wgmma_settle(flat(c2));
 }
 
 /* This lane's part of row g + 8 hf of a 16 x (8 * NT) accumulator tile,
@@ -878,13 +892,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     /* S^T = K Q^T, 16 keys x BR queries per warp (wgmma: and dP^T = V dO^T) */
     float sa[BR / 8][4], dpa[BR / 8][4];
     if constexpr (kWg) {
-      wgmma_fence();
-      wg_abt(sa, smem_addr(sK), smem_addr(cQ));
-      wg_abt(dpa, smem_addr(sV), smem_addr(cdO));
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_settle(flat(sa));
-      wgmma_settle(flat(dpa));
+      wg_abt_pair(sa, smem_addr(sK), smem_addr(cQ), dpa, smem_addr(sV), smem_addr(cdO));
     } else {
       mma_abt<KS, kKVRegs, LD>(sa, kf, sK, warp * 16, cQ, lane);
     }
@@ -1043,13 +1051,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     /* S = Q K^T and dP = dO V^T */
     float sa[BC / 8][4], dpa[BC / 8][4];
     if constexpr (kWg) {
-      wgmma_fence();
-      wg_abt(sa, smem_addr(sQ), smem_addr(cK));
-      wg_abt(dpa, smem_addr(sdO), smem_addr(cV));
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_settle(flat(sa));
-      wgmma_settle(flat(dpa));
+      wg_abt_pair(sa, smem_addr(sQ), smem_addr(cK), dpa, smem_addr(sdO), smem_addr(cV));
     } else {
       zero(sa);
       zero(dpa);

@@ -12,7 +12,10 @@
 # BENCH_TORCH=0 skips PyTorch (the ratio column stays empty).
 # Prints, per size, recipe (with an optional --set override, e.g. rounding=rz)
 # and attention kernel: median ms/step over steps 4..,
-# tokens/s, MFU, GPU memory, and the ratio to PyTorch compiled.
+# tokens/s, MFU, GPU memory, and the ratio to PyTorch compiled.  GPU memory:
+# exmy's in use after the first step (cudaMemGetInfo), PyTorch's peak
+# allocated, and under the PyTorch lines its memory in use measured as
+# exmy's.
 # MFU = tokens/s x (6 x matmul parameters + 6 x L x C x T causal attention)
 # per token / 770 TFLOP/s (the card's measured bf16 GEMM peak).
 set -uo pipefail
@@ -54,9 +57,14 @@ bench() {
     echo "bench_gpu: PyTorch reference failed (see $out/bench_torch_$size.log)"
   ref=$(awk '$1 == "compiled" {print $3}' "$tmp/torch-$size.txt" 2>/dev/null)
   printf "%-34s %9s %11s %7s %8s %8s\n" "run" "ms/step" "tokens/s" "MFU" "mem GiB" "x torch.compile"
-  while read -r mode ms tok mem; do
+  while read -r mode ms tok mem in_use; do
     row "pytorch $mode (bf16 autocast, sdpa)" "$ms" "$mem" "$ref"
   done < <(cat "$tmp/torch-$size.txt" 2>/dev/null)
+  # PyTorch's memory column is its allocator's peak; exmy's is the GPU's
+  # memory in use (its CUDA context, libraries and workspaces included).
+  # The same measure for PyTorch, for the like-for-like ratio:
+  awk '$5 != "" {printf "(pytorch %s: GPU memory in use after its steps %s GiB)\n", $1, $5}' \
+    "$tmp/torch-$size.txt" 2>/dev/null
   for spec in "$@"; do
     set -- $spec
     r=$1; a=${2:-flash}; extra=${3:-} # the attention kernel defaults to flash

@@ -26,7 +26,9 @@ q=experiments/studies/paper/gpu_queue.sh
 # a hold that began now with 0.2 minutes to its deadline; runs of 0.05 minutes
 GPUS=0 bash $q "$(date +%s)" 0.2 0.05 r1:1:cfg/a.cfg:rounding=rz,lr=4e-3 r2:2:cfg/a.cfg >q.out 2>&1 \
   || bad "queue refused good input: $(cat q.out)"
-for _ in $(seq 100); do grep -q "queue: done" experiments/runs/paper/queue.log 2>/dev/null && break; sleep 0.1; done
+# (the waits below end when the queue is done; their limits, 60 s and 30 s,
+# only bound a machine too loaded to run 1-second stubs in 10)
+for _ in $(seq 600); do grep -q "queue: done" experiments/runs/paper/queue.log 2>/dev/null && break; sleep 0.1; done
 grep -q "queue: done" experiments/runs/paper/queue.log || bad "queue did not finish"
 if grep -q "start .* r1 1 cfg/a.cfg --set rounding=rz --set lr=4e-3$" experiments/runs/paper/r1.out; then
   ok "the first run got its seed, recipe and --set options"; else bad "r1's arguments: $(cat experiments/runs/paper/r1.out)"; fi
@@ -38,7 +40,7 @@ grep -q "r2: train: completed r2" experiments/runs/paper/queue.log && ok "the lo
   || bad "queue.log lacks r2's outcome: $(cat experiments/runs/paper/queue.log)"
 # a deadline already passed: nothing starts
 GPUS=0 bash $q "$(( $(date +%s) - 3600 ))" 28 13 late:1:cfg/a.cfg >/dev/null 2>&1
-for _ in $(seq 50); do [ "$(grep -c "queue: done" experiments/runs/paper/queue.log)" = 2 ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ "$(grep -c "queue: done" experiments/runs/paper/queue.log)" = 2 ] && break; sleep 0.1; done
 if grep -q "late: not started" experiments/runs/paper/queue.log && [ ! -e experiments/runs/paper/late.out ]; then
   ok "a run that cannot end by the deadline is not started"; else bad "the late run started"; fi
 # two GPUs, five runs of 1 s, and a third GPU joining: every run once, on
@@ -47,7 +49,7 @@ rm -rf experiments/runs
 GPUS=3,5 bash $q "$(date +%s)" 1 0.01 m1:1:cfg/a.cfg m2:1:cfg/a.cfg m3:1:cfg/a.cfg m4:1:cfg/a.cfg m5:1:cfg/a.cfg \
   >q.out 2>&1 || bad "a queue on GPUS=3,5 refused good input: $(cat q.out)"
 bash $q --join 7 >>q.out 2>&1 || bad "--join refused: $(cat q.out)"
-for _ in $(seq 100); do [ "$(grep -c ' gpu [357]: done$' experiments/runs/paper/queue.log 2>/dev/null)" = 3 ] && break; sleep 0.1; done
+for _ in $(seq 600); do [ "$(grep -c ' gpu [357]: done$' experiments/runs/paper/queue.log 2>/dev/null)" = 3 ] && break; sleep 0.1; done
 runs_ok=1
 for m in m1 m2 m3 m4 m5; do
   [ "$(grep -c "gpu_launch: $m started" experiments/runs/paper/queue.log)" = 1 ] || runs_ok=0

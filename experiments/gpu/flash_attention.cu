@@ -432,10 +432,10 @@ __device__ __forceinline__ float (&flat(float (&c)[NB][4]))[NB * 4] {
  * the 64 rows of the tile at b (S = Q K^T, dP = dO V^T, S^T = K Q^T, dP^T =
  * V dO^T). */
 __device__ __forceinline__ void wg_abt(float (&c)[8][4], uint32_t a, uint32_t b) {
+  const uint64_t da = wgmma_desc_sw128(a, 16, 1024), db = wgmma_desc_sw128(b, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < 4; kk++)
-    wgmma_ss_m64n64k16<0>(flat(c), wgmma_desc_sw128(a + kk * 32, 16, 1024),
-                          wgmma_desc_sw128(b + kk * 32, 16, 1024), kk);
+    wgmma_ss_m64n64k16<0>(flat(c), wgmma_desc_add(da, kk * 32), wgmma_desc_add(db, kk * 32), kk);
 }
 
 /* c += P B, P the 64 x 64 accumulator tiles as A fragments (4 k steps,
@@ -443,9 +443,9 @@ __device__ __forceinline__ void wg_abt(float (&c)[8][4], uint32_t a, uint32_t b)
  * Q, dQ += dS K): 16 rows of 128 bytes a k step; the leading byte offset
  * (to a next panel of 64 columns) is not used at N = 64. */
 __device__ __forceinline__ void wg_pb(float (&c)[8][4], const uint32_t (&p)[4][4], uint32_t b) {
+  const uint64_t db = wgmma_desc_sw128(b, 8192, 1024);
 #pragma unroll
-  for (int kk = 0; kk < 4; kk++)
-    wgmma_rs_m64n64k16<1>(flat(c), p[kk], wgmma_desc_sw128(b + kk * 2048, 8192, 1024));
+  for (int kk = 0; kk < 4; kk++) wgmma_rs_m64n64k16<1>(flat(c), p[kk], wgmma_desc_add(db, kk * 2048));
 }
 
 /* P (64 x 64, this warp's 16 rows) as the 4 k steps' A fragments. */
@@ -522,14 +522,21 @@ __device__ __forceinline__ unsigned char *smem_base(unsigned char *p) {
 template <int ROWS, int HS, int NTHREADS, bool kWg = false>
 __device__ __forceinline__ void load_tile(bf16 *s, const bf16 *g, size_t ld, int r0, int T,
                                           int tid) {
-  constexpr int CH = HS / 8, LD = tile_ld<HS, kWg>();
+  constexpr int CH = HS / 8, LD = tile_ld<HS, kWg>(), RSTEP = NTHREADS / CH;
   static_assert(!kWg || HS == 64, "the swizzled tiles have rows of 128 bytes");
+  /* A thread copies chunk c of rows r, r + RSTEP, ...: a loop of fixed trip
+   * count, fully unrolled, with the thread's address and swizzle (r & 7 is
+   * the same for all its rows when RSTEP % 8 == 0) computed once. */
+  static_assert(NTHREADS % CH == 0 && (RSTEP % 8 == 0 || !kWg), "a thread's chunks");
+  const int c = tid % CH, r = tid / CH;
+  const int cs = (kWg ? c ^ (r & 7) : c) * 8;
+  const bf16 *src = g + (size_t)(r0 + r) * ld + c * 8;
+  bf16 *dst = s + r * LD + cs;
 #pragma unroll
-  for (int i = tid; i < ROWS * CH; i += NTHREADS) {
-    const int r = i / CH, c = i % CH;
-    const bool ok = r0 + r < T;
-    const bf16 *src = ok ? g + (size_t)(r0 + r) * ld + c * 8 : g;
-    cp_async16(smem_addr(s + r * LD + (kWg ? c ^ (r & 7) : c) * 8), src, ok);
+  for (int j = 0; j < (ROWS + RSTEP - 1) / RSTEP; j++) {
+    if (ROWS % RSTEP != 0 && r + j * RSTEP >= ROWS) break;
+    const bool ok = r0 + r + j * RSTEP < T;
+    cp_async16(smem_addr(dst + j * RSTEP * LD), ok ? src + (size_t)j * RSTEP * ld : g, ok);
   }
 }
 
@@ -539,17 +546,40 @@ __device__ __forceinline__ void load_vec(float *s, const float *g, int tid) {
   if (tid < N / 4) cp_async16(smem_addr(s + tid * 4), g + tid * 4, true);
 }
 
-/* A CTA of the forward or of the dQ kernel: head h of sequence b (grid.x)
- * and the block of BR query rows from q0, taken last block first (grid.y) as
- * the last blocks see the most keys; kvh is the head's key/value head. */
+/* Which (head, block) the CTA of a one-dimensional grid of nheads x nblocks
+ * takes, in the order CTAs start: heads in chunks of kHeadChunk, and inside
+ * a chunk the block of rank 0 (the most work) of every head, then rank 1,
+ * and so on.  So the CTAs that run together share few heads, whose operands
+ * (K and V, or Q and dO, a quarter of a MiB a head at T 1024) are read from
+ * L2 after the first CTA of a head brought them in; with the heads as the
+ * fastest index, every head was in flight at once and each read went to
+ * DRAM again (H100, B 32, T 1024, 12 heads: L2 hit rates of 15-20%, the
+ * backward's kernels at 75-85% of DRAM bandwidth).  The longest CTAs of a
+ * chunk still start first. */
+struct HeadBlock {
+  int head, rank;
+};
+__device__ __forceinline__ HeadBlock head_block(int nheads, int nblocks) {
+  constexpr int kHeadChunk = 16;
+  const int h0 = (int)blockIdx.x / (kHeadChunk * nblocks) * kHeadChunk;
+  const int nh = min(kHeadChunk, nheads - h0), in = (int)blockIdx.x - h0 * nblocks;
+  return {h0 + in % nh, in / nh};
+}
+
+/* A CTA of the forward or of the dQ kernel: head h of sequence b and the
+ * block of BR query rows from q0, the last block first (it sees the most
+ * keys; head_block); kvh is the head's key/value head. */
 template <int HS, int BR>
 struct QueryBlock {
   int b, h, kvh, q0;
   size_t ldq, ldkv; /* row strides of q (and out, dq, dout) and of k, v */
   __device__ __forceinline__ QueryBlock(int T, int NH, int NKV)
-      : b(blockIdx.x / NH), h(blockIdx.x % NH), kvh(h / (NH / NKV)),
-        q0(((T + BR - 1) / BR - 1 - (int)blockIdx.y) * BR), ldq((size_t)NH * HS),
-        ldkv((size_t)NKV * HS) {}
+      : ldq((size_t)NH * HS), ldkv((size_t)NKV * HS) {
+    const int nb = (T + BR - 1) / BR;
+    const HeadBlock hb = head_block((int)gridDim.x / nb, nb);
+    b = hb.head / NH, h = hb.head % NH, kvh = h / (NH / NKV);
+    q0 = (nb - 1 - hb.rank) * BR;
+  }
   /* column 0 of this head in a (B, T, NH * HS) or a (B, T, NKV * HS) tensor */
   template <typename E>
   __device__ __forceinline__ E *q_head(E *x, int T) const {
@@ -825,8 +855,13 @@ struct DkdvCfg {
  * gradients of K and V repeated over the group.  kWg: the products by wgmma
  * (one warpgroup, hs 64, 64 queries a step), the same sums in the same
  * order. */
+/* Launch bounds: wgmma's kernel held to 168 registers, three CTAs an SM
+ * (unbounded, ptxas takes 166-173, and from 169 two CTAs fit); sr's and the
+ * head-rounding kernel take 250 or more and keep two; 0 leaves the mma.sync
+ * kernels' registers to ptxas as before. */
 template <int HS, int WARPS, int BR, bool kKVRegs, int kMode, bool kHeadRound, bool kWg>
-__global__ void __launch_bounds__(WARPS * 32)
+__global__ void __launch_bounds__(WARPS * 32,
+                                  kWg && kMode != EXMY_SR && !kHeadRound ? 3 : 0)
     flash_bwd_dkdv_kernel(float *__restrict__ dk, float *__restrict__ dv,
                           bf16 *__restrict__ dk16, bf16 *__restrict__ dv16,
                           const bf16 *__restrict__ q, const bf16 *__restrict__ k,
@@ -843,8 +878,10 @@ __global__ void __launch_bounds__(WARPS * 32)
   float *sL = (float *)(sdO + 2 * BR * LD), *sD = sL + 2 * BR;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  const int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV, group = NH / NKV;
-  const int k0 = blockIdx.y * BC; /* low key blocks have the most work: first */
+  const int nkb = (T + BC - 1) / BC;
+  const HeadBlock hb = head_block((int)gridDim.x / nkb, nkb);
+  const int b = hb.head / NKV, kvh = hb.head % NKV, group = NH / NKV;
+  const int k0 = hb.rank * BC; /* low key blocks have the most work: first */
   const int qb0 = k0 / BR, nq = (T + BR - 1) / BR - qb0, nit = group * nq;
   const size_t ldq = (size_t)NH * HS, ldkv = (size_t)NKV * HS;
   const bf16 *kg = k + (size_t)b * T * ldkv + (size_t)kvh * HS;
@@ -852,8 +889,16 @@ __global__ void __launch_bounds__(WARPS * 32)
   const bf16 *qg = q + (size_t)b * T * ldq, *dog = dout + (size_t)b * T * ldq;
   const int j0 = k0 + warp * 16; /* first key row of this warp */
 
-  auto load_q = [&](int it, int st) {
-    const int h = kvh * group + it / nq, q0 = (qb0 + it % nq) * BR;
+  /* step it is query block qb0 + it % nq of head it / nq of the group: both
+   * kept by stepping (no division a step), for the copies one step ahead */
+  struct Step {
+    int hi, qi;
+  };
+  auto advance = [nq](Step &s) {
+    if (++s.qi == nq) s.qi = 0, s.hi++;
+  };
+  auto load_q = [&](const Step &at, int st) {
+    const int h = kvh * group + at.hi, q0 = (qb0 + at.qi) * BR;
     load_tile<BR, HS, NT, kWg>(sQ + st * BR * LD, qg + (size_t)h * HS, ldq, q0, T, tid);
     load_tile<BR, HS, NT, kWg>(sdO + st * BR * LD, dog + (size_t)h * HS, ldq, q0, T, tid);
     const size_t ro = ((size_t)b * NH + h) * Tp + q0;
@@ -863,7 +908,8 @@ __global__ void __launch_bounds__(WARPS * 32)
 
   load_tile<BC, HS, NT, kWg>(sK, kg, ldkv, k0, T, tid);
   load_tile<BC, HS, NT, kWg>(sV, vg, ldkv, k0, T, tid);
-  load_q(0, 0);
+  Step next = {0, 0}, cur = {0, 0};
+  load_q(next, 0);
   cp_async_commit();
 
   uint32_t kf[kKVRegs ? KS : 1][4], vf[kKVRegs ? KS : 1][4];
@@ -876,7 +922,10 @@ __global__ void __launch_bounds__(WARPS * 32)
 
   for (int it = 0; it < nit; it++) {
     const int st = it & 1;
-    if (it + 1 < nit) load_q(it + 1, st ^ 1);
+    if (it + 1 < nit) {
+      advance(next);
+      load_q(next, st ^ 1);
+    }
     cp_async_commit();
     copies_landed<kWg>();
     if constexpr (kKVRegs) {
@@ -885,7 +934,7 @@ __global__ void __launch_bounds__(WARPS * 32)
         load_a_frags<LD>(vf, sV, warp * 16, lane);
       }
     }
-    const int h = kvh * group + it / nq, q0 = (qb0 + it % nq) * BR;
+    const int h = kvh * group + cur.hi, q0 = (qb0 + cur.qi) * BR;
     const bf16 *cQ = sQ + st * BR * LD, *cdO = sdO + st * BR * LD;
     const float *cL = sL + st * BR, *cD = sD + st * BR;
 
@@ -946,7 +995,7 @@ __global__ void __launch_bounds__(WARPS * 32)
       mma_pb<kMode, 1, LD>(&dka, &dpa, cQ, rds, dsw, lane);
     }
     if constexpr (kHeadRound) {
-      if (it % nq == nq - 1) { /* head h is complete */
+      if (cur.qi == nq - 1) { /* head h is complete */
 #pragma unroll
         for (int i = 0; i < HS / 8; i++)
 #pragma unroll
@@ -957,6 +1006,7 @@ __global__ void __launch_bounds__(WARPS * 32)
           }
       }
     }
+    advance(cur);
     __syncthreads();
   }
   if constexpr (kHeadRound) {
@@ -1168,7 +1218,7 @@ cudaError_t forward(float *out, bf16 *out_bf16, float *lse, const bf16 *q, const
       static_assert(C::kBR == X::kFwdWarps * X::kFwdMT * 16, "same rows a CTA");
       auto kernel = flash_fwd_kernel<HS, 2 * X::kFwdWarps, 1, X::kFwdBC, kMode, true>;
       if ((e = prepare(kernel, C::kSmem)) != cudaSuccess) return e;
-      dim3 grid(B * NH, (T + C::kBR - 1) / C::kBR);
+      const unsigned grid = (unsigned)B * NH * ((T + C::kBR - 1) / C::kBR);
       kernel<<<grid, C::kThreads, C::kSmem, s>>>(out, out_bf16, lse, q, k, v, T, NH, NKV,
                                                  scale_log2, rp, out_amax);
       return cudaGetLastError();
@@ -1177,7 +1227,7 @@ cudaError_t forward(float *out, bf16 *out_bf16, float *lse, const bf16 *q, const
   typedef FwdCfg<HS, X::kFwdWarps, X::kFwdMT, X::kFwdBC, false> C;
   auto kernel = flash_fwd_kernel<HS, X::kFwdWarps, X::kFwdMT, X::kFwdBC, kMode, false>;
   if ((e = prepare(kernel, C::kSmem)) != cudaSuccess) return e;
-  dim3 grid(B * NH, (T + C::kBR - 1) / C::kBR);
+  const unsigned grid = (unsigned)B * NH * ((T + C::kBR - 1) / C::kBR);
   kernel<<<grid, C::kThreads, C::kSmem, s>>>(out, out_bf16, lse, q, k, v, T, NH, NKV,
                                              scale_log2, rp, out_amax);
   return cudaGetLastError();
@@ -1200,7 +1250,7 @@ cudaError_t backward_kernels(float *dq, float *dk, float *dv, const bf16 *dout, 
     if (head_round)
       k2 = flash_bwd_dkdv_kernel<HS, X::kBwdWarps, X::kDkdvBR, kRegs, kMode, true, kWg>;
   if ((e = prepare(k2, C2::kSmem)) != cudaSuccess) return e;
-  dim3 g2(B * NKV, (T + C2::kBC - 1) / C2::kBC);
+  const unsigned g2 = (unsigned)B * NKV * ((T + C2::kBC - 1) / C2::kBC);
   k2<<<g2, C2::kThreads, C2::kSmem, s>>>(dk, dv, grads16[1], grads16[2], q, k, v, dout, lse2, Dd,
                                          T, Tp, NH, NKV, scale_log2, scale, rp, rds, dv_amax);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
@@ -1208,7 +1258,7 @@ cudaError_t backward_kernels(float *dq, float *dk, float *dv, const bf16 *dout, 
   typedef DqCfg<HS, X::kBwdWarps, X::kDqBC, kWg> C3;
   auto k3 = flash_bwd_dq_kernel<HS, X::kBwdWarps, X::kDqBC, kRegs, kMode, kWg>;
   if ((e = prepare(k3, C3::kSmem)) != cudaSuccess) return e;
-  dim3 g3(B * NH, (T + C3::kBR - 1) / C3::kBR);
+  const unsigned g3 = (unsigned)B * NH * ((T + C3::kBR - 1) / C3::kBR);
   k3<<<g3, C3::kThreads, C3::kSmem, s>>>(dq, grads16[0], q, k, v, dout, lse2, Dd, T, Tp, NH,
                                          NKV, scale_log2, scale, rds);
   return cudaGetLastError();
@@ -1272,7 +1322,9 @@ int kernel_mode(const flash_rounding &a, const flash_rounding &b) {
 }
 
 bool args_ok(int B, int T, int NH, int NKV, int hs) {
-  return B >= 1 && NH >= 1 && NKV >= 1 && NH % NKV == 0 && flash_attention_supported(hs, T);
+  /* the grids are one-dimensional: a CTA per head and block of 64 rows or more */
+  return B >= 1 && NH >= 1 && NKV >= 1 && NH % NKV == 0 && flash_attention_supported(hs, T) &&
+         (size_t)B * NH * (((size_t)T + 63) / 64) <= 0x7fffffff;
 }
 
 /* f<HS, kMode>(args...) for the run-time head size and mode. */
@@ -1297,7 +1349,7 @@ bool args_ok(int B, int T, int NH, int NKV, int hs) {
 }  // namespace
 
 extern "C" int flash_attention_supported(int hs, int T) {
-  /* grid.y holds T / 64 blocks (at most 65535) */
+  /* the bound flash_attention.h documents */
   return (hs == 32 || hs == 64 || hs == 128) && T >= 1 && T <= 65535 * 64;
 }
 

@@ -80,6 +80,14 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t saddr, uint32_t lb
          ((uint64_t)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
 
+/* The descriptor of the tile `bytes` further on (bytes % 16 == 0): the start
+ * address is the low 14 bits, in 16-byte units, and shared addresses are
+ * below 2^18, so the sum cannot carry into the other fields.  One addition
+ * where wgmma_desc_sw128 of the moved address would be several. */
+__device__ __forceinline__ uint64_t wgmma_desc_add(uint64_t desc, uint32_t bytes) {
+  return desc + (bytes >> 4);
+}
+
 /* d = A B (accumulate 0) or d += A B, A and B in shared memory, m64n64k16;
  * B transposed (MN-major) when kTransB. */
 template <int kTransB>

@@ -445,7 +445,8 @@ __device__ __forceinline__ void wg_abt(float (&c)[8][4], uint32_t a, uint32_t b)
 __device__ __forceinline__ void wg_pb(float (&c)[8][4], const uint32_t (&p)[4][4], uint32_t b) {
   const uint64_t db = wgmma_desc_sw128(b, 8192, 1024);
 #pragma unroll
-  for (int kk = 0; kk < 4; kk++) wgmma_rs_m64n64k16<1>(flat(c), p[kk], wgmma_desc_add(db, kk * 2048));
+  for (int kk = 0; kk < 4; kk++)
+    wgmma_rs_m64n64k16<1>(flat(c), p[kk], wgmma_desc_add(db, kk * 2048));
 }
 
 /* P (64 x 64, this warp's 16 rows) as the 4 k steps' A fragments. */
@@ -559,8 +560,9 @@ __device__ __forceinline__ void load_vec(float *s, const float *g, int tid) {
 struct HeadBlock {
   int head, rank;
 };
-__device__ __forceinline__ HeadBlock head_block(int nheads, int nblocks) {
+__device__ __forceinline__ HeadBlock head_block(int nblocks) {
   constexpr int kHeadChunk = 16;
+  const int nheads = (int)gridDim.x / nblocks;
   const int h0 = (int)blockIdx.x / (kHeadChunk * nblocks) * kHeadChunk;
   const int nh = min(kHeadChunk, nheads - h0), in = (int)blockIdx.x - h0 * nblocks;
   return {h0 + in % nh, in / nh};
@@ -576,7 +578,7 @@ struct QueryBlock {
   __device__ __forceinline__ QueryBlock(int T, int NH, int NKV)
       : ldq((size_t)NH * HS), ldkv((size_t)NKV * HS) {
     const int nb = (T + BR - 1) / BR;
-    const HeadBlock hb = head_block((int)gridDim.x / nb, nb);
+    const HeadBlock hb = head_block(nb);
     b = hb.head / NH, h = hb.head % NH, kvh = h / (NH / NKV);
     q0 = (nb - 1 - hb.rank) * BR;
   }
@@ -878,8 +880,7 @@ __global__ void __launch_bounds__(WARPS * 32,
   float *sL = (float *)(sdO + 2 * BR * LD), *sD = sL + 2 * BR;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  const int nkb = (T + BC - 1) / BC;
-  const HeadBlock hb = head_block((int)gridDim.x / nkb, nkb);
+  const HeadBlock hb = head_block((T + BC - 1) / BC);
   const int b = hb.head / NKV, kvh = hb.head % NKV, group = NH / NKV;
   const int k0 = hb.rank * BC; /* low key blocks have the most work: first */
   const int qb0 = k0 / BR, nq = (T + BR - 1) / BR - qb0, nit = group * nq;
@@ -1420,7 +1421,11 @@ extern "C" int flash_attention_use_wgmma(int allow) {
 }
 
 extern "C" int flash_attention_wgmma_active(int hs) {
-  return (hs == 64 && wgmma_here()) ? 1 : 0;
+  const bool tiles = hs == 32    ? Tiles<32>::kWgmma
+                     : hs == 64  ? Tiles<64>::kWgmma
+                     : hs == 128 ? Tiles<128>::kWgmma
+                                 : false;
+  return tiles && wgmma_here();
 }
 
 extern "C" float flash_attention_round(float x, const flash_rounding *r, uint32_t random) {

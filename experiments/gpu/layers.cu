@@ -682,20 +682,26 @@ __device__ __forceinline__ float sigmoid_lookup(__nv_bfloat16 a) {
   return __ldg(&sigmoid_of_bf16[__bfloat16_as_ushort(a)]);
 }
 
-__global__ void swiglu_forward_bf16_storage_kernel(uint16_t *out, const uint16_t *h1,
-                                                   const uint16_t *h3, size_t n8) {
-  for (size_t i = global_index(); i < n8; i += global_stride()) {
-    const bf16x8 a = load_bf16x8(h1, i), b = load_bf16x8(h3, i);
-    bf16x8 o;
+/* hg = SwiGLU(h1, h3) of 8 bf16 elements: the forward's value, which the
+ * backward also writes where it makes hg again (lean activations) */
+__device__ __forceinline__ bf16x8 swiglu_forward_bf16x8(const bf16x8 &a, const bf16x8 &b) {
+  bf16x8 o;
 #pragma unroll
-    for (int j = 0; j < 8; j++)
-      o.v[j] = __float2bfloat16_rn(swiglu_forward_act_bf16_sig(
-          __bfloat162float(a.v[j]), sigmoid_lookup(a.v[j]), __bfloat162float(b.v[j])));
-    store_bf16x8(out, i, o);
-  }
+  for (int j = 0; j < 8; j++)
+    o.v[j] = __float2bfloat16_rn(swiglu_forward_act_bf16_sig(
+        __bfloat162float(a.v[j]), sigmoid_lookup(a.v[j]), __bfloat162float(b.v[j])));
+  return o;
 }
 
-__global__ void swiglu_backward_bf16_storage_kernel(uint16_t *dh1, uint16_t *dh3,
+__global__ void swiglu_forward_bf16_storage_kernel(uint16_t *out, const uint16_t *h1,
+                                                   const uint16_t *h3, size_t n8) {
+  for (size_t i = global_index(); i < n8; i += global_stride())
+    store_bf16x8(out, i, swiglu_forward_bf16x8(load_bf16x8(h1, i), load_bf16x8(h3, i)));
+}
+
+/* kHg: hg written too, from the h1 and h3 already loaded */
+template <bool kHg>
+__global__ void swiglu_backward_bf16_storage_kernel(uint16_t *dh1, uint16_t *dh3, uint16_t *hg,
                                                     const uint16_t *dout, const uint16_t *h1,
                                                     const uint16_t *h3, size_t n8) {
   for (size_t i = global_index(); i < n8; i += global_stride()) {
@@ -711,6 +717,7 @@ __global__ void swiglu_backward_bf16_storage_kernel(uint16_t *dh1, uint16_t *dh3
     }
     store_bf16x8(dh1, i, o1);
     store_bf16x8(dh3, i, o3);
+    if constexpr (kHg) store_bf16x8(hg, i, swiglu_forward_bf16x8(a, b));
   }
 }
 
@@ -1539,14 +1546,19 @@ cudaError_t gpu_swiglu_forward_bf16_storage(uint16_t *out, const uint16_t *h1,
   return cudaGetLastError();
 }
 
-cudaError_t gpu_swiglu_backward_bf16_storage(uint16_t *dh1, uint16_t *dh3, const uint16_t *dout,
-                                             const uint16_t *h1, const uint16_t *h3, size_t n,
-                                             cudaStream_t s) {
-  if (!bf16_storage_ok(n, {dh1, dh3, dout, h1, h3})) return cudaErrorInvalidValue;
+cudaError_t gpu_swiglu_backward_bf16_storage(uint16_t *dh1, uint16_t *dh3, uint16_t *hg,
+                                             const uint16_t *dout, const uint16_t *h1,
+                                             const uint16_t *h3, size_t n, cudaStream_t s) {
+  if (!bf16_storage_ok(n, {dh1, dh3, dout, h1, h3}) || (hg && !bf16_storage_ok(n, {hg})))
+    return cudaErrorInvalidValue;
   if (!n) return cudaSuccess;
   ensure_sigmoid_table(s);
-  swiglu_backward_bf16_storage_kernel<<<elementwise_grid(n / 8), kThreads, 0, s>>>(
-      dh1, dh3, dout, h1, h3, n / 8);
+  if (hg)
+    swiglu_backward_bf16_storage_kernel<true><<<elementwise_grid(n / 8), kThreads, 0, s>>>(
+        dh1, dh3, hg, dout, h1, h3, n / 8);
+  else
+    swiglu_backward_bf16_storage_kernel<false><<<elementwise_grid(n / 8), kThreads, 0, s>>>(
+        dh1, dh3, nullptr, dout, h1, h3, n / 8);
   return cudaGetLastError();
 }
 

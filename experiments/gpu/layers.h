@@ -96,12 +96,15 @@ void gpu_swiglu_backward_act_bf16(float *dh1, float *dh3, const float *dout, con
                                   const float *h3, size_t n, cudaStream_t s);
 /* The same SwiGLU on tensors stored in bf16 (bit patterns; n % 8 == 0 and
  * every pointer 16-byte aligned, else cudaErrorInvalidValue and nothing
- * launched): the float32-storage kernels' bits, half the bytes. */
+ * launched): the float32-storage kernels' bits, half the bytes.  The
+ * backward also writes the forward's output into hg unless hg is NULL (the
+ * forward's bits, for a backward that did not keep them: one pass over h1
+ * and h3, not two). */
 cudaError_t gpu_swiglu_forward_bf16_storage(uint16_t *out, const uint16_t *h1,
                                             const uint16_t *h3, size_t n, cudaStream_t s);
-cudaError_t gpu_swiglu_backward_bf16_storage(uint16_t *dh1, uint16_t *dh3, const uint16_t *dout,
-                                             const uint16_t *h1, const uint16_t *h3, size_t n,
-                                             cudaStream_t s);
+cudaError_t gpu_swiglu_backward_bf16_storage(uint16_t *dh1, uint16_t *dh3, uint16_t *hg,
+                                             const uint16_t *dout, const uint16_t *h1,
+                                             const uint16_t *h3, size_t n, cudaStream_t s);
 /* RoPE's forward (backward false) or backward of bf16 activations on bf16
  * storage: x (B, T, nh*hs bf16 values) rotated into out (may be x) with
  * each result rounded, the bits of gpu_rope_forward_act_bf16 /

@@ -130,7 +130,8 @@ struct gpu_model {
    * steps' float32 copy of one such tensor for its fill (made there). */
   bool mlp_bf16;
   bool hg_recomputed; /* mlp_bf16 at lean_activations = 2: hg for one layer,
-                       * made again from h1 and h3 for W2's dW */
+                       * made again from h1 and h3 by SwiGLU's backward for
+                       * W2's dW */
   float *wide;
   /* and the attention's output O stored in bf16 for every layer (o_bf16, in
    * atty's arena piece), rounded from the fused kernel's float32 output in
@@ -599,13 +600,19 @@ static void mlp_backward_bf16(gpu_model *g, int l, const float *dy_w2, const flo
   gtq_operand wq = gtq_operand_for_gemm(g->gq, s2, USE_DX_W, SLOT_W, REUSE, w2, H, C, H);
   gtq_gemm_bf16_out(g->gq, false, false, N, H, C, dy, wq, dhg, H);
   gtq_operand dy2 = gtq_operand_for_gemm(g->gq, s2, USE_DW_DY, SLOT_DY, REUSE, dy_w2, C, N, C);
-  if (g->hg_recomputed) /* the forward's kernel on the same h1, h3: the same bits */
-    gtq_check(gpu_swiglu_forward_bf16_storage(hg, h1, h3, BTH, g->s), "SwiGLU (bf16 storage)");
-  gtq_operand x = stored_operand(g, s2, USE_DW_X, SLOT_X, REUSE, hg, N, H);
+  /* hg not kept (lean_activations = 2): SwiGLU's backward writes it again,
+   * the forward's bits, in the pass that reads h1 and h3 anyway, and dW2
+   * follows (its dY slot is untouched in between) */
   float *dw2 = gr.w2 + (size_t)l * C * H;
-  gemm_act(g, true, false, C, H, N, dy2, x, dw2, dw2);
-  gtq_check(gpu_swiglu_backward_bf16_storage(dh1, dh3, dhg, h1, h3, BTH, g->s),
+  auto dw2_gemm = [&] {
+    gtq_operand x = stored_operand(g, s2, USE_DW_X, SLOT_X, REUSE, hg, N, H);
+    gemm_act(g, true, false, C, H, N, dy2, x, dw2, dw2);
+  };
+  if (!g->hg_recomputed) dw2_gemm();
+  gtq_check(gpu_swiglu_backward_bf16_storage(dh1, dh3, g->hg_recomputed ? hg : nullptr, dhg, h1,
+                                             h3, BTH, g->s),
             "SwiGLU backward (bf16 storage)");
+  if (g->hg_recomputed) dw2_gemm();
   gtq_share_begin(g->gq); /* dW1 and dW3 read ln2 */
   act_sum_begin(g, d.dln);
   for (int i = 0; i < 2; i++)

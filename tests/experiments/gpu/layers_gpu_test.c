@@ -863,7 +863,7 @@ END_TEST
  * in a table of every bf16 value) against the float32-storage kernels of bf16
  * activations (the sigmoid computed), with every bf16 bit pattern as h1 four
  * times over against random bf16 h3 and dout: bit for bit (a NaN for a
- * NaN). */
+ * NaN); the backward with and without its hg output (the forward's). */
 START_TEST(swiglu_bf16_storage_every_input) {
   enum { N = 4 << 16 };
   uint16_t *h[3];
@@ -877,22 +877,28 @@ START_TEST(swiglu_bf16_storage_every_input) {
       memcpy(&w[t][i], &u, 4);
     }
   }
-  uint16_t *d_h[3], *d_o[2];
-  float *d_w[3], *d_f[2];
+  uint16_t *d_h[3], *d_o[3];
+  float *d_w[3], *d_f[3];
   for (int t = 0; t < 3; t++) d_h[t] = dev_from(h[t], N * 2), d_w[t] = dev_from(w[t], N * 4);
-  for (int t = 0; t < 2; t++) d_o[t] = dev_alloc(N * 2), d_f[t] = dev_alloc(N * 4);
+  for (int t = 0; t < 3; t++) d_o[t] = dev_alloc(N * 2), d_f[t] = dev_alloc(N * 4);
   uint16_t *got = malloc(N * 2);
   float *want = malloc(N * 4);
-  for (int backward = 0; backward < 2; backward++) {
+  /* pass 0 the forward; 1 the backward; 2 the backward writing hg too */
+  for (int pass = 0; pass < 3; pass++) {
+    const int backward = pass > 0, outs = pass == 0 ? 1 : pass == 1 ? 2 : 3;
+    for (int t = 0; t < 3; t++) CU(cudaMemset(d_o[t], 0xFF, N * 2)); /* NaN: none left over */
     if (backward) {
       gpu_swiglu_backward_act_bf16(d_f[0], d_f[1], d_w[2], d_w[0], d_w[1], N, 0);
-      CU(gpu_swiglu_backward_bf16_storage(d_o[0], d_o[1], d_h[2], d_h[0], d_h[1], N, 0));
+      CU(gpu_swiglu_backward_bf16_storage(d_o[0], d_o[1], pass == 2 ? d_o[2] : NULL, d_h[2],
+                                          d_h[0], d_h[1], N, 0));
+      /* hg: the forward's float32-storage kernel */
+      gpu_swiglu_forward_act_bf16(d_f[2], d_w[0], d_w[1], N, NULL, 0);
     } else {
       gpu_swiglu_forward_act_bf16(d_f[0], d_w[0], d_w[1], N, NULL, 0);
       CU(gpu_swiglu_forward_bf16_storage(d_o[0], d_h[0], d_h[1], N, 0));
     }
     LAUNCHED();
-    for (int out = 0; out <= backward; out++) {
+    for (int out = 0; out < outs; out++) {
       to_host(got, d_o[out], N * 2);
       to_host(want, d_f[out], N * 4);
       size_t bad = 0;
@@ -902,10 +908,11 @@ START_TEST(swiglu_bf16_storage_every_input) {
         const bool nan_g = (got[i] & 0x7F80) == 0x7F80 && (got[i] & 0x7F);
         bad += isnan(want[i]) ? !nan_g : (u & 0xFFFFu) != 0 || (uint16_t)(u >> 16) != got[i];
       }
-      printf("  %-26s %s output %d: %zu of %d differ\n", "swiglu_bf16_storage",
-             backward ? "backward" : "forward", out, bad, (int)N);
-      ck_assert_msg(bad == 0, "swiglu bf16 storage %s output %d: %zu of %d differ",
-                    backward ? "backward" : "forward", out, bad, (int)N);
+      const char *what[3] = {"forward", "backward", "backward with hg"};
+      printf("  %-26s %s output %d: %zu of %d differ\n", "swiglu_bf16_storage", what[pass], out,
+             bad, (int)N);
+      ck_assert_msg(bad == 0, "swiglu bf16 storage %s output %d: %zu of %d differ", what[pass],
+                    out, bad, (int)N);
     }
   }
   for (int t = 0; t < 3; t++) {
@@ -914,7 +921,7 @@ START_TEST(swiglu_bf16_storage_every_input) {
     free(h[t]);
     free(w[t]);
   }
-  for (int t = 0; t < 2; t++) {
+  for (int t = 0; t < 3; t++) {
     CU(cudaFree(d_o[t]));
     CU(cudaFree(d_f[t]));
   }

@@ -37,6 +37,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cuda/kernel_common.cuh" /* fold_finite_amax, block_amax_fold */
 #include "experiments/gpu/wgmma.cuh"
@@ -101,10 +102,12 @@ __device__ __forceinline__ float ex2(float x) {
 constexpr int kBf16 = -1;
 
 /* shift = 23 - mantissa bits; sr: sr_bits (1..32), the stream `seed` and the
- * index of element (0, 0, 0, 0), `offset`. */
+ * index of element (0, 0, 0, 0), `offset`; rz_mask2: the bits a bf16 of
+ * E8M(23 - shift) keeps, in both halves of a word (pack_bf16x2). */
 struct Rounding {
   int shift, sr_bits;
   uint64_t seed, offset;
+  uint32_t rz_mask2;
 };
 
 /* Round to nearest even keeping 23 - shift mantissa bits (bf16's exponent
@@ -164,6 +167,17 @@ __host__ __device__ __forceinline__ float round_value(float x, const Rounding &r
 template <int kMode>
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi, const Rounding &rd,
                                                 uint32_t rlo, uint32_t rhi) {
+  if constexpr (kMode == EXMY_RZ) {
+    /* Truncation composes: the conversion to bf16 toward zero (subnormals
+     * kept) drops the low 16 bits, the mask the other shift - 16, so each
+     * half holds round_e8<EXMY_RZ>'s value; one conversion and one mask a
+     * pair.  A NaN converts to the canonical bf16 NaN, which the mask leaves
+     * a NaN (M >= 1 keeps its top mantissa bit) though not with the core's
+     * sign; P and dS go only into products, which make NaN of a NaN alike. */
+    uint32_t r;
+    asm("cvt.rz.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r & rd.rz_mask2;
+  }
   lo = round_value<kMode>(lo, rd, rlo);
   hi = round_value<kMode>(hi, rd, rhi);
   uint32_t r;
@@ -1312,7 +1326,9 @@ bool rounding_ok(const flash_rounding &r, int T) {
 
 Rounding rounding_of(const flash_rounding &r) {
   const exmy_rounding_opts &o = r.round;
-  return {23 - r.mantissa_bits, o.sr_bits == 0 ? 32 : o.sr_bits, o.seed, o.offset};
+  const uint32_t keep = 0xFFFFu & (0xFFFFu << (7 - r.mantissa_bits));
+  return {23 - r.mantissa_bits, o.sr_bits == 0 ? 32 : o.sr_bits, o.seed, o.offset,
+          keep | keep << 16};
 }
 
 /* The kernels' mode for these roundings (which agree in mode): plain bf16
@@ -1435,6 +1451,56 @@ extern "C" float flash_attention_round(float x, const flash_rounding *r, uint32_
     case EXMY_SR: return round_value<EXMY_SR>(x, rd, random);
     default: return round_value<EXMY_RNE>(x, rd, random); /* kBf16 (cvt.rn) is the same */
   }
+}
+
+/* Every float32 bit pattern as the low half of a pair (its partner another
+ * pattern, and random words from the index) through pack_bf16x2<kMode>,
+ * each half against lib/round_core.h's encode and decode; *bad += the
+ * halves that differ (a NaN for a NaN; rne's NaN inputs not counted). */
+template <int kMode>
+__global__ void pack_check_kernel(exmy_format f, exmy_rounding mode, Rounding rd,
+                                  unsigned long long *bad) {
+  unsigned long long n = 0;
+  const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+  for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i >> 32 == 0; i += stride) {
+    const uint32_t u[2] = {(uint32_t)i, (uint32_t)i * 0x9E3779B9u ^ 0x5BD1E995u};
+    const uint32_t w[2] = {(uint32_t)i * 0x85EBCA6Bu ^ (uint32_t)(i >> 7),
+                           ((uint32_t)i ^ 0xC2B2AE35u) * 0x27D4EB2Fu};
+    const uint32_t got = pack_bf16x2<kMode>(exmy_bits_f32(u[0]), exmy_bits_f32(u[1]), rd, w[0], w[1]);
+    for (int h = 0; h < 2; h++) {
+      const float x = exmy_bits_f32(u[h]);
+      /* rne rounds a NaN's payload like a value's (flash_attention.h) */
+      if (kMode == EXMY_RNE && (u[h] & 0x7FFFFFFFu) > 0x7F800000u) continue;
+      const uint32_t want = exmy_f32_bits(exmy_core_decode(
+          &f, exmy_core_encode(&f, mode, 0, 0, rd.sr_bits, x, w[h])));
+      const uint32_t g = h ? got >> 16 : got & 0xFFFFu;
+      const bool nan_g = (g & 0x7F80u) == 0x7F80u && (g & 0x7Fu);
+      n += (want & 0x7FFFFFFFu) > 0x7F800000u ? !nan_g : want != g << 16;
+    }
+  }
+  atomicAdd(bad, n);
+}
+
+extern "C" long long flash_attention_pack_mismatches(const flash_rounding *r) {
+  const exmy_rounding_opts &o = r->round;
+  char name[8];
+  snprintf(name, sizeof name, "e8m%d", r->mantissa_bits);
+  exmy_format f;
+  if (!rounding_ok(*r, 4) || exmy_format_parse(name, &f) != 0) return -1;
+  const Rounding rd = rounding_of(*r);
+  unsigned long long *d_bad = nullptr, bad = 0;
+  if (cudaMalloc(&d_bad, sizeof bad) != cudaSuccess) return -1;
+  cudaMemset(d_bad, 0, sizeof bad);
+  const dim3 grid(4096), block(256);
+  switch (kernel_mode(*r, *r)) {
+    case kBf16: pack_check_kernel<kBf16><<<grid, block>>>(f, o.mode, rd, d_bad); break;
+    case EXMY_RNE: pack_check_kernel<EXMY_RNE><<<grid, block>>>(f, o.mode, rd, d_bad); break;
+    case EXMY_RZ: pack_check_kernel<EXMY_RZ><<<grid, block>>>(f, o.mode, rd, d_bad); break;
+    default: pack_check_kernel<EXMY_SR><<<grid, block>>>(f, o.mode, rd, d_bad); break;
+  }
+  const bool ok = cudaMemcpy(&bad, d_bad, sizeof bad, cudaMemcpyDeviceToHost) == cudaSuccess;
+  cudaFree(d_bad);
+  return ok ? (long long)bad : -1;
 }
 
 extern "C" long flash_attention_sr_layout_mismatches(int T, uint64_t seed, uint64_t offset) {

@@ -137,6 +137,13 @@ float flash_attention_round(float x, const flash_rounding *r, uint32_t random);
  * the 2 T^2 words differ from exmy_sr_word(seed, offset + i * T + j) (-1
  * when T or offset is not a multiple of 4). */
 long flash_attention_sr_layout_mismatches(int T, uint64_t seed, uint64_t offset);
+/* On the device: every float32 input (2^32, each paired with another) as
+ * the kernels round a pair of P or dS values into a bf16x2 operand, against
+ * lib/round_core.h's encode and decode (r's mode, bits and sr_bits; sr
+ * words from the index); returns the halves that differ, a NaN for a NaN,
+ * rne's NaN inputs left out as in flash_attention_round (-1 for a rounding
+ * the kernels do not serve or a CUDA error). */
+long long flash_attention_pack_mismatches(const flash_rounding *r);
 
 #ifdef __cplusplus
 }

@@ -650,6 +650,31 @@ START_TEST(rounding_matches_core) {
 END_TEST
 
 
+/* The kernels' rounding of a pair of P or dS values into their bf16x2
+ * operand (rz by the conversion toward zero and a mask; rne, sr and bf16 by
+ * the element formulas) against lib/round_core.h on the device, every
+ * float32 input, E8M1..E8M7: no half differs (a NaN for a NaN; rne's NaN
+ * inputs left out, as in rounding_matches_core). */
+START_TEST(pack_matches_core) {
+  const exmy_rounding modes[4] = {EXMY_RZ, EXMY_RNE, EXMY_SR, EXMY_SR};
+  const int sr_bits[4] = {0, 0, 0, 8};
+  long long total = 0;
+  for (int bits = 1; bits <= 7; bits++)
+    for (int m = 0; m < 4; m++) {
+      flash_rounding r = rounding(modes[m], bits, 3, 0);
+      r.round.sr_bits = sr_bits[m];
+      const long long bad = flash_attention_pack_mismatches(&r);
+      if (bad) printf("  E8M%d %s sr_bits %d: %lld halves differ\n", bits, mode_name(modes[m]),
+                      sr_bits[m], bad);
+      ck_assert_msg(bad == 0, "E8M%d %s sr_bits %d: %lld of 2^33 halves differ", bits,
+                    mode_name(modes[m]), sr_bits[m], bad);
+      total += 1;
+    }
+  printf("pack_matches_core: %lld roundings x 2^33 halves, none differ from lib/round_core.h\n",
+         total);
+}
+END_TEST
+
 /* Grouped-query attention under bf16 activations (round_head_grads): dK and
  * dV against the same kernel on K and V repeated over each group (NKV = NH),
  * whose every head's dK and dV rounded to bf16 by the library's core and
@@ -1008,6 +1033,7 @@ int main(void) {
   tcase_add_test(tc, rejects_what_it_does_not_serve);
   tcase_add_test(tc, deterministic);
   tcase_add_loop_test(tc, causal, 0, 2);
+  tcase_add_test(tc, pack_matches_core);
   tcase_add_test(tc, rounded_p_and_ds);
   tcase_add_test(tc, rounding_bits);
   tcase_add_test(tc, matches_cpu);

@@ -1490,7 +1490,7 @@ extern "C" long long flash_attention_pack_mismatches(const flash_rounding *r) {
   const Rounding rd = rounding_of(*r);
   unsigned long long *d_bad = nullptr, bad = 0;
   if (cudaMalloc(&d_bad, sizeof bad) != cudaSuccess) return -1;
-  cudaMemset(d_bad, 0, sizeof bad);
+  bool ok = cudaMemset(d_bad, 0, sizeof bad) == cudaSuccess;
   const dim3 grid(4096), block(256);
   switch (kernel_mode(*r, *r)) {
     case kBf16: pack_check_kernel<kBf16><<<grid, block>>>(f, o.mode, rd, d_bad); break;
@@ -1498,7 +1498,9 @@ extern "C" long long flash_attention_pack_mismatches(const flash_rounding *r) {
     case EXMY_RZ: pack_check_kernel<EXMY_RZ><<<grid, block>>>(f, o.mode, rd, d_bad); break;
     default: pack_check_kernel<EXMY_SR><<<grid, block>>>(f, o.mode, rd, d_bad); break;
   }
-  const bool ok = cudaMemcpy(&bad, d_bad, sizeof bad, cudaMemcpyDeviceToHost) == cudaSuccess;
+  /* a kernel that did not run must not read as no differences */
+  ok = ok && cudaGetLastError() == cudaSuccess &&
+       cudaMemcpy(&bad, d_bad, sizeof bad, cudaMemcpyDeviceToHost) == cudaSuccess;
   cudaFree(d_bad);
   return ok ? (long long)bad : -1;
 }

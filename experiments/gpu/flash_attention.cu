@@ -33,6 +33,8 @@
  */
 #include "experiments/gpu/flash_attention.h"
 
+#include <atomic>
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -472,11 +474,11 @@ __device__ __forceinline__ void p_frags(uint32_t (&a)[4][4], const float (&p)[8]
 }
 
 /* Waits for the pending products and settles their accumulators. */
-template <int NB>
-__device__ __forceinline__ void wg_finish(float (&c)[NB][4]) {
+template <int... NB>
+__device__ __forceinline__ void wg_finish(float (&... c)[NB][4]) {
   wgmma_commit();
   wgmma_wait<0>();
-  wgmma_settle(flat(c));
+  (wgmma_settle(flat(c)), ...);
 }
 
 /* The backward's two score products of a step, issued together and waited
@@ -486,10 +488,7 @@ __device__ __forceinline__ void wg_abt_pair(float (&c1)[8][4], uint32_t a1, uint
   wgmma_fence();
   wg_abt(c1, a1, b1);
   wg_abt(c2, a2, b2);
-  wgmma_commit();
-  wgmma_wait<0>();
-  wgmma_settle(flat(c1));
-  wgmma_settle(flat(c2));
+  wg_finish(c1, c2);
 }
 
 /* This lane's part of row g + 8 hf of a 16 x (8 * NT) accumulator tile,
@@ -1002,10 +1001,7 @@ __global__ void __launch_bounds__(WARPS * 32,
       wgmma_fence();
       wg_pb(dva, pf, smem_addr(cdO));
       wg_pb(dka, dsf, smem_addr(cQ));
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_settle(flat(dva));
-      wgmma_settle(flat(dka));
+      wg_finish(dva, dka);
     } else {
       mma_pb<kMode, 1, LD>(&dka, &dpa, cQ, rds, dsw, lane);
     }
@@ -1204,14 +1200,24 @@ int g_wgmma_allowed = 1;
 
 /* Whether the wgmma kernels run here: allowed, and the current device of
  * compute capability 9.0 exactly, whose code is this file's sm_90a build
- * (other GPUs compile the compute_90 PTX, where wgmma.cuh traps). */
+ * (other GPUs compile the compute_90 PTX, where wgmma.cuh traps).  Every
+ * launch asks; a device's compute capability is looked up once. */
 bool wgmma_here() {
-  int dev, major = 0, minor = 0;
-  if (!g_wgmma_allowed || cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+  constexpr int kDevices = 64;
+  static std::atomic<signed char> is_sm90[kDevices]; /* 0 not asked, 1 yes, -1 no */
+  int dev;
+  if (!g_wgmma_allowed || cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (dev >= 0 && dev < kDevices) {
+    const signed char known = is_sm90[dev].load(std::memory_order_relaxed);
+    if (known) return known > 0;
+  }
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
     return false;
-  return major == 9 && minor == 0;
+  const bool yes = major == 9 && minor == 0;
+  if (dev >= 0 && dev < kDevices) is_sm90[dev].store(yes ? 1 : -1, std::memory_order_relaxed);
+  return yes;
 }
 
 template <typename K>
@@ -1220,32 +1226,39 @@ cudaError_t prepare(K kernel, size_t smem) {
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 }
 
+/* The forward kernel of WARPS warps of MT row tiles and BC keys a step, by
+ * mma.sync or (kWg) by wgmma. */
+template <int HS, int WARPS, int MT, int BC, int kMode, bool kWg>
+cudaError_t forward_kernel(float *out, bf16 *out_bf16, float *lse, const bf16 *q, const bf16 *k,
+                           const bf16 *v, int B, int T, int NH, int NKV, float scale_log2,
+                           Rounding rp, unsigned int *out_amax, cudaStream_t s) {
+  typedef FwdCfg<HS, WARPS, MT, BC, kWg> C;
+  auto kernel = flash_fwd_kernel<HS, WARPS, MT, BC, kMode, kWg>;
+  cudaError_t e = prepare(kernel, C::kSmem);
+  if (e != cudaSuccess) return e;
+  const unsigned grid = (unsigned)B * NH * ((T + C::kBR - 1) / C::kBR);
+  kernel<<<grid, C::kThreads, C::kSmem, s>>>(out, out_bf16, lse, q, k, v, T, NH, NKV, scale_log2,
+                                             rp, out_amax);
+  return cudaGetLastError();
+}
+
 template <int HS, int kMode>
 cudaError_t forward(float *out, bf16 *out_bf16, float *lse, const bf16 *q, const bf16 *k,
                     const bf16 *v, int B, int T, int NH, int NKV, Rounding rp,
                     unsigned int *out_amax, cudaStream_t s) {
   typedef Tiles<HS> X;
   const float scale_log2 = (float)(kLog2e / sqrt((double)HS));
-  cudaError_t e;
   if constexpr (X::kWgmma) {
     if (wgmma_here()) { /* the same 128 query rows a CTA, as 8 warps of 16 */
-      typedef FwdCfg<HS, 2 * X::kFwdWarps, 1, X::kFwdBC, true> C;
-      static_assert(C::kBR == X::kFwdWarps * X::kFwdMT * 16, "same rows a CTA");
-      auto kernel = flash_fwd_kernel<HS, 2 * X::kFwdWarps, 1, X::kFwdBC, kMode, true>;
-      if ((e = prepare(kernel, C::kSmem)) != cudaSuccess) return e;
-      const unsigned grid = (unsigned)B * NH * ((T + C::kBR - 1) / C::kBR);
-      kernel<<<grid, C::kThreads, C::kSmem, s>>>(out, out_bf16, lse, q, k, v, T, NH, NKV,
-                                                 scale_log2, rp, out_amax);
-      return cudaGetLastError();
+      static_assert(FwdCfg<HS, 2 * X::kFwdWarps, 1, X::kFwdBC, true>::kBR ==
+                        X::kFwdWarps * X::kFwdMT * 16,
+                    "same rows a CTA");
+      return forward_kernel<HS, 2 * X::kFwdWarps, 1, X::kFwdBC, kMode, true>(
+          out, out_bf16, lse, q, k, v, B, T, NH, NKV, scale_log2, rp, out_amax, s);
     }
   }
-  typedef FwdCfg<HS, X::kFwdWarps, X::kFwdMT, X::kFwdBC, false> C;
-  auto kernel = flash_fwd_kernel<HS, X::kFwdWarps, X::kFwdMT, X::kFwdBC, kMode, false>;
-  if ((e = prepare(kernel, C::kSmem)) != cudaSuccess) return e;
-  const unsigned grid = (unsigned)B * NH * ((T + C::kBR - 1) / C::kBR);
-  kernel<<<grid, C::kThreads, C::kSmem, s>>>(out, out_bf16, lse, q, k, v, T, NH, NKV,
-                                             scale_log2, rp, out_amax);
-  return cudaGetLastError();
+  return forward_kernel<HS, X::kFwdWarps, X::kFwdMT, X::kFwdBC, kMode, false>(
+      out, out_bf16, lse, q, k, v, B, T, NH, NKV, scale_log2, rp, out_amax, s);
 }
 
 /* The dK/dV and dQ kernels, by mma.sync or (kWg) by wgmma. */

@@ -599,20 +599,16 @@ static void mlp_backward_bf16(gpu_model *g, int l, const float *dy_w2, const flo
                        : fill_operand(g, s2, USE_DX_DY, SLOT_DY, dy_w2, N, C, nullptr);
   gtq_operand wq = gtq_operand_for_gemm(g->gq, s2, USE_DX_W, SLOT_W, REUSE, w2, H, C, H);
   gtq_gemm_bf16_out(g->gq, false, false, N, H, C, dy, wq, dhg, H);
-  gtq_operand dy2 = gtq_operand_for_gemm(g->gq, s2, USE_DW_DY, SLOT_DY, REUSE, dy_w2, C, N, C);
   /* hg not kept (lean_activations = 2): SwiGLU's backward writes it again,
-   * the forward's bits, in the pass that reads h1 and h3 anyway, and dW2
-   * follows (its dY slot is untouched in between) */
-  float *dw2 = gr.w2 + (size_t)l * C * H;
-  auto dw2_gemm = [&] {
-    gtq_operand x = stored_operand(g, s2, USE_DW_X, SLOT_X, REUSE, hg, N, H);
-    gemm_act(g, true, false, C, H, N, dy2, x, dw2, dw2);
-  };
-  if (!g->hg_recomputed) dw2_gemm();
+   * the forward's bits, in the pass that reads h1 and h3 anyway; dW2 comes
+   * after it either way (W2's dY slot is untouched in between) */
   gtq_check(gpu_swiglu_backward_bf16_storage(dh1, dh3, g->hg_recomputed ? hg : nullptr, dhg, h1,
                                              h3, BTH, g->s),
             "SwiGLU backward (bf16 storage)");
-  if (g->hg_recomputed) dw2_gemm();
+  float *dw2 = gr.w2 + (size_t)l * C * H;
+  gtq_operand dy2 = gtq_operand_for_gemm(g->gq, s2, USE_DW_DY, SLOT_DY, REUSE, dy_w2, C, N, C);
+  gtq_operand x = stored_operand(g, s2, USE_DW_X, SLOT_X, REUSE, hg, N, H);
+  gemm_act(g, true, false, C, H, N, dy2, x, dw2, dw2);
   gtq_share_begin(g->gq); /* dW1 and dW3 read ln2 */
   act_sum_begin(g, d.dln);
   for (int i = 0; i < 2; i++)

@@ -153,45 +153,70 @@ static void free_results(results *r) {
   free(r->out), free(r->lse), free(r->dq), free(r->dk), free(r->dv);
 }
 
+/* `in` on the device, buffers for every float32 output of its shape and the
+ * kernels' scratch. */
+typedef struct {
+  size_t nq, nkv, nl;
+  const __nv_bfloat16 *q, *k, *v, *dout;
+  float *out, *lse, *dq, *dk, *dv;
+  void *scratch;
+} device_run;
+
+static device_run device_run_new(shape s, const inputs *in) {
+  device_run d = {in->nq, in->nkv, (size_t)s.B * s.NH * s.T};
+  d.q = dev_from(in->q16, d.nq * 2), d.k = dev_from(in->k16, d.nkv * 2);
+  d.v = dev_from(in->v16, d.nkv * 2), d.dout = dev_from(in->do16, d.nq * 2);
+  d.out = dev_alloc(d.nq * 4), d.lse = dev_alloc(d.nl * 4), d.dq = dev_alloc(d.nq * 4);
+  d.dk = dev_alloc(d.nkv * 4), d.dv = dev_alloc(d.nkv * 4);
+  d.scratch = dev_alloc(flash_attention_scratch_bytes(s.B, s.T, s.NH, s.NKV, s.hs));
+  return d;
+}
+
+/* The float32 outputs into r. */
+static void device_run_results(const device_run *d, results *r) {
+  to_host(r->out, d->out, d->nq * 4);
+  to_host(r->lse, d->lse, d->nl * 4);
+  to_host(r->dq, d->dq, d->nq * 4);
+  to_host(r->dk, d->dk, d->nkv * 4);
+  to_host(r->dv, d->dv, d->nkv * 4);
+}
+
+static void device_run_free(device_run *d) {
+  CU(cudaFree((void *)d->q)); CU(cudaFree((void *)d->k)); CU(cudaFree((void *)d->v));
+  CU(cudaFree((void *)d->dout)); CU(cudaFree(d->scratch));
+  CU(cudaFree(d->out)); CU(cudaFree(d->lse));
+  CU(cudaFree(d->dq)); CU(cudaFree(d->dk)); CU(cudaFree(d->dv));
+}
+
 /* The GPU's forward and backward on `in`; device outputs start as NaNs so
  * that anything left unwritten shows.  fold_amax: the kernels also fold the
  * amaxes of out and dv into device words (out_amax, dv_amax), which must be
  * those of the outputs, bit for bit. */
 static void run_gpu(shape s, const inputs *in, const roundings *rd, results *r, bool fold_amax) {
-  const size_t nq = in->nq, nkv = in->nkv, nl = (size_t)s.B * s.NH * s.T;
-  const __nv_bfloat16 *q = dev_from(in->q16, nq * 2), *k = dev_from(in->k16, nkv * 2),
-                      *v = dev_from(in->v16, nkv * 2), *dout = dev_from(in->do16, nq * 2);
-  float *out = dev_alloc(nq * 4), *lse = dev_alloc(nl * 4), *dq = dev_alloc(nq * 4),
-        *dk = dev_alloc(nkv * 4), *dv = dev_alloc(nkv * 4);
-  CU(cudaMemset(out, 0xFF, nq * 4));
-  CU(cudaMemset(lse, 0xFF, nl * 4));
-  CU(cudaMemset(dq, 0xFF, nq * 4));
-  CU(cudaMemset(dk, 0xFF, nkv * 4));
-  CU(cudaMemset(dv, 0xFF, nkv * 4));
-  void *scratch = dev_alloc(flash_attention_scratch_bytes(s.B, s.T, s.NH, s.NKV, s.hs));
+  device_run d = device_run_new(s, in);
+  CU(cudaMemset(d.out, 0xFF, d.nq * 4));
+  CU(cudaMemset(d.lse, 0xFF, d.nl * 4));
+  CU(cudaMemset(d.dq, 0xFF, d.nq * 4));
+  CU(cudaMemset(d.dk, 0xFF, d.nkv * 4));
+  CU(cudaMemset(d.dv, 0xFF, d.nkv * 4));
   unsigned *words = dev_alloc(2 * sizeof(unsigned)); /* out's amax, dv's */
   CU(cudaMemset(words, 0, 2 * sizeof(unsigned)));
-  CU(flash_attention_forward(out, lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs, &rd->p,
+  CU(flash_attention_forward(d.out, d.lse, d.q, d.k, d.v, s.B, s.T, s.NH, s.NKV, s.hs, &rd->p,
                              fold_amax ? words : NULL, 0));
-  CU(flash_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs,
-                              &rd->p, &rd->ds, scratch, fold_amax ? words + 1 : NULL, NULL, 0));
-  to_host(r->out, out, nq * 4);
-  to_host(r->lse, lse, nl * 4);
-  to_host(r->dq, dq, nq * 4);
-  to_host(r->dk, dk, nkv * 4);
-  to_host(r->dv, dv, nkv * 4);
+  CU(flash_attention_backward(d.dq, d.dk, d.dv, d.dout, d.out, d.lse, d.q, d.k, d.v, s.B, s.T,
+                              s.NH, s.NKV, s.hs, &rd->p, &rd->ds, d.scratch,
+                              fold_amax ? words + 1 : NULL, NULL, 0));
+  device_run_results(&d, r);
   if (fold_amax) {
     unsigned got[2];
     to_host(got, words, sizeof got);
-    const unsigned want[2] = {finite_amax_bits(r->out, nq), finite_amax_bits(r->dv, nkv)};
+    const unsigned want[2] = {finite_amax_bits(r->out, d.nq), finite_amax_bits(r->dv, d.nkv)};
     ck_assert_msg(got[0] == want[0] && got[1] == want[1],
                   "B %d T %d NH %d NKV %d hs %d: folded amaxes %08x %08x, of out and dv %08x %08x",
                   s.B, s.T, s.NH, s.NKV, s.hs, got[0], got[1], want[0], want[1]);
   }
   CU(cudaFree(words));
-  CU(cudaFree((void *)q)); CU(cudaFree((void *)k)); CU(cudaFree((void *)v));
-  CU(cudaFree((void *)dout)); CU(cudaFree(scratch));
-  CU(cudaFree(out)); CU(cudaFree(lse)); CU(cudaFree(dq)); CU(cudaFree(dk)); CU(cudaFree(dv));
+  device_run_free(&d);
 }
 
 /* model.c in float32, plus lse in double (model.c keeps only P). */
@@ -704,24 +729,14 @@ START_TEST(gqa_head_rounding) {
     results *res[2] = {&rg, &re};
     for (int k = 0; k < 2; k++) {
       const shape t = shp[k];
-      const inputs *x = ins[k];
-      const size_t nq = x->nq, nkv = x->nkv, nl = (size_t)t.B * t.NH * t.T;
-      const __nv_bfloat16 *q = dev_from(x->q16, nq * 2), *kk = dev_from(x->k16, nkv * 2),
-                          *v = dev_from(x->v16, nkv * 2), *dout = dev_from(x->do16, nq * 2);
-      float *out = dev_alloc(nq * 4), *lse = dev_alloc(nl * 4), *dq = dev_alloc(nq * 4),
-            *dk = dev_alloc(nkv * 4), *dv = dev_alloc(nkv * 4);
-      void *scratch = dev_alloc(flash_attention_scratch_bytes(t.B, t.T, t.NH, t.NKV, t.hs));
-      CU(flash_attention_forward(out, lse, q, kk, v, t.B, t.T, t.NH, t.NKV, t.hs, NULL, NULL, 0));
-      CU(flash_attention_backward(dq, dk, dv, dout, out, lse, q, kk, v, t.B, t.T, t.NH, t.NKV,
-                                  t.hs, NULL, NULL, scratch, NULL, &heads, 0));
-      to_host(res[k]->out, out, nq * 4);
-      to_host(res[k]->lse, lse, nl * 4);
-      to_host(res[k]->dq, dq, nq * 4);
-      to_host(res[k]->dk, dk, nkv * 4);
-      to_host(res[k]->dv, dv, nkv * 4);
-      CU(cudaFree((void *)q)); CU(cudaFree((void *)kk)); CU(cudaFree((void *)v));
-      CU(cudaFree((void *)dout)); CU(cudaFree(scratch));
-      CU(cudaFree(out)); CU(cudaFree(lse)); CU(cudaFree(dq)); CU(cudaFree(dk)); CU(cudaFree(dv));
+      device_run d = device_run_new(t, ins[k]);
+      CU(flash_attention_forward(d.out, d.lse, d.q, d.k, d.v, t.B, t.T, t.NH, t.NKV, t.hs, NULL,
+                                 NULL, 0));
+      CU(flash_attention_backward(d.dq, d.dk, d.dv, d.dout, d.out, d.lse, d.q, d.k, d.v, t.B,
+                                  t.T, t.NH, t.NKV, t.hs, NULL, NULL, d.scratch, NULL, &heads,
+                                  0));
+      device_run_results(&d, res[k]);
+      device_run_free(&d);
     }
     size_t bad = 0, n = 0;
     for (size_t r = 0; r < (size_t)s.B * s.T; r++)
@@ -760,11 +775,11 @@ START_TEST(out_bf16_matches_float) {
   for (int c = 0; c < 3; c++) {
     const shape s = shapes[c];
     inputs in = make_inputs(s, 21 + c, 0);
-    const size_t nq = in.nq, nkv = in.nkv, nl = (size_t)s.B * s.NH * s.T;
-    const __nv_bfloat16 *q = dev_from(in.q16, nq * 2), *k = dev_from(in.k16, nkv * 2),
-                        *v = dev_from(in.v16, nkv * 2), *dout = dev_from(in.do16, nq * 2);
-    float *out = dev_alloc(nq * 4), *lse = dev_alloc(nl * 4);
-    void *scratch = dev_alloc(flash_attention_scratch_bytes(s.B, s.T, s.NH, s.NKV, s.hs));
+    device_run d = device_run_new(s, &in);
+    const size_t nq = d.nq, nkv = d.nkv, nl = d.nl;
+    const __nv_bfloat16 *q = d.q, *k = d.k, *v = d.v, *dout = d.dout;
+    float *out = d.out, *lse = d.lse;
+    void *scratch = d.scratch;
     CU(flash_attention_forward(out, lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs, NULL, NULL, 0));
     float *ho = malloc(nq * 4);
     uint16_t *hb = malloc(nq * 2);
@@ -800,15 +815,16 @@ START_TEST(out_bf16_matches_float) {
     const __nv_bfloat16 *ob = dev_from(hb, nq * 2);
     float *got[2][3];
     for (int w = 0; w < 2; w++) {
-      float *dq = dev_alloc(nq * 4), *dk = dev_alloc(nkv * 4), *dv = dev_alloc(nkv * 4);
       const flash_act_bf16 act = {s.NKV < s.NH, w ? ob : NULL, {NULL, NULL, NULL}};
-      CU(flash_attention_backward(dq, dk, dv, dout, w ? NULL : out, lse, q, k, v, s.B, s.T, s.NH,
-                                  s.NKV, s.hs, NULL, NULL, scratch, NULL, &act, 0));
+      CU(cudaMemset(d.dq, 0xFF, nq * 4));
+      CU(cudaMemset(d.dk, 0xFF, nkv * 4));
+      CU(cudaMemset(d.dv, 0xFF, nkv * 4));
+      CU(flash_attention_backward(d.dq, d.dk, d.dv, dout, w ? NULL : out, lse, q, k, v, s.B, s.T,
+                                  s.NH, s.NKV, s.hs, NULL, NULL, scratch, NULL, &act, 0));
       got[w][0] = malloc(nq * 4), got[w][1] = malloc(nkv * 4), got[w][2] = malloc(nkv * 4);
-      to_host(got[w][0], dq, nq * 4);
-      to_host(got[w][1], dk, nkv * 4);
-      to_host(got[w][2], dv, nkv * 4);
-      CU(cudaFree(dq)); CU(cudaFree(dk)); CU(cudaFree(dv));
+      to_host(got[w][0], d.dq, nq * 4);
+      to_host(got[w][1], d.dk, nkv * 4);
+      to_host(got[w][2], d.dv, nkv * 4);
     }
     /* dQ, dK, dV written in bf16 by the kernels (grads_bf16): the float
      * gradients rounded (rne), bit for bit */
@@ -845,9 +861,8 @@ START_TEST(out_bf16_matches_float) {
     for (int w = 0; w < 2; w++)
       for (int t = 0; t < 3; t++) free(got[w][t]);
     free(ho), free(hb);
-    CU(cudaFree((void *)q)); CU(cudaFree((void *)k)); CU(cudaFree((void *)v));
-    CU(cudaFree((void *)dout)); CU(cudaFree((void *)ob)); CU(cudaFree(scratch));
-    CU(cudaFree(out)); CU(cudaFree(lse));
+    CU(cudaFree((void *)ob));
+    device_run_free(&d);
     free_inputs(&in);
   }
 }
@@ -858,27 +873,24 @@ END_TEST
  * dV rounded where NKV < NH (plain bf16 P and dS).  Bits into o16 (nq),
  * lse (nl), g16 (nq + 2 nkv). */
 static void run_gpu_bf16(shape s, const inputs *in, uint16_t *o16, float *lse_h, uint16_t *g16) {
-  const size_t nq = in->nq, nkv = in->nkv, nl = (size_t)s.B * s.NH * s.T;
-  const __nv_bfloat16 *q = dev_from(in->q16, nq * 2), *k = dev_from(in->k16, nkv * 2),
-                      *v = dev_from(in->v16, nkv * 2), *dout = dev_from(in->do16, nq * 2);
+  device_run d = device_run_new(s, in);
+  const size_t nq = d.nq, nkv = d.nkv;
   __nv_bfloat16 *ob = dev_alloc(nq * 2), *g[3] = {dev_alloc(nq * 2), dev_alloc(nkv * 2),
                                                   dev_alloc(nkv * 2)};
-  float *lse = dev_alloc(nl * 4);
-  void *scratch = dev_alloc(flash_attention_scratch_bytes(s.B, s.T, s.NH, s.NKV, s.hs));
   CU(cudaMemset(ob, 0xFF, nq * 2));
   for (int t = 0; t < 3; t++) CU(cudaMemset(g[t], 0xFF, (t ? nkv : nq) * 2));
-  CU(flash_attention_forward_bf16(ob, lse, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs, NULL, 0));
+  CU(flash_attention_forward_bf16(ob, d.lse, d.q, d.k, d.v, s.B, s.T, s.NH, s.NKV, s.hs, NULL, 0));
   const flash_act_bf16 act = {s.NKV < s.NH, ob, {g[0], g[1], g[2]}};
-  CU(flash_attention_backward(NULL, NULL, NULL, dout, NULL, lse, q, k, v, s.B, s.T, s.NH, s.NKV,
-                              s.hs, NULL, NULL, scratch, NULL, &act, 0));
+  CU(flash_attention_backward(NULL, NULL, NULL, d.dout, NULL, d.lse, d.q, d.k, d.v, s.B, s.T,
+                              s.NH, s.NKV, s.hs, NULL, NULL, d.scratch, NULL, &act, 0));
   to_host(o16, ob, nq * 2);
-  to_host(lse_h, lse, nl * 4);
+  to_host(lse_h, d.lse, d.nl * 4);
   to_host(g16, g[0], nq * 2);
   to_host(g16 + nq, g[1], nkv * 2);
   to_host(g16 + nq + nkv, g[2], nkv * 2);
   for (int t = 0; t < 3; t++) CU(cudaFree(g[t]));
-  CU(cudaFree((void *)q)); CU(cudaFree((void *)k)); CU(cudaFree((void *)v));
-  CU(cudaFree((void *)dout)); CU(cudaFree(ob)); CU(cudaFree(lse)); CU(cudaFree(scratch));
+  CU(cudaFree(ob));
+  device_run_free(&d);
 }
 
 /* On a GPU where the hs-64 kernels run on wgmma: the same calls with
@@ -965,12 +977,10 @@ END_TEST
 START_TEST(speed) {
   shape s = {32, 1024, 12, 12, 64};
   inputs in = make_inputs(s, 3, 0);
-  const size_t nq = in.nq, nkv = in.nkv, nl = (size_t)s.B * s.NH * s.T;
-  const __nv_bfloat16 *q = dev_from(in.q16, nq * 2), *k = dev_from(in.k16, nkv * 2),
-                      *v = dev_from(in.v16, nkv * 2), *dout = dev_from(in.do16, nq * 2);
-  float *out = dev_alloc(nq * 4), *lse = dev_alloc(nl * 4), *dq = dev_alloc(nq * 4),
-        *dk = dev_alloc(nkv * 4), *dv = dev_alloc(nkv * 4);
-  void *scratch = dev_alloc(flash_attention_scratch_bytes(s.B, s.T, s.NH, s.NKV, s.hs));
+  device_run d = device_run_new(s, &in);
+  const __nv_bfloat16 *q = d.q, *k = d.k, *v = d.v, *dout = d.dout;
+  float *out = d.out, *lse = d.lse, *dq = d.dq, *dk = d.dk, *dv = d.dv;
+  void *scratch = d.scratch;
   cudaEvent_t e0, e1, e2;
   CU(cudaEventCreate(&e0)); CU(cudaEventCreate(&e1)); CU(cudaEventCreate(&e2));
   const int reps = 20;
@@ -1013,9 +1023,7 @@ START_TEST(speed) {
   printf("speed: backward TFLOP/s count 2.5x the forward's FLOPs; FlashAttention-2 on an H100"
          " reaches 200-350 forward\n");
   CU(cudaEventDestroy(e0)); CU(cudaEventDestroy(e1)); CU(cudaEventDestroy(e2));
-  CU(cudaFree((void *)q)); CU(cudaFree((void *)k)); CU(cudaFree((void *)v));
-  CU(cudaFree((void *)dout)); CU(cudaFree(scratch));
-  CU(cudaFree(out)); CU(cudaFree(lse)); CU(cudaFree(dq)); CU(cudaFree(dk)); CU(cudaFree(dv));
+  device_run_free(&d);
   free_inputs(&in);
 }
 END_TEST

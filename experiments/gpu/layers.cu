@@ -699,6 +699,21 @@ __global__ void swiglu_forward_bf16_storage_kernel(uint16_t *out, const uint16_t
     store_bf16x8(out, i, swiglu_forward_bf16x8(load_bf16x8(h1, i), load_bf16x8(h3, i)));
 }
 
+/* dh1, dh3 = SwiGLU's gradients of 8 bf16 elements (output gradient d),
+ * each rounded to bf16 as bf16 activations store them */
+__device__ __forceinline__ void swiglu_backward_bf16x8(const bf16x8 &d, const bf16x8 &a,
+                                                       const bf16x8 &b, bf16x8 &dh1,
+                                                       bf16x8 &dh3) {
+#pragma unroll
+  for (int j = 0; j < 8; j++) {
+    float g1, g3;
+    swiglu_backward_act_bf16_sig(__bfloat162float(d.v[j]), __bfloat162float(a.v[j]),
+                                 sigmoid_lookup(a.v[j]), __bfloat162float(b.v[j]), &g1, &g3);
+    dh1.v[j] = __float2bfloat16_rn(g1);
+    dh3.v[j] = __float2bfloat16_rn(g3);
+  }
+}
+
 /* kHg: hg written too, from the h1 and h3 already loaded */
 template <bool kHg>
 __global__ void swiglu_backward_bf16_storage_kernel(uint16_t *dh1, uint16_t *dh3, uint16_t *hg,
@@ -707,18 +722,73 @@ __global__ void swiglu_backward_bf16_storage_kernel(uint16_t *dh1, uint16_t *dh3
   for (size_t i = global_index(); i < n8; i += global_stride()) {
     const bf16x8 d = load_bf16x8(dout, i), a = load_bf16x8(h1, i), b = load_bf16x8(h3, i);
     bf16x8 o1, o3;
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-      float g1, g3;
-      swiglu_backward_act_bf16_sig(__bfloat162float(d.v[j]), __bfloat162float(a.v[j]),
-                                   sigmoid_lookup(a.v[j]), __bfloat162float(b.v[j]), &g1, &g3);
-      o1.v[j] = __float2bfloat16_rn(g1);
-      o3.v[j] = __float2bfloat16_rn(g3);
-    }
+    swiglu_backward_bf16x8(d, a, b, o1, o3);
     store_bf16x8(dh1, i, o1);
     store_bf16x8(dh3, i, o3);
     if constexpr (kHg) store_bf16x8(hg, i, swiglu_forward_bf16x8(a, b));
   }
+}
+
+__device__ __forceinline__ void widen_bf16x8(const bf16x8 &x, float (&v)[8]) {
+#pragma unroll
+  for (int j = 0; j < 8; j++) v[j] = __bfloat162float(x.v[j]);
+}
+
+/* The two kernels above with each output written as its bf16 GEMM operand
+ * image instead: the bf16 value they store, then quantize8_bf16 as the
+ * fill's pass (k_quantize_scaled_bf16) would apply it to the stored tensor,
+ * so the image, its sr stream indices and its amax are that pass's.  A
+ * thread 8 elements; n % 8 == 0 and 16-byte aligned pointers.  The backward:
+ * o1 and o3 differ at most in the sr stream offset; si and amax per
+ * gradient as in swiglu_backward_bf16_kernel. */
+template <int ID, int MODE>
+__global__ void __launch_bounds__(exmy_cuda::kThreads)
+    swiglu_forward_bf16_storage_image_kernel(const __grid_constant__ exmy_format rt,
+                                             const __grid_constant__ KOpts o,
+                                             uint16_t *__restrict__ out,
+                                             const uint16_t *__restrict__ h1,
+                                             const uint16_t *__restrict__ h3, size_t n,
+                                             const float *si, unsigned int *amax) {
+  using namespace exmy_cuda;
+  const auto &f = kernel_format<ID>(rt);
+  const size_t i = (size_t)blockIdx.x * exmy_cuda::kThreads + threadIdx.x, base = i * kPer;
+  float m = 0.0f;
+  if (base < n) {
+    float v[kPer];
+    uint32_t c[kPer];
+    widen_bf16x8(swiglu_forward_bf16x8(load_bf16x8(h1, i), load_bf16x8(h3, i)), v);
+    quantize8_bf16<ID, MODE>(f, o, base, n, v, si, m, c);
+    store8<uint16_t>(out, base, n, true, c);
+  }
+  fold_output_amax(m, amax);
+}
+
+template <int ID, int MODE>
+__global__ void __launch_bounds__(exmy_cuda::kThreads)
+    swiglu_backward_bf16_storage_image_kernel(
+        const __grid_constant__ exmy_format rt, const __grid_constant__ KOpts o1,
+        const __grid_constant__ KOpts o3, uint16_t *__restrict__ dh1, uint16_t *__restrict__ dh3,
+        const uint16_t *__restrict__ dout, const uint16_t *__restrict__ h1,
+        const uint16_t *__restrict__ h3, size_t n, const float *si1, const float *si3,
+        unsigned int *amax1, unsigned int *amax3) {
+  using namespace exmy_cuda;
+  const auto &f = kernel_format<ID>(rt);
+  const size_t i = (size_t)blockIdx.x * exmy_cuda::kThreads + threadIdx.x, base = i * kPer;
+  float m1 = 0.0f, m3 = 0.0f;
+  if (base < n) {
+    bf16x8 g1, g3;
+    swiglu_backward_bf16x8(load_bf16x8(dout, i), load_bf16x8(h1, i), load_bf16x8(h3, i), g1, g3);
+    float v[kPer];
+    uint32_t c[kPer];
+    widen_bf16x8(g1, v);
+    quantize8_bf16<ID, MODE>(f, o1, base, n, v, si1, m1, c);
+    store8<uint16_t>(dh1, base, n, true, c);
+    widen_bf16x8(g3, v);
+    quantize8_bf16<ID, MODE>(f, o3, base, n, v, si3, m3, c);
+    store8<uint16_t>(dh3, base, n, true, c);
+  }
+  fold_output_amax(m1, amax1);
+  fold_output_amax(m3, amax3);
 }
 
 /* RoPE of bf16 activations on bf16 storage: rope_kernel<true>'s rotation
@@ -895,6 +965,47 @@ struct SwigluFwdBf16Op {
       exmy_cuda::with_operand_mode<ID>(o.mode, [&](auto mode) {
         swiglu_forward_bf16_kernel<ID, decltype(mode)::value>
             <<<blocks, exmy_cuda::kThreads, 0, s>>>(f, o, out, h1, h3, n, vec, sc.scale_inv,
+                                                    sc.amax_bits);
+      });
+      return true;
+    }
+  }
+};
+
+/* The bf16-storage image kernels for the table formats of the bf16 operand
+ * path, as SwigluBf16Op and SwigluFwdBf16Op (n % 8 == 0). */
+template <int ID>
+struct SwigluStorageImageOp {
+  static bool run(const exmy_format &f, const KOpts &o1, const KOpts &o3, uint16_t *dh1,
+                  uint16_t *dh3, const uint16_t *dout, const uint16_t *h1, const uint16_t *h3,
+                  size_t n, const gpu_bf16_scaling &sc1, const gpu_bf16_scaling &sc3,
+                  cudaStream_t s) {
+    if constexpr (ID == SPEC_GENERIC) {
+      return false;
+    } else {
+      const unsigned blocks = blocks_for(n / exmy_cuda::kPer, exmy_cuda::kThreads);
+      exmy_cuda::with_operand_mode<ID>(o1.mode, [&](auto mode) {
+        swiglu_backward_bf16_storage_image_kernel<ID, decltype(mode)::value>
+            <<<blocks, exmy_cuda::kThreads, 0, s>>>(f, o1, o3, dh1, dh3, dout, h1, h3, n,
+                                                    sc1.scale_inv, sc3.scale_inv, sc1.amax_bits,
+                                                    sc3.amax_bits);
+      });
+      return true;
+    }
+  }
+};
+
+template <int ID>
+struct SwigluFwdStorageImageOp {
+  static bool run(const exmy_format &f, const KOpts &o, uint16_t *out, const uint16_t *h1,
+                  const uint16_t *h3, size_t n, const gpu_bf16_scaling &sc, cudaStream_t s) {
+    if constexpr (ID == SPEC_GENERIC) {
+      return false;
+    } else {
+      const unsigned blocks = blocks_for(n / exmy_cuda::kPer, exmy_cuda::kThreads);
+      exmy_cuda::with_operand_mode<ID>(o.mode, [&](auto mode) {
+        swiglu_forward_bf16_storage_image_kernel<ID, decltype(mode)::value>
+            <<<blocks, exmy_cuda::kThreads, 0, s>>>(f, o, out, h1, h3, n, sc.scale_inv,
                                                     sc.amax_bits);
       });
       return true;
@@ -1580,18 +1691,21 @@ bool gpu_bf16_operand_serves(const exmy_format *f) {
   return id != SPEC_GENERIC && (spec_kernels(id) & EXMY_GPU_BF16);
 }
 
+/* Valid options for the two gradients' images, alike but for the sr
+ * stream offset (one kernel rounds both). */
+static bool gradient_pair_opts_ok(const exmy_rounding_opts *o1, const exmy_rounding_opts *o3) {
+  return exmy_rounding_opts_check(o1) == 0 && exmy_rounding_opts_check(o3) == 0 &&
+         o1->mode == o3->mode && o1->saturate == o3->saturate &&
+         o1->flush_subnormals == o3->flush_subnormals && o1->seed == o3->seed &&
+         o1->sr_bits == o3->sr_bits;
+}
+
 cudaError_t gpu_swiglu_backward_bf16(void *dh1, void *dh3, const float *dout, const float *h1,
                                      const float *h3, size_t n, const exmy_format *f,
                                      const exmy_rounding_opts *o1, const exmy_rounding_opts *o3,
                                      const gpu_bf16_scaling *sc1, const gpu_bf16_scaling *sc3,
                                      cudaStream_t s) {
-  if (!gpu_bf16_operand_serves(f) || exmy_rounding_opts_check(o1) != 0 ||
-      exmy_rounding_opts_check(o3) != 0)
-    return cudaErrorInvalidValue;
-  if (o1->mode != o3->mode || o1->saturate != o3->saturate ||
-      o1->flush_subnormals != o3->flush_subnormals || o1->seed != o3->seed ||
-      o1->sr_bits != o3->sr_bits)
-    return cudaErrorInvalidValue;
+  if (!gpu_bf16_operand_serves(f) || !gradient_pair_opts_ok(o1, o3)) return cudaErrorInvalidValue;
   if (!n) return cudaSuccess;
   const gpu_bf16_scaling none = {nullptr, nullptr};
   const bool launched = with_spec_format<EXMY_GPU_BF16, SwigluBf16Op>(
@@ -1609,6 +1723,38 @@ cudaError_t gpu_swiglu_forward_bf16(void *out, const float *h1, const float *h3,
   const gpu_bf16_scaling none = {nullptr, nullptr};
   const bool launched = with_spec_format<EXMY_GPU_BF16, SwigluFwdBf16Op>(
       f, *f, kopts_of(o), (uint16_t *)out, h1, h3, n, sc ? *sc : none, s);
+  return launched ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+cudaError_t gpu_swiglu_forward_bf16_storage_image(void *out, const uint16_t *h1,
+                                                  const uint16_t *h3, size_t n,
+                                                  const exmy_format *f,
+                                                  const exmy_rounding_opts *o,
+                                                  const gpu_bf16_scaling *sc, cudaStream_t s) {
+  if (!gpu_bf16_operand_serves(f) || exmy_rounding_opts_check(o) != 0 ||
+      !bf16_storage_ok(n, {out, h1, h3}))
+    return cudaErrorInvalidValue;
+  if (!n) return cudaSuccess;
+  ensure_sigmoid_table(s);
+  const gpu_bf16_scaling none = {nullptr, nullptr};
+  const bool launched = with_spec_format<EXMY_GPU_BF16, SwigluFwdStorageImageOp>(
+      f, *f, kopts_of(o), (uint16_t *)out, h1, h3, n, sc ? *sc : none, s);
+  return launched ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+cudaError_t gpu_swiglu_backward_bf16_storage_image(
+    void *dh1, void *dh3, const uint16_t *dout, const uint16_t *h1, const uint16_t *h3, size_t n,
+    const exmy_format *f, const exmy_rounding_opts *o1, const exmy_rounding_opts *o3,
+    const gpu_bf16_scaling *sc1, const gpu_bf16_scaling *sc3, cudaStream_t s) {
+  if (!gpu_bf16_operand_serves(f) || !gradient_pair_opts_ok(o1, o3) ||
+      !bf16_storage_ok(n, {dh1, dh3, dout, h1, h3}))
+    return cudaErrorInvalidValue;
+  if (!n) return cudaSuccess;
+  ensure_sigmoid_table(s);
+  const gpu_bf16_scaling none = {nullptr, nullptr};
+  const bool launched = with_spec_format<EXMY_GPU_BF16, SwigluStorageImageOp>(
+      f, *f, kopts_of(o1), kopts_of(o3), (uint16_t *)dh1, (uint16_t *)dh3, dout, h1, h3, n,
+      sc1 ? *sc1 : none, sc3 ? *sc3 : none, s);
   return launched ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 

@@ -155,6 +155,22 @@ cudaError_t gpu_swiglu_backward_bf16(void *dh1, void *dh3, const float *dout, co
 cudaError_t gpu_swiglu_forward_bf16(void *out, const float *h1, const float *h3, size_t n,
                                     const exmy_format *f, const exmy_rounding_opts *o,
                                     const gpu_bf16_scaling *sc, cudaStream_t s);
+/* gpu_swiglu_forward_bf16_storage and gpu_swiglu_backward_bf16_storage
+ * (without hg) with each output written as the bf16 GEMM operand image of
+ * the bf16 tensor they store, with f, o and sc as above: the bits, sr stream
+ * indices and amax of that tensor's fill (bf16 activations, where the GEMMs
+ * read SwiGLU's tensors through another format).  Storage rules as those
+ * functions (n % 8 == 0, 16-byte aligned), formats and options as
+ * gpu_swiglu_backward_bf16; else cudaErrorInvalidValue, nothing launched. */
+cudaError_t gpu_swiglu_forward_bf16_storage_image(void *out, const uint16_t *h1,
+                                                  const uint16_t *h3, size_t n,
+                                                  const exmy_format *f,
+                                                  const exmy_rounding_opts *o,
+                                                  const gpu_bf16_scaling *sc, cudaStream_t s);
+cudaError_t gpu_swiglu_backward_bf16_storage_image(
+    void *dh1, void *dh3, const uint16_t *dout, const uint16_t *h1, const uint16_t *h3, size_t n,
+    const exmy_format *f, const exmy_rounding_opts *o1, const exmy_rounding_opts *o3,
+    const gpu_bf16_scaling *sc1, const gpu_bf16_scaling *sc3, cudaStream_t s);
 /* RoPE's forward (backward false) or backward of x (B, T, nh*hs; x is not
  * changed), written as the bf16 GEMM operand image of the float32 tensor
  * gpu_rope_forward or gpu_rope_backward leaves, with f, o and sc as above,

@@ -523,13 +523,14 @@ static void linear_backward(gpu_model *g, float *dinp, float *dw, const float *d
 static uint16_t *bf16_at(float *base, size_t l, size_t n) { return (uint16_t *)base + l * n; }
 
 /* A tensor stored in bf16 (rows x cols) as use `use` of `site`: outside
- * statistics steps the tensor itself (a tensor is stored in bf16 only where
- * its fills would leave it as it is); in a statistics step widened to
- * float32 and filled (fill: the statistics are the fill's), or the slot that
- * fill made. */
+ * statistics steps, where its fill would leave it as it is
+ * (gtq_use_bf16_identity), the tensor itself; else widened to float32 and
+ * filled (fill; in a statistics step the statistics are the fill's), or the
+ * slot that fill made (an element-wise fill's: the widened copy is not kept). */
 static gtq_operand stored_operand(gpu_model *g, int site, int use, int slot, bool fill,
                                   const uint16_t *x, long rows, long cols) {
-  if (!gtq_collecting(g->gq)) return gtq_operand_bf16(site, use, x, cols);
+  if (!gtq_collecting(g->gq) && gtq_use_bf16_identity(g->gq, site, use))
+    return gtq_operand_bf16(site, use, x, cols);
   const size_t n = (size_t)rows * cols;
   if (!g->wide) g->wide = dalloc<float>((size_t)g->B * g->T * g->cfg.hidden);
   if (fill) gtq_check(exmy_cuda_decode_f32(&g->bf16, x, g->wide, n, g->s), "bf16 to float32");
@@ -544,6 +545,39 @@ static void linear_forward_bf16_out(gpu_model *g, uint16_t *out, const float *in
   gtq_operand x, wq;
   forward_operands(g, site, inp, w, N, C, OC, x_amax, x_filled, &x, &wq);
   gtq_gemm_bf16_out(g->gq, false, true, N, OC, C, x, wq, out, OC);
+}
+
+static const exmy_operand_quant *swiglu_dy_images(const gpu_model *g, int l);
+
+/* Whether hg stored in bf16 is W2's X as it is (site s2; outside statistics
+ * steps, stored_operand): both its fills bf16's own rne. */
+static bool hg_own_operand(const gpu_model *g, int s2) {
+  return gtq_use_bf16_identity(g->gq, s2, USE_FWD_X) &&
+         gtq_use_bf16_identity(g->gq, s2, USE_DW_X);
+}
+
+/* The quants of SwiGLU's tensors on bf16 storage written as GEMM operand
+ * images by SwiGLU's kernels (gpu_swiglu_*_bf16_storage_image), in place of
+ * the stored tensors and the fills' passes, outside statistics steps (whose
+ * fills read the stored tensors) and unless act_unfused: hg as W2's X, dh1
+ * and dh3 as W1's and W3's dY, where those fills are element-wise roundings
+ * into bf16 other than bf16's own rne (that stored tensor is its own
+ * operand), unscaled or under delayed scaling (not current scaling: its
+ * amax first), and dW reads the same slot; else NULL.  `layout`: the
+ * question asked when the storage is laid out, before any step. */
+static const exmy_operand_quant *hg_image_quant(gpu_model *g, int s2, bool layout = false) {
+  if ((!layout && !act_direct(g)) || hg_own_operand(g, s2)) return nullptr;
+  const exmy_operand_quant *q = gtq_fusable_bf16(g->gq, s2, USE_FWD_X, USE_DW_X);
+  if (!q || !gpu_bf16_operand_serves(&q->format) || q->scaling.kind == EXMY_SCALING_TENSOR)
+    return nullptr;
+  return q;
+}
+static const exmy_operand_quant *dh_image_quant(gpu_model *g, int l, bool layout = false) {
+  if ((!layout && !act_direct(g)) || dy_fills_bf16_rne(g, site_index(g, l, SITE_W1)))
+    return nullptr;
+  const exmy_operand_quant *q = swiglu_dy_images(g, l);
+  if (!q || q->scaling.kind == EXMY_SCALING_TENSOR) return nullptr;
+  return q;
 }
 
 /* The feed-forward block's forward on bf16 storage: h1 and h3 from their
@@ -566,8 +600,21 @@ static void mlp_forward_bf16(gpu_model *g, int l, float *res_out, const float *r
   linear_forward_bf16_out(g, h3, ln2, p.w3 + (size_t)l * H * C, N, C, H,
                           site_index(g, l, SITE_W3), ln2_amax);
   gtq_share_end(g->gq);
-  gtq_check(gpu_swiglu_forward_bf16_storage(hg, h1, h3, BTH, g->s), "SwiGLU (bf16 storage)");
-  gtq_operand x = stored_operand(g, s2, USE_FWD_X, SLOT_X, FILL, hg, N, H);
+  gtq_operand x;
+  if (const exmy_operand_quant *q = hg_image_quant(g, s2)) { /* hg only as W2's X image */
+    gtq_bf16_fill w;
+    gtq_fill_bf16_slot(g->gq, s2, USE_FWD_X, SLOT_X, BTH, nullptr, &w);
+    const gpu_bf16_scaling sc = {w.scale_inv, w.amax_bits};
+    gtq_check(gpu_swiglu_forward_bf16_storage_image(w.y, h1, h3, BTH, &q->format, &w.o, &sc,
+                                                    g->s),
+              "SwiGLU (bf16 storage, operand image)");
+    gtq_fill_bf16_done(g->gq, s2, USE_FWD_X, SLOT_X);
+    g->swiglu_fwd_fused++;
+    x = gtq_operand_for_gemm(g->gq, s2, USE_FWD_X, SLOT_X, REUSE, nullptr, H, N, H);
+  } else {
+    gtq_check(gpu_swiglu_forward_bf16_storage(hg, h1, h3, BTH, g->s), "SwiGLU (bf16 storage)");
+    x = stored_operand(g, s2, USE_FWD_X, SLOT_X, FILL, hg, N, H);
+  }
   gtq_operand wq = fill_operand(g, s2, USE_FWD_W, SLOT_W, p.w2 + (size_t)l * C * H, C, H,
                                 weight_word(g, s2));
   gemm_act_residual(g, N, C, H, x, wq, res_out, res_mid); /* res_mid + bf16(hg W2^T) */
@@ -575,9 +622,10 @@ static void mlp_forward_bf16(gpu_model *g, int l, float *res_out, const float *r
 
 /* Its backward from W2's output gradient dy_w2 (bf16 values, float32; or
  * W2's dY slot filled already where dy_filled: dres_into_dy):
- * dhg = bf16(dY W2) from the GEMM in bf16, dW2 += bf16(dY^T hg), SwiGLU's
- * backward into dh1 and dh3 in bf16, and W1's and W3's backward reading
- * them as they are; dX into dln. */
+ * dhg = bf16(dY W2) from the GEMM in bf16, SwiGLU's backward into dh1 and
+ * dh3 in bf16 (or straight into W1's and W3's dY images: dh_image_quant),
+ * dW2 += bf16(dY^T hg), and W1's and W3's backward reading dh1 and dh3 as
+ * stored (or their images); dX into dln. */
 static void mlp_backward_bf16(gpu_model *g, int l, const float *dy_w2, const float *ln2,
                               bool dy_filled) {
   const model_config &c = g->cfg;
@@ -599,21 +647,41 @@ static void mlp_backward_bf16(gpu_model *g, int l, const float *dy_w2, const flo
                        : fill_operand(g, s2, USE_DX_DY, SLOT_DY, dy_w2, N, C, nullptr);
   gtq_operand wq = gtq_operand_for_gemm(g->gq, s2, USE_DX_W, SLOT_W, REUSE, w2, H, C, H);
   gtq_gemm_bf16_out(g->gq, false, false, N, H, C, dy, wq, dhg, H);
-  /* hg not kept (lean_activations = 2): SwiGLU's backward writes it again,
-   * the forward's bits, in the pass that reads h1 and h3 anyway; dW2 comes
-   * after it either way (W2's dY slot is untouched in between) */
-  gtq_check(gpu_swiglu_backward_bf16_storage(dh1, dh3, g->hg_recomputed ? hg : nullptr, dhg, h1,
-                                             h3, BTH, g->s),
-            "SwiGLU backward (bf16 storage)");
+  /* hg its own operand and not kept (lean_activations = 2): SwiGLU's
+   * backward writes it again, the forward's bits, in the pass that reads h1
+   * and h3 anyway; dW2 comes after it either way (W2's dY slot is untouched
+   * in between: the dY images below take dh1's and dh3's buffers) */
+  const bool hg_stored = hg_own_operand(g, s2);
+  if (const exmy_operand_quant *q = dh_image_quant(g, l)) {
+    gtq_bf16_fill w1f, w3f;
+    gtq_fill_bf16_slot(g->gq, s1, USE_DX_DY, SLOT_DY, BTH, dh1, &w1f);
+    gtq_fill_bf16_slot(g->gq, s3, USE_DX_DY, SLOT_DY, BTH, dh3, &w3f);
+    const gpu_bf16_scaling sc1 = {w1f.scale_inv, w1f.amax_bits},
+                           sc3 = {w3f.scale_inv, w3f.amax_bits};
+    gtq_check(gpu_swiglu_backward_bf16_storage_image(w1f.y, w3f.y, dhg, h1, h3, BTH, &q->format,
+                                                     &w1f.o, &w3f.o, &sc1, &sc3, g->s),
+              "SwiGLU backward (bf16 storage, operand images)");
+    gtq_fill_bf16_done(g->gq, s1, USE_DX_DY, SLOT_DY);
+    gtq_fill_bf16_done(g->gq, s3, USE_DX_DY, SLOT_DY);
+    g->swiglu_fused++;
+    dh1 = dh3 = nullptr; /* W1's and W3's dY slots hold them */
+  } else {
+    gtq_check(gpu_swiglu_backward_bf16_storage(dh1, dh3, g->hg_recomputed && hg_stored ? hg
+                                                                                       : nullptr,
+                                               dhg, h1, h3, BTH, g->s),
+              "SwiGLU backward (bf16 storage)");
+  }
   float *dw2 = gr.w2 + (size_t)l * C * H;
   gtq_operand dy2 = gtq_operand_for_gemm(g->gq, s2, USE_DW_DY, SLOT_DY, REUSE, dy_w2, C, N, C);
-  gtq_operand x = stored_operand(g, s2, USE_DW_X, SLOT_X, REUSE, hg, N, H);
+  gtq_operand x = hg_stored ? stored_operand(g, s2, USE_DW_X, SLOT_X, REUSE, hg, N, H)
+                            : gtq_operand_for_gemm(g->gq, s2, USE_DW_X, SLOT_X, REUSE, nullptr,
+                                                   H, N, H);
   gemm_act(g, true, false, C, H, N, dy2, x, dw2, dw2);
   gtq_share_begin(g->gq); /* dW1 and dW3 read ln2 */
   act_sum_begin(g, d.dln);
   for (int i = 0; i < 2; i++)
     linear_backward(g, d.dln, (i ? gr.w3 : gr.w1) + (size_t)l * H * C, nullptr, ln2, i ? w3 : w1,
-                    N, C, H, i ? s3 : s1, i ? 1.0f : 0.0f, false, nullptr, i ? dh3 : dh1);
+                    N, C, H, i ? s3 : s1, i ? 1.0f : 0.0f, !dh1, nullptr, i ? dh3 : dh1);
   act_sum_flush(g);
   gtq_share_end(g->gq);
 }
@@ -721,6 +789,29 @@ static bool rmsnorm_into_operand(gpu_model *g, float *out, float *rstd, float *x
   return true;
 }
 
+/* The quant of W1's dY where the fills of W1's and W3's dY (layer l) would
+ * both be an element-wise rounding into bf16 (gtq_fusable_bf16, dW reading
+ * the slot too) in one format served by the bf16 operand kernels, with one
+ * set of options but for the sr stream offset, so that one SwiGLU backward
+ * kernel may round both gradients into their images; else NULL. */
+static const exmy_operand_quant *swiglu_dy_images(const gpu_model *g, int l) {
+  const int s1 = site_index(g, l, SITE_W1), s3 = site_index(g, l, SITE_W3);
+  if (s1 < 0) return nullptr;
+  const exmy_operand_quant *q1 = gtq_fusable_bf16(g->gq, s1, USE_DX_DY, USE_DW_DY),
+                           *q3 = gtq_fusable_bf16(g->gq, s3, USE_DX_DY, USE_DW_DY);
+  if (!q1 || !q3 || !gpu_bf16_operand_serves(&q1->format)) return nullptr;
+  const exmy_format &f1 = q1->format, &f3 = q3->format;
+  if (f1.exp_bits != f3.exp_bits || f1.man_bits != f3.man_bits || f1.bias != f3.bias ||
+      f1.specials != f3.specials || !gpu_bf16_operand_serves(&f3))
+    return nullptr; /* two table rows: equal in these fields, equal in all */
+  const exmy_rounding_opts &r1 = q1->round, &r3 = q3->round;
+  if (r1.mode != r3.mode || r1.saturate != r3.saturate ||
+      r1.flush_subnormals != r3.flush_subnormals || r1.seed != r3.seed ||
+      r1.sr_bits != r3.sr_bits)
+    return nullptr;
+  return q1;
+}
+
 /* SwiGLU's backward writing dh1 and dh3 straight into the dY slots of the
  * W1 and W3 sites as their bf16 operand images (gpu_swiglu_backward_bf16),
  * when both fills would be an element-wise rounding into bf16 (unscaled or
@@ -736,20 +827,11 @@ static bool rmsnorm_into_operand(gpu_model *g, float *out, float *rstd, float *x
  * False: nothing done, the caller runs the float32 kernel and the fills. */
 static bool swiglu_backward_fused(gpu_model *g, int l, const float *dout, const float *h1,
                                   const float *h3, size_t n, void *spare) {
+  if (g->swiglu_unfused) return false;
+  const exmy_operand_quant *q1 = swiglu_dy_images(g, l);
+  if (!q1) return false;
+  const exmy_format &f1 = q1->format;
   const int s1 = site_index(g, l, SITE_W1), s3 = site_index(g, l, SITE_W3);
-  if (s1 < 0 || g->swiglu_unfused) return false;
-  const exmy_operand_quant *q1 = gtq_fusable_bf16(g->gq, s1, USE_DX_DY, USE_DW_DY),
-                           *q3 = gtq_fusable_bf16(g->gq, s3, USE_DX_DY, USE_DW_DY);
-  if (!q1 || !q3 || !gpu_bf16_operand_serves(&q1->format)) return false;
-  const exmy_format &f1 = q1->format, &f3 = q3->format;
-  if (f1.exp_bits != f3.exp_bits || f1.man_bits != f3.man_bits || f1.bias != f3.bias ||
-      f1.specials != f3.specials || !gpu_bf16_operand_serves(&f3))
-    return false; /* two table rows: equal in these fields, equal in all */
-  const exmy_rounding_opts &r1 = q1->round, &r3 = q3->round;
-  if (r1.mode != r3.mode || r1.saturate != r3.saturate ||
-      r1.flush_subnormals != r3.flush_subnormals || r1.seed != r3.seed ||
-      r1.sr_bits != r3.sr_bits)
-    return false;
   gtq_bf16_fill w1, w3;
   gtq_fill_bf16_slot(g->gq, s1, USE_DX_DY, SLOT_DY, n, nullptr, &w1);
   gtq_fill_bf16_slot(g->gq, s3, USE_DX_DY, SLOT_DY, n, spare, &w3);
@@ -1287,11 +1369,14 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
                 s2 = site_index(g, l, SITE_W2);
       for (int s13 : {s1, s3})
         ok = ok && gtq_use_plain_bf16(g->gq, s13, USE_FWD_X) &&
-             gtq_use_plain_bf16(g->gq, s13, USE_FWD_W) && dy_fills_bf16_rne(g, s13);
+             gtq_use_plain_bf16(g->gq, s13, USE_FWD_W);
+      /* SwiGLU's outputs: their own operands, or their images made by
+       * SwiGLU's kernels (statistics steps fill from the stored tensors) */
+      ok = ok && ((dy_fills_bf16_rne(g, s1) && dy_fills_bf16_rne(g, s3)) ||
+                  dh_image_quant(g, l, true));
       ok = ok && gtq_use_plain_bf16(g->gq, s2, USE_DX_DY) &&
            gtq_use_plain_bf16(g->gq, s2, USE_DX_W) &&
-           gtq_use_bf16_identity(g->gq, s2, USE_FWD_X) &&
-           gtq_use_bf16_identity(g->gq, s2, USE_DW_X);
+           (hg_own_operand(g, s2) || hg_image_quant(g, s2, true));
     }
     g->mlp_bf16 = ok;
   }

@@ -1817,13 +1817,15 @@ START_TEST(model_accumulate_matches_cpu) {
 END_TEST
 
 /* bf16 storage of SwiGLU's tensors and of the attention's output under bf16
- * activations (the bf16 recipe, fused attention, lean activations) against
- * float32 storage of the same values.  First the GEMM that writes h1, h3 and dhg: cuBLAS's bf16 output
+ * activations (fused attention, lean activations; the bf16 recipe, and E8M3
+ * by rz and sr, whose SwiGLU kernels write hg's, dh1's and dh3's operand
+ * images) against float32 storage of the same values.  First the GEMM that writes h1, h3 and dhg: cuBLAS's bf16 output
  * against its float32 output rounded to nearest even, at the `tiny` model's
  * shapes of those GEMMs.  Then three steps of `tiny` each way, the second a
  * statistics step (the stored tensors widened and filled there): losses,
  * parameters, moments, gradients and every site's statistics compared bit
- * for bit, and the arena smaller by h1, h3 and hg's halves. */
+ * for bit, the images counted, and the arena smaller (for bf16 by h1, h3
+ * and hg's halves). */
 START_TEST(model_bf16_storage_bit_identical) {
   model_config mc, big;
   ck_assert(!model_named_size("tiny", &mc));
@@ -1902,67 +1904,98 @@ START_TEST(model_bf16_storage_bit_identical) {
          "differ\n", gemm_bad, gemm_n);
   ck_assert_msg(gemm_bad == 0, "%zu of %zu bf16 outputs differ", gemm_bad, gemm_n);
 
-  static const char *const bf16[] = {"format_w=bf16", "format_a=bf16", "format_g=bf16",
-                                     "quant_attention=1", "quant_lm_head=1",
-                                     "activations=bf16", NULL};
-  recipe rc;
-  make_recipe(&rc, bf16);
-  model_pair mp[2];
-  const adamw_hparams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
-  enum { STEPS = 3 };
-  float loss[2][STEPS], *end[2][4];
-  size_t arena[2];
-  for (int k = 0; k < 2; k++) {
-    gpu_model_bf16_storage_for_new(k == 0);
-    model_pair_new(&mp[k], &rc, true, "tiny", GPU_ATTENTION_FLASH, false);
-    gpu_model_bf16_storage_for_new(true);
-    if (k == 1) memcpy(mp[1].tok, mp[0].tok, sizeof(int) * mp[0].N),
-                memcpy(mp[1].tgt, mp[0].tgt, sizeof(int) * mp[0].N);
-    ck_assert_msg(gpu_model_bf16_storage(mp[k].g) == (k == 0 ? 3 : 0), "run %d: bf16 storage %d",
-                  k, gpu_model_bf16_storage(mp[k].g));
-    arena[k] = gpu_model_arena_bytes(mp[k].g);
-    gpu_model *g = mp[k].g;
-    for (int step = 1; step <= STEPS; step++) {
-      const bool stats = step == 2;
-      gpu_model_begin_step(g, (uint64_t)step << 36, stats);
-      gpu_model_zero_grad(g);
-      loss[k][step - 1] = gpu_model_forward(g, mp[k].tok, mp[k].tgt);
-      gpu_model_backward(g, 1.0f);
-      if (stats) gpu_model_fetch_stats(g);
-      gpu_model_update(g, &hp, step, 1.0);
+  /* The bf16 recipe (every stored tensor its own operand: SwiGLU's and O in
+   * bf16), and E8M3 by rz and by sr (SwiGLU's in bf16, hg, dh1 and dh3
+   * written as their operand images by SwiGLU's kernels outside the
+   * statistics step) */
+  static const char *const recipes[3][8] = {
+      {"format_w=bf16", "format_a=bf16", "format_g=bf16", "quant_attention=1",
+       "quant_lm_head=1", "activations=bf16", NULL},
+      {"format_w=e8m3", "format_a=e8m3", "format_g=e8m3", "rounding=rz", "quant_attention=1",
+       "quant_lm_head=1", "activations=bf16", NULL},
+      {"format_w=e8m3", "format_a=e8m3", "format_g=e8m3", "rounding=sr", "quant_attention=1",
+       "quant_lm_head=1", "activations=bf16", NULL}};
+  const char *names[3] = {"bf16", "e8m3 rz", "e8m3 sr"};
+  const int want_storage[3] = {3, 1, 1};
+  for (int r = 0; r < 3; r++) {
+    recipe rc;
+    make_recipe(&rc, recipes[r]);
+    model_pair mp[2];
+    const adamw_hparams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+    enum { STEPS = 3 };
+    float loss[2][STEPS], *end[2][4];
+    size_t arena[2];
+    unsigned long long images[2][2];
+    for (int k = 0; k < 2; k++) {
+      gpu_model_bf16_storage_for_new(k == 0);
+      model_pair_new(&mp[k], &rc, true, "tiny", GPU_ATTENTION_FLASH, false);
+      gpu_model_bf16_storage_for_new(true);
+      if (k == 1) memcpy(mp[1].tok, mp[0].tok, sizeof(int) * mp[0].N),
+                  memcpy(mp[1].tgt, mp[0].tgt, sizeof(int) * mp[0].N);
+      ck_assert_msg(gpu_model_bf16_storage(mp[k].g) == (k == 0 ? want_storage[r] : 0),
+                    "%s run %d: bf16 storage %d", names[r], k, gpu_model_bf16_storage(mp[k].g));
+      arena[k] = gpu_model_arena_bytes(mp[k].g);
+      gpu_model *g = mp[k].g;
+      for (int step = 1; step <= STEPS; step++) {
+        const bool stats = step == 2;
+        gpu_model_begin_step(g, (uint64_t)step << 36, stats);
+        gpu_model_zero_grad(g);
+        loss[k][step - 1] = gpu_model_forward(g, mp[k].tok, mp[k].tgt);
+        gpu_model_backward(g, 1.0f);
+        if (stats) gpu_model_fetch_stats(g);
+        gpu_model_update(g, &hp, step, 1.0);
+      }
+      images[k][0] = gpu_model_swiglu_forward_fused(g);
+      images[k][1] = gpu_model_swiglu_fused(g);
+      const size_t P = mp[k].m.num_params;
+      for (int i = 0; i < 4; i++) end[k][i] = malloc(sizeof(float) * P);
+      gpu_model_download(g, end[k][0], end[k][1], end[k][2]);
+      CU(cudaMemcpy(end[k][3], gpu_model_grads(g), sizeof(float) * P, cudaMemcpyDeviceToHost));
     }
-    const size_t P = mp[k].m.num_params;
-    for (int i = 0; i < 4; i++) end[k][i] = malloc(sizeof(float) * P);
-    gpu_model_download(g, end[k][0], end[k][1], end[k][2]);
-    CU(cudaMemcpy(end[k][3], gpu_model_grads(g), sizeof(float) * P, cudaMemcpyDeviceToHost));
-  }
-  const size_t P = mp[0].m.num_params;
-  size_t differ = 0, stats_differ = 0;
-  for (int i = 0; i < 4; i++) differ += count_bit_diffs(end[0][i], end[1][i], P);
-  for (int i = 0; i < mp[0].n_sites; i++)
-    for (int u = 0; u < USES_PER_SITE; u++)
-      stats_differ += memcmp(&mp[0].gsites[i].stats[u], &mp[1].gsites[i].stats[u],
-                             sizeof(exmy_tensor_stats)) != 0;
-  /* bytes: h1 and h3, 4 a value for every layer, now 2; hg, 4 for one layer
-   * (lean), now 2 for every layer (the operand W2's dW reads, in place of
-   * its slot outside the arena); dh1, dh3 and dhg 4, now 2; O (atty), 4 for
-   * every layer, now 2, and the fused kernel's float32 output, 4 for one */
-  const size_t L = mc.n_layers, BTH = (size_t)mp[0].N * mc.hidden, BTC = (size_t)mp[0].N * mc.dim;
-  const size_t want = (2 * L + 10) * BTH + (2 * L - 4) * BTC;
-  printf("bf16 storage, tiny, 3 steps (the second a statistics step): losses %.7f %.7f %.7f / "
-         "%.7f %.7f %.7f; %zu of 4 x %zu values and %zu of %d sites' statistics differ; arena "
-         "%zu against %zu bytes (%zu less, want %zu: SwiGLU's and O's halves)\n",
-         loss[0][0], loss[0][1], loss[0][2], loss[1][0], loss[1][1], loss[1][2], differ, P,
-         stats_differ, mp[0].n_sites * USES_PER_SITE, arena[0], arena[1], arena[1] - arena[0],
-         want);
-  ck_assert_msg(!memcmp(loss[0], loss[1], sizeof loss[0]), "losses differ");
-  ck_assert_msg(differ == 0, "%zu values differ", differ);
-  ck_assert_msg(stats_differ == 0, "%zu statistics differ", stats_differ);
-  ck_assert_msg(arena[1] - arena[0] == want, "arena %zu less, want %zu", arena[1] - arena[0],
-                want);
-  for (int k = 0; k < 2; k++) {
-    for (int i = 0; i < 4; i++) free(end[k][i]);
-    model_pair_free(&mp[k]);
+    const size_t P = mp[0].m.num_params;
+    size_t differ = 0, stats_differ = 0;
+    for (int i = 0; i < 4; i++) differ += count_bit_diffs(end[0][i], end[1][i], P);
+    for (int i = 0; i < mp[0].n_sites; i++)
+      for (int u = 0; u < USES_PER_SITE; u++)
+        stats_differ += memcmp(&mp[0].gsites[i].stats[u], &mp[1].gsites[i].stats[u],
+                               sizeof(exmy_tensor_stats)) != 0;
+    /* bytes: h1 and h3, 4 a value for every layer, now 2; hg, 4 for one layer
+     * (lean), now 2 for every layer (the operand W2's dW reads, in place of
+     * its slot outside the arena); dh1, dh3 and dhg 4, now 2; O (atty), 4 for
+     * every layer, now 2, and the fused kernel's float32 output, 4 for one */
+    const size_t L = mc.n_layers, BTH = (size_t)mp[0].N * mc.hidden,
+                 BTC = (size_t)mp[0].N * mc.dim;
+    const size_t want = (2 * L + 10) * BTH + (2 * L - 4) * BTC;
+    /* images made by SwiGLU's kernels: each layer's forward and backward in
+     * the two steps outside statistics (E8M3); none where the stored tensors
+     * are their own operands (bf16) or under float32 storage */
+    const unsigned long long want_images = r ? 2 * L : 0;
+    printf("bf16 storage, %s, tiny, 3 steps (the second a statistics step): losses %.7f %.7f "
+           "%.7f / %.7f %.7f %.7f; %zu of 4 x %zu values and %zu of %d sites' statistics "
+           "differ; SwiGLU's operand images %llu forward, %llu backward (float32 storage %llu, "
+           "%llu); arena %zu against %zu bytes (%zu less%s)\n",
+           names[r], loss[0][0], loss[0][1], loss[0][2], loss[1][0], loss[1][1], loss[1][2],
+           differ, P, stats_differ, mp[0].n_sites * USES_PER_SITE, images[0][0], images[0][1],
+           images[1][0], images[1][1], arena[0], arena[1], arena[1] - arena[0],
+           r ? "" : ", want SwiGLU's and O's halves");
+    ck_assert_msg(!memcmp(loss[0], loss[1], sizeof loss[0]), "%s: losses differ", names[r]);
+    ck_assert_msg(differ == 0, "%s: %zu values differ", names[r], differ);
+    ck_assert_msg(stats_differ == 0, "%s: %zu statistics differ", names[r], stats_differ);
+    ck_assert_msg(images[0][0] == want_images && images[0][1] == want_images &&
+                      images[1][0] == 0 && images[1][1] == 0,
+                  "%s: SwiGLU's images %llu %llu (float32 storage %llu %llu), want %llu",
+                  names[r], images[0][0], images[0][1], images[1][0], images[1][1],
+                  want_images);
+    if (r == 0)
+      ck_assert_msg(arena[1] - arena[0] == want, "arena %zu less, want %zu",
+                    arena[1] - arena[0], want);
+    else
+      ck_assert_msg(arena[0] < arena[1], "%s: arena %zu, float32 storage %zu", names[r],
+                    arena[0], arena[1]);
+    for (int k = 0; k < 2; k++) {
+      for (int i = 0; i < 4; i++) free(end[k][i]);
+      model_pair_free(&mp[k]);
+    }
   }
 }
 END_TEST

@@ -972,6 +972,45 @@ struct SwigluFwdBf16Op {
   }
 };
 
+/* A tensor stored in bf16 written as its bf16 GEMM operand image: the
+ * fill's pass (k_quantize_scaled_bf16's quantize8_bf16) on the stored
+ * values, 8 a thread; y may be x. */
+template <int ID, int MODE>
+__global__ void __launch_bounds__(exmy_cuda::kThreads)
+    bf16_storage_image_kernel(const __grid_constant__ exmy_format rt,
+                              const __grid_constant__ KOpts o, uint16_t *y, const uint16_t *x,
+                              size_t n, const float *si, unsigned int *amax) {
+  using namespace exmy_cuda;
+  const auto &f = kernel_format<ID>(rt);
+  const size_t i = (size_t)blockIdx.x * exmy_cuda::kThreads + threadIdx.x, base = i * kPer;
+  float m = 0.0f;
+  if (base < n) {
+    float v[kPer];
+    uint32_t c[kPer];
+    widen_bf16x8(load_bf16x8(x, i), v);
+    quantize8_bf16<ID, MODE>(f, o, base, n, v, si, m, c);
+    store8<uint16_t>(y, base, n, true, c);
+  }
+  fold_output_amax(m, amax);
+}
+
+template <int ID>
+struct Bf16StorageImageOp {
+  static bool run(const exmy_format &f, const KOpts &o, uint16_t *y, const uint16_t *x, size_t n,
+                  const gpu_bf16_scaling &sc, cudaStream_t s) {
+    if constexpr (ID == SPEC_GENERIC) {
+      return false;
+    } else {
+      const unsigned blocks = blocks_for(n / exmy_cuda::kPer, exmy_cuda::kThreads);
+      exmy_cuda::with_operand_mode<ID>(o.mode, [&](auto mode) {
+        bf16_storage_image_kernel<ID, decltype(mode)::value>
+            <<<blocks, exmy_cuda::kThreads, 0, s>>>(f, o, y, x, n, sc.scale_inv, sc.amax_bits);
+      });
+      return true;
+    }
+  }
+};
+
 /* The bf16-storage image kernels for the table formats of the bf16 operand
  * path, as SwigluBf16Op and SwigluFwdBf16Op (n % 8 == 0). */
 template <int ID>
@@ -1723,6 +1762,19 @@ cudaError_t gpu_swiglu_forward_bf16(void *out, const float *h1, const float *h3,
   const gpu_bf16_scaling none = {nullptr, nullptr};
   const bool launched = with_spec_format<EXMY_GPU_BF16, SwigluFwdBf16Op>(
       f, *f, kopts_of(o), (uint16_t *)out, h1, h3, n, sc ? *sc : none, s);
+  return launched ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+cudaError_t gpu_bf16_storage_image(void *y, const uint16_t *x, size_t n, const exmy_format *f,
+                                   const exmy_rounding_opts *o, const gpu_bf16_scaling *sc,
+                                   cudaStream_t s) {
+  if (!gpu_bf16_operand_serves(f) || exmy_rounding_opts_check(o) != 0 ||
+      !bf16_storage_ok(n, {y, x}))
+    return cudaErrorInvalidValue;
+  if (!n) return cudaSuccess;
+  const gpu_bf16_scaling none = {nullptr, nullptr};
+  const bool launched = with_spec_format<EXMY_GPU_BF16, Bf16StorageImageOp>(
+      f, *f, kopts_of(o), (uint16_t *)y, x, n, sc ? *sc : none, s);
   return launched ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 

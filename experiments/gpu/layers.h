@@ -155,6 +155,14 @@ cudaError_t gpu_swiglu_backward_bf16(void *dh1, void *dh3, const float *dout, co
 cudaError_t gpu_swiglu_forward_bf16(void *out, const float *h1, const float *h3, size_t n,
                                     const exmy_format *f, const exmy_rounding_opts *o,
                                     const gpu_bf16_scaling *sc, cudaStream_t s);
+/* x (n values stored in bf16) written into y (may be x) as its bf16 GEMM
+ * operand image with f, o and sc as above: the bits, sr stream indices and
+ * amax of the fill of the float32 tensor of those values.  n % 8 == 0 and
+ * 16-byte aligned pointers, formats and options as gpu_swiglu_forward_bf16;
+ * else cudaErrorInvalidValue, nothing launched. */
+cudaError_t gpu_bf16_storage_image(void *y, const uint16_t *x, size_t n, const exmy_format *f,
+                                   const exmy_rounding_opts *o, const gpu_bf16_scaling *sc,
+                                   cudaStream_t s);
 /* gpu_swiglu_forward_bf16_storage and gpu_swiglu_backward_bf16_storage
  * (without hg) with each output written as the bf16 GEMM operand image of
  * the bf16 tensor they store, with f, o and sc as above: the bits, sr stream

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "experiments/gpu/flash_attention.h"
@@ -522,16 +523,70 @@ static void linear_backward(gpu_model *g, float *dinp, float *dw, const float *d
 /* Layer l's (or the one) tensor of n bf16 values in a float32 arena piece. */
 static uint16_t *bf16_at(float *base, size_t l, size_t n) { return (uint16_t *)base + l * n; }
 
+/* The later use that reads the slot `use` fills (dW's X or dY, dX's W),
+ * or -1. */
+static int slot_reuse(int use) {
+  return use == USE_FWD_X    ? USE_DW_X
+         : use == USE_FWD_W  ? USE_DX_W
+         : use == USE_DX_DY  ? USE_DW_DY
+                             : -1;
+}
+
+/* The quant of `use` of `site` where bf16 values go into its operand image
+ * by a kernel of their own (gpu_bf16_storage_image, or a producer's image
+ * kernel) in place of the float32 tensor's fill: an element-wise rounding
+ * into bf16 other than bf16's own rne (those values are their own
+ * operand), unscaled or under delayed scaling (current scaling needs the
+ * amax first), the slot's later use reading the slot (gtq_fusable_bf16:
+ * outside statistics steps); with allow_sr false not sr (for producers
+ * that take their fills in another order than the float32 path); else
+ * NULL. */
+static const exmy_operand_quant *bf16_image_quant(const gpu_model *g, int site, int use,
+                                                  bool allow_sr = true) {
+  const int reuse = slot_reuse(use);
+  if (site < 0 || reuse < 0 || gtq_use_bf16_identity(g->gq, site, use)) return nullptr;
+  const exmy_operand_quant *q = gtq_fusable_bf16(g->gq, site, use, reuse);
+  if (!q || !gpu_bf16_operand_serves(&q->format) || q->scaling.kind == EXMY_SCALING_TENSOR ||
+      (!allow_sr && q->round.mode == EXMY_SR))
+    return nullptr;
+  return q;
+}
+
+/* Rounds the n bf16 values at y, written by a producer into the slot of
+ * fill w (gtq_fill_bf16_slot), into the image of quant q (NULL: they are
+ * their own operand), then records the fill as done. */
+static void bf16_fill_finish(gpu_model *g, int site, int use, int slot, const gtq_bf16_fill &w,
+                             const exmy_operand_quant *q, size_t n) {
+  if (q) {
+    const gpu_bf16_scaling sc = {w.scale_inv, w.amax_bits};
+    gtq_check(gpu_bf16_storage_image(w.y, (const uint16_t *)w.y, n, &q->format, &w.o, &sc, g->s),
+              "bf16 storage (operand image)");
+  }
+  gtq_fill_bf16_done(g->gq, site, use, slot);
+}
+
 /* A tensor stored in bf16 (rows x cols) as use `use` of `site`: outside
  * statistics steps, where its fill would leave it as it is
- * (gtq_use_bf16_identity), the tensor itself; else widened to float32 and
- * filled (fill; in a statistics step the statistics are the fill's), or the
- * slot that fill made (an element-wise fill's: the widened copy is not kept). */
+ * (gtq_use_bf16_identity), the tensor itself; else (fill) rounded into its
+ * image in one pass where bf16_image_quant allows it, or widened to float32
+ * and filled (in a statistics step the statistics are the fill's), or
+ * (!fill) the slot that fill made (an element-wise fill's: the widened copy
+ * is not kept). */
 static gtq_operand stored_operand(gpu_model *g, int site, int use, int slot, bool fill,
                                   const uint16_t *x, long rows, long cols) {
   if (!gtq_collecting(g->gq) && gtq_use_bf16_identity(g->gq, site, use))
     return gtq_operand_bf16(site, use, x, cols);
   const size_t n = (size_t)rows * cols;
+  const exmy_operand_quant *q = fill ? bf16_image_quant(g, site, use) : nullptr;
+  if (q && n % 8 == 0 && (uintptr_t)x % 16 == 0) { /* the image in one pass over x */
+    gtq_bf16_fill w;
+    gtq_fill_bf16_slot(g->gq, site, use, slot, n, nullptr, &w);
+    const gpu_bf16_scaling sc = {w.scale_inv, w.amax_bits};
+    gtq_check(gpu_bf16_storage_image(w.y, x, n, &q->format, &w.o, &sc, g->s),
+              "bf16 storage (operand image)");
+    gtq_fill_bf16_done(g->gq, site, use, slot);
+    return gtq_operand_for_gemm(g->gq, site, use, slot, REUSE, nullptr, cols, rows, cols);
+  }
   if (!g->wide) g->wide = dalloc<float>((size_t)g->B * g->T * g->cfg.hidden);
   if (fill) gtq_check(exmy_cuda_decode_f32(&g->bf16, x, g->wide, n, g->s), "bf16 to float32");
   return gtq_operand_for_gemm(g->gq, site, use, slot, fill, g->wide, cols, rows, cols);
@@ -567,10 +622,7 @@ static bool hg_own_operand(const gpu_model *g, int s2) {
  * question asked when the storage is laid out, before any step. */
 static const exmy_operand_quant *hg_image_quant(gpu_model *g, int s2, bool layout = false) {
   if ((!layout && !act_direct(g)) || hg_own_operand(g, s2)) return nullptr;
-  const exmy_operand_quant *q = gtq_fusable_bf16(g->gq, s2, USE_FWD_X, USE_DW_X);
-  if (!q || !gpu_bf16_operand_serves(&q->format) || q->scaling.kind == EXMY_SCALING_TENSOR)
-    return nullptr;
-  return q;
+  return bf16_image_quant(g, s2, USE_FWD_X);
 }
 static const exmy_operand_quant *dh_image_quant(gpu_model *g, int l, bool layout = false) {
   if ((!layout && !act_direct(g)) || dy_fills_bf16_rne(g, site_index(g, l, SITE_W1)))
@@ -1071,21 +1123,36 @@ static void flash_forward(gpu_model *g, float *out, float *lse, float *q, float 
 
 /* Where the fused kernel reads its input for `use` of attention site `site`
  * (n bf16 values): under quantized attention the site's slot, reserved as
- * its fill would reserve it (gtq_fill_bf16_slot; qkv_bf16 allows only
- * fills that leave bf16 values as they are), else the plain copy. */
+ * its fill would reserve it (gtq_fill_bf16_slot, into *w; *image: the quant
+ * whose image the values written there become, bf16_image_quant, or NULL
+ * where they are the input as they are), else the plain copy (w->y NULL).
+ * flash_input_finish, once the values are written, rounds them (qkv_bf16
+ * allows no other fills). */
 static __nv_bfloat16 *flash_input_slot(gpu_model *g, int site, int use, int slot, size_t n,
-                                       __nv_bfloat16 *plain) {
+                                       __nv_bfloat16 *plain, gtq_bf16_fill *w,
+                                       const exmy_operand_quant **image) {
+  *w = {};
+  *image = nullptr;
   if (site < 0 || !g->sites[site].op[use].enabled) return plain;
-  return (__nv_bfloat16 *)bf16_rne_slot(g, site, use, slot, n);
+  if (!gtq_use_bf16_identity(g->gq, site, use) &&
+      !(*image = bf16_image_quant(g, site, use, false)))
+    gtq_check(cudaErrorInvalidValue, "the fused attention's bf16 input: a fill qkv_bf16 refuses");
+  gtq_fill_bf16_slot(g->gq, site, use, slot, n, nullptr, w);
+  return (__nv_bfloat16 *)w->y;
+}
+static void flash_input_finish(gpu_model *g, int site, int use, int slot, size_t n,
+                               const gtq_bf16_fill &w, const exmy_operand_quant *image) {
+  if (w.y) bf16_fill_finish(g, site, use, slot, w, image, n);
 }
 
 /* Under qkv_bf16: layer l's q, k and v from their GEMMs in bf16 (the
  * product rounded once, as gemm_act rounds it), q and k rotated by RoPE on
  * bf16 storage straight into the fused kernel's inputs (the bits of the
  * float32 path: RoPE of bf16 activations rounds every result, and the
- * inputs, plain or the attention sites' slots, are rne copies of bf16
- * values), v straight into its input; in[0..2] their addresses.  qs and ks:
- * the layer's float32 q and k buffers, holding the unrotated bf16 q and k
+ * inputs, plain or the attention sites' slots, are the fills' images of
+ * those bf16 values, rounded in place where they are not their own), v
+ * straight into its input; in[0..2] their addresses.  qs and ks: the
+ * layer's float32 q and k buffers, holding the unrotated bf16 q and k
  * meanwhile (nothing else reads them under lean activations).  ln1_filled:
  * Q's X slot holds ln1's image already (rmsnorm_into_operand). */
 static void qkv_into_flash_inputs(gpu_model *g, int l, const float *ln1,
@@ -1097,21 +1164,30 @@ static void qkv_into_flash_inputs(gpu_model *g, int l, const float *ln1,
   const int qk = site_index(g, l, SITE_ATT_QK), pv = site_index(g, l, SITE_ATT_PV);
   const param_tensors &p = g->p;
   uint16_t *qb = (uint16_t *)qs, *kb = (uint16_t *)ks;
-  __nv_bfloat16 *V = flash_input_slot(g, pv, USE_FWD_W, SLOT_W, BTK, g->fv + l * BTK);
+  /* the inputs' slots in the float32 path's order of fills: Q, K, V */
+  gtq_bf16_fill w[3];
+  const exmy_operand_quant *image[3];
+  __nv_bfloat16 *Q = flash_input_slot(g, qk, USE_FWD_X, SLOT_X, BTC, g->fq + l * BTC, &w[0],
+                                      &image[0]);
+  __nv_bfloat16 *K = flash_input_slot(g, qk, USE_FWD_W, SLOT_W, BTK, g->fk + l * BTK, &w[1],
+                                      &image[1]);
+  __nv_bfloat16 *V = flash_input_slot(g, pv, USE_FWD_W, SLOT_W, BTK, g->fv + l * BTK, &w[2],
+                                      &image[2]);
   linear_forward_bf16_out(g, qb, ln1, p.wq + (size_t)l * C * C, N, C, C,
                           site_index(g, l, SITE_Q), ln1_amax, ln1_filled);
   linear_forward_bf16_out(g, kb, ln1, p.wk + (size_t)l * KVC * C, N, C, KVC,
                           site_index(g, l, SITE_K), ln1_amax);
   linear_forward_bf16_out(g, (uint16_t *)V, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC,
                           site_index(g, l, SITE_V), ln1_amax);
-  __nv_bfloat16 *Q = flash_input_slot(g, qk, USE_FWD_X, SLOT_X, BTC, g->fq + l * BTC);
   gtq_check(gpu_rope_bf16_storage((uint16_t *)Q, qb, g->rope_cos, g->rope_sin, g->B, g->T,
                                   c.n_heads, hs, false, g->s),
             "RoPE (bf16 storage)");
-  __nv_bfloat16 *K = flash_input_slot(g, qk, USE_FWD_W, SLOT_W, BTK, g->fk + l * BTK);
   gtq_check(gpu_rope_bf16_storage((uint16_t *)K, kb, g->rope_cos, g->rope_sin, g->B, g->T,
                                   c.n_kv_heads, hs, false, g->s),
             "RoPE (bf16 storage)");
+  flash_input_finish(g, qk, USE_FWD_X, SLOT_X, BTC, w[0], image[0]);
+  flash_input_finish(g, qk, USE_FWD_W, SLOT_W, BTK, w[1], image[1]);
+  flash_input_finish(g, pv, USE_FWD_W, SLOT_W, BTK, w[2], image[2]);
   in[0] = Q, in[1] = K, in[2] = V;
   g->act_fused += 3;
 }
@@ -1125,34 +1201,51 @@ static bool flash_do_identity(const gpu_model *g, int l) {
          gtq_use_bf16_identity(g->gq, pv, USE_DX_DY);
 }
 
-/* Whether Q's, K's and V's dY fills of layer l are all bf16's own rne
- * (dy_fills_bf16_rne), so dqkv_into_operands makes their bits. */
-static bool dqkv_identity(const gpu_model *g, int l) {
-  for (int kind : {SITE_Q, SITE_K, SITE_V})
-    if (!dy_fills_bf16_rne(g, site_index(g, l, kind))) return false;
-  return true;
+/* The quant whose image dq, dk or dv (layer l, site of `kind`) becomes
+ * after it is written in bf16 (bf16_image_quant), or NULL where its dY
+ * fills are bf16's own rne (dy_fills_bf16_rne: the bf16 values are the
+ * operand); *ok false where neither holds. */
+static const exmy_operand_quant *dqkv_image(const gpu_model *g, int l, int kind, bool *ok) {
+  const int site = site_index(g, l, kind);
+  if (dy_fills_bf16_rne(g, site)) return nullptr;
+  const exmy_operand_quant *q = bf16_image_quant(g, site, USE_DX_DY);
+  if (!q) *ok = false;
+  return q;
+}
+
+/* Whether dqkv_into_operands makes the bits of Q's, K's and V's dY fills
+ * of layer l (dqkv_image). */
+static bool dqkv_direct_ok(const gpu_model *g, int l) {
+  bool ok = true;
+  for (int kind : {SITE_Q, SITE_K, SITE_V}) dqkv_image(g, l, kind, &ok);
+  return ok;
 }
 
 /* Layer l's backward through Q, K and V from the fused kernel's dq, dk, dv
  * written in bf16 (act_round's bits) into their buffers' memory, under
- * qkv_bf16 where dqkv_identity holds: dq and dk rotated back on bf16
- * storage (RoPE's bits) straight into Q's and K's dY slots, each just
- * before its GEMMs (one dY buffer under lean activations); dv read as it is
- * stored (the image its fill would make).  Inside the caller's share region
- * for ln1. */
+ * qkv_bf16 where dqkv_direct_ok holds: dq and dk rotated back on bf16
+ * storage (RoPE's bits) straight into Q's and K's dY slots and rounded
+ * there into their images where they are not their own (dqkv_image), each
+ * just before its GEMMs (one dY buffer under lean activations); dv read as
+ * stored (stored_operand).  Inside the caller's share region for ln1. */
 static void dqkv_into_operands(gpu_model *g, int l, const float *ln1) {
   const model_config &c = g->cfg;
   const int N = g->B * g->T, C = c.dim, hs = C / c.n_heads, KVC = c.n_kv_heads * hs;
   const param_tensors &p = g->p, &gr = g->gr;
   const grad_act_tensors &d = g->grad_acts;
   for (int i = 0; i < 2; i++) { /* dq, then dk */
-    const int site = site_index(g, l, i ? SITE_K : SITE_Q), width = i ? KVC : C;
+    const int kind = i ? SITE_K : SITE_Q, site = site_index(g, l, kind), width = i ? KVC : C;
+    const size_t n = (size_t)N * width;
     float *dx = i ? d.dk : d.dq;
-    void *y = bf16_rne_slot(g, site, USE_DX_DY, SLOT_DY, (size_t)N * width);
-    gtq_check(gpu_rope_bf16_storage((uint16_t *)y, (const uint16_t *)dx, g->rope_cos,
+    bool ok = true;
+    const exmy_operand_quant *image = dqkv_image(g, l, kind, &ok);
+    gtq_bf16_fill w;
+    gtq_fill_bf16_slot(g->gq, site, USE_DX_DY, SLOT_DY, n, nullptr, &w);
+    gtq_check(gpu_rope_bf16_storage((uint16_t *)w.y, (const uint16_t *)dx, g->rope_cos,
                                     g->rope_sin, g->B, g->T, i ? c.n_kv_heads : c.n_heads, hs,
                                     true, g->s),
               "RoPE backward (bf16 storage)");
+    bf16_fill_finish(g, site, USE_DX_DY, SLOT_DY, w, image, n);
     linear_backward(g, d.dln, (i ? gr.wk : gr.wq) + (size_t)l * width * C, dx, ln1,
                     (i ? p.wk : p.wq) + (size_t)l * width * C, N, C, width, site, i ? 1 : 0,
                     true);
@@ -1383,9 +1476,14 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
   g->hg_recomputed = g->mlp_bf16 && lean_activations >= 2;
   if (act_bf16 && g->lean && bf16_storage_for_new && sites && C % 8 == 0) {
     bool ok = true;
-    for (int l = 0; ok && l < c.n_layers; l++)
-      ok = gtq_use_bf16_identity(g->gq, site_index(g, l, SITE_O), USE_FWD_X) &&
-           gtq_use_bf16_identity(g->gq, site_index(g, l, SITE_O), USE_DW_X);
+    for (int l = 0; ok && l < c.n_layers; l++) {
+      /* O its own operand, or rounded into W_O's image in a pass of its own
+       * (stored_operand; statistics steps fill from the stored tensor) */
+      const int so = site_index(g, l, SITE_O);
+      ok = (gtq_use_bf16_identity(g->gq, so, USE_FWD_X) &&
+            gtq_use_bf16_identity(g->gq, so, USE_DW_X)) ||
+           bf16_image_quant(g, so, USE_FWD_X);
+    }
     g->o_bf16 = ok;
   }
   /* q, k, v in bf16 from their GEMMs into the fused kernel's plain inputs
@@ -1397,12 +1495,15 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
       for (int kind : {SITE_Q, SITE_K, SITE_V})
         ok = ok && gtq_use_plain_bf16(g->gq, site_index(g, l, kind), USE_FWD_X) &&
              gtq_use_plain_bf16(g->gq, site_index(g, l, kind), USE_FWD_W);
-      /* quantized attention: inputs whose fills leave bf16 values as they are */
+      /* quantized attention: inputs whose fills leave bf16 values as they
+       * are, or round them into their images in place (not sr: these fills
+       * are taken in another order than the float32 path's, around P's) */
       const int qk = site_index(g, l, SITE_ATT_QK), pv = site_index(g, l, SITE_ATT_PV);
       if (sites[qk].op[USE_FWD_X].enabled)
-        ok = ok && gtq_use_bf16_identity(g->gq, qk, USE_FWD_X) &&
-             gtq_use_bf16_identity(g->gq, qk, USE_FWD_W) &&
-             gtq_use_bf16_identity(g->gq, pv, USE_FWD_W);
+        for (const auto &[site, use] : {std::pair{qk, USE_FWD_X}, std::pair{qk, USE_FWD_W},
+                                        std::pair{pv, USE_FWD_W}})
+          ok = ok && (gtq_use_bf16_identity(g->gq, site, use) ||
+                      bf16_image_quant(g, site, use, false));
     }
     g->qkv_bf16 = ok;
   }
@@ -1965,7 +2066,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
       gtq_check(cudaMemsetAsync(d.dv, 0, BTK * sizeof(float), s), "memset");
     }
     unsigned int *dv_amax = nullptr; /* the materialised attention's dv: cuBLAS's */
-    const bool dqkv_direct = g->qkv_bf16 && act_direct(g) && dqkv_identity(g, l);
+    const bool dqkv_direct = g->qkv_bf16 && act_direct(g) && dqkv_direct_ok(g, l);
     if (g->attention == GPU_ATTENTION_FLASH) {
       dv_amax = amax_word(g, l, AMAX_DV, {SITE_V}, USE_DX_DY);
       flash_backward(g, d.dq, d.dk, d.dv, d.datty, atty, o_bf16,

@@ -1905,9 +1905,11 @@ START_TEST(model_bf16_storage_bit_identical) {
   ck_assert_msg(gemm_bad == 0, "%zu of %zu bf16 outputs differ", gemm_bad, gemm_n);
 
   /* The bf16 recipe (every stored tensor its own operand: SwiGLU's and O in
-   * bf16), and E8M3 by rz and by sr (SwiGLU's in bf16, hg, dh1 and dh3
-   * written as their operand images by SwiGLU's kernels outside the
-   * statistics step) */
+   * bf16), and E8M3 by rz and by sr (SwiGLU's and O in bf16: hg, dh1 and
+   * dh3 written as their operand images by SwiGLU's kernels, O rounded into
+   * its image in a pass of its own, outside the statistics step; under rz
+   * also q, k, v and their gradients on bf16 storage, rounded into the
+   * attention's and the GEMMs' images in place) */
   static const char *const recipes[3][8] = {
       {"format_w=bf16", "format_a=bf16", "format_g=bf16", "quant_attention=1",
        "quant_lm_head=1", "activations=bf16", NULL},
@@ -1916,7 +1918,7 @@ START_TEST(model_bf16_storage_bit_identical) {
       {"format_w=e8m3", "format_a=e8m3", "format_g=e8m3", "rounding=sr", "quant_attention=1",
        "quant_lm_head=1", "activations=bf16", NULL}};
   const char *names[3] = {"bf16", "e8m3 rz", "e8m3 sr"};
-  const int want_storage[3] = {3, 1, 1};
+  const int want_storage[3] = {3, 3, 3};
   for (int r = 0; r < 3; r++) {
     recipe rc;
     make_recipe(&rc, recipes[r]);
@@ -1925,7 +1927,7 @@ START_TEST(model_bf16_storage_bit_identical) {
     enum { STEPS = 3 };
     float loss[2][STEPS], *end[2][4];
     size_t arena[2];
-    unsigned long long images[2][2];
+    unsigned long long images[2][2], direct[2];
     for (int k = 0; k < 2; k++) {
       gpu_model_bf16_storage_for_new(k == 0);
       model_pair_new(&mp[k], &rc, true, "tiny", GPU_ATTENTION_FLASH, false);
@@ -1947,6 +1949,7 @@ START_TEST(model_bf16_storage_bit_identical) {
       }
       images[k][0] = gpu_model_swiglu_forward_fused(g);
       images[k][1] = gpu_model_swiglu_fused(g);
+      direct[k] = gpu_model_act_bf16_fused(g);
       const size_t P = mp[k].m.num_params;
       for (int i = 0; i < 4; i++) end[k][i] = malloc(sizeof(float) * P);
       gpu_model_download(g, end[k][0], end[k][1], end[k][2]);
@@ -1986,6 +1989,15 @@ START_TEST(model_bf16_storage_bit_identical) {
                   "%s: SwiGLU's images %llu %llu (float32 storage %llu %llu), want %llu",
                   names[r], images[0][0], images[0][1], images[1][0], images[1][1],
                   want_images);
+    /* operands made on bf16 storage by their producers, a layer a step
+     * outside statistics: O written in bf16 by the fused kernel, and under
+     * rz q, k, v into the kernel's inputs and dq, dk, dv into their dY */
+    const unsigned long long want_direct = r ? (r == 1 ? 7 : 1) * 2 * L : 0;
+    printf("bf16 storage, %s: operands made on bf16 storage %llu, on float32 storage %llu "
+           "(at least %llu more wanted)\n",
+           names[r], direct[0], direct[1], want_direct);
+    ck_assert_msg(direct[0] >= direct[1] + want_direct, "%s: %llu direct against %llu",
+                  names[r], direct[0], direct[1]);
     if (r == 0)
       ck_assert_msg(arena[1] - arena[0] == want, "arena %zu less, want %zu",
                     arena[1] - arena[0], want);

@@ -24,9 +24,9 @@
 
 #include <cuda_bf16.h>
 #include <initializer_list>
+#include <type_traits>
 #include <stdint.h>
 #include <cuda_runtime.h>
-#include <type_traits>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -994,59 +994,19 @@ __global__ void __launch_bounds__(exmy_cuda::kThreads)
   fold_output_amax(m, amax);
 }
 
+/* The dispatch of the bf16-storage image kernels: launch(id, mode) with
+ * the table format's id and the mode of the bf16 operand path as
+ * std::integral_constant, for the formats with_operand_mode serves; false
+ * for any other format. */
 template <int ID>
-struct Bf16StorageImageOp {
-  static bool run(const exmy_format &f, const KOpts &o, uint16_t *y, const uint16_t *x, size_t n,
-                  const gpu_bf16_scaling &sc, cudaStream_t s) {
+struct Bf16ImageLaunch {
+  template <class Launch>
+  static bool run(int mode, const Launch &launch) {
     if constexpr (ID == SPEC_GENERIC) {
       return false;
     } else {
-      const unsigned blocks = blocks_for(n / exmy_cuda::kPer, exmy_cuda::kThreads);
-      exmy_cuda::with_operand_mode<ID>(o.mode, [&](auto mode) {
-        bf16_storage_image_kernel<ID, decltype(mode)::value>
-            <<<blocks, exmy_cuda::kThreads, 0, s>>>(f, o, y, x, n, sc.scale_inv, sc.amax_bits);
-      });
-      return true;
-    }
-  }
-};
-
-/* The bf16-storage image kernels for the table formats of the bf16 operand
- * path, as SwigluBf16Op and SwigluFwdBf16Op (n % 8 == 0). */
-template <int ID>
-struct SwigluStorageImageOp {
-  static bool run(const exmy_format &f, const KOpts &o1, const KOpts &o3, uint16_t *dh1,
-                  uint16_t *dh3, const uint16_t *dout, const uint16_t *h1, const uint16_t *h3,
-                  size_t n, const gpu_bf16_scaling &sc1, const gpu_bf16_scaling &sc3,
-                  cudaStream_t s) {
-    if constexpr (ID == SPEC_GENERIC) {
-      return false;
-    } else {
-      const unsigned blocks = blocks_for(n / exmy_cuda::kPer, exmy_cuda::kThreads);
-      exmy_cuda::with_operand_mode<ID>(o1.mode, [&](auto mode) {
-        swiglu_backward_bf16_storage_image_kernel<ID, decltype(mode)::value>
-            <<<blocks, exmy_cuda::kThreads, 0, s>>>(f, o1, o3, dh1, dh3, dout, h1, h3, n,
-                                                    sc1.scale_inv, sc3.scale_inv, sc1.amax_bits,
-                                                    sc3.amax_bits);
-      });
-      return true;
-    }
-  }
-};
-
-template <int ID>
-struct SwigluFwdStorageImageOp {
-  static bool run(const exmy_format &f, const KOpts &o, uint16_t *out, const uint16_t *h1,
-                  const uint16_t *h3, size_t n, const gpu_bf16_scaling &sc, cudaStream_t s) {
-    if constexpr (ID == SPEC_GENERIC) {
-      return false;
-    } else {
-      const unsigned blocks = blocks_for(n / exmy_cuda::kPer, exmy_cuda::kThreads);
-      exmy_cuda::with_operand_mode<ID>(o.mode, [&](auto mode) {
-        swiglu_forward_bf16_storage_image_kernel<ID, decltype(mode)::value>
-            <<<blocks, exmy_cuda::kThreads, 0, s>>>(f, o, out, h1, h3, n, sc.scale_inv,
-                                                    sc.amax_bits);
-      });
+      exmy_cuda::with_operand_mode<ID>(
+          mode, [&](auto m) { launch(std::integral_constant<int, ID>{}, m); });
       return true;
     }
   }
@@ -1765,6 +1725,11 @@ cudaError_t gpu_swiglu_forward_bf16(void *out, const float *h1, const float *h3,
   return launched ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
+/* Blocks of exmy_cuda::kThreads threads for n bf16 values, 8 a thread. */
+static unsigned image_blocks(size_t n) {
+  return blocks_for(n / exmy_cuda::kPer, exmy_cuda::kThreads);
+}
+
 cudaError_t gpu_bf16_storage_image(void *y, const uint16_t *x, size_t n, const exmy_format *f,
                                    const exmy_rounding_opts *o, const gpu_bf16_scaling *sc,
                                    cudaStream_t s) {
@@ -1772,9 +1737,14 @@ cudaError_t gpu_bf16_storage_image(void *y, const uint16_t *x, size_t n, const e
       !bf16_storage_ok(n, {y, x}))
     return cudaErrorInvalidValue;
   if (!n) return cudaSuccess;
-  const gpu_bf16_scaling none = {nullptr, nullptr};
-  const bool launched = with_spec_format<EXMY_GPU_BF16, Bf16StorageImageOp>(
-      f, *f, kopts_of(o), (uint16_t *)y, x, n, sc ? *sc : none, s);
+  const gpu_bf16_scaling c = sc ? *sc : gpu_bf16_scaling{nullptr, nullptr};
+  const KOpts ko = kopts_of(o);
+  const bool launched =
+      with_spec_format<EXMY_GPU_BF16, Bf16ImageLaunch>(f, ko.mode, [&](auto id, auto mode) {
+        bf16_storage_image_kernel<decltype(id)::value, decltype(mode)::value>
+            <<<image_blocks(n), exmy_cuda::kThreads, 0, s>>>(*f, ko, (uint16_t *)y, x, n,
+                                                             c.scale_inv, c.amax_bits);
+      });
   return launched ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
@@ -1788,9 +1758,14 @@ cudaError_t gpu_swiglu_forward_bf16_storage_image(void *out, const uint16_t *h1,
     return cudaErrorInvalidValue;
   if (!n) return cudaSuccess;
   ensure_sigmoid_table(s);
-  const gpu_bf16_scaling none = {nullptr, nullptr};
-  const bool launched = with_spec_format<EXMY_GPU_BF16, SwigluFwdStorageImageOp>(
-      f, *f, kopts_of(o), (uint16_t *)out, h1, h3, n, sc ? *sc : none, s);
+  const gpu_bf16_scaling c = sc ? *sc : gpu_bf16_scaling{nullptr, nullptr};
+  const KOpts ko = kopts_of(o);
+  const bool launched =
+      with_spec_format<EXMY_GPU_BF16, Bf16ImageLaunch>(f, ko.mode, [&](auto id, auto mode) {
+        swiglu_forward_bf16_storage_image_kernel<decltype(id)::value, decltype(mode)::value>
+            <<<image_blocks(n), exmy_cuda::kThreads, 0, s>>>(*f, ko, (uint16_t *)out, h1, h3, n,
+                                                             c.scale_inv, c.amax_bits);
+      });
   return launched ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
@@ -1803,10 +1778,16 @@ cudaError_t gpu_swiglu_backward_bf16_storage_image(
     return cudaErrorInvalidValue;
   if (!n) return cudaSuccess;
   ensure_sigmoid_table(s);
-  const gpu_bf16_scaling none = {nullptr, nullptr};
-  const bool launched = with_spec_format<EXMY_GPU_BF16, SwigluStorageImageOp>(
-      f, *f, kopts_of(o1), kopts_of(o3), (uint16_t *)dh1, (uint16_t *)dh3, dout, h1, h3, n,
-      sc1 ? *sc1 : none, sc3 ? *sc3 : none, s);
+  const gpu_bf16_scaling c1 = sc1 ? *sc1 : gpu_bf16_scaling{nullptr, nullptr},
+                         c3 = sc3 ? *sc3 : gpu_bf16_scaling{nullptr, nullptr};
+  const KOpts k1 = kopts_of(o1), k3 = kopts_of(o3);
+  const bool launched =
+      with_spec_format<EXMY_GPU_BF16, Bf16ImageLaunch>(f, k1.mode, [&](auto id, auto mode) {
+        swiglu_backward_bf16_storage_image_kernel<decltype(id)::value, decltype(mode)::value>
+            <<<image_blocks(n), exmy_cuda::kThreads, 0, s>>>(
+                *f, k1, k3, (uint16_t *)dh1, (uint16_t *)dh3, dout, h1, h3, n, c1.scale_inv,
+                c3.scale_inv, c1.amax_bits, c3.amax_bits);
+      });
   return launched ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 

@@ -729,9 +729,20 @@ __global__ void swiglu_backward_bf16_storage_kernel(uint16_t *dh1, uint16_t *dh3
   }
 }
 
-__device__ __forceinline__ void widen_bf16x8(const bf16x8 &x, float (&v)[8]) {
+/* The 8 bf16 values x (group i of the n elements) written into group i of y
+ * as their bf16 GEMM operand image: k_quantize_scaled_bf16's
+ * quantize8_bf16 on them (their finite amax folded into m). */
+template <int ID, int MODE>
+__device__ __forceinline__ void store_image8(const exmy_format &f, const KOpts &o, uint16_t *y,
+                                             size_t i, size_t n, const bf16x8 &x,
+                                             const float *si, float &m) {
+  using namespace exmy_cuda;
+  float v[kPer];
+  uint32_t c[kPer];
 #pragma unroll
-  for (int j = 0; j < 8; j++) v[j] = __bfloat162float(x.v[j]);
+  for (int j = 0; j < kPer; j++) v[j] = __bfloat162float(x.v[j]);
+  quantize8_bf16<ID, MODE>(f, o, i * kPer, n, v, si, m, c);
+  store8<uint16_t>(y, i * kPer, n, true, c);
 }
 
 /* The two kernels above with each output written as its bf16 GEMM operand
@@ -753,13 +764,9 @@ __global__ void __launch_bounds__(exmy_cuda::kThreads)
   const auto &f = kernel_format<ID>(rt);
   const size_t i = (size_t)blockIdx.x * exmy_cuda::kThreads + threadIdx.x, base = i * kPer;
   float m = 0.0f;
-  if (base < n) {
-    float v[kPer];
-    uint32_t c[kPer];
-    widen_bf16x8(swiglu_forward_bf16x8(load_bf16x8(h1, i), load_bf16x8(h3, i)), v);
-    quantize8_bf16<ID, MODE>(f, o, base, n, v, si, m, c);
-    store8<uint16_t>(out, base, n, true, c);
-  }
+  if (base < n)
+    store_image8<ID, MODE>(f, o, out, i, n,
+                           swiglu_forward_bf16x8(load_bf16x8(h1, i), load_bf16x8(h3, i)), si, m);
   fold_output_amax(m, amax);
 }
 
@@ -778,14 +785,8 @@ __global__ void __launch_bounds__(exmy_cuda::kThreads)
   if (base < n) {
     bf16x8 g1, g3;
     swiglu_backward_bf16x8(load_bf16x8(dout, i), load_bf16x8(h1, i), load_bf16x8(h3, i), g1, g3);
-    float v[kPer];
-    uint32_t c[kPer];
-    widen_bf16x8(g1, v);
-    quantize8_bf16<ID, MODE>(f, o1, base, n, v, si1, m1, c);
-    store8<uint16_t>(dh1, base, n, true, c);
-    widen_bf16x8(g3, v);
-    quantize8_bf16<ID, MODE>(f, o3, base, n, v, si3, m3, c);
-    store8<uint16_t>(dh3, base, n, true, c);
+    store_image8<ID, MODE>(f, o1, dh1, i, n, g1, si1, m1);
+    store_image8<ID, MODE>(f, o3, dh3, i, n, g3, si3, m3);
   }
   fold_output_amax(m1, amax1);
   fold_output_amax(m3, amax3);
@@ -984,13 +985,7 @@ __global__ void __launch_bounds__(exmy_cuda::kThreads)
   const auto &f = kernel_format<ID>(rt);
   const size_t i = (size_t)blockIdx.x * exmy_cuda::kThreads + threadIdx.x, base = i * kPer;
   float m = 0.0f;
-  if (base < n) {
-    float v[kPer];
-    uint32_t c[kPer];
-    widen_bf16x8(load_bf16x8(x, i), v);
-    quantize8_bf16<ID, MODE>(f, o, base, n, v, si, m, c);
-    store8<uint16_t>(y, base, n, true, c);
-  }
+  if (base < n) store_image8<ID, MODE>(f, o, y, i, n, load_bf16x8(x, i), si, m);
   fold_output_amax(m, amax);
 }
 

@@ -930,6 +930,128 @@ START_TEST(swiglu_bf16_storage_every_input) {
 }
 END_TEST
 
+/* Images of values stored in bf16 (gpu_bf16_storage_image, and SwiGLU's
+ * kernels that write their outputs' images): against the library's fill of
+ * the same values widened to float32 (exmy_cuda_quantize_scaled_bf16), bit
+ * for bit with the finite amax folded, over every bf16 pattern and random
+ * SwiGLU inputs; E8M3, E4M3 saturating, E5M2 and bf16, rne, rz and sr (at an
+ * sr offset not 0, the two gradients at offsets n apart), unscaled and under
+ * a scale {s, 1/s} (delayed scaling's form), in place too; sizes not a
+ * multiple of 8, misaligned storage and formats off the bf16 path refused. */
+START_TEST(bf16_storage_images) {
+  enum { N = 4 << 16 };
+  uint16_t *h[3];
+  uint64_t seed = 321;
+  for (int t = 0; t < 3; t++) {
+    h[t] = malloc(N * 2);
+    for (size_t i = 0; i < N; i++)
+      h[t][i] = t == 0 ? (uint16_t)i : (uint16_t)(splitmix64(&seed) & 0xBFFF); /* |x| < 2 */
+  }
+  uint16_t *d_h[3], *d_s[3], *d_y[3];
+  for (int t = 0; t < 3; t++)
+    d_h[t] = dev_from(h[t], N * 2), d_s[t] = dev_alloc(N * 2), d_y[t] = dev_alloc(N * 2);
+  uint16_t *d_ref = dev_alloc(N * 2);
+  float *d_w = dev_alloc(N * 4), *wide = malloc(N * 4);
+  unsigned *d_amax = dev_alloc(2 * sizeof(unsigned));
+  const float scales[2] = {1.7f, 1.0f / 1.7f}; /* {s, 1/s}, s not a power of two */
+  float *d_si = dev_from(scales, sizeof scales);
+  uint16_t *got = malloc(N * 2), *want = malloc(N * 2);
+  static const char *const formats[] = {"e8m3", "e4m3", "e5m2", "bf16"};
+  static const exmy_rounding modes[] = {EXMY_RNE, EXMY_RZ, EXMY_SR};
+  static const char *const kernels[4] = {"stored values", "SwiGLU forward",
+                                         "SwiGLU backward dh1", "SwiGLU backward dh3"};
+  long cases = 0;
+  for (int fi = 0; fi < 4; fi++) {
+    exmy_format f;
+    ck_assert(!exmy_format_parse(formats[fi], &f));
+    for (int mi = 0; mi < 3; mi++)
+      for (int scaled = 0; scaled < 2; scaled++) {
+        exmy_rounding_opts o = {0};
+        o.mode = modes[mi];
+        o.saturate = fi == 1;
+        o.seed = 77;
+        o.offset = modes[mi] == EXMY_SR ? 4096 : 0;
+        exmy_rounding_opts o3 = o;
+        if (modes[mi] == EXMY_SR) o3.offset += N;
+        const gpu_bf16_scaling sc1 = {scaled ? d_si : NULL, d_amax},
+                               sc3 = {scaled ? d_si : NULL, d_amax + 1};
+        for (int k = 0; k < 4; k++) {
+          CU(cudaMemset(d_amax, 0, 2 * sizeof(unsigned)));
+          for (int t = 0; t < 3; t++) CU(cudaMemset(d_y[t], 0xFF, N * 2));
+          const uint16_t *stored; /* the bf16 values the image is of */
+          const uint16_t *image;
+          if (k == 0) {
+            CU(gpu_bf16_storage_image(d_y[0], d_h[0], N, &f, &o, &sc1, 0));
+            stored = d_h[0], image = d_y[0];
+          } else if (k == 1) {
+            CU(gpu_swiglu_forward_bf16_storage(d_s[0], d_h[0], d_h[1], N, 0));
+            CU(gpu_swiglu_forward_bf16_storage_image(d_y[0], d_h[0], d_h[1], N, &f, &o, &sc1, 0));
+            stored = d_s[0], image = d_y[0];
+          } else {
+            CU(gpu_swiglu_backward_bf16_storage(d_s[1], d_s[2], NULL, d_h[2], d_h[0], d_h[1], N,
+                                                0));
+            CU(gpu_swiglu_backward_bf16_storage_image(d_y[1], d_y[2], d_h[2], d_h[0], d_h[1], N,
+                                                      &f, &o, &o3, &sc1, &sc3, 0));
+            stored = d_s[k - 1], image = d_y[k - 1];
+          }
+          /* the reference: the stored values widened, the library's fill */
+          to_host(got, stored, N * 2);
+          float amax = 0.0f;
+          for (size_t i = 0; i < N; i++) {
+            const uint32_t u = (uint32_t)got[i] << 16;
+            memcpy(&wide[i], &u, 4);
+            const float a = fabsf(wide[i]);
+            if (a > amax && a <= 3.40282347e38f) amax = a;
+          }
+          to_dev(d_w, wide, N * 4);
+          CU(exmy_cuda_quantize_scaled_bf16(&f, k == 3 ? &o3 : &o, scaled ? d_si : NULL, d_w,
+                                            d_ref, N, 0));
+          to_host(got, image, N * 2);
+          to_host(want, d_ref, N * 2);
+          size_t bad = 0;
+          for (size_t i = 0; i < N; i++) bad += got[i] != want[i];
+          if (k == 0) { /* in place: the same image */
+            CU(cudaMemcpy(d_s[0], d_h[0], N * 2, cudaMemcpyDeviceToDevice));
+            CU(gpu_bf16_storage_image(d_s[0], d_s[0], N, &f, &o, NULL, 0));
+            to_host(want, d_s[0], N * 2);
+            if (!scaled) bad += memcmp(got, want, N * 2) != 0;
+          }
+          unsigned folded[2];
+          to_host(folded, d_amax, sizeof folded);
+          uint32_t amax_bits;
+          memcpy(&amax_bits, &amax, 4);
+          const unsigned amax_got = folded[k == 3 ? 1 : 0];
+          if (bad || amax_got != amax_bits)
+            printf("  bf16_storage_images %s %s%s, %s: %zu of %d differ, amax %08x want %08x\n",
+                   formats[fi], exmy_rounding_name(modes[mi]), scaled ? " scaled" : "",
+                   kernels[k], bad, (int)N, amax_got, amax_bits);
+          ck_assert_msg(bad == 0 && amax_got == amax_bits, "%s %s %s: %zu differ", formats[fi],
+                        exmy_rounding_name(modes[mi]), kernels[k], bad);
+          cases++;
+        }
+      }
+  }
+  exmy_format e8m3, e3m4;
+  ck_assert(!exmy_format_parse("e8m3", &e8m3) && !exmy_format_parse("e3m4", &e3m4));
+  const exmy_rounding_opts rne = {0};
+  ck_assert_int_eq(gpu_bf16_storage_image(d_y[0], d_h[0], N - 4, &e8m3, &rne, NULL, 0),
+                   cudaErrorInvalidValue); /* n % 8 != 0 */
+  ck_assert_int_eq(gpu_bf16_storage_image(d_y[0], d_h[0] + 1, 8, &e8m3, &rne, NULL, 0),
+                   cudaErrorInvalidValue); /* not 16-byte aligned */
+  if (!gpu_bf16_operand_serves(&e3m4))
+    ck_assert_int_eq(gpu_bf16_storage_image(d_y[0], d_h[0], N, &e3m4, &rne, NULL, 0),
+                     cudaErrorInvalidValue);
+  printf("  %-26s %ld cases (4 formats x 3 modes x scaled or not x 4 outputs): every image and "
+         "amax that of the fill of the widened values\n", "bf16_storage_images", cases);
+  for (int t = 0; t < 3; t++) {
+    CU(cudaFree(d_h[t])); CU(cudaFree(d_s[t])); CU(cudaFree(d_y[t]));
+    free(h[t]);
+  }
+  CU(cudaFree(d_ref)); CU(cudaFree(d_w)); CU(cudaFree(d_amax)); CU(cudaFree(d_si));
+  free(wide), free(got), free(want);
+}
+END_TEST
+
 /* RoPE of bf16 activations on bf16 storage (gpu_rope_bf16_storage) against
  * the float32-storage kernels on the same bf16 values, forward and backward,
  * heads of 8, 32 and 64, in place and not, NaN, infinities and overflowing
@@ -2333,7 +2455,8 @@ int main(void) {
                                 causal_softmax, crossentropy, sumsq,  adamw,
                                 adamw_coat,     scale_120m,   add_bf16,     swiglu_forward_bf16,
                                 rope_bf16,      rmsnorm_forward_bf16, rope_bf16_storage,
-                                sum_bf16,       swiglu_bf16_storage_every_input, NULL};
+                                sum_bf16,       swiglu_bf16_storage_every_input,
+                                bf16_storage_images, NULL};
   Suite *s = suite_of("gpu_layers", 300, tests);
   /* after the others; on its own: CK_RUN_CASE=adamw_fold */
   TCase *tc = tcase_create("adamw_fold");

@@ -840,6 +840,22 @@ __global__ void swiglu_backward_kernel(float *dh1, float *dh3, const float *dout
   }
 }
 
+/* SwiGLU on float32 storage, model.c's (ACT_BF16 false) or with bf16
+ * activations' roundings (true). */
+template <bool ACT_BF16>
+static void launch_swiglu_forward(float *out, const float *h1, const float *h3, size_t n,
+                                  unsigned int *amax, cudaStream_t s) {
+  if (!n) return;
+  swiglu_forward_kernel<ACT_BF16><<<elementwise_grid(n), kThreads, 0, s>>>(out, h1, h3, n, amax);
+}
+template <bool ACT_BF16>
+static void launch_swiglu_backward(float *dh1, float *dh3, const float *dout, const float *h1,
+                                   const float *h3, size_t n, cudaStream_t s) {
+  if (!n) return;
+  swiglu_backward_kernel<ACT_BF16><<<elementwise_grid(n), kThreads, 0, s>>>(dh1, dh3, dout, h1,
+                                                                            h3, n);
+}
+
 /* The same, each gradient rounded straight into its bf16 GEMM operand image:
  * the 8 elements per thread and 16-byte loads and stores of cuda/scaled.cu's
  * k_quantize_scaled_bf16, and its quantize8_bf16 (amax, scale, encode8, bf16
@@ -1611,28 +1627,22 @@ void gpu_rope_backward_act_bf16(float *dx, const float *cos_t, const float *sin_
 
 void gpu_swiglu_forward(float *out, const float *h1, const float *h3, size_t n,
                         unsigned int *amax, cudaStream_t s) {
-  if (!n) return;
-  swiglu_forward_kernel<false><<<elementwise_grid(n), kThreads, 0, s>>>(out, h1, h3, n, amax);
+  launch_swiglu_forward<false>(out, h1, h3, n, amax, s);
 }
 
 void gpu_swiglu_backward(float *dh1, float *dh3, const float *dout, const float *h1,
                          const float *h3, size_t n, cudaStream_t s) {
-  if (!n) return;
-  swiglu_backward_kernel<false><<<elementwise_grid(n), kThreads, 0, s>>>(dh1, dh3, dout, h1, h3,
-                                                                         n);
+  launch_swiglu_backward<false>(dh1, dh3, dout, h1, h3, n, s);
 }
 
 void gpu_swiglu_forward_act_bf16(float *out, const float *h1, const float *h3, size_t n,
                                  unsigned int *amax, cudaStream_t s) {
-  if (!n) return;
-  swiglu_forward_kernel<true><<<elementwise_grid(n), kThreads, 0, s>>>(out, h1, h3, n, amax);
+  launch_swiglu_forward<true>(out, h1, h3, n, amax, s);
 }
 
 void gpu_swiglu_backward_act_bf16(float *dh1, float *dh3, const float *dout, const float *h1,
                                   const float *h3, size_t n, cudaStream_t s) {
-  if (!n) return;
-  swiglu_backward_kernel<true><<<elementwise_grid(n), kThreads, 0, s>>>(dh1, dh3, dout, h1, h3,
-                                                                        n);
+  launch_swiglu_backward<true>(dh1, dh3, dout, h1, h3, n, s);
 }
 
 static bool bf16_storage_ok(size_t n, std::initializer_list<const void *> ptrs) {

@@ -774,16 +774,19 @@ extern "C" void gtq_share_dy_slots(gtq_ctx *g) {
   graph_epoch++;
 }
 
-extern "C" bool gtq_use_plain_bf16(const gtq_ctx *g, int site, int use) {
+extern "C" bool gtq_use_bf16_cublas(const gtq_ctx *g, int site, int use) {
   if (site < 0 || site >= g->n_sites || !g->sites[site].bf16) return false;
   const exmy_operand_quant &q = g->host[site].op[use];
-  return q.enabled && !tq_along_k(&q) && q.scaling.kind == EXMY_SCALING_NONE &&
-         !accumulates(g->host[site]);
+  const int scaling = q.scaling.kind;
+  return q.enabled && !tq_along_k(&q) && !accumulates(g->host[site]) &&
+         (scaling == EXMY_SCALING_NONE || scaling == EXMY_SCALING_DELAYED ||
+          scaling == EXMY_SCALING_TENSOR);
 }
 
 extern "C" bool gtq_use_bf16_identity(const gtq_ctx *g, int site, int use) {
-  if (!gtq_use_plain_bf16(g, site, use)) return false;
+  if (!gtq_use_bf16_cublas(g, site, use)) return false;
   const exmy_operand_quant &q = g->host[site].op[use];
+  if (q.scaling.kind != EXMY_SCALING_NONE) return false;
   const exmy_format &f = q.format;
   /* bf16's own grid, every value kept: inf and NaN as they are, no value
    * flushed, no sr stream taken */
@@ -2277,17 +2280,24 @@ extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, floa
 extern "C" bool gtq_bf16_out_serves(const gtq_ctx *g, gtq_operand a, gtq_operand b) {
   exmy_accum_model accum;
   const float *sa = nullptr, *sb = nullptr;
-  return a.bf16 && b.bf16 && !a.mx && !b.mx && !a.scale && !b.scale && !a.qscale && !b.qscale &&
+  return a.bf16 && b.bf16 && !a.mx && !b.mx && !a.qscale && !b.qscale &&
          !accum_of(g, a, b, &accum, &sa, &sb);
 }
 
 extern "C" void gtq_gemm_bf16_out(gtq_ctx *g, bool ta, bool tb, int m, int n, int k,
                                   gtq_operand a, gtq_operand b, void *c, long ldc) {
   if (!gtq_bf16_out_serves(g, a, b))
-    gtq_check(cudaErrorInvalidValue, "gemm into bf16 (operands not plain bf16)");
+    gtq_check(cudaErrorInvalidValue, "gemm into bf16 (operands not bf16 images)");
   const float one = 1.0f, zero = 0.0f;
-  row_major_gemm_ex(g, ta, tb, m, n, k, &one, a, b, CUDA_R_16BF, &zero, c, CUDA_R_16BF, ldc,
+  const float *pa = &one, *pb = &zero;
+  const bool dev = device_alpha(g, 1.0f, a, b, &pa); /* gtq_gemm's alpha for these scales */
+  if (dev) {
+    pb = beta_on_device(g, 0.0f);
+    blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_DEVICE), "pointer mode");
+  }
+  row_major_gemm_ex(g, ta, tb, m, n, k, pa, a, b, CUDA_R_16BF, pb, c, CUDA_R_16BF, ldc,
                     CUBLAS_COMPUTE_32F, "cublasGemmEx (bf16 out)");
+  if (dev) blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_HOST), "pointer mode");
 }
 
 extern "C" void gtq_gemm_batched(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,

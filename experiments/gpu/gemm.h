@@ -187,19 +187,22 @@ gtq_operand gtq_operand_for_gemm_amax(gtq_ctx *g, int site, int use, int slot, b
  * One way; call before the first GEMM. */
 void gtq_share_dy_slots(gtq_ctx *g);
 
-/* Tensors stored in bf16 (activations = bf16).  gtq_use_plain_bf16: use
- * `use` of site `site` reads an unscaled bf16 operand through a plain
- * cuBLAS GEMM (the BF16 path, no scaling, not along K, no accumulation
- * model), as gtq_gemm_bf16_out needs of both its operands.
+/* Tensors stored in bf16 (activations = bf16).  gtq_use_bf16_cublas: use
+ * `use` of site `site` reads a bf16 operand image through one cuBLAS GEMM
+ * (the BF16 path: unscaled, or per tensor by delayed or current scaling,
+ * whose scales enter alpha; not along K, no accumulation model), as
+ * gtq_gemm_bf16_out needs of both its operands.
  * gtq_use_bf16_identity: moreover its fill leaves a bf16 value as it is
- * (format bf16, not sr, neither saturating nor flushing), so that outside
- * statistics steps (which fill, for the statistics) a tensor stored in bf16
- * is its own operand: gtq_operand_bf16 (x: rows of ld bf16 values).
- * gtq_gemm_bf16_out: C (bf16, m x n, ldc) = op(A) op(B), accumulated in
- * float32 and rounded to bf16 once, by cuBLAS (alpha 1, beta 0), for the
- * operands gtq_bf16_out_serves (both unscaled bf16, not along K, no
+ * (format bf16, unscaled, not sr, neither saturating nor flushing), so that
+ * outside statistics steps (which fill, for the statistics) a tensor stored
+ * in bf16 is its own operand: gtq_operand_bf16 (x: rows of ld bf16 values).
+ * gtq_gemm_bf16_out: C (bf16, m x n, ldc) = alpha op(A) op(B), accumulated
+ * in float32, multiplied by alpha = 1 / (sa sb) in float32 as gtq_gemm's
+ * float32 output is (k_alpha's alpha; 1 for unscaled operands) and rounded
+ * to bf16 once, by cuBLAS (beta 0), for the operands gtq_bf16_out_serves
+ * (both bf16 images, unscaled or per-tensor scaled, not along K, no
  * accumulation model); others: an error. */
-bool gtq_use_plain_bf16(const gtq_ctx *g, int site, int use);
+bool gtq_use_bf16_cublas(const gtq_ctx *g, int site, int use);
 bool gtq_use_bf16_identity(const gtq_ctx *g, int site, int use);
 gtq_operand gtq_operand_bf16(int site, int use, const void *x, long ld);
 bool gtq_bf16_out_serves(const gtq_ctx *g, gtq_operand a, gtq_operand b);

@@ -1005,6 +1005,20 @@ __global__ void __launch_bounds__(exmy_cuda::kThreads)
   fold_output_amax(m, amax);
 }
 
+/* The finite max |x| of values stored in bf16, 8 a thread, folded into
+ * amax: current scaling's first pass over a stored tensor. */
+__global__ void __launch_bounds__(exmy_cuda::kThreads)
+    bf16_storage_amax_kernel(const uint16_t *x, size_t n, unsigned int *amax) {
+  const size_t i = (size_t)blockIdx.x * exmy_cuda::kThreads + threadIdx.x;
+  float m = 0.0f;
+  if (i * exmy_cuda::kPer < n) {
+    const bf16x8 v = load_bf16x8(x, i);
+#pragma unroll
+    for (int j = 0; j < exmy_cuda::kPer; j++) fold_finite_amax(__bfloat162float(v.v[j]), m);
+  }
+  fold_output_amax(m, amax);
+}
+
 /* The dispatch of the bf16-storage image kernels: launch(id, mode) with
  * the table format's id and the mode of the bf16 operand path as
  * std::integral_constant, for the formats with_operand_mode serves; false
@@ -1751,6 +1765,14 @@ cudaError_t gpu_bf16_storage_image(void *y, const uint16_t *x, size_t n, const e
                                                              c.scale_inv, c.amax_bits);
       });
   return launched ? cudaGetLastError() : cudaErrorInvalidValue;
+}
+
+cudaError_t gpu_bf16_storage_amax(const uint16_t *x, size_t n, unsigned int *amax,
+                                  cudaStream_t s) {
+  if (!amax || !bf16_storage_ok(n, {x})) return cudaErrorInvalidValue;
+  if (!n) return cudaSuccess;
+  bf16_storage_amax_kernel<<<image_blocks(n), exmy_cuda::kThreads, 0, s>>>(x, n, amax);
+  return cudaGetLastError();
 }
 
 cudaError_t gpu_swiglu_forward_bf16_storage_image(void *out, const uint16_t *h1,

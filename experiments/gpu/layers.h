@@ -163,6 +163,13 @@ cudaError_t gpu_swiglu_forward_bf16(void *out, const float *h1, const float *h3,
 cudaError_t gpu_bf16_storage_image(void *y, const uint16_t *x, size_t n, const exmy_format *f,
                                    const exmy_rounding_opts *o, const gpu_bf16_scaling *sc,
                                    cudaStream_t s);
+/* The finite max |x| of n values stored in bf16 folded into *amax (device
+ * word, as float bits; the caller zeroes it): the word exmy_cuda_amax_fold
+ * leaves on the widened values, current scaling's first pass before
+ * gpu_bf16_storage_image.  Storage rules as above; else
+ * cudaErrorInvalidValue, nothing launched. */
+cudaError_t gpu_bf16_storage_amax(const uint16_t *x, size_t n, unsigned int *amax,
+                                  cudaStream_t s);
 /* gpu_swiglu_forward_bf16_storage and gpu_swiglu_backward_bf16_storage
  * (without hg) with each output written as the bf16 GEMM operand image of
  * the bf16 tensor they store, with f, o and sc as above: the bits, sr stream

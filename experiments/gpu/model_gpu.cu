@@ -533,33 +533,49 @@ static int slot_reuse(int use) {
 }
 
 /* The quant of `use` of `site` where bf16 values go into its operand image
- * by a kernel of their own (gpu_bf16_storage_image, or a producer's image
- * kernel) in place of the float32 tensor's fill: an element-wise rounding
- * into bf16 other than bf16's own rne (those values are their own
- * operand), unscaled or under delayed scaling (current scaling needs the
- * amax first), the slot's later use reading the slot (gtq_fusable_bf16:
- * outside statistics steps); with allow_sr false not sr (for producers
- * that take their fills in another order than the float32 path); else
- * NULL. */
+ * by a pass of their own over the stored values (bf16_fill_finish) in place
+ * of the float32 tensor's fill: an element-wise rounding into bf16 other
+ * than bf16's own rne (those values are their own operand), unscaled or
+ * per tensor (delayed; current, whose amax pass comes first), the slot's
+ * later use reading the slot (gtq_fusable_bf16: outside statistics steps);
+ * with allow_sr false not sr (for producers that take their fills in
+ * another order than the float32 path); else NULL. */
 static const exmy_operand_quant *bf16_image_quant(const gpu_model *g, int site, int use,
                                                   bool allow_sr = true) {
   const int reuse = slot_reuse(use);
   if (site < 0 || reuse < 0 || gtq_use_bf16_identity(g->gq, site, use)) return nullptr;
   const exmy_operand_quant *q = gtq_fusable_bf16(g->gq, site, use, reuse);
-  if (!q || !gpu_bf16_operand_serves(&q->format) || q->scaling.kind == EXMY_SCALING_TENSOR ||
-      (!allow_sr && q->round.mode == EXMY_SR))
+  if (!q || !gpu_bf16_operand_serves(&q->format) || (!allow_sr && q->round.mode == EXMY_SR))
     return nullptr;
   return q;
 }
 
-/* Rounds the n bf16 values at y, written by a producer into the slot of
- * fill w (gtq_fill_bf16_slot), into the image of quant q (NULL: they are
- * their own operand), then records the fill as done. */
-static void bf16_fill_finish(gpu_model *g, int site, int use, int slot, const gtq_bf16_fill &w,
-                             const exmy_operand_quant *q, size_t n) {
+/* Whether a tensor stored in bf16 is read by `use` of `site` and by the
+ * slot's later use without being widened (outside statistics steps): its
+ * own operand both times, or rounded into its image in one pass
+ * (bf16_image_quant). */
+static bool stored_read_direct(const gpu_model *g, int site, int use) {
+  return (gtq_use_bf16_identity(g->gq, site, use) &&
+          gtq_use_bf16_identity(g->gq, site, slot_reuse(use))) ||
+         bf16_image_quant(g, site, use);
+}
+
+/* Rounds n bf16 values into the slot of fill w (gtq_fill_bf16_slot) as the
+ * image of quant q (NULL: they are their own operand, written there by a
+ * producer), current scaling's amax pass over them first, then records the
+ * fill as done.  src: the values, stored elsewhere; NULL: written into the
+ * slot by a producer, rounded in place. */
+static void bf16_fill_finish(gpu_model *g, int site, int use, int slot, gtq_bf16_fill w,
+                             const exmy_operand_quant *q, size_t n,
+                             const uint16_t *src = nullptr) {
   if (q) {
+    const uint16_t *x = src ? src : (const uint16_t *)w.y;
+    if (w.current) { /* the amax, then its scale */
+      gtq_check(gpu_bf16_storage_amax(x, n, w.amax_bits, g->s), "bf16 storage (amax)");
+      gtq_fill_bf16_scale(g->gq, site, use, slot, &w);
+    }
     const gpu_bf16_scaling sc = {w.scale_inv, w.amax_bits};
-    gtq_check(gpu_bf16_storage_image(w.y, (const uint16_t *)w.y, n, &q->format, &w.o, &sc, g->s),
+    gtq_check(gpu_bf16_storage_image(w.y, x, n, &q->format, &w.o, &sc, g->s),
               "bf16 storage (operand image)");
   }
   gtq_fill_bf16_done(g->gq, site, use, slot);
@@ -581,10 +597,7 @@ static gtq_operand stored_operand(gpu_model *g, int site, int use, int slot, boo
   if (q && n % 8 == 0 && (uintptr_t)x % 16 == 0) { /* the image in one pass over x */
     gtq_bf16_fill w;
     gtq_fill_bf16_slot(g->gq, site, use, slot, n, nullptr, &w);
-    const gpu_bf16_scaling sc = {w.scale_inv, w.amax_bits};
-    gtq_check(gpu_bf16_storage_image(w.y, x, n, &q->format, &w.o, &sc, g->s),
-              "bf16 storage (operand image)");
-    gtq_fill_bf16_done(g->gq, site, use, slot);
+    bf16_fill_finish(g, site, use, slot, w, q, n, x);
     return gtq_operand_for_gemm(g->gq, site, use, slot, REUSE, nullptr, cols, rows, cols);
   }
   if (!g->wide) g->wide = dalloc<float>((size_t)g->B * g->T * g->cfg.hidden);
@@ -604,6 +617,33 @@ static void linear_forward_bf16_out(gpu_model *g, uint16_t *out, const float *in
 
 static const exmy_operand_quant *swiglu_dy_images(const gpu_model *g, int l);
 
+/* SwiGLU's backward writing the images of dh1 and dh3 (n values each) into
+ * the dY slots of layer l's W1 and W3 sites: the slots reserved as their
+ * fills would reserve them, W1's then W3's (the sr stream indices in the
+ * float32 path's order; spare1, spare3: gtq_fill_bf16_slot's spare); under
+ * current scaling fold_amax(amax1, amax3) folds the gradients' amaxes
+ * (NULL for a slot not under current scaling) before their scales are set;
+ * then write(w1, w3, sc1, sc3) writes both images, and both fills are
+ * recorded as done. */
+template <class FoldAmax, class Write>
+static void swiglu_backward_into_dy_slots(gpu_model *g, int l, size_t n, void *spare1,
+                                          void *spare3, FoldAmax fold_amax, Write write) {
+  const int s1 = site_index(g, l, SITE_W1), s3 = site_index(g, l, SITE_W3);
+  gtq_bf16_fill w1, w3;
+  gtq_fill_bf16_slot(g->gq, s1, USE_DX_DY, SLOT_DY, n, spare1, &w1);
+  gtq_fill_bf16_slot(g->gq, s3, USE_DX_DY, SLOT_DY, n, spare3, &w3);
+  if (w1.current || w3.current) {
+    fold_amax(w1.current ? w1.amax_bits : nullptr, w3.current ? w3.amax_bits : nullptr);
+    gtq_fill_bf16_scale(g->gq, s1, USE_DX_DY, SLOT_DY, &w1);
+    gtq_fill_bf16_scale(g->gq, s3, USE_DX_DY, SLOT_DY, &w3);
+  }
+  const gpu_bf16_scaling sc1 = {w1.scale_inv, w1.amax_bits}, sc3 = {w3.scale_inv, w3.amax_bits};
+  write(w1, w3, sc1, sc3);
+  gtq_fill_bf16_done(g->gq, s1, USE_DX_DY, SLOT_DY);
+  gtq_fill_bf16_done(g->gq, s3, USE_DX_DY, SLOT_DY);
+  g->swiglu_fused++;
+}
+
 /* Whether hg stored in bf16 is W2's X as it is (site s2; outside statistics
  * steps, stored_operand): both its fills bf16's own rne. */
 static bool hg_own_operand(const gpu_model *g, int s2) {
@@ -622,7 +662,9 @@ static bool hg_own_operand(const gpu_model *g, int s2) {
  * question asked when the storage is laid out, before any step. */
 static const exmy_operand_quant *hg_image_quant(gpu_model *g, int s2, bool layout = false) {
   if ((!layout && !act_direct(g)) || hg_own_operand(g, s2)) return nullptr;
-  return bf16_image_quant(g, s2, USE_FWD_X);
+  const exmy_operand_quant *q = bf16_image_quant(g, s2, USE_FWD_X);
+  if (!q || q->scaling.kind == EXMY_SCALING_TENSOR) return nullptr;
+  return q;
 }
 static const exmy_operand_quant *dh_image_quant(gpu_model *g, int l, bool layout = false) {
   if ((!layout && !act_direct(g)) || dy_fills_bf16_rne(g, site_index(g, l, SITE_W1)))
@@ -704,19 +746,20 @@ static void mlp_backward_bf16(gpu_model *g, int l, const float *dy_w2, const flo
    * and h3 anyway; dW2 comes after it either way (W2's dY slot is untouched
    * in between: the dY images below take dh1's and dh3's buffers) */
   const bool hg_stored = hg_own_operand(g, s2);
-  if (const exmy_operand_quant *q = dh_image_quant(g, l)) {
-    gtq_bf16_fill w1f, w3f;
-    gtq_fill_bf16_slot(g->gq, s1, USE_DX_DY, SLOT_DY, BTH, dh1, &w1f);
-    gtq_fill_bf16_slot(g->gq, s3, USE_DX_DY, SLOT_DY, BTH, dh3, &w3f);
-    const gpu_bf16_scaling sc1 = {w1f.scale_inv, w1f.amax_bits},
-                           sc3 = {w3f.scale_inv, w3f.amax_bits};
-    gtq_check(gpu_swiglu_backward_bf16_storage_image(w1f.y, w3f.y, dhg, h1, h3, BTH, &q->format,
-                                                     &w1f.o, &w3f.o, &sc1, &sc3, g->s),
-              "SwiGLU backward (bf16 storage, operand images)");
-    gtq_fill_bf16_done(g->gq, s1, USE_DX_DY, SLOT_DY);
-    gtq_fill_bf16_done(g->gq, s3, USE_DX_DY, SLOT_DY);
-    g->swiglu_fused++;
-    dh1 = dh3 = nullptr; /* W1's and W3's dY slots hold them */
+  const exmy_operand_quant *dh_image = dh_image_quant(g, l); /* not current scaling */
+  if (dh_image) { /* dh1's and dh3's buffers lent to their images */
+    swiglu_backward_into_dy_slots(
+        g, l, BTH, dh1, dh3,
+        [](unsigned int *, unsigned int *) {
+          gtq_check(cudaErrorInvalidValue, "SwiGLU backward image under current scaling");
+        },
+        [&](const gtq_bf16_fill &w1, const gtq_bf16_fill &w3, const gpu_bf16_scaling &sc1,
+            const gpu_bf16_scaling &sc3) {
+          gtq_check(gpu_swiglu_backward_bf16_storage_image(w1.y, w3.y, dhg, h1, h3, BTH,
+                                                           &dh_image->format, &w1.o, &w3.o, &sc1,
+                                                           &sc3, g->s),
+                    "SwiGLU backward (bf16 storage, operand images)");
+        });
   } else {
     gtq_check(gpu_swiglu_backward_bf16_storage(dh1, dh3, g->hg_recomputed && hg_stored ? hg
                                                                                        : nullptr,
@@ -733,7 +776,8 @@ static void mlp_backward_bf16(gpu_model *g, int l, const float *dy_w2, const flo
   act_sum_begin(g, d.dln);
   for (int i = 0; i < 2; i++)
     linear_backward(g, d.dln, (i ? gr.w3 : gr.w1) + (size_t)l * H * C, nullptr, ln2, i ? w3 : w1,
-                    N, C, H, i ? s3 : s1, i ? 1.0f : 0.0f, !dh1, nullptr, i ? dh3 : dh1);
+                    N, C, H, i ? s3 : s1, i ? 1.0f : 0.0f, dh_image != nullptr, nullptr,
+                    dh_image ? nullptr : i ? dh3 : dh1);
   act_sum_flush(g);
   gtq_share_end(g->gq);
 }
@@ -883,24 +927,18 @@ static bool swiglu_backward_fused(gpu_model *g, int l, const float *dout, const 
   const exmy_operand_quant *q1 = swiglu_dy_images(g, l);
   if (!q1) return false;
   const exmy_format &f1 = q1->format;
-  const int s1 = site_index(g, l, SITE_W1), s3 = site_index(g, l, SITE_W3);
-  gtq_bf16_fill w1, w3;
-  gtq_fill_bf16_slot(g->gq, s1, USE_DX_DY, SLOT_DY, n, nullptr, &w1);
-  gtq_fill_bf16_slot(g->gq, s3, USE_DX_DY, SLOT_DY, n, spare, &w3);
-  if (w1.current || w3.current) {
-    gtq_check(gpu_swiglu_backward_amax(dout, h1, h3, n, w1.current ? w1.amax_bits : nullptr,
-                                       w3.current ? w3.amax_bits : nullptr, g->s),
-              "swiglu backward (amax)");
-    gtq_fill_bf16_scale(g->gq, s1, USE_DX_DY, SLOT_DY, &w1);
-    gtq_fill_bf16_scale(g->gq, s3, USE_DX_DY, SLOT_DY, &w3);
-  }
-  const gpu_bf16_scaling sc1 = {w1.scale_inv, w1.amax_bits}, sc3 = {w3.scale_inv, w3.amax_bits};
-  gtq_check(gpu_swiglu_backward_bf16(w1.y, w3.y, dout, h1, h3, n, &f1, &w1.o, &w3.o, &sc1, &sc3,
-                                     g->s),
-            "swiglu backward (bf16 operands)");
-  gtq_fill_bf16_done(g->gq, s1, USE_DX_DY, SLOT_DY);
-  gtq_fill_bf16_done(g->gq, s3, USE_DX_DY, SLOT_DY);
-  g->swiglu_fused++;
+  swiglu_backward_into_dy_slots(
+      g, l, n, nullptr, spare,
+      [&](unsigned int *amax1, unsigned int *amax3) {
+        gtq_check(gpu_swiglu_backward_amax(dout, h1, h3, n, amax1, amax3, g->s),
+                  "swiglu backward (amax)");
+      },
+      [&](const gtq_bf16_fill &w1, const gtq_bf16_fill &w3, const gpu_bf16_scaling &sc1,
+          const gpu_bf16_scaling &sc3) {
+        gtq_check(gpu_swiglu_backward_bf16(w1.y, w3.y, dout, h1, h3, n, &f1, &w1.o, &w3.o, &sc1,
+                                           &sc3, g->s),
+                  "swiglu backward (bf16 operands)");
+      });
   return true;
 }
 
@@ -1201,23 +1239,15 @@ static bool flash_do_identity(const gpu_model *g, int l) {
          gtq_use_bf16_identity(g->gq, pv, USE_DX_DY);
 }
 
-/* The quant whose image dq, dk or dv (layer l, site of `kind`) becomes
- * after it is written in bf16 (bf16_image_quant), or NULL where its dY
- * fills are bf16's own rne (dy_fills_bf16_rne: the bf16 values are the
- * operand); *ok false where neither holds. */
-static const exmy_operand_quant *dqkv_image(const gpu_model *g, int l, int kind, bool *ok) {
-  const int site = site_index(g, l, kind);
-  if (dy_fills_bf16_rne(g, site)) return nullptr;
-  const exmy_operand_quant *q = bf16_image_quant(g, site, USE_DX_DY);
-  if (!q) *ok = false;
-  return q;
-}
-
 /* Whether dqkv_into_operands makes the bits of Q's, K's and V's dY fills
- * of layer l (dqkv_image). */
+ * of layer l: each dY, written in bf16, its own operand (dy_fills_bf16_rne)
+ * or rounded into its image in place (bf16_image_quant). */
 static bool dqkv_direct_ok(const gpu_model *g, int l) {
   bool ok = true;
-  for (int kind : {SITE_Q, SITE_K, SITE_V}) dqkv_image(g, l, kind, &ok);
+  for (int kind : {SITE_Q, SITE_K, SITE_V}) {
+    const int site = site_index(g, l, kind);
+    ok = ok && (dy_fills_bf16_rne(g, site) || bf16_image_quant(g, site, USE_DX_DY));
+  }
   return ok;
 }
 
@@ -1225,7 +1255,7 @@ static bool dqkv_direct_ok(const gpu_model *g, int l) {
  * written in bf16 (act_round's bits) into their buffers' memory, under
  * qkv_bf16 where dqkv_direct_ok holds: dq and dk rotated back on bf16
  * storage (RoPE's bits) straight into Q's and K's dY slots and rounded
- * there into their images where they are not their own (dqkv_image), each
+ * there into their images where they are not their own (bf16_image_quant), each
  * just before its GEMMs (one dY buffer under lean activations); dv read as
  * stored (stored_operand).  Inside the caller's share region for ln1. */
 static void dqkv_into_operands(gpu_model *g, int l, const float *ln1) {
@@ -1237,8 +1267,7 @@ static void dqkv_into_operands(gpu_model *g, int l, const float *ln1) {
     const int kind = i ? SITE_K : SITE_Q, site = site_index(g, l, kind), width = i ? KVC : C;
     const size_t n = (size_t)N * width;
     float *dx = i ? d.dk : d.dq;
-    bool ok = true;
-    const exmy_operand_quant *image = dqkv_image(g, l, kind, &ok);
+    const exmy_operand_quant *image = bf16_image_quant(g, site, USE_DX_DY); /* NULL: its own */
     gtq_bf16_fill w;
     gtq_fill_bf16_slot(g->gq, site, USE_DX_DY, SLOT_DY, n, nullptr, &w);
     gtq_check(gpu_rope_bf16_storage((uint16_t *)w.y, (const uint16_t *)dx, g->rope_cos,
@@ -1453,23 +1482,23 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
     if (!g->keep_hg) act[ACT_HG] = BT * c.hidden;
   }
   /* bf16 activations: SwiGLU's tensors stored in bf16 where every GEMM that
-   * writes one takes plain bf16 operands and every GEMM that reads one
-   * takes it as it is (gpu_model.mlp_bf16) */
+   * writes one takes bf16 images through cuBLAS and every GEMM that reads
+   * one takes it as it is or through its image made in one pass
+   * (gpu_model.mlp_bf16) */
   if (act_bf16 && g->lean && bf16_storage_for_new && sites && c.hidden % 8 == 0) {
     bool ok = true;
     for (int l = 0; ok && l < c.n_layers; l++) {
       const int s1 = site_index(g, l, SITE_W1), s3 = site_index(g, l, SITE_W3),
                 s2 = site_index(g, l, SITE_W2);
       for (int s13 : {s1, s3})
-        ok = ok && gtq_use_plain_bf16(g->gq, s13, USE_FWD_X) &&
-             gtq_use_plain_bf16(g->gq, s13, USE_FWD_W);
+        ok = ok && gtq_use_bf16_cublas(g->gq, s13, USE_FWD_X) &&
+             gtq_use_bf16_cublas(g->gq, s13, USE_FWD_W);
       /* SwiGLU's outputs: their own operands, or their images made by
-       * SwiGLU's kernels (statistics steps fill from the stored tensors) */
-      ok = ok && ((dy_fills_bf16_rne(g, s1) && dy_fills_bf16_rne(g, s3)) ||
-                  dh_image_quant(g, l, true));
-      ok = ok && gtq_use_plain_bf16(g->gq, s2, USE_DX_DY) &&
-           gtq_use_plain_bf16(g->gq, s2, USE_DX_W) &&
-           (hg_own_operand(g, s2) || hg_image_quant(g, s2, true));
+       * SwiGLU's kernels (dh_image_quant, hg_image_quant) or in a pass of
+       * their own (statistics steps fill from the stored tensors) */
+      ok = ok && stored_read_direct(g, s1, USE_DX_DY) && stored_read_direct(g, s3, USE_DX_DY);
+      ok = ok && gtq_use_bf16_cublas(g->gq, s2, USE_DX_DY) &&
+           gtq_use_bf16_cublas(g->gq, s2, USE_DX_W) && stored_read_direct(g, s2, USE_FWD_X);
     }
     g->mlp_bf16 = ok;
   }
@@ -1479,10 +1508,7 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
     for (int l = 0; ok && l < c.n_layers; l++) {
       /* O its own operand, or rounded into W_O's image in a pass of its own
        * (stored_operand; statistics steps fill from the stored tensor) */
-      const int so = site_index(g, l, SITE_O);
-      ok = (gtq_use_bf16_identity(g->gq, so, USE_FWD_X) &&
-            gtq_use_bf16_identity(g->gq, so, USE_DW_X)) ||
-           bf16_image_quant(g, so, USE_FWD_X);
+      ok = stored_read_direct(g, site_index(g, l, SITE_O), USE_FWD_X);
     }
     g->o_bf16 = ok;
   }
@@ -1493,8 +1519,8 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
     bool ok = true;
     for (int l = 0; ok && l < c.n_layers; l++) {
       for (int kind : {SITE_Q, SITE_K, SITE_V})
-        ok = ok && gtq_use_plain_bf16(g->gq, site_index(g, l, kind), USE_FWD_X) &&
-             gtq_use_plain_bf16(g->gq, site_index(g, l, kind), USE_FWD_W);
+        ok = ok && gtq_use_bf16_cublas(g->gq, site_index(g, l, kind), USE_FWD_X) &&
+             gtq_use_bf16_cublas(g->gq, site_index(g, l, kind), USE_FWD_W);
       /* quantized attention: inputs whose fills leave bf16 values as they
        * are, or round them into their images in place (not sr: these fills
        * are taken in another order than the float32 path's, around P's) */

@@ -936,8 +936,10 @@ END_TEST
  * for bit with the finite amax folded, over every bf16 pattern and random
  * SwiGLU inputs; E8M3, E4M3 saturating, E5M2 and bf16, rne, rz and sr (at an
  * sr offset not 0, the two gradients at offsets n apart), unscaled and under
- * a scale {s, 1/s} (delayed scaling's form), in place too; sizes not a
- * multiple of 8, misaligned storage and formats off the bf16 path refused. */
+ * a scale {s, 1/s} (delayed scaling's form), in place too; the amax pass
+ * alone (gpu_bf16_storage_amax, every pattern: NaN and infinities left out);
+ * sizes not a multiple of 8, misaligned storage and formats off the bf16
+ * path refused. */
 START_TEST(bf16_storage_images) {
   enum { N = 4 << 16 };
   uint16_t *h[3];
@@ -1010,6 +1012,18 @@ START_TEST(bf16_storage_images) {
           to_host(want, d_ref, N * 2);
           size_t bad = 0;
           for (size_t i = 0; i < N; i++) bad += got[i] != want[i];
+          if (k == 0 && scaled && mi == 0) { /* current scaling's amax pass */
+            CU(cudaMemset(d_amax + 1, 0, sizeof(unsigned)));
+            CU(gpu_bf16_storage_amax(d_h[0], N, d_amax + 1, 0));
+            unsigned folded_alone;
+            to_host(&folded_alone, d_amax + 1, sizeof folded_alone);
+            uint32_t want_bits;
+            memcpy(&want_bits, &amax, 4);
+            ck_assert_msg(folded_alone == want_bits, "gpu_bf16_storage_amax %08x, want %08x",
+                          folded_alone, want_bits);
+            ck_assert_int_eq(gpu_bf16_storage_amax(d_h[0] + 1, 8, d_amax + 1, 0),
+                             cudaErrorInvalidValue); /* not 16-byte aligned */
+          }
           if (k == 0) { /* in place: the same image */
             CU(cudaMemcpy(d_s[0], d_h[0], N * 2, cudaMemcpyDeviceToDevice));
             CU(gpu_bf16_storage_image(d_s[0], d_s[0], N, &f, &o, NULL, 0));

@@ -1817,15 +1817,18 @@ START_TEST(model_accumulate_matches_cpu) {
 END_TEST
 
 /* bf16 storage of SwiGLU's tensors and of the attention's output under bf16
- * activations (fused attention, lean activations; the bf16 recipe, and E8M3
- * by rz and sr, whose SwiGLU kernels write hg's, dh1's and dh3's operand
- * images) against float32 storage of the same values.  First the GEMM that writes h1, h3 and dhg: cuBLAS's bf16 output
- * against its float32 output rounded to nearest even, at the `tiny` model's
- * shapes of those GEMMs.  Then three steps of `tiny` each way, the second a
- * statistics step (the stored tensors widened and filled there): losses,
- * parameters, moments, gradients and every site's statistics compared bit
- * for bit, the images counted, and the arena smaller (for bf16 by h1, h3
- * and hg's halves). */
+ * activations (fused attention, lean activations; the bf16 recipe, E8M3 by
+ * rz and sr, whose SwiGLU kernels write hg's, dh1's and dh3's operand
+ * images, and FP8 under delayed and current per-tensor scaling) against
+ * float32 storage of the same values.  First the GEMM that writes h1, h3
+ * and dhg: cuBLAS's bf16 output against its float32 output rounded to
+ * nearest even, at the `tiny` model's and 120m's shapes of those GEMMs,
+ * unscaled and with scaled operands (alpha 1 / (sa sb)).  Then three steps
+ * of `tiny` each way, the second a statistics step (the stored tensors
+ * widened and filled there): losses, parameters, moments, gradients, the
+ * delayed states and every site's statistics compared bit for bit, the
+ * images counted, and the arena smaller (for bf16 by h1, h3 and hg's
+ * halves). */
 START_TEST(model_bf16_storage_bit_identical) {
   model_config mc, big;
   ck_assert(!model_named_size("tiny", &mc));
@@ -1848,6 +1851,12 @@ START_TEST(model_bf16_storage_bit_identical) {
   cudaStream_t st;
   CU(cudaStreamCreate(&st));
   gtq_ctx *gq = gtq_new(NULL, 0, st);
+  /* per-tensor scales as delayed or current scaling makes them: not powers
+   * of two, so alpha = 1 / (sa sb) rounds */
+  const float scales[2] = {448.0f / 3.7f, 57344.0f / 0.0123f};
+  float *d_scales;
+  CU(cudaMalloc((void **)&d_scales, sizeof scales));
+  CU(cudaMemcpy(d_scales, scales, sizeof scales, cudaMemcpyHostToDevice));
   for (int sh = 0; sh < 12; sh++) {
     const int m = shapes[sh][0], n = shapes[sh][1], k = shapes[sh][2];
     const bool ta = shapes[sh][3], tb = shapes[sh][4];
@@ -1874,24 +1883,28 @@ START_TEST(model_bf16_storage_bit_identical) {
     CU(cudaMalloc((void **)&df, sizeof(float) * (size_t)m * n));
     CU(cudaMemcpy(da, ha, 2 * (size_t)m * k, cudaMemcpyHostToDevice));
     CU(cudaMemcpy(db, hb, 2 * (size_t)k * n, cudaMemcpyHostToDevice));
-    const gtq_operand a = gtq_operand_bf16(-1, 0, da, ta ? m : k),
-                      b = gtq_operand_bf16(-1, 0, db, tb ? k : n);
-    gtq_gemm(gq, ta, tb, m, n, k, 1.0f, a, b, 0.0f, df, n);
-    gtq_gemm_bf16_out(gq, ta, tb, m, n, k, a, b, dc, n);
-    CU(cudaStreamSynchronize(st));
-    CU(cudaMemcpy(hf, df, sizeof(float) * (size_t)m * n, cudaMemcpyDeviceToHost));
-    CU(cudaMemcpy(hc, dc, 2 * (size_t)m * n, cudaMemcpyDeviceToHost));
-    size_t bad = 0;
-    for (size_t i = 0; i < (size_t)m * n; i++) {
-      const float r = act_bf16(hf[i]);
-      uint32_t rb;
-      memcpy(&rb, &r, 4);
-      bad += (uint16_t)(rb >> 16) != hc[i];
+    /* unscaled, then scaled by {sa, sb} (scaled images: alpha 1 / (sa sb)) */
+    for (int scaled = 0; scaled < 2; scaled++) {
+      gtq_operand a = gtq_operand_bf16(-1, 0, da, ta ? m : k),
+                  b = gtq_operand_bf16(-1, 0, db, tb ? k : n);
+      if (scaled) a.scale = d_scales, b.scale = d_scales + 1;
+      gtq_gemm(gq, ta, tb, m, n, k, 1.0f, a, b, 0.0f, df, n);
+      gtq_gemm_bf16_out(gq, ta, tb, m, n, k, a, b, dc, n);
+      CU(cudaStreamSynchronize(st));
+      CU(cudaMemcpy(hf, df, sizeof(float) * (size_t)m * n, cudaMemcpyDeviceToHost));
+      CU(cudaMemcpy(hc, dc, 2 * (size_t)m * n, cudaMemcpyDeviceToHost));
+      size_t bad = 0;
+      for (size_t i = 0; i < (size_t)m * n; i++) {
+        const float r = act_bf16(hf[i]);
+        uint32_t rb;
+        memcpy(&rb, &r, 4);
+        bad += (uint16_t)(rb >> 16) != hc[i];
+      }
+      if (bad) printf("bf16 output%s: %d x %d x %d (%c%c): %zu differ\n", scaled ? " (scaled)" : "",
+                      m, n, k, ta ? 'T' : 'N', tb ? 'T' : 'N', bad);
+      gemm_bad += bad;
+      gemm_n += (size_t)m * n;
     }
-    if (bad) printf("bf16 output: %d x %d x %d (%c%c): %zu differ\n", m, n, k, ta ? 'T' : 'N',
-                    tb ? 'T' : 'N', bad);
-    gemm_bad += bad;
-    gemm_n += (size_t)m * n;
     CU(cudaFree(da));
     CU(cudaFree(db));
     CU(cudaFree(dc));
@@ -1899,34 +1912,49 @@ START_TEST(model_bf16_storage_bit_identical) {
     free(ha), free(hb), free(hc), free(hf);
   }
   gtq_free(gq);
+  CU(cudaFree(d_scales));
   CU(cudaStreamDestroy(st));
-  printf("bf16 storage: cuBLAS's bf16 output against its float32 output rounded: %zu of %zu "
-         "differ\n", gemm_bad, gemm_n);
+  printf("bf16 storage: cuBLAS's bf16 output against its float32 output rounded, unscaled and "
+         "scaled: %zu of %zu differ\n", gemm_bad, gemm_n);
   ck_assert_msg(gemm_bad == 0, "%zu of %zu bf16 outputs differ", gemm_bad, gemm_n);
 
   /* The bf16 recipe (every stored tensor its own operand: SwiGLU's and O in
-   * bf16), and E8M3 by rz and by sr (SwiGLU's and O in bf16: hg, dh1 and
-   * dh3 written as their operand images by SwiGLU's kernels, O rounded into
-   * its image in a pass of its own, outside the statistics step; under rz
-   * also q, k, v and their gradients on bf16 storage, rounded into the
-   * attention's and the GEMMs' images in place) */
-  static const char *const recipes[3][8] = {
+   * bf16), E8M3 by rz and by sr (SwiGLU's and O in bf16: hg, dh1 and dh3
+   * written as their operand images by SwiGLU's kernels, O rounded into its
+   * image in a pass of its own, outside the statistics step; under rz also
+   * q, k, v and their gradients on bf16 storage, rounded into the
+   * attention's and the GEMMs' images in place), and the FP8 recipes of
+   * per-tensor scaling: delayed (fp8-te: SwiGLU's images as E8M3's, the
+   * scales in the GEMMs' alpha) and current (fp8-current: every image in a
+   * pass of its own over the stored tensor after its amax pass); both with
+   * q, k, v and their gradients on bf16 storage */
+  enum { RECIPES = 5 };
+  static const char *const recipes[RECIPES][10] = {
       {"format_w=bf16", "format_a=bf16", "format_g=bf16", "quant_attention=1",
        "quant_lm_head=1", "activations=bf16", NULL},
       {"format_w=e8m3", "format_a=e8m3", "format_g=e8m3", "rounding=rz", "quant_attention=1",
        "quant_lm_head=1", "activations=bf16", NULL},
       {"format_w=e8m3", "format_a=e8m3", "format_g=e8m3", "rounding=sr", "quant_attention=1",
-       "quant_lm_head=1", "activations=bf16", NULL}};
-  const char *names[3] = {"bf16", "e8m3 rz", "e8m3 sr"};
-  const int want_storage[3] = {3, 3, 3};
-  for (int r = 0; r < 3; r++) {
+       "quant_lm_head=1", "activations=bf16", NULL},
+      {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", "scaling=delayed", "amax_history=16",
+       "saturate=1", "activations=bf16", NULL},
+      {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", "scaling=tensor", "saturate=1",
+       "activations=bf16", NULL}};
+  const char *names[RECIPES] = {"bf16", "e8m3 rz", "e8m3 sr", "fp8-te", "fp8-current"};
+  const int want_storage[RECIPES] = {3, 3, 3, 3, 3};
+  /* SwiGLU's images a layer a step outside statistics, each way; operands
+   * made on bf16 storage by their producers, a layer a step (O written in
+   * bf16 by the fused kernel; q, k, v into the kernel's inputs and dq, dk,
+   * dv into their dY, where the attention is not quantized or rz) */
+  const int want_images[RECIPES] = {0, 1, 1, 1, 0}, want_direct[RECIPES] = {0, 7, 1, 7, 7};
+  for (int r = 0; r < RECIPES; r++) {
     recipe rc;
     make_recipe(&rc, recipes[r]);
     model_pair mp[2];
     const adamw_hparams hp = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
     enum { STEPS = 3 };
-    float loss[2][STEPS], *end[2][4];
-    size_t arena[2];
+    float loss[2][STEPS], *end[2][4], *end_states[2];
+    size_t arena[2], ns[2];
     unsigned long long images[2][2], direct[2];
     for (int k = 0; k < 2; k++) {
       gpu_model_bf16_storage_for_new(k == 0);
@@ -1954,10 +1982,17 @@ START_TEST(model_bf16_storage_bit_identical) {
       for (int i = 0; i < 4; i++) end[k][i] = malloc(sizeof(float) * P);
       gpu_model_download(g, end[k][0], end[k][1], end[k][2]);
       CU(cudaMemcpy(end[k][3], gpu_model_grads(g), sizeof(float) * P, cudaMemcpyDeviceToHost));
+      end_states[k] = malloc(sizeof(float) * (ns[k] = delayed_states_size(mp[k].gsites,
+                                                                           mp[k].n_sites)) + 1);
+      delayed_states_copy(mp[k].gsites, mp[k].n_sites, end_states[k], NULL);
     }
     const size_t P = mp[0].m.num_params;
     size_t differ = 0, stats_differ = 0;
     for (int i = 0; i < 4; i++) differ += count_bit_diffs(end[0][i], end[1][i], P);
+    /* the delayed states (fp8-te's: counters, scales, amax histories) */
+    ck_assert(ns[0] == ns[1]);
+    const size_t states_differ = count_bit_diffs(end_states[0], end_states[1], ns[0]);
+
     for (int i = 0; i < mp[0].n_sites; i++)
       for (int u = 0; u < USES_PER_SITE; u++)
         stats_differ += memcmp(&mp[0].gsites[i].stats[u], &mp[1].gsites[i].stats[u],
@@ -1972,31 +2007,34 @@ START_TEST(model_bf16_storage_bit_identical) {
     /* images made by SwiGLU's kernels: each layer's forward and backward in
      * the two steps outside statistics (E8M3); none where the stored tensors
      * are their own operands (bf16) or under float32 storage */
-    const unsigned long long want_images = r ? 2 * L : 0;
+    const unsigned long long images_wanted = want_images[r] * 2 * L;
     printf("bf16 storage, %s, tiny, 3 steps (the second a statistics step): losses %.7f %.7f "
            "%.7f / %.7f %.7f %.7f; %zu of 4 x %zu values and %zu of %d sites' statistics "
-           "differ; SwiGLU's operand images %llu forward, %llu backward (float32 storage %llu, "
-           "%llu); arena %zu against %zu bytes (%zu less%s)\n",
+           "differ, %zu of %zu delayed-state values; SwiGLU's operand images %llu forward, "
+           "%llu backward (float32 storage %llu, %llu); arena %zu against %zu bytes (%zu less%s)\n",
            names[r], loss[0][0], loss[0][1], loss[0][2], loss[1][0], loss[1][1], loss[1][2],
-           differ, P, stats_differ, mp[0].n_sites * USES_PER_SITE, images[0][0], images[0][1],
-           images[1][0], images[1][1], arena[0], arena[1], arena[1] - arena[0],
-           r ? "" : ", want SwiGLU's and O's halves");
+           differ, P, stats_differ, mp[0].n_sites * USES_PER_SITE, states_differ, ns[0],
+           images[0][0], images[0][1], images[1][0], images[1][1], arena[0], arena[1],
+           arena[1] - arena[0], r ? "" : ", want SwiGLU's and O's halves");
+    if (r == 3) ck_assert_msg(ns[0] > 0, "fp8-te: no delayed states");
+    ck_assert_msg(states_differ == 0, "%s: %zu of %zu delayed-state values differ", names[r],
+                  states_differ, ns[0]);
     ck_assert_msg(!memcmp(loss[0], loss[1], sizeof loss[0]), "%s: losses differ", names[r]);
     ck_assert_msg(differ == 0, "%s: %zu values differ", names[r], differ);
     ck_assert_msg(stats_differ == 0, "%s: %zu statistics differ", names[r], stats_differ);
-    ck_assert_msg(images[0][0] == want_images && images[0][1] == want_images &&
+    ck_assert_msg(images[0][0] == images_wanted && images[0][1] == images_wanted &&
                       images[1][0] == 0 && images[1][1] == 0,
                   "%s: SwiGLU's images %llu %llu (float32 storage %llu %llu), want %llu",
                   names[r], images[0][0], images[0][1], images[1][0], images[1][1],
-                  want_images);
+                  images_wanted);
     /* operands made on bf16 storage by their producers, a layer a step
      * outside statistics: O written in bf16 by the fused kernel, and under
      * rz q, k, v into the kernel's inputs and dq, dk, dv into their dY */
-    const unsigned long long want_direct = r ? (r == 1 ? 7 : 1) * 2 * L : 0;
+    const unsigned long long direct_wanted = want_direct[r] * 2 * L;
     printf("bf16 storage, %s: operands made on bf16 storage %llu, on float32 storage %llu "
            "(at least %llu more wanted)\n",
-           names[r], direct[0], direct[1], want_direct);
-    ck_assert_msg(direct[0] >= direct[1] + want_direct, "%s: %llu direct against %llu",
+           names[r], direct[0], direct[1], direct_wanted);
+    ck_assert_msg(direct[0] >= direct[1] + direct_wanted, "%s: %llu direct against %llu",
                   names[r], direct[0], direct[1]);
     if (r == 0)
       ck_assert_msg(arena[1] - arena[0] == want, "arena %zu less, want %zu",
@@ -2006,6 +2044,7 @@ START_TEST(model_bf16_storage_bit_identical) {
                     arena[0], arena[1]);
     for (int k = 0; k < 2; k++) {
       for (int i = 0; i < 4; i++) free(end[k][i]);
+      free(end_states[k]);
       model_pair_free(&mp[k]);
     }
   }

@@ -175,6 +175,24 @@ __device__ __forceinline__ void quantize8_bf16(const exmy_format &f, const KOpts
 #pragma unroll
     for (int k = 0; k < kPer; k++) v[k] = mul_keep_nan(v[k], s);
   }
+  if constexpr (HwPair<ID>::enabled && MODE == EXMY_RNE) {
+    /* OCP E4M3 and E5M2 saturating, rne: the hardware's conversion pairs
+     * (hw_quantize_rne_sat2, the core's values on every finite input) where
+     * all 8 are finite; the encode below for infinities and NaN */
+    bool finite = o.saturate && !o.flush;
+#pragma unroll
+    for (int k = 0; k < kPer; k++) finite = finite && fabsf(v[k]) <= 3.40282347e38f;
+    if (finite) {
+#pragma unroll
+      for (int k = 0; k < kPer; k += 2) {
+        float q0, q1;
+        hw_quantize_rne_sat2<ID>(v[k], v[k + 1], q0, q1);
+        c[k] = __bfloat16_as_ushort(__float2bfloat16_rn(q0));
+        c[k + 1] = __bfloat16_as_ushort(__float2bfloat16_rn(q1));
+      }
+      return;
+    }
+  }
   encode8<ID, MODE>(f, o, base, v, c);
 #pragma unroll
   for (int k = 0; k < kPer; k++)

@@ -794,19 +794,42 @@ static void *bf16_rne_slot(gpu_model *g, int site, int use, int slot, size_t n) 
   return w.y;
 }
 
-/* Where RMSNorm's backward writes the residual gradient dres (n values) as
- * the bf16 dY of `site` (W2's or W_O's: gpu_rmsnorm_backward_bf16), when
- * that dY's fills are bf16's own rne of dres (dy_fills_bf16_rne; outside
- * statistics steps: gtq_fusable_bf16): the slot, reserved as the fill
- * would reserve it (bf16_rne_slot), whose GEMMs then take it as filled;
- * else NULL (the fill's pass). */
-static void *dres_into_dy(gpu_model *g, int site, size_t n) {
-  if (site < 0 || g->dres_unfused || !gtq_fusable_bf16(g->gq, site, USE_DX_DY, USE_DW_DY) ||
-      !dy_fills_bf16_rne(g, site))
-    return nullptr;
-  void *y = bf16_rne_slot(g, site, USE_DX_DY, SLOT_DY, n);
+/* Where RMSNorm's backward writes the residual gradient dres (n values) in
+ * bf16 as the dY of `site` (W2's or W_O's: gpu_rmsnorm_backward_bf16),
+ * outside statistics steps (gtq_fusable_bf16): where that dY's fills are
+ * bf16's own rne of dres (dy_fills_bf16_rne), its slot, reserved as the
+ * fill would reserve it (bf16_rne_slot); under bf16 activations, where
+ * they are element-wise roundings of bf16(dres) into another image
+ * (bf16_image_quant; not sr, whose stream indices the fill would take after
+ * RMSNorm's other outputs), the slot reserved, the image made there in
+ * place by dres_dy_finish once RMSNorm has written it (current scaling:
+ * after an amax pass over the bf16 values, which the fill of act_dy's
+ * tensor takes); else y NULL (act_dy and the fill's pass).  The GEMMs then
+ * take the slot as filled. */
+struct DresDy {
+  void *y = nullptr;
+  int site = -1;
+  gtq_bf16_fill w = {};
+  const exmy_operand_quant *image = nullptr;
+};
+static DresDy dres_into_dy(gpu_model *g, int site, size_t n) {
+  DresDy d;
+  if (site < 0 || g->dres_unfused || !gtq_fusable_bf16(g->gq, site, USE_DX_DY, USE_DW_DY))
+    return d;
+  d.site = site;
+  if (dy_fills_bf16_rne(g, site)) {
+    d.y = bf16_rne_slot(g, site, USE_DX_DY, SLOT_DY, n);
+  } else if (act_direct(g) && (d.image = bf16_image_quant(g, site, USE_DX_DY, false))) {
+    gtq_fill_bf16_slot(g->gq, site, USE_DX_DY, SLOT_DY, n, nullptr, &d.w);
+    d.y = d.w.y;
+  } else {
+    return d;
+  }
   g->dres_fused++;
-  return y;
+  return d;
+}
+static void dres_dy_finish(gpu_model *g, const DresDy &d, size_t n) {
+  if (d.image) bf16_fill_finish(g, d.site, USE_DX_DY, SLOT_DY, d.w, d.image, n);
 }
 
 /* SwiGLU's forward writing hg straight into W2's X slot as its bf16
@@ -2005,11 +2028,12 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
   /* the residual gradient entering layer l's backward, as W2's dY image
    * too where dres_into_dy serves (not under Smooth-SwiGLU: dY is scaled) */
   auto w2_dy = [&](int l) {
-    return smooth ? nullptr : dres_into_dy(g, site_index(g, l, SITE_W2), BTC);
+    return smooth ? DresDy{} : dres_into_dy(g, site_index(g, l, SITE_W2), BTC);
   };
-  void *w2_img = w2_dy(L - 1);
-  gpu_rmsnorm_backward_bf16(d.dres, w2_img, gr.rmsf, d.dln, a.res + L * BTC, p.rmsf, a.lnf_rstd,
-                            N, C, dres_amax(L - 1), s);
+  DresDy w2_img = w2_dy(L - 1);
+  gpu_rmsnorm_backward_bf16(d.dres, w2_img.y, gr.rmsf, d.dln, a.res + L * BTC, p.rmsf,
+                            a.lnf_rstd, N, C, dres_amax(L - 1), s);
+  dres_dy_finish(g, w2_img, BTC);
   for (int l = L - 1; l >= 0; l--) {
     const float *res = a.res + l * BTC, *ln1 = a.ln1 + l * BTC, *q = a.q + l * BTC,
                 *k = a.k + l * BTK, *v = a.v + l * BTK, *atty = a.atty + l * BTC,
@@ -2041,7 +2065,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     }
     if (smooth) gpu_smooth_swiglu_scale_rows(d.dln, d.dres, h3, N, C, H, s);
     /* W2's output gradient (bf16 activations: bf16(d(res_out)) in dln) */
-    const bool w2_filled = w2_img != nullptr;
+    const bool w2_filled = w2_img.y != nullptr;
     const float *dy_w2 = smooth      ? d.dln
                          : w2_filled ? d.dres
                                      : act_dy_for(g, site_index(g, l, SITE_W2), d.dln, d.dres, BTC);
@@ -2068,12 +2092,13 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     gtq_share_end(g->gq);
     }
     unsigned int *dres_wo_amax = amax_word(g, l, AMAX_DRES_WO, {SITE_O}, USE_DX_DY);
-    void *wo_img = dres_into_dy(g, site_index(g, l, SITE_O), BTC);
-    gpu_rmsnorm_backward_bf16(d.dres, wo_img, gr.rms2 + (size_t)l * C, d.dln, res_mid,
+    const DresDy wo_img = dres_into_dy(g, site_index(g, l, SITE_O), BTC);
+    gpu_rmsnorm_backward_bf16(d.dres, wo_img.y, gr.rms2 + (size_t)l * C, d.dln, res_mid,
                               p.rms2 + (size_t)l * C, a.ln2_rstd + (size_t)l * N, N, C,
                               dres_wo_amax, s);
+    dres_dy_finish(g, wo_img, BTC);
     /* WO's output gradient */
-    const bool wo_filled = wo_img != nullptr;
+    const bool wo_filled = wo_img.y != nullptr;
     const float *dy_o =
         wo_filled ? d.dres : act_dy_for(g, site_index(g, l, SITE_O), d.dln, d.dres, BTC);
     const uint16_t *o_bf16 = g->o_bf16 ? bf16_at(a.atty, l, BTC) : nullptr;
@@ -2140,10 +2165,11 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     }
     act_sum_flush(g);
     gtq_share_end(g->gq);
-    w2_img = l > 0 ? w2_dy(l - 1) : nullptr;
-    gpu_rmsnorm_backward_bf16(d.dres, w2_img, gr.rms1 + (size_t)l * C, d.dln, res,
+    w2_img = l > 0 ? w2_dy(l - 1) : DresDy{};
+    gpu_rmsnorm_backward_bf16(d.dres, w2_img.y, gr.rms1 + (size_t)l * C, d.dln, res,
                               p.rms1 + (size_t)l * C, a.ln1_rstd + (size_t)l * N, N, C,
                               dres_amax(l - 1), s);
+    dres_dy_finish(g, w2_img, BTC);
   }
   gpu_encoder_backward(gr.wte, d.dres, g->bucket_start, g->bucket_pos, V, C, s);
   });

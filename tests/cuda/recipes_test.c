@@ -739,12 +739,71 @@ START_TEST(nvfp4_bf16_image_matches_reference) {
 }
 END_TEST
 
+/* The BF16 path's element-wise image (exmy_cuda_quantize_scaled_bf16: the
+ * bf16 bits of Q(x s), the pass that the trainer's producers' image kernels
+ * share) against the CPU's quantization of x s: OCP E4M3 and E5M2 (whose
+ * saturating rne takes the hardware's conversion on finite values), E8M3,
+ * saturating and not, rne, rz and sr, unscaled and under scales 1.7 and
+ * 3000 (most values overflow there), on values over many binades with
+ * zeros, subnormals, infinities and NaN.  Bit for bit (NaN as NaN). */
+START_TEST(bf16_image_matches_cpu) {
+  const char *names[] = {"float8_e4m3fn", "float8_e5m2", "e8m3"};
+  const float scales[3] = {0.0f, 1.7f, 3000.0f}; /* 0: unscaled */
+  const size_t n = 300008;
+  float *x = test_tensor(n, 11), *xs = malloc(n * 4), *y = malloc(n * 4);
+  x[5] = -INFINITY, x[6] = 3.3e38f, x[7] = -2.5e-42f;
+  float *dx = dev_from(x, n * 4), *dsi = dev_alloc(8);
+  uint16_t *dimg = dev_alloc(n * 2), *img = malloc(n * 2);
+  size_t bad = 0, cases = 0, hw_cases = 0;
+  for (int k = 0; k < 3; k++)
+    for (int sat = 0; sat < 2; sat++)
+      for (int mode = EXMY_RNE; mode <= EXMY_SR; mode++) {
+        if (mode != EXMY_RNE && mode != EXMY_RZ && mode != EXMY_SR) continue;
+        for (int si = 0; si < 3; si++) {
+          exmy_format f;
+          ck_assert_int_eq(exmy_format_parse(names[k], &f), 0);
+          exmy_rounding_opts o = {0};
+          o.mode = (exmy_rounding)mode;
+          o.saturate = sat;
+          o.seed = 9;
+          o.offset = 1000;
+          const float s = scales[si], pair[2] = {s, s ? 1.0f / s : 0.0f};
+          for (size_t i = 0; i < n; i++) xs[i] = s && x[i] == x[i] ? x[i] * s : x[i];
+          exmy_quantize_f32(&f, &o, xs, y, n);
+          CU(cudaMemcpy(dsi, pair, 8, cudaMemcpyHostToDevice));
+          CU(exmy_cuda_quantize_scaled_bf16(&f, &o, s ? dsi : NULL, dx, dimg, n, 0));
+          to_host(img, dimg, n * 2);
+          size_t b = 0;
+          for (size_t i = 0; i < n; i++) {
+            const uint32_t w = (uint32_t)img[i] << 16;
+            float v;
+            memcpy(&v, &w, 4);
+            const bool same = y[i] != y[i] ? v != v : bits(v) == bits(y[i]);
+            if (!same && b++ < 3)
+              printf("  [%zu] x %a s %g: image %a, cpu %a\n", i, x[i], s, v, y[i]);
+          }
+          if (b)
+            printf("  ^ bf16 image %s sat %d %s scale %g\n", f.name, sat,
+                   exmy_rounding_name(o.mode), s);
+          bad += b;
+          cases++;
+          hw_cases += k < 2 && sat && mode == EXMY_RNE;
+        }
+      }
+  printf("bf16 images: %zu cases (%zu on the hardware's conversion), %zu values each: %zu "
+         "differences\n", cases, hw_cases, n, bad);
+  free(x); free(xs); free(y); free(img);
+  CU(cudaFree(dx)); CU(cudaFree(dsi)); CU(cudaFree(dimg));
+  ck_assert_msg(bad == 0, "%zu bf16 image differences", bad);
+}
+END_TEST
+
 int main(void) {
   const TTest *const tests[] = {mx_matches_cpu, tensor_scaling_matches_cpu,
                                 group_scaling_matches_cpu, delayed_scaling_matches_cpu,
                                 stats_match_cpu, mx_bf16_image_matches_cpu,
                                 mx_gemm_fallback_matches_cpu, blocks_match_cpu,
                                 nvfp4_bf16_image_matches_reference,
-                                mx_bf16_image_pair_matches_cpu, NULL};
+                                mx_bf16_image_pair_matches_cpu, bf16_image_matches_cpu, NULL};
   return run_suite(suite_of("cuda_recipes", 300, tests), false);
 }

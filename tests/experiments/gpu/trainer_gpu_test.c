@@ -782,11 +782,25 @@ END_TEST
  * under float32 activations. */
 /* The same for RMSNorm's backward writing the residual gradient as the bf16
  * dY of W2 and of W_O (2 a layer) where those fills are bf16's own rne
- * (bf16 operands, float32 or bf16 activations, either attention); none for
- * E8M3, FP8 or fp8-te, whose fills round otherwise. */
+ * (bf16 operands, float32 or bf16 activations, either attention), or under
+ * bf16 activations where they round bf16(dres) into another image in place
+ * (E8M3 by rz, FP8 under delayed and current scaling: the amax over the
+ * bf16 values); none for E8M3, FP8 or fp8-te under float32 activations,
+ * nor for sr (its stream indices taken in the fill's order). */
 START_TEST(model_dres_fusion_bit_identical) {
   const gpu_attention_kind mat = GPU_ATTENTION_MATERIALIZED, flash = GPU_ATTENTION_FLASH;
   const model_fusion *fu = &dres_fusion;
+  static const char *const e8m3_rz_act[] = {"format_w=e8m3", "format_a=e8m3", "format_g=e8m3",
+                                            "rounding=rz", "activations=bf16", NULL};
+  static const char *const e8m3_sr_act[] = {"format_w=e8m3", "format_a=e8m3", "format_g=e8m3",
+                                            "rounding=sr", "activations=bf16", NULL};
+  static const char *const fp8_delayed_act[] = {"format_w=e4m3", "format_a=e4m3",
+                                                "format_g=e5m2", "scaling=delayed",
+                                                "amax_history=16", "saturate=1",
+                                                "activations=bf16", NULL};
+  static const char *const fp8_current_act[] = {"format_w=e4m3", "format_a=e4m3",
+                                                "format_g=e5m2", "scaling=tensor", "saturate=1",
+                                                "activations=bf16", NULL};
   fusion_same_bits(fu, fusion_bf16, NULL, 2, 0, "test", mat);
   fusion_same_bits(fu, fusion_bf16, NULL, 2, 0, "tiny", flash);
   fusion_same_bits(fu, act_bf16_bf16, NULL, 2, 0, "tiny", flash);
@@ -794,6 +808,11 @@ START_TEST(model_dres_fusion_bit_identical) {
   fusion_same_bits(fu, fusion_e8m3_sr, NULL, 0, 0, "test", mat);
   fusion_same_bits(fu, fusion_fp8, NULL, 0, 0, "test", mat);
   fusion_same_bits(fu, NULL, "fp8-te", 0, 0, "tiny", flash);
+  fusion_same_bits(fu, e8m3_rz_act, NULL, 2, 0, "tiny", flash);
+  fusion_same_bits(fu, e8m3_rz_act, NULL, 2, 0, "test", mat);
+  fusion_same_bits(fu, fp8_delayed_act, NULL, 2, 0, "tiny", flash);
+  fusion_same_bits(fu, fp8_current_act, NULL, 2, 0, "tiny", flash);
+  fusion_same_bits(fu, e8m3_sr_act, NULL, 0, 0, "tiny", flash);
 }
 END_TEST
 

@@ -877,12 +877,12 @@ extern "C" bool gtq_fill_borrows(const gtq_ctx *g, int site, int use, int slot, 
 }
 
 extern "C" void gtq_fill_bf16_scale(gtq_ctx *g, int site, int use, int slot,
-                                    gtq_bf16_fill *fill) {
+                                    gtq_bf16_fill *fill, const unsigned int *amax) {
   if (!fill->current) return;
   Slot &sl = g->sites[site].slot[slot];
   const exmy_operand_quant &q = g->host[site].op[use];
-  gtq_check(exmy_cuda_scale_from_amax(&q.format, q.scaling.margin, q.scaling.pow2, sl.amax,
-                                      sl.scale, g->stream),
+  gtq_check(exmy_cuda_scale_from_amax(&q.format, q.scaling.margin, q.scaling.pow2,
+                                      amax ? amax : sl.amax, sl.scale, g->stream),
             "tensor scaling (scale)");
   fill->scale_inv = sl.scale;
   fill->amax_bits = nullptr;

@@ -233,8 +233,9 @@ bool gtq_use_reads_source(const gtq_ctx *g, int site, int use);
  * amax; current scaling (`current`), the amax word only, scale_inv NULL: the
  * caller folds the tensor's amax into amax_bits first (a pass of its own),
  * then gtq_fill_bf16_scale sets scale_inv to the scale of that amax (and
- * amax_bits to NULL), as exmy_cuda_quantize_tensor_bf16 does; nothing for
- * other fills.  The caller then writes y, and gtq_fill_bf16_done records the
+ * amax_bits to NULL), as exmy_cuda_quantize_tensor_bf16 does, or of the word
+ * `amax` (not NULL: the tensor's amax as its producer folded it, amax_bits
+ * left unused); nothing for other fills.  The caller then writes y, and gtq_fill_bf16_done records the
  * amax and moves the delayed state on (nothing for the other scalings).  The
  * later uses take the slot with fill = false.  spare (device, 2n bytes, or
  * NULL): for a second image filled before the first one's GEMMs have run,
@@ -251,7 +252,8 @@ typedef struct {
 const exmy_operand_quant *gtq_fusable_bf16(const gtq_ctx *g, int site, int use, int reuse);
 void gtq_fill_bf16_slot(gtq_ctx *g, int site, int use, int slot, size_t n, void *spare,
                         gtq_bf16_fill *fill);
-void gtq_fill_bf16_scale(gtq_ctx *g, int site, int use, int slot, gtq_bf16_fill *fill);
+void gtq_fill_bf16_scale(gtq_ctx *g, int site, int use, int slot, gtq_bf16_fill *fill,
+                         const unsigned int *amax);
 /* gtq_fill_bf16_slot for an image of the dense float32 tensor x (rows x
  * cols), recorded inside a share region as the fill of x, so that a later
  * fill of x the same way borrows the slot as it would borrow a pass's

@@ -693,10 +693,22 @@ __device__ __forceinline__ bf16x8 swiglu_forward_bf16x8(const bf16x8 &a, const b
   return o;
 }
 
-__global__ void swiglu_forward_bf16_storage_kernel(uint16_t *out, const uint16_t *h1,
-                                                   const uint16_t *h3, size_t n8) {
-  for (size_t i = global_index(); i < n8; i += global_stride())
-    store_bf16x8(out, i, swiglu_forward_bf16x8(load_bf16x8(h1, i), load_bf16x8(h3, i)));
+/* The finite max |v| of 8 bf16 values folded into m. */
+__device__ __forceinline__ void fold_bf16x8_amax(const bf16x8 &x, float &m) {
+#pragma unroll
+  for (int j = 0; j < 8; j++) fold_finite_amax(__bfloat162float(x.v[j]), m);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    swiglu_forward_bf16_storage_kernel(uint16_t *out, const uint16_t *h1, const uint16_t *h3,
+                                       size_t n8, unsigned int *amax) {
+  float m = 0.0f;
+  for (size_t i = global_index(); i < n8; i += global_stride()) {
+    const bf16x8 o = swiglu_forward_bf16x8(load_bf16x8(h1, i), load_bf16x8(h3, i));
+    store_bf16x8(out, i, o);
+    if (amax) fold_bf16x8_amax(o, m);
+  }
+  fold_output_amax(m, amax);
 }
 
 /* dh1, dh3 = SwiGLU's gradients of 8 bf16 elements (output gradient d),
@@ -716,17 +728,24 @@ __device__ __forceinline__ void swiglu_backward_bf16x8(const bf16x8 &d, const bf
 
 /* kHg: hg written too, from the h1 and h3 already loaded */
 template <bool kHg>
-__global__ void swiglu_backward_bf16_storage_kernel(uint16_t *dh1, uint16_t *dh3, uint16_t *hg,
-                                                    const uint16_t *dout, const uint16_t *h1,
-                                                    const uint16_t *h3, size_t n8) {
+__global__ void __launch_bounds__(kThreads)
+    swiglu_backward_bf16_storage_kernel(uint16_t *dh1, uint16_t *dh3, uint16_t *hg,
+                                        const uint16_t *dout, const uint16_t *h1,
+                                        const uint16_t *h3, size_t n8, unsigned int *amax1,
+                                        unsigned int *amax3) {
+  float m1 = 0.0f, m3 = 0.0f;
   for (size_t i = global_index(); i < n8; i += global_stride()) {
     const bf16x8 d = load_bf16x8(dout, i), a = load_bf16x8(h1, i), b = load_bf16x8(h3, i);
     bf16x8 o1, o3;
     swiglu_backward_bf16x8(d, a, b, o1, o3);
     store_bf16x8(dh1, i, o1);
     store_bf16x8(dh3, i, o3);
+    if (amax1) fold_bf16x8_amax(o1, m1);
+    if (amax3) fold_bf16x8_amax(o3, m3);
     if constexpr (kHg) store_bf16x8(hg, i, swiglu_forward_bf16x8(a, b));
   }
+  fold_output_amax(m1, amax1);
+  fold_output_amax(m3, amax3);
 }
 
 /* The 8 bf16 values x (group i of the n elements) written into group i of y
@@ -1666,28 +1685,30 @@ static bool bf16_storage_ok(size_t n, std::initializer_list<const void *> ptrs) 
 }
 
 cudaError_t gpu_swiglu_forward_bf16_storage(uint16_t *out, const uint16_t *h1,
-                                            const uint16_t *h3, size_t n, cudaStream_t s) {
+                                            const uint16_t *h3, size_t n, unsigned int *amax,
+                                            cudaStream_t s) {
   if (!bf16_storage_ok(n, {out, h1, h3})) return cudaErrorInvalidValue;
   if (!n) return cudaSuccess;
   ensure_sigmoid_table(s);
   swiglu_forward_bf16_storage_kernel<<<elementwise_grid(n / 8), kThreads, 0, s>>>(out, h1, h3,
-                                                                                  n / 8);
+                                                                                  n / 8, amax);
   return cudaGetLastError();
 }
 
 cudaError_t gpu_swiglu_backward_bf16_storage(uint16_t *dh1, uint16_t *dh3, uint16_t *hg,
                                              const uint16_t *dout, const uint16_t *h1,
-                                             const uint16_t *h3, size_t n, cudaStream_t s) {
+                                             const uint16_t *h3, size_t n, unsigned int *amax1,
+                                             unsigned int *amax3, cudaStream_t s) {
   if (!bf16_storage_ok(n, {dh1, dh3, dout, h1, h3}) || (hg && !bf16_storage_ok(n, {hg})))
     return cudaErrorInvalidValue;
   if (!n) return cudaSuccess;
   ensure_sigmoid_table(s);
   if (hg)
     swiglu_backward_bf16_storage_kernel<true><<<elementwise_grid(n / 8), kThreads, 0, s>>>(
-        dh1, dh3, hg, dout, h1, h3, n / 8);
+        dh1, dh3, hg, dout, h1, h3, n / 8, amax1, amax3);
   else
     swiglu_backward_bf16_storage_kernel<false><<<elementwise_grid(n / 8), kThreads, 0, s>>>(
-        dh1, dh3, nullptr, dout, h1, h3, n / 8);
+        dh1, dh3, nullptr, dout, h1, h3, n / 8, amax1, amax3);
   return cudaGetLastError();
 }
 

@@ -99,12 +99,16 @@ void gpu_swiglu_backward_act_bf16(float *dh1, float *dh3, const float *dout, con
  * launched): the float32-storage kernels' bits, half the bytes.  The
  * backward also writes the forward's output into hg unless hg is NULL (the
  * forward's bits, for a backward that did not keep them: one pass over h1
- * and h3, not two). */
+ * and h3, not two).  amax (forward: out's), amax1 (dh1's), amax3 (dh3's):
+ * the stored bf16 values' finite max folded as above (NULL: not wanted),
+ * the word gpu_bf16_storage_amax would leave. */
 cudaError_t gpu_swiglu_forward_bf16_storage(uint16_t *out, const uint16_t *h1,
-                                            const uint16_t *h3, size_t n, cudaStream_t s);
+                                            const uint16_t *h3, size_t n, unsigned int *amax,
+                                            cudaStream_t s);
 cudaError_t gpu_swiglu_backward_bf16_storage(uint16_t *dh1, uint16_t *dh3, uint16_t *hg,
                                              const uint16_t *dout, const uint16_t *h1,
-                                             const uint16_t *h3, size_t n, cudaStream_t s);
+                                             const uint16_t *h3, size_t n, unsigned int *amax1,
+                                             unsigned int *amax3, cudaStream_t s);
 /* RoPE's forward (backward false) or backward of bf16 activations on bf16
  * storage: x (B, T, nh*hs bf16 values) rotated into out (may be x) with
  * each result rounded, the bits of gpu_rope_forward_act_bf16 /

@@ -35,6 +35,8 @@ enum {
   AMAX_DK,      /* dk after RoPE's backward: dY of K */
   AMAX_ATTY,    /* the fused attention's output: X of WO */
   AMAX_DV,      /* dv from the fused attention's backward: dY of V */
+  AMAX_DH1,     /* SwiGLU's gradients on bf16 storage: dY of W1 */
+  AMAX_DH3,     /* and of W3 */
   AMAX_PER_LAYER
 };
 
@@ -396,13 +398,29 @@ static const uint16_t *act_sum_take(gpu_model *g) {
  * `readers` will take it (gtq_fill_takes_amax: current scaling on the BF16
  * path, not a statistics step) and folding is on; else NULL: nothing is
  * folded and the fills run their own amax passes. */
-static unsigned int *amax_word(gpu_model *g, int l, int tensor, std::initializer_list<int> readers,
-                               int use) {
+static unsigned int *amax_word_of(gpu_model *g, int l, int tensor,
+                                  std::initializer_list<int> readers, int use) {
   if (!g->amax_words || g->amax_unfolded) return nullptr;
   for (int kind : readers)
     if (gtq_fill_takes_amax(g->gq, site_index(g, l, kind), use))
       return g->amax_words + (size_t)l * AMAX_PER_LAYER + (l < g->cfg.n_layers ? tensor : 0);
   return nullptr;
+}
+static unsigned int *amax_word(gpu_model *g, int l, int tensor, std::initializer_list<int> readers,
+                               int use) {
+  /* bf16 activations: of the float32 tensors only RMSNorm's forward outputs
+   * reach their fills as written (the final one's word is layer L's); the
+   * others are rounded after their producers (stored_amax_word) */
+  if (g->act_bf16 && !(l == g->cfg.n_layers || tensor == AMAX_LN1 || tensor == AMAX_LN2))
+    return nullptr;
+  return amax_word_of(g, l, tensor, readers, use);
+}
+/* The word into which a producer on bf16 storage folds the amax of the bf16
+ * values it stores (the values the fill rounds: stored_operand), as
+ * amax_word's, outside statistics steps. */
+static unsigned int *stored_amax_word(gpu_model *g, int l, int tensor,
+                                      std::initializer_list<int> readers, int use) {
+  return gtq_collecting(g->gq) ? nullptr : amax_word_of(g, l, tensor, readers, use);
 }
 
 /* Zeroes the words before the producers of a forward or a backward fold
@@ -468,7 +486,8 @@ static void linear_forward_act(gpu_model *g, float *out, const float *resid, con
 }
 
 static gtq_operand stored_operand(gpu_model *g, int site, int use, int slot, bool fill,
-                                  const uint16_t *x, long rows, long cols);
+                                  const uint16_t *x, long rows, long cols,
+                                  const unsigned int *amax = nullptr);
 
 /* A layer's X of `site`, in a buffer of its own that nothing writes before
  * the backward's dW reads it (not the one layer's buffer of the lean layout,
@@ -481,7 +500,8 @@ static void hold_twin(gpu_model *g, int site, const float *x) {
 
 /* dX = dinp_beta dX + dY W, dW += dY^T X: model.c's linear_backward.
  * dy_filled: dY's slot holds this step's operand already (swiglu_backward_fused);
- * dy_amax: dout's amax as its producer folded it (amax_word), or NULL;
+ * dy_amax: dout's amax as its producer folded it (amax_word; of dout_bf16's
+ * values, stored_amax_word), or NULL;
  * dout_bf16, inp_bf16: dY or X stored in bf16 (bf16 storage under
  * activations = bf16), read as stored (stored_operand) in place of dout or
  * inp. */
@@ -494,7 +514,7 @@ static void linear_backward(gpu_model *g, float *dinp, float *dw, const float *d
   if ((dout_bf16 || inp_bf16) && !g->act_bf16)
     gtq_check(cudaErrorInvalidValue, "bf16 storage without bf16 activations");
   gtq_operand dy =
-      dout_bf16   ? stored_operand(g, site, USE_DX_DY, SLOT_DY, FILL, dout_bf16, N, OC)
+      dout_bf16   ? stored_operand(g, site, USE_DX_DY, SLOT_DY, FILL, dout_bf16, N, OC, dy_amax)
       : dy_filled ? gtq_operand_for_gemm(g->gq, site, USE_DX_DY, SLOT_DY, REUSE, dout, OC, N, OC)
                   : fill_operand(g, site, USE_DX_DY, SLOT_DY, dout, N, OC, dy_amax);
   gtq_operand wq = gtq_operand_for_gemm(g->gq, site, USE_DX_W, SLOT_W, REUSE, w, C, OC, C);
@@ -562,17 +582,22 @@ static bool stored_read_direct(const gpu_model *g, int site, int use) {
 
 /* Rounds n bf16 values into the slot of fill w (gtq_fill_bf16_slot) as the
  * image of quant q (NULL: they are their own operand, written there by a
- * producer), current scaling's amax pass over them first, then records the
- * fill as done.  src: the values, stored elsewhere; NULL: written into the
- * slot by a producer, rounded in place. */
+ * producer), under current scaling after the scale of their amax: the word
+ * `amax` their producer folded (stored_amax_word), or an amax pass over
+ * them; then records the fill as done.  src: the values, stored elsewhere;
+ * NULL: written into the slot by a producer, rounded in place. */
 static void bf16_fill_finish(gpu_model *g, int site, int use, int slot, gtq_bf16_fill w,
                              const exmy_operand_quant *q, size_t n,
-                             const uint16_t *src = nullptr) {
+                             const uint16_t *src = nullptr,
+                             const unsigned int *amax = nullptr) {
   if (q) {
     const uint16_t *x = src ? src : (const uint16_t *)w.y;
     if (w.current) { /* the amax, then its scale */
-      gtq_check(gpu_bf16_storage_amax(x, n, w.amax_bits, g->s), "bf16 storage (amax)");
-      gtq_fill_bf16_scale(g->gq, site, use, slot, &w);
+      if (amax)
+        g->amax_folded++;
+      else
+        gtq_check(gpu_bf16_storage_amax(x, n, w.amax_bits, g->s), "bf16 storage (amax)");
+      gtq_fill_bf16_scale(g->gq, site, use, slot, &w, amax);
     }
     const gpu_bf16_scaling sc = {w.scale_inv, w.amax_bits};
     gtq_check(gpu_bf16_storage_image(w.y, x, n, &q->format, &w.o, &sc, g->s),
@@ -584,12 +609,14 @@ static void bf16_fill_finish(gpu_model *g, int site, int use, int slot, gtq_bf16
 /* A tensor stored in bf16 (rows x cols) as use `use` of `site`: outside
  * statistics steps, where its fill would leave it as it is
  * (gtq_use_bf16_identity), the tensor itself; else (fill) rounded into its
- * image in one pass where bf16_image_quant allows it, or widened to float32
- * and filled (in a statistics step the statistics are the fill's), or
- * (!fill) the slot that fill made (an element-wise fill's: the widened copy
- * is not kept). */
+ * image in one pass where bf16_image_quant allows it (current scaling: the
+ * scale of `amax`, the values' amax as their producer folded it, or of an
+ * amax pass), or widened to float32 and filled (in a statistics step the
+ * statistics are the fill's), or (!fill) the slot that fill made (an
+ * element-wise fill's: the widened copy is not kept). */
 static gtq_operand stored_operand(gpu_model *g, int site, int use, int slot, bool fill,
-                                  const uint16_t *x, long rows, long cols) {
+                                  const uint16_t *x, long rows, long cols,
+                                  const unsigned int *amax) {
   if (!gtq_collecting(g->gq) && gtq_use_bf16_identity(g->gq, site, use))
     return gtq_operand_bf16(site, use, x, cols);
   const size_t n = (size_t)rows * cols;
@@ -597,7 +624,7 @@ static gtq_operand stored_operand(gpu_model *g, int site, int use, int slot, boo
   if (q && n % 8 == 0 && (uintptr_t)x % 16 == 0) { /* the image in one pass over x */
     gtq_bf16_fill w;
     gtq_fill_bf16_slot(g->gq, site, use, slot, n, nullptr, &w);
-    bf16_fill_finish(g, site, use, slot, w, q, n, x);
+    bf16_fill_finish(g, site, use, slot, w, q, n, x, amax);
     return gtq_operand_for_gemm(g->gq, site, use, slot, REUSE, nullptr, cols, rows, cols);
   }
   if (!g->wide) g->wide = dalloc<float>((size_t)g->B * g->T * g->cfg.hidden);
@@ -634,8 +661,8 @@ static void swiglu_backward_into_dy_slots(gpu_model *g, int l, size_t n, void *s
   gtq_fill_bf16_slot(g->gq, s3, USE_DX_DY, SLOT_DY, n, spare3, &w3);
   if (w1.current || w3.current) {
     fold_amax(w1.current ? w1.amax_bits : nullptr, w3.current ? w3.amax_bits : nullptr);
-    gtq_fill_bf16_scale(g->gq, s1, USE_DX_DY, SLOT_DY, &w1);
-    gtq_fill_bf16_scale(g->gq, s3, USE_DX_DY, SLOT_DY, &w3);
+    gtq_fill_bf16_scale(g->gq, s1, USE_DX_DY, SLOT_DY, &w1, nullptr);
+    gtq_fill_bf16_scale(g->gq, s3, USE_DX_DY, SLOT_DY, &w3, nullptr);
   }
   const gpu_bf16_scaling sc1 = {w1.scale_inv, w1.amax_bits}, sc3 = {w3.scale_inv, w3.amax_bits};
   write(w1, w3, sc1, sc3);
@@ -706,8 +733,10 @@ static void mlp_forward_bf16(gpu_model *g, int l, float *res_out, const float *r
     g->swiglu_fwd_fused++;
     x = gtq_operand_for_gemm(g->gq, s2, USE_FWD_X, SLOT_X, REUSE, nullptr, H, N, H);
   } else {
-    gtq_check(gpu_swiglu_forward_bf16_storage(hg, h1, h3, BTH, g->s), "SwiGLU (bf16 storage)");
-    x = stored_operand(g, s2, USE_FWD_X, SLOT_X, FILL, hg, N, H);
+    unsigned int *hg_amax = stored_amax_word(g, l, AMAX_HG, {SITE_W2}, USE_FWD_X);
+    gtq_check(gpu_swiglu_forward_bf16_storage(hg, h1, h3, BTH, hg_amax, g->s),
+              "SwiGLU (bf16 storage)");
+    x = stored_operand(g, s2, USE_FWD_X, SLOT_X, FILL, hg, N, H, hg_amax);
   }
   gtq_operand wq = fill_operand(g, s2, USE_FWD_W, SLOT_W, p.w2 + (size_t)l * C * H, C, H,
                                 weight_word(g, s2));
@@ -747,6 +776,7 @@ static void mlp_backward_bf16(gpu_model *g, int l, const float *dy_w2, const flo
    * in between: the dY images below take dh1's and dh3's buffers) */
   const bool hg_stored = hg_own_operand(g, s2);
   const exmy_operand_quant *dh_image = dh_image_quant(g, l); /* not current scaling */
+  unsigned int *dh_amax[2] = {nullptr, nullptr}; /* the stored dh1's and dh3's */
   if (dh_image) { /* dh1's and dh3's buffers lent to their images */
     swiglu_backward_into_dy_slots(
         g, l, BTH, dh1, dh3,
@@ -761,9 +791,11 @@ static void mlp_backward_bf16(gpu_model *g, int l, const float *dy_w2, const flo
                     "SwiGLU backward (bf16 storage, operand images)");
         });
   } else {
+    dh_amax[0] = stored_amax_word(g, l, AMAX_DH1, {SITE_W1}, USE_DX_DY);
+    dh_amax[1] = stored_amax_word(g, l, AMAX_DH3, {SITE_W3}, USE_DX_DY);
     gtq_check(gpu_swiglu_backward_bf16_storage(dh1, dh3, g->hg_recomputed && hg_stored ? hg
                                                                                        : nullptr,
-                                               dhg, h1, h3, BTH, g->s),
+                                               dhg, h1, h3, BTH, dh_amax[0], dh_amax[1], g->s),
               "SwiGLU backward (bf16 storage)");
   }
   float *dw2 = gr.w2 + (size_t)l * C * H;
@@ -776,7 +808,7 @@ static void mlp_backward_bf16(gpu_model *g, int l, const float *dy_w2, const flo
   act_sum_begin(g, d.dln);
   for (int i = 0; i < 2; i++)
     linear_backward(g, d.dln, (i ? gr.w3 : gr.w1) + (size_t)l * H * C, nullptr, ln2, i ? w3 : w1,
-                    N, C, H, i ? s3 : s1, i ? 1.0f : 0.0f, dh_image != nullptr, nullptr,
+                    N, C, H, i ? s3 : s1, i ? 1.0f : 0.0f, dh_image != nullptr, dh_amax[i],
                     dh_image ? nullptr : i ? dh3 : dh1);
   act_sum_flush(g);
   gtq_share_end(g->gq);
@@ -1116,7 +1148,7 @@ static const void *rope_into_operand(gpu_model *g, int site, int use, int reuse,
       gtq_check(gpu_rope_bf16(nullptr, x, g->rope_cos, g->rope_sin, B, T, nh, hs, backward,
                               &q->format, &w.o, &first, g->s),
                 "RoPE (amax)");
-      gtq_fill_bf16_scale(g->gq, site, use, slot, &w);
+      gtq_fill_bf16_scale(g->gq, site, use, slot, &w, nullptr);
     }
     const gpu_bf16_scaling sc = {w.scale_inv, w.amax_bits};
     gtq_check(gpu_rope_bf16(w.y, x, g->rope_cos, g->rope_sin, B, T, nh, hs, backward, &q->format,
@@ -1609,9 +1641,8 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
   g->act_bf16 = act_bf16;
   if (act_bf16) {
     /* model.c's bf16_scratch: the largest of a linear layer's dX (B T x C),
-     * its dW (widest x C) and a key/value head group's gradient (B T x KVC);
-     * producers fold the amaxes of tensors that are rounded after them, so
-     * under bf16 activations every amax comes from a pass of its own */
+     * its dW (widest x C) and a key/value head group's gradient (B T x KVC)
+     * (the amaxes folded by producers: amax_word) */
     const size_t widest = (size_t)(c.hidden > c.vocab ? c.hidden : c.vocab);
     size_t n = BT * C;
     if (widest * C > n) n = widest * C;
@@ -1619,7 +1650,6 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
     n = std::max(n, (kActSumTerms * BT * C + widest * C + 1) / 2);
     g->act_scratch = dalloc<float>(n);
     g->act_scratch_n = n;
-    g->amax_unfolded = true;
   }
   g->sumsq = (double *)(arena + at_sumsq);
   g->sumsq_scratch = (double *)(arena + at_sumsq_scratch);

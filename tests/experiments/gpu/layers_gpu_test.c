@@ -863,7 +863,8 @@ END_TEST
  * in a table of every bf16 value) against the float32-storage kernels of bf16
  * activations (the sigmoid computed), with every bf16 bit pattern as h1 four
  * times over against random bf16 h3 and dout: bit for bit (a NaN for a
- * NaN); the backward with and without its hg output (the forward's). */
+ * NaN); the backward with and without its hg output (the forward's); the
+ * amaxes they fold (out's; dh1's and dh3's) those of the stored values. */
 START_TEST(swiglu_bf16_storage_every_input) {
   enum { N = 4 << 16 };
   uint16_t *h[3];
@@ -883,30 +884,46 @@ START_TEST(swiglu_bf16_storage_every_input) {
   for (int t = 0; t < 3; t++) d_o[t] = dev_alloc(N * 2), d_f[t] = dev_alloc(N * 4);
   uint16_t *got = malloc(N * 2);
   float *want = malloc(N * 4);
+  unsigned *d_amax = dev_alloc(2 * sizeof(unsigned));
   /* pass 0 the forward; 1 the backward; 2 the backward writing hg too */
   for (int pass = 0; pass < 3; pass++) {
     const int backward = pass > 0, outs = pass == 0 ? 1 : pass == 1 ? 2 : 3;
     for (int t = 0; t < 3; t++) CU(cudaMemset(d_o[t], 0xFF, N * 2)); /* NaN: none left over */
+    CU(cudaMemset(d_amax, 0, 2 * sizeof(unsigned)));
     if (backward) {
       gpu_swiglu_backward_act_bf16(d_f[0], d_f[1], d_w[2], d_w[0], d_w[1], N, 0);
       CU(gpu_swiglu_backward_bf16_storage(d_o[0], d_o[1], pass == 2 ? d_o[2] : NULL, d_h[2],
-                                          d_h[0], d_h[1], N, 0));
+                                          d_h[0], d_h[1], N, d_amax, d_amax + 1, 0));
       /* hg: the forward's float32-storage kernel */
       gpu_swiglu_forward_act_bf16(d_f[2], d_w[0], d_w[1], N, NULL, 0);
     } else {
       gpu_swiglu_forward_act_bf16(d_f[0], d_w[0], d_w[1], N, NULL, 0);
-      CU(gpu_swiglu_forward_bf16_storage(d_o[0], d_h[0], d_h[1], N, 0));
+      CU(gpu_swiglu_forward_bf16_storage(d_o[0], d_h[0], d_h[1], N, d_amax, 0));
     }
     LAUNCHED();
+    unsigned folded[2];
+    to_host(folded, d_amax, sizeof folded);
     for (int out = 0; out < outs; out++) {
       to_host(got, d_o[out], N * 2);
       to_host(want, d_f[out], N * 4);
       size_t bad = 0;
+      float amax = 0.0f; /* the stored values' finite max */
       for (size_t i = 0; i < N; i++) {
         uint32_t u;
         memcpy(&u, &want[i], 4);
         const bool nan_g = (got[i] & 0x7F80) == 0x7F80 && (got[i] & 0x7F);
         bad += isnan(want[i]) ? !nan_g : (u & 0xFFFFu) != 0 || (uint16_t)(u >> 16) != got[i];
+        const uint32_t g32 = (uint32_t)got[i] << 16;
+        float v;
+        memcpy(&v, &g32, 4);
+        if (fabsf(v) > amax && fabsf(v) <= 3.40282347e38f) amax = fabsf(v);
+      }
+      if (out < 2) { /* the folded amax: out's, or dh1's and dh3's */
+        uint32_t amax_bits;
+        memcpy(&amax_bits, &amax, 4);
+        if (folded[out] != amax_bits) bad++;
+        printf("  %-26s amax of output %d folded %08x, of the stored values %08x\n",
+               "swiglu_bf16_storage", out, folded[out], amax_bits);
       }
       const char *what[3] = {"forward", "backward", "backward with hg"};
       printf("  %-26s %s output %d: %zu of %d differ\n", "swiglu_bf16_storage", what[pass], out,
@@ -925,6 +942,7 @@ START_TEST(swiglu_bf16_storage_every_input) {
     CU(cudaFree(d_o[t]));
     CU(cudaFree(d_f[t]));
   }
+  CU(cudaFree(d_amax));
   free(got);
   free(want);
 }
@@ -986,12 +1004,12 @@ START_TEST(bf16_storage_images) {
             CU(gpu_bf16_storage_image(d_y[0], d_h[0], N, &f, &o, &sc1, 0));
             stored = d_h[0], image = d_y[0];
           } else if (k == 1) {
-            CU(gpu_swiglu_forward_bf16_storage(d_s[0], d_h[0], d_h[1], N, 0));
+            CU(gpu_swiglu_forward_bf16_storage(d_s[0], d_h[0], d_h[1], N, NULL, 0));
             CU(gpu_swiglu_forward_bf16_storage_image(d_y[0], d_h[0], d_h[1], N, &f, &o, &sc1, 0));
             stored = d_s[0], image = d_y[0];
           } else {
             CU(gpu_swiglu_backward_bf16_storage(d_s[1], d_s[2], NULL, d_h[2], d_h[0], d_h[1], N,
-                                                0));
+                                                NULL, NULL, 0));
             CU(gpu_swiglu_backward_bf16_storage_image(d_y[1], d_y[2], d_h[2], d_h[0], d_h[1], N,
                                                       &f, &o, &o3, &sc1, &sc3, 0));
             stored = d_s[k - 1], image = d_y[k - 1];

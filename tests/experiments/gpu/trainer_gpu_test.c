@@ -859,6 +859,15 @@ START_TEST(model_amax_folding_bit_identical) {
   fusion_same_bits(&amax_folding, NULL, "fp8-current", 10, 0, "tiny", flash);
   fusion_same_bits(&amax_folding, NULL, "msamp-o1", 10, 0, "tiny", flash);
   fusion_same_bits(&amax_folding, e4m3_tensor_sr, NULL, 10, 0, "tiny", flash);
+  /* bf16 activations on bf16 storage: ln1's (Q, K, V) and ln2's (W1, W3)
+   * float32 amaxes as RMSNorm folds them, and SwiGLU's bf16 outputs' (hg;
+   * dh1 and dh3) as its bf16-storage kernels fold them: 8 a layer; the
+   * tensors rounded after their producers (O, dv, dq, dk, the residual
+   * gradient) by passes of their own either way */
+  static const char *const current_act_bf16[] = {"format_w=e4m3", "format_a=e4m3",
+                                                 "format_g=e5m2", "scaling=tensor",
+                                                 "saturate=1", "activations=bf16", NULL};
+  fusion_same_bits(&amax_folding, current_act_bf16, NULL, 8, 0, "tiny", flash);
 }
 END_TEST
 
@@ -965,6 +974,13 @@ START_TEST(model_weight_amax_folding_bit_identical) {
   amax_folding_steps_same_bits(NULL, "fp8-te", 0, 0, 0, 0, "test", mat);
   amax_folding_steps_same_bits(NULL, "fp8-current", 10, 0, 7, 0, "tiny", flash);
   amax_folding_steps_same_bits(NULL, "msamp-o1", 10, 0, 7, 0, "tiny", flash);
+  /* under bf16 activations on bf16 storage (model_amax_folding_bit_identical's
+   * 8 a layer), msamp-o1's weight gradients rounded too */
+  static const char *const msamp_act_bf16[] = {"grad_format=e4m3", "format_w=e4m3",
+                                               "format_a=e4m3", "format_g=e5m2",
+                                               "scaling=tensor", "saturate=1",
+                                               "activations=bf16", NULL};
+  amax_folding_steps_same_bits(msamp_act_bf16, NULL, 8, 0, 7, 0, "tiny", flash);
 }
 END_TEST
 

@@ -344,8 +344,13 @@ __device__ __forceinline__ void rmsnorm_dinp_row(float *dx, const RowValues<J> &
     const float v = __fadd_rn(
         dx0(j, c), __fmul_rn(r, __fsub_rn(__fmul_rn(dy(j, c), w[c]), __fmul_rn(x(j, c), k))));
     dx[c] = v;
-    if (img) img[c] = __float2bfloat16_rn(v);
-    fold_finite_amax(v, m);
+    if (img) { /* the amax of the image's values: what its fills round */
+      const __nv_bfloat16 b = __float2bfloat16_rn(v);
+      img[c] = b;
+      fold_finite_amax(__bfloat162float(b), m);
+    } else {
+      fold_finite_amax(v, m);
+    }
   });
 }
 
@@ -815,9 +820,11 @@ __global__ void __launch_bounds__(exmy_cuda::kThreads)
  * of each pair and rounding, 8 elements (4 pairs of one head: hs % 8 == 0)
  * a thread through 16-byte loads and stores; every result a bf16 value, so
  * the bits of the float32-storage kernel. */
-__global__ void rope_bf16_storage_kernel(uint16_t *out, const uint16_t *x, const float *cos_t,
-                                         const float *sin_t, size_t n8, int T, int rowlen,
-                                         int half, float sign) {
+__global__ void __launch_bounds__(kThreads)
+    rope_bf16_storage_kernel(uint16_t *out, const uint16_t *x, const float *cos_t,
+                             const float *sin_t, size_t n8, int T, int rowlen, int half,
+                             float sign, unsigned int *amax) {
+  float m = 0.0f;
   for (size_t i = global_index(); i < n8; i += global_stride()) {
     const float *cs, *sn;
     rope_angles_at(cos_t, sin_t, i * 8, T, rowlen, half, &cs, &sn);
@@ -834,7 +841,9 @@ __global__ void rope_bf16_storage_kernel(uint16_t *out, const uint16_t *x, const
       o.v[2 * p + 1] = __float2bfloat16_rn(y1);
     }
     store_bf16x8(out, i, o);
+    if (amax) fold_bf16x8_amax(o, m);
   }
+  fold_output_amax(m, amax);
 }
 
 
@@ -1714,13 +1723,13 @@ cudaError_t gpu_swiglu_backward_bf16_storage(uint16_t *dh1, uint16_t *dh3, uint1
 
 cudaError_t gpu_rope_bf16_storage(uint16_t *out, const uint16_t *x, const float *cos_t,
                                   const float *sin_t, int B, int T, int nh, int hs, bool backward,
-                                  cudaStream_t s) {
+                                  unsigned int *amax, cudaStream_t s) {
   if (B < 0 || T <= 0 || nh <= 0 || hs <= 0 || hs % 8 || (((uintptr_t)out | (uintptr_t)x) & 15u))
     return cudaErrorInvalidValue;
   const size_t n8 = (size_t)B * T * nh * hs / 8;
   if (!n8) return cudaSuccess;
   rope_bf16_storage_kernel<<<elementwise_grid(n8), kThreads, 0, s>>>(
-      out, x, cos_t, sin_t, n8, T, nh * hs, hs / 2, backward ? -1.0f : 1.0f);
+      out, x, cos_t, sin_t, n8, T, nh * hs, hs / 2, backward ? -1.0f : 1.0f, amax);
   return cudaGetLastError();
 }
 

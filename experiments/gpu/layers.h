@@ -59,7 +59,7 @@ void gpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float
 /* The same, and dinp after the addition written rounded to bf16 (rne, as
  * exmy_cuda_quantize_bf16 rounds it into plain bf16: the unscaled bf16 fill
  * of the GEMMs that read it as their dY) into dinp_bf16 (N x C bf16 values;
- * NULL: not written). */
+ * NULL: not written); amax then that of the bf16 values written. */
 void gpu_rmsnorm_backward_bf16(float *dinp, void *dinp_bf16, float *dw, const float *dout,
                                const float *inp, const float *w, const float *rstd, int N, int C,
                                unsigned int *amax, cudaStream_t s);
@@ -114,10 +114,11 @@ cudaError_t gpu_swiglu_backward_bf16_storage(uint16_t *dh1, uint16_t *dh3, uint1
  * each result rounded, the bits of gpu_rope_forward_act_bf16 /
  * gpu_rope_backward_act_bf16 on their float32 storage; hs a multiple of 8
  * and 16-byte aligned pointers, else cudaErrorInvalidValue and nothing
- * launched. */
+ * launched.  amax: out's stored values' finite max folded as above (NULL:
+ * not wanted). */
 cudaError_t gpu_rope_bf16_storage(uint16_t *out, const uint16_t *x, const float *cos_t,
                                   const float *sin_t, int B, int T, int nh, int hs, bool backward,
-                                  cudaStream_t s);
+                                  unsigned int *amax, cudaStream_t s);
 /* Tests: over all 2^32 float32 inputs, how many act_bf16 on the GPU (the
  * conversion instruction) gives other bits than the reference core (a NaN
  * for a NaN counts as equal); -1 on a CUDA error. */

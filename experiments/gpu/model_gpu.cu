@@ -422,6 +422,14 @@ static unsigned int *stored_amax_word(gpu_model *g, int l, int tensor,
                                       std::initializer_list<int> readers, int use) {
   return gtq_collecting(g->gq) ? nullptr : amax_word_of(g, l, tensor, readers, use);
 }
+/* Whether the producer writing bf16 values into the slot of fill w, which
+ * then become the image of quant `image` in place, folds their amax into
+ * the slot's own word (w.amax_bits) for current scaling's scale, in place
+ * of bf16_fill_finish's amax pass (off with amax folding). */
+static bool slot_word_folded(const gpu_model *g, const gtq_bf16_fill &w,
+                             const exmy_operand_quant *image) {
+  return image && w.current && !g->amax_unfolded;
+}
 
 /* Zeroes the words before the producers of a forward or a backward fold
  * into them (each word is folded into once per step). */
@@ -835,8 +843,8 @@ static void *bf16_rne_slot(gpu_model *g, int site, int use, int slot, size_t n) 
  * (bf16_image_quant; not sr, whose stream indices the fill would take after
  * RMSNorm's other outputs), the slot reserved, the image made there in
  * place by dres_dy_finish once RMSNorm has written it (current scaling:
- * after an amax pass over the bf16 values, which the fill of act_dy's
- * tensor takes); else y NULL (act_dy and the fill's pass).  The GEMMs then
+ * the scale of the bf16 values' amax, which RMSNorm folds into the slot's
+ * word: dres_dy_amax); else y NULL (act_dy and the fill's pass).  The GEMMs then
  * take the slot as filled. */
 struct DresDy {
   void *y = nullptr;
@@ -860,8 +868,16 @@ static DresDy dres_into_dy(gpu_model *g, int site, size_t n) {
   g->dres_fused++;
   return d;
 }
+/* The word RMSNorm's backward folds its bf16 output's amax into: the slot's
+ * own under current scaling (so dres_dy_finish runs no amax pass), else
+ * `other` (amax_word's). */
+static unsigned int *dres_dy_amax(const gpu_model *g, const DresDy &d, unsigned int *other) {
+  return slot_word_folded(g, d.w, d.image) ? d.w.amax_bits : other;
+}
 static void dres_dy_finish(gpu_model *g, const DresDy &d, size_t n) {
-  if (d.image) bf16_fill_finish(g, d.site, USE_DX_DY, SLOT_DY, d.w, d.image, n);
+  if (d.image)
+    bf16_fill_finish(g, d.site, USE_DX_DY, SLOT_DY, d.w, d.image, n, nullptr,
+                     slot_word_folded(g, d.w, d.image) ? d.w.amax_bits : nullptr);
 }
 
 /* SwiGLU's forward writing hg straight into W2's X slot as its bf16
@@ -1220,7 +1236,8 @@ static void flash_forward(gpu_model *g, float *out, float *lse, float *q, float 
  * whose image the values written there become, bf16_image_quant, or NULL
  * where they are the input as they are), else the plain copy (w->y NULL).
  * flash_input_finish, once the values are written, rounds them (qkv_bf16
- * allows no other fills). */
+ * allows no other fills; amax: their amax as their writer folded it into
+ * the slot's word under current scaling, or NULL). */
 static __nv_bfloat16 *flash_input_slot(gpu_model *g, int site, int use, int slot, size_t n,
                                        __nv_bfloat16 *plain, gtq_bf16_fill *w,
                                        const exmy_operand_quant **image) {
@@ -1234,8 +1251,9 @@ static __nv_bfloat16 *flash_input_slot(gpu_model *g, int site, int use, int slot
   return (__nv_bfloat16 *)w->y;
 }
 static void flash_input_finish(gpu_model *g, int site, int use, int slot, size_t n,
-                               const gtq_bf16_fill &w, const exmy_operand_quant *image) {
-  if (w.y) bf16_fill_finish(g, site, use, slot, w, image, n);
+                               const gtq_bf16_fill &w, const exmy_operand_quant *image,
+                               const unsigned int *amax) {
+  if (w.y) bf16_fill_finish(g, site, use, slot, w, image, n, nullptr, amax);
 }
 
 /* Under qkv_bf16: layer l's q, k and v from their GEMMs in bf16 (the
@@ -1272,15 +1290,20 @@ static void qkv_into_flash_inputs(gpu_model *g, int l, const float *ln1,
                           site_index(g, l, SITE_K), ln1_amax);
   linear_forward_bf16_out(g, (uint16_t *)V, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC,
                           site_index(g, l, SITE_V), ln1_amax);
+  /* current scaling: RoPE folds the rotated values' amaxes into Q's and
+   * K's slots' words (V's fill makes its own pass) */
+  unsigned int *folded[3] = {nullptr, nullptr, nullptr};
+  for (int i = 0; i < 2; i++)
+    if (slot_word_folded(g, w[i], image[i])) folded[i] = w[i].amax_bits;
   gtq_check(gpu_rope_bf16_storage((uint16_t *)Q, qb, g->rope_cos, g->rope_sin, g->B, g->T,
-                                  c.n_heads, hs, false, g->s),
+                                  c.n_heads, hs, false, folded[0], g->s),
             "RoPE (bf16 storage)");
   gtq_check(gpu_rope_bf16_storage((uint16_t *)K, kb, g->rope_cos, g->rope_sin, g->B, g->T,
-                                  c.n_kv_heads, hs, false, g->s),
+                                  c.n_kv_heads, hs, false, folded[1], g->s),
             "RoPE (bf16 storage)");
-  flash_input_finish(g, qk, USE_FWD_X, SLOT_X, BTC, w[0], image[0]);
-  flash_input_finish(g, qk, USE_FWD_W, SLOT_W, BTK, w[1], image[1]);
-  flash_input_finish(g, pv, USE_FWD_W, SLOT_W, BTK, w[2], image[2]);
+  flash_input_finish(g, qk, USE_FWD_X, SLOT_X, BTC, w[0], image[0], folded[0]);
+  flash_input_finish(g, qk, USE_FWD_W, SLOT_W, BTK, w[1], image[1], folded[1]);
+  flash_input_finish(g, pv, USE_FWD_W, SLOT_W, BTK, w[2], image[2], folded[2]);
   in[0] = Q, in[1] = K, in[2] = V;
   g->act_fused += 3;
 }
@@ -1325,11 +1348,12 @@ static void dqkv_into_operands(gpu_model *g, int l, const float *ln1) {
     const exmy_operand_quant *image = bf16_image_quant(g, site, USE_DX_DY); /* NULL: its own */
     gtq_bf16_fill w;
     gtq_fill_bf16_slot(g->gq, site, USE_DX_DY, SLOT_DY, n, nullptr, &w);
+    unsigned int *folded = slot_word_folded(g, w, image) ? w.amax_bits : nullptr;
     gtq_check(gpu_rope_bf16_storage((uint16_t *)w.y, (const uint16_t *)dx, g->rope_cos,
                                     g->rope_sin, g->B, g->T, i ? c.n_kv_heads : c.n_heads, hs,
-                                    true, g->s),
+                                    true, folded, g->s),
               "RoPE backward (bf16 storage)");
-    bf16_fill_finish(g, site, USE_DX_DY, SLOT_DY, w, image, n);
+    bf16_fill_finish(g, site, USE_DX_DY, SLOT_DY, w, image, n, nullptr, folded);
     linear_backward(g, d.dln, (i ? gr.wk : gr.wq) + (size_t)l * width * C, dx, ln1,
                     (i ? p.wk : p.wq) + (size_t)l * width * C, N, C, width, site, i ? 1 : 0,
                     true);
@@ -2062,7 +2086,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
   };
   DresDy w2_img = w2_dy(L - 1);
   gpu_rmsnorm_backward_bf16(d.dres, w2_img.y, gr.rmsf, d.dln, a.res + L * BTC, p.rmsf,
-                            a.lnf_rstd, N, C, dres_amax(L - 1), s);
+                            a.lnf_rstd, N, C, dres_dy_amax(g, w2_img, dres_amax(L - 1)), s);
   dres_dy_finish(g, w2_img, BTC);
   for (int l = L - 1; l >= 0; l--) {
     const float *res = a.res + l * BTC, *ln1 = a.ln1 + l * BTC, *q = a.q + l * BTC,
@@ -2125,7 +2149,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     const DresDy wo_img = dres_into_dy(g, site_index(g, l, SITE_O), BTC);
     gpu_rmsnorm_backward_bf16(d.dres, wo_img.y, gr.rms2 + (size_t)l * C, d.dln, res_mid,
                               p.rms2 + (size_t)l * C, a.ln2_rstd + (size_t)l * N, N, C,
-                              dres_wo_amax, s);
+                              dres_dy_amax(g, wo_img, dres_wo_amax), s);
     dres_dy_finish(g, wo_img, BTC);
     /* WO's output gradient */
     const bool wo_filled = wo_img.y != nullptr;
@@ -2198,7 +2222,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     w2_img = l > 0 ? w2_dy(l - 1) : DresDy{};
     gpu_rmsnorm_backward_bf16(d.dres, w2_img.y, gr.rms1 + (size_t)l * C, d.dln, res,
                               p.rms1 + (size_t)l * C, a.ln1_rstd + (size_t)l * N, N, C,
-                              dres_amax(l - 1), s);
+                              dres_dy_amax(g, w2_img, dres_amax(l - 1)), s);
     dres_dy_finish(g, w2_img, BTC);
   }
   gpu_encoder_backward(gr.wte, d.dres, g->bucket_start, g->bucket_pos, V, C, s);

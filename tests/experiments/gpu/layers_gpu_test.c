@@ -258,12 +258,14 @@ static void rmsnorm_case(const char *name, int N, int C, uint64_t seed) {
   check_same_bits("rmsnorm_backward", "dw", g_dw, g_dw2, C * sizeof(float));
   /* with dinp's bf16 image (gpu_rmsnorm_backward_bf16), rows in registers
    * and not: dinp and dw as above, the image the bf16 rne fill's pass over
-   * dinp, bit for bit (NaN, infinity and overflow planted in dout's rows) */
+   * dinp, bit for bit (NaN, infinity and overflow planted in dout's rows),
+   * the amax folded that of the image's values */
   {
     float *dout2 = copy_floats(dout, NC);
     dout2[1] = NAN, dout2[C + 2] = INFINITY, dout2[2 * C + 3] = 3e38f;
     float *d_dout2 = dev_from(dout2, NC * sizeof(float));
     uint16_t *d_img = dev_alloc(NC * 2), *d_ref = dev_alloc(NC * 2);
+    unsigned *d_amax2 = dev_alloc(2 * sizeof(unsigned));
     float *g_out3 = malloc(NC * sizeof(float)), *g_dw3 = malloc(C * sizeof(float));
     exmy_format bf;
     ck_assert_int_eq(exmy_format_parse("bf16", &bf), 0);
@@ -279,12 +281,19 @@ static void rmsnorm_case(const char *name, int N, int C, uint64_t seed) {
       to_host(g_dw2, d_dw, C * sizeof(float));
       to_dev(d_dinp, dinp0, NC * sizeof(float));
       to_dev(d_dw, dw0, C * sizeof(float));
-      gpu_rmsnorm_backward_bf16(d_dinp, d_img, d_dw, d_dout2, d_inp, d_w, d_rstd, N, C, NULL, 0);
+      CU(cudaMemset(d_amax2, 0, 2 * sizeof(unsigned)));
+      gpu_rmsnorm_backward_bf16(d_dinp, d_img, d_dw, d_dout2, d_inp, d_w, d_rstd, N, C, d_amax2,
+                                0);
+      CU(gpu_bf16_storage_amax(d_ref, NC, d_amax2 + 1, 0)); /* of the reference image */
       LAUNCHED();
       to_host(g_out3, d_dinp, NC * sizeof(float));
       to_host(g_dw3, d_dw, C * sizeof(float));
       check_same_bits("rmsnorm_backward_bf16", "dinp", g_out2, g_out3, NC * sizeof(float));
       check_same_bits("rmsnorm_backward_bf16", "dw", g_dw2, g_dw3, C * sizeof(float));
+      unsigned amaxes[2];
+      to_host(amaxes, d_amax2, sizeof amaxes);
+      ck_assert_msg(amaxes[0] == amaxes[1], "rmsnorm_backward_bf16 amax %08x, the image's %08x",
+                    amaxes[0], amaxes[1]);
       const size_t d = bf16_images_differ(d_img, d_ref, NC);
       printf("  %-26s %-12s rows in registers %d: %zu of %zu image values differ\n",
              "rmsnorm_backward_bf16", name, regs, d, NC);
@@ -292,7 +301,7 @@ static void rmsnorm_case(const char *name, int N, int C, uint64_t seed) {
                     regs, d);
     }
     gpu_rmsnorm_set_rows_in_registers(true);
-    CU(cudaFree(d_dout2)); CU(cudaFree(d_img)); CU(cudaFree(d_ref));
+    CU(cudaFree(d_dout2)); CU(cudaFree(d_img)); CU(cudaFree(d_ref)); CU(cudaFree(d_amax2));
     free(dout2); free(g_out3); free(g_dw3);
   }
 
@@ -1087,7 +1096,8 @@ END_TEST
 /* RoPE of bf16 activations on bf16 storage (gpu_rope_bf16_storage) against
  * the float32-storage kernels on the same bf16 values, forward and backward,
  * heads of 8, 32 and 64, in place and not, NaN, infinities and overflowing
- * rotations planted: bit for bit; a head size not a multiple of 8 refused. */
+ * rotations planted: bit for bit, the amax folded that of the output's
+ * values; a head size not a multiple of 8 refused. */
 START_TEST(rope_bf16_storage) {
   static const int head_sizes[] = {8, 32, 64};
   enum { B = 2, T = 37, NH = 3 };
@@ -1108,6 +1118,7 @@ START_TEST(rope_bf16_storage) {
     }
     float *d_w = dev_alloc(n * sizeof(float));
     uint16_t *d_x = dev_from(xb, n * 2), *d_y = dev_alloc(n * 2);
+    unsigned *d_amax = dev_alloc(2 * sizeof(unsigned));
     for (int backward = 0; backward < 2; backward++)
       for (int in_place = 0; in_place < 2; in_place++) {
         to_dev(d_w, wide, n * sizeof(float));
@@ -1117,8 +1128,15 @@ START_TEST(rope_bf16_storage) {
         else
           gpu_rope_forward_act_bf16(d_w, tab.d_cs, tab.d_sn, B, T, NH, hs, 0);
         uint16_t *out = in_place == 1 ? d_x : d_y;
-        CU(gpu_rope_bf16_storage(out, d_x, tab.d_cs, tab.d_sn, B, T, NH, hs, backward, 0));
+        CU(cudaMemset(d_amax, 0, 2 * sizeof(unsigned)));
+        CU(gpu_rope_bf16_storage(out, d_x, tab.d_cs, tab.d_sn, B, T, NH, hs, backward, d_amax,
+                                 0));
+        CU(gpu_bf16_storage_amax(out, n, d_amax + 1, 0)); /* of the stored values */
         LAUNCHED();
+        unsigned amaxes[2];
+        to_host(amaxes, d_amax, sizeof amaxes);
+        ck_assert_msg(amaxes[0] == amaxes[1], "rope_bf16_storage amax %08x, the output's %08x",
+                      amaxes[0], amaxes[1]);
         float *want = malloc(n * sizeof(float));
         to_host(want, d_w, n * sizeof(float));
         to_host(got, out, n * 2);
@@ -1138,9 +1156,9 @@ START_TEST(rope_bf16_storage) {
         free(want);
       }
     ck_assert_int_eq(gpu_rope_bf16_storage(d_y, d_x, tab.d_cs, tab.d_sn, B, T, NH * 2, hs / 2 + 2,
-                                           false, 0),
+                                           false, NULL, 0),
                      cudaErrorInvalidValue);
-    CU(cudaFree(d_w)); CU(cudaFree(d_x)); CU(cudaFree(d_y));
+    CU(cudaFree(d_w)); CU(cudaFree(d_x)); CU(cudaFree(d_y)); CU(cudaFree(d_amax));
     rope_tables_free(tab);
     free(x); free(wide); free(xb); free(got);
   }

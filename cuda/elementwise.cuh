@@ -193,6 +193,20 @@ __device__ __forceinline__ void quantize8_bf16(const exmy_format &f, const KOpts
       return;
     }
   }
+  if constexpr (MODE == EXMY_RZ && rz_by_mask_enabled<ID>()) {
+    /* bf16 and E8Mx by rz: the mantissa's low bits cleared where all 8 are
+     * finite (rz never overflows there); the encode below for infinities,
+     * NaN and flushed subnormals */
+    bool finite = !o.flush;
+#pragma unroll
+    for (int k = 0; k < kPer; k++) finite = finite && fabsf(v[k]) <= 3.40282347e38f;
+    if (finite) {
+#pragma unroll
+      for (int k = 0; k < kPer; k++)
+        c[k] = __bfloat16_as_ushort(__float2bfloat16_rn(rz_by_mask<ID>(v[k])));
+      return;
+    }
+  }
   encode8<ID, MODE>(f, o, base, v, c);
 #pragma unroll
   for (int k = 0; k < kPer; k++)

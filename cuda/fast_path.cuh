@@ -166,6 +166,29 @@ __device__ __forceinline__ bool fast_quantize_rne(int saturate, float x, float &
   return fast_quantize_rne_f(f, saturate, x, q);
 }
 
+/* Whether compile-time format ID keeps float32's exponent field (8 bits,
+ * bias 127, IEEE infinities and NaN) with at most 7 significand bits (bf16
+ * and the E8Mx of "To FP8 and Back Again"): its finite values are the
+ * float32 values whose low 23 - M mantissa bits are clear, normal and
+ * subnormal alike, so rz of a finite x (never past the largest value) is x's
+ * bits with those bits cleared (rz_by_mask). */
+template <int ID>
+__host__ __device__ constexpr bool rz_by_mask_enabled() {
+  if constexpr (ID == SPEC_GENERIC) {
+    return false;
+  } else {
+    constexpr exmy_format f = spec_format<ID>();
+    return f.exp_bits == 8 && f.bias == 127 && f.specials == EXMY_SPECIALS_IEEE &&
+           f.man_bits <= 7;
+  }
+}
+template <int ID>
+__device__ __forceinline__ float rz_by_mask(float x) {
+  static_assert(rz_by_mask_enabled<ID>(), "not a float32-exponent format");
+  constexpr uint32_t keep = ~0u << (23 - spec_format<ID>().man_bits);
+  return __uint_as_float(__float_as_uint(x) & keep);
+}
+
 /* Whether compile-time format ID has the hardware's own conversion (sm_89
  * and later: cvt.rn.satfinite.{e4m3,e5m2}x2.f32, and cvt back to f16x2),
  * which is round to nearest even with saturation to the largest finite

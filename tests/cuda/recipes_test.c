@@ -743,19 +743,20 @@ END_TEST
  * bf16 bits of Q(x s), the pass that the trainer's producers' image kernels
  * share) against the CPU's quantization of x s: OCP E4M3 and E5M2 (whose
  * saturating rne takes the hardware's conversion on finite values), E8M3,
+ * E8M6 and bf16 (whose rz clears mantissa bits on finite values),
  * saturating and not, rne, rz and sr, unscaled and under scales 1.7 and
  * 3000 (most values overflow there), on values over many binades with
  * zeros, subnormals, infinities and NaN.  Bit for bit (NaN as NaN). */
 START_TEST(bf16_image_matches_cpu) {
-  const char *names[] = {"float8_e4m3fn", "float8_e5m2", "e8m3"};
+  const char *names[] = {"float8_e4m3fn", "float8_e5m2", "e8m3", "e8m6", "bfloat16"};
   const float scales[3] = {0.0f, 1.7f, 3000.0f}; /* 0: unscaled */
   const size_t n = 300008;
   float *x = test_tensor(n, 11), *xs = malloc(n * 4), *y = malloc(n * 4);
   x[5] = -INFINITY, x[6] = 3.3e38f, x[7] = -2.5e-42f;
   float *dx = dev_from(x, n * 4), *dsi = dev_alloc(8);
   uint16_t *dimg = dev_alloc(n * 2), *img = malloc(n * 2);
-  size_t bad = 0, cases = 0, hw_cases = 0;
-  for (int k = 0; k < 3; k++)
+  size_t bad = 0, cases = 0, hw_cases = 0, mask_cases = 0;
+  for (int k = 0; k < 5; k++)
     for (int sat = 0; sat < 2; sat++)
       for (int mode = EXMY_RNE; mode <= EXMY_SR; mode++) {
         if (mode != EXMY_RNE && mode != EXMY_RZ && mode != EXMY_SR) continue;
@@ -788,10 +789,11 @@ START_TEST(bf16_image_matches_cpu) {
           bad += b;
           cases++;
           hw_cases += k < 2 && sat && mode == EXMY_RNE;
+          mask_cases += k >= 2 && mode == EXMY_RZ;
         }
       }
-  printf("bf16 images: %zu cases (%zu on the hardware's conversion), %zu values each: %zu "
-         "differences\n", cases, hw_cases, n, bad);
+  printf("bf16 images: %zu cases (%zu on the hardware's conversion, %zu rz by masks), %zu values "
+         "each: %zu differences\n", cases, hw_cases, mask_cases, n, bad);
   free(x); free(xs); free(y); free(img);
   CU(cudaFree(dx)); CU(cudaFree(dsi)); CU(cudaFree(dimg));
   ck_assert_msg(bad == 0, "%zu bf16 image differences", bad);

@@ -693,8 +693,10 @@ static bool hg_own_operand(const gpu_model *g, int s2) {
  * and dh3 as W1's and W3's dY, where those fills are element-wise roundings
  * into bf16 other than bf16's own rne (that stored tensor is its own
  * operand), unscaled or under delayed scaling (not current scaling: its
- * amax first), and dW reads the same slot; else NULL.  `layout`: the
- * question asked when the storage is laid out, before any step. */
+ * amax first; those tensors are stored and their fills take the amax that
+ * SwiGLU's bf16-storage kernels fold), and dW reads the same slot; else
+ * NULL.  `layout`: the question asked when the storage is laid out, before
+ * any step. */
 static const exmy_operand_quant *hg_image_quant(gpu_model *g, int s2, bool layout = false) {
   if ((!layout && !act_direct(g)) || hg_own_operand(g, s2)) return nullptr;
   const exmy_operand_quant *q = bf16_image_quant(g, s2, USE_FWD_X);
@@ -1592,7 +1594,8 @@ extern "C" gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_si
     g->o_bf16 = ok;
   }
   /* q, k, v in bf16 from their GEMMs into the fused kernel's plain inputs
-   * (qkv_into_flash_inputs): Q's, K's and V's forward operands plain bf16 */
+   * (qkv_into_flash_inputs): Q's, K's and V's forward operands bf16 images
+   * through cuBLAS (unscaled or per-tensor scaled) */
   if (act_bf16 && g->lean && bf16_storage_for_new && sites && flash &&
       (C / c.n_heads) % 8 == 0) {
     bool ok = true;

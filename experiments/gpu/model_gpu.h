@@ -59,10 +59,12 @@ gpu_model *gpu_model_new_lean(const model *m, const recipe *rc, tq_site *sites, 
 void gpu_model_free(gpu_model *g);
 /* Under activations = bf16 with lean activations, what is stored in bf16 (the
  * values are bf16 values, so the same bits): 1, SwiGLU's tensors (h1, h3, hg
- * and their gradients), where every GEMM writing one takes plain bf16
- * operands and every GEMM reading one takes a bf16 value as it is; 2, the
- * attention output O, where W_O's GEMMs take it as it is (both under the
- * bf16 recipe); else float32 storage.  Tests: whether models made after the
+ * and their gradients), where every GEMM writing one takes bf16 images
+ * through cuBLAS (unscaled or per-tensor scaled) and every GEMM reading one
+ * takes it as it is or through its image made in one pass from it; 2, the
+ * attention output O, where W_O's GEMMs take it so (the bf16 recipe, the
+ * element-wise E8Mx recipes, FP8 under delayed or current scaling); else
+ * float32 storage.  Tests: whether models made after the
  * call may store them so (on by default; off: float32, for comparisons). */
 int gpu_model_bf16_storage(const gpu_model *g);
 void gpu_model_bf16_storage_for_new(bool on);

@@ -1238,8 +1238,7 @@ static void flash_forward(gpu_model *g, float *out, float *lse, float *q, float 
  * whose image the values written there become, bf16_image_quant, or NULL
  * where they are the input as they are), else the plain copy (w->y NULL).
  * flash_input_finish, once the values are written, rounds them (qkv_bf16
- * allows no other fills; amax: their amax as their writer folded it into
- * the slot's word under current scaling, or NULL). */
+ * allows no other fills; the fused kernel takes no scaled operands). */
 static __nv_bfloat16 *flash_input_slot(gpu_model *g, int site, int use, int slot, size_t n,
                                        __nv_bfloat16 *plain, gtq_bf16_fill *w,
                                        const exmy_operand_quant **image) {
@@ -1253,9 +1252,8 @@ static __nv_bfloat16 *flash_input_slot(gpu_model *g, int site, int use, int slot
   return (__nv_bfloat16 *)w->y;
 }
 static void flash_input_finish(gpu_model *g, int site, int use, int slot, size_t n,
-                               const gtq_bf16_fill &w, const exmy_operand_quant *image,
-                               const unsigned int *amax) {
-  if (w.y) bf16_fill_finish(g, site, use, slot, w, image, n, nullptr, amax);
+                               const gtq_bf16_fill &w, const exmy_operand_quant *image) {
+  if (w.y) bf16_fill_finish(g, site, use, slot, w, image, n);
 }
 
 /* Under qkv_bf16: layer l's q, k and v from their GEMMs in bf16 (the
@@ -1292,20 +1290,15 @@ static void qkv_into_flash_inputs(gpu_model *g, int l, const float *ln1,
                           site_index(g, l, SITE_K), ln1_amax);
   linear_forward_bf16_out(g, (uint16_t *)V, ln1, p.wv + (size_t)l * KVC * C, N, C, KVC,
                           site_index(g, l, SITE_V), ln1_amax);
-  /* current scaling: RoPE folds the rotated values' amaxes into Q's and
-   * K's slots' words (V's fill makes its own pass) */
-  unsigned int *folded[3] = {nullptr, nullptr, nullptr};
-  for (int i = 0; i < 2; i++)
-    if (slot_word_folded(g, w[i], image[i])) folded[i] = w[i].amax_bits;
   gtq_check(gpu_rope_bf16_storage((uint16_t *)Q, qb, g->rope_cos, g->rope_sin, g->B, g->T,
-                                  c.n_heads, hs, false, folded[0], g->s),
+                                  c.n_heads, hs, false, nullptr, g->s),
             "RoPE (bf16 storage)");
   gtq_check(gpu_rope_bf16_storage((uint16_t *)K, kb, g->rope_cos, g->rope_sin, g->B, g->T,
-                                  c.n_kv_heads, hs, false, folded[1], g->s),
+                                  c.n_kv_heads, hs, false, nullptr, g->s),
             "RoPE (bf16 storage)");
-  flash_input_finish(g, qk, USE_FWD_X, SLOT_X, BTC, w[0], image[0], folded[0]);
-  flash_input_finish(g, qk, USE_FWD_W, SLOT_W, BTK, w[1], image[1], folded[1]);
-  flash_input_finish(g, pv, USE_FWD_W, SLOT_W, BTK, w[2], image[2], folded[2]);
+  flash_input_finish(g, qk, USE_FWD_X, SLOT_X, BTC, w[0], image[0]);
+  flash_input_finish(g, qk, USE_FWD_W, SLOT_W, BTK, w[1], image[1]);
+  flash_input_finish(g, pv, USE_FWD_W, SLOT_W, BTK, w[2], image[2]);
   in[0] = Q, in[1] = K, in[2] = V;
   g->act_fused += 3;
 }

@@ -1039,11 +1039,7 @@ __global__ void __launch_bounds__(exmy_cuda::kThreads)
     bf16_storage_amax_kernel(const uint16_t *x, size_t n, unsigned int *amax) {
   const size_t i = (size_t)blockIdx.x * exmy_cuda::kThreads + threadIdx.x;
   float m = 0.0f;
-  if (i * exmy_cuda::kPer < n) {
-    const bf16x8 v = load_bf16x8(x, i);
-#pragma unroll
-    for (int j = 0; j < exmy_cuda::kPer; j++) fold_finite_amax(__bfloat162float(v.v[j]), m);
-  }
+  if (i * exmy_cuda::kPer < n) fold_bf16x8_amax(load_bf16x8(x, i), m);
   fold_output_amax(m, amax);
 }
 

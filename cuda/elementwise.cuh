@@ -159,6 +159,15 @@ __device__ __forceinline__ void amax8(const float v[kPer], size_t base, size_t n
     if (base + k < n) fold_finite_amax(v[k], m);
 }
 
+/* Whether the thread's 8 values are all finite: the values the bf16 image's
+ * fast paths serve. */
+__device__ __forceinline__ bool all_finite8(const float v[kPer]) {
+  bool finite = true;
+#pragma unroll
+  for (int k = 0; k < kPer; k++) finite = finite && fabsf(v[k]) <= 3.40282347e38f;
+  return finite;
+}
+
 /* A thread's 8 values v of the BF16 GEMM path's operand image (scaled.cu's
  * k_quantize_scaled_bf16, which loads them from memory): their finite max |v|
  * folded into m (amax8, before scaling), v multiplied by the scale s =
@@ -179,10 +188,7 @@ __device__ __forceinline__ void quantize8_bf16(const exmy_format &f, const KOpts
     /* OCP E4M3 and E5M2 saturating, rne: the hardware's conversion pairs
      * (hw_quantize_rne_sat2, the core's values on every finite input) where
      * all 8 are finite; the encode below for infinities and NaN */
-    bool finite = o.saturate && !o.flush;
-#pragma unroll
-    for (int k = 0; k < kPer; k++) finite = finite && fabsf(v[k]) <= 3.40282347e38f;
-    if (finite) {
+    if (o.saturate && !o.flush && all_finite8(v)) {
 #pragma unroll
       for (int k = 0; k < kPer; k += 2) {
         float q0, q1;
@@ -197,10 +203,7 @@ __device__ __forceinline__ void quantize8_bf16(const exmy_format &f, const KOpts
     /* bf16 and E8Mx by rz: the mantissa's low bits cleared where all 8 are
      * finite (rz never overflows there); the encode below for infinities,
      * NaN and flushed subnormals */
-    bool finite = !o.flush;
-#pragma unroll
-    for (int k = 0; k < kPer; k++) finite = finite && fabsf(v[k]) <= 3.40282347e38f;
-    if (finite) {
+    if (!o.flush && all_finite8(v)) {
 #pragma unroll
       for (int k = 0; k < kPer; k++)
         c[k] = __bfloat16_as_ushort(__float2bfloat16_rn(rz_by_mask<ID>(v[k])));

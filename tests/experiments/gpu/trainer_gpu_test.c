@@ -664,6 +664,10 @@ static const char *const fusion_mx[] = {"format_w=e4m3", "format_a=e4m3", "forma
                                         "scaling=mx", NULL};
 static const char *const act_bf16_bf16[] = {"format_w=bf16", "format_a=bf16", "format_g=bf16",
                                             "activations=bf16", NULL};
+/* fp8-current's keys under bf16 activations */
+static const char *const act_bf16_fp8_current[] = {"format_w=e4m3", "format_a=e4m3",
+                                                   "format_g=e5m2", "scaling=tensor",
+                                                   "saturate=1", "activations=bf16", NULL};
 
 START_TEST(model_swiglu_fusion_bit_identical) {
   const char *const *bf16 = fusion_bf16, *const *e8m3_sr = fusion_e8m3_sr, *const *fp8 = fusion_fp8,
@@ -798,9 +802,6 @@ START_TEST(model_dres_fusion_bit_identical) {
                                                 "format_g=e5m2", "scaling=delayed",
                                                 "amax_history=16", "saturate=1",
                                                 "activations=bf16", NULL};
-  static const char *const fp8_current_act[] = {"format_w=e4m3", "format_a=e4m3",
-                                                "format_g=e5m2", "scaling=tensor", "saturate=1",
-                                                "activations=bf16", NULL};
   fusion_same_bits(fu, fusion_bf16, NULL, 2, 0, "test", mat);
   fusion_same_bits(fu, fusion_bf16, NULL, 2, 0, "tiny", flash);
   fusion_same_bits(fu, act_bf16_bf16, NULL, 2, 0, "tiny", flash);
@@ -811,7 +812,7 @@ START_TEST(model_dres_fusion_bit_identical) {
   fusion_same_bits(fu, e8m3_rz_act, NULL, 2, 0, "tiny", flash);
   fusion_same_bits(fu, e8m3_rz_act, NULL, 2, 0, "test", mat);
   fusion_same_bits(fu, fp8_delayed_act, NULL, 2, 0, "tiny", flash);
-  fusion_same_bits(fu, fp8_current_act, NULL, 2, 0, "tiny", flash);
+  fusion_same_bits(fu, act_bf16_fp8_current, NULL, 2, 0, "tiny", flash);
   fusion_same_bits(fu, e8m3_sr_act, NULL, 0, 0, "tiny", flash);
 }
 END_TEST
@@ -865,10 +866,7 @@ START_TEST(model_amax_folding_bit_identical) {
    * backward (the residual gradient as W2's and W_O's dY) and RoPE's
    * backward (dq, dk): 12 a layer; O's and dv's by passes of their own
    * either way */
-  static const char *const current_act_bf16[] = {"format_w=e4m3", "format_a=e4m3",
-                                                 "format_g=e5m2", "scaling=tensor",
-                                                 "saturate=1", "activations=bf16", NULL};
-  fusion_same_bits(&amax_folding, current_act_bf16, NULL, 12, 0, "tiny", flash);
+  fusion_same_bits(&amax_folding, act_bf16_fp8_current, NULL, 12, 0, "tiny", flash);
 }
 END_TEST
 

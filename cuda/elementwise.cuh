@@ -199,15 +199,26 @@ __device__ __forceinline__ void quantize8_bf16(const exmy_format &f, const KOpts
       return;
     }
   }
-  if constexpr (MODE == EXMY_RZ && rz_by_mask_enabled<ID>()) {
-    /* bf16 and E8Mx by rz: the mantissa's low bits cleared where all 8 are
-     * finite (rz never overflows there); the encode below for infinities,
-     * NaN and flushed subnormals */
+  if constexpr ((MODE == EXMY_RZ || MODE == EXMY_RNE) && by_mask_enabled<ID>()) {
+    /* bf16 and E8Mx by rz or rne: float32 bit arithmetic with a mask where
+     * all 8 are finite (and, for rne, none overflows without saturation); the
+     * encode below for infinities, NaN, flushed subnormals and those
+     * overflows */
     if (!o.flush && all_finite8(v)) {
+      float q[kPer];
+      bool ok = true;
 #pragma unroll
-      for (int k = 0; k < kPer; k++)
-        c[k] = __bfloat16_as_ushort(__float2bfloat16_rn(rz_by_mask<ID>(v[k])));
-      return;
+      for (int k = 0; k < kPer; k++) {
+        if constexpr (MODE == EXMY_RZ)
+          q[k] = rz_by_mask<ID>(v[k]);
+        else
+          ok = rne_by_mask<ID>(o.saturate, v[k], q[k]) && ok;
+      }
+      if (ok) {
+#pragma unroll
+        for (int k = 0; k < kPer; k++) c[k] = __bfloat16_as_ushort(__float2bfloat16_rn(q[k]));
+        return;
+      }
     }
   }
   encode8<ID, MODE>(f, o, base, v, c);

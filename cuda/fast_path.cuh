@@ -170,10 +170,10 @@ __device__ __forceinline__ bool fast_quantize_rne(int saturate, float x, float &
  * bias 127, IEEE infinities and NaN) with at most 7 significand bits (bf16
  * and the E8Mx of "To FP8 and Back Again"): its finite values are the
  * float32 values whose low 23 - M mantissa bits are clear, normal and
- * subnormal alike, so rz of a finite x (never past the largest value) is x's
- * bits with those bits cleared (rz_by_mask). */
+ * subnormal alike, so its rounding is float32 bit arithmetic with a mask
+ * (rz_by_mask, rne_by_mask). */
 template <int ID>
-__host__ __device__ constexpr bool rz_by_mask_enabled() {
+__host__ __device__ constexpr bool by_mask_enabled() {
   if constexpr (ID == SPEC_GENERIC) {
     return false;
   } else {
@@ -182,11 +182,32 @@ __host__ __device__ constexpr bool rz_by_mask_enabled() {
            f.man_bits <= 7;
   }
 }
+
+/* rz of a finite x (never past the largest value): x's bits with the low
+ * mantissa bits cleared. */
 template <int ID>
 __device__ __forceinline__ float rz_by_mask(float x) {
-  static_assert(rz_by_mask_enabled<ID>(), "not a float32-exponent format");
+  static_assert(by_mask_enabled<ID>(), "not a float32-exponent format");
   constexpr uint32_t keep = ~0u << (23 - spec_format<ID>().man_bits);
   return __uint_as_float(__float_as_uint(x) & keep);
+}
+
+/* rne of a finite x: the classic trick (rne_magnitude_sum) on the magnitude's
+ * bits, masked.  Subnormals need no case of their own: float32's subnormal
+ * bits count quanta of 2^-149 linearly, and a carry out of them lands on the
+ * smallest normal, as it should.  A sum past the largest value saturates to
+ * it; false when it overflows without saturation (the caller runs the core). */
+template <int ID>
+__device__ __forceinline__ bool rne_by_mask(int saturate, float x, float &q) {
+  static_assert(by_mask_enabled<ID>(), "not a float32-exponent format");
+  constexpr int drop = 23 - spec_format<ID>().man_bits;
+  constexpr uint32_t keep = ~0u << drop, max_bits = 0x7F7FFFFFu & keep;
+  const uint32_t xb = __float_as_uint(x);
+  uint32_t r = rne_magnitude_sum(xb & 0x7FFFFFFFu, drop) & keep;
+  const bool over = r > max_bits;
+  r = over ? max_bits : r;
+  q = __uint_as_float(r | (xb & 0x80000000u));
+  return saturate || !over;
 }
 
 /* Whether compile-time format ID has the hardware's own conversion (sm_89

@@ -105,6 +105,37 @@ __global__ void k_sweep_hw_pair(Miss *m, unsigned long long *served) {
   atomicAdd(served, took);
 }
 
+/* On every finite float32: rz_by_mask, and rne_by_mask with saturation
+ * `sat`, against the core's rz and rne codes decoded by the core, as float
+ * bits; `served` counts the inputs rne_by_mask took (all but the overflows
+ * it leaves to the core). */
+template <int ID>
+__global__ void k_sweep_mask(int sat, Miss *m, unsigned long long *served) {
+  constexpr exmy_format f = spec_format<ID>();
+  const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+  unsigned long long bad = 0, took = 0;
+  for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (1ull << 32); i += stride) {
+    const float x = __uint_as_float((uint32_t)i);
+    if (!(fabsf(x) <= 3.40282347e38f)) continue;
+    const uint32_t z = __float_as_uint(rz_by_mask<ID>(x));
+    const uint32_t want_z = __float_as_uint(exmy_core_decode(&f, exmy_core_encode(&f, EXMY_RZ, sat, 0, 32, x, 0)));
+    float q;
+    const bool fast = rne_by_mask<ID>(sat, x, q);
+    const uint32_t want = __float_as_uint(exmy_core_decode(&f, exmy_core_encode(&f, EXMY_RNE, sat, 0, 32, x, 0)));
+    took += fast;
+    if (z != want_z || (fast && __float_as_uint(q) != want)) {
+      if (bad == 0) {
+        m->x = (uint32_t)i;
+        m->fast = z != want_z ? z : __float_as_uint(q);
+        m->core = z != want_z ? want_z : want;
+      }
+      bad++;
+    }
+  }
+  if (bad) atomicAdd(&m->count, bad);
+  atomicAdd(served, took);
+}
+
 /* fast_decode (or fast_decode_f) against the core on every code (the first
  * 2^24 of wider formats). */
 template <int ID>
@@ -197,6 +228,23 @@ static unsigned long long check_runs(const char *name, const exmy_format &f, con
     printf("\n");
     ck_assert_msg(n > (1ull << 31), "%s: only %llu finite pairs", name, n);
     total += h.count;
+  }
+  if constexpr (by_mask_enabled<ID>()) { /* float32 bits with a mask: rz, rne */
+    for (int sat = 0; sat <= 1; sat++) {
+      ck_assert_int_eq(cudaMemset(d, 0, sizeof *d), cudaSuccess);
+      ck_assert_int_eq(cudaMemset(served, 0, sizeof *served), cudaSuccess);
+      k_sweep_mask<ID><<<132 * 16, 256>>>(sat, d, served);
+      ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+      ck_assert_int_eq(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+      ck_assert_int_eq(cudaMemcpy(&n, served, sizeof n, cudaMemcpyDeviceToHost), cudaSuccess);
+      printf("by masks %-15s rz, rne sat=%d: %llu differences from the core's decoded codes, "
+             "%llu finite inputs served by rne%s", name, sat, h.count, n, what);
+      if (h.count) printf(" (first: 0x%08x mask 0x%x core 0x%x)", h.x, h.fast, h.core);
+      printf("\n");
+      /* every finite input when saturating */
+      if (sat) ck_assert_msg(n == (1ull << 32) - (1ull << 24), "%s: %llu served", name, n);
+      total += h.count;
+    }
   }
   cudaFree(served);
   cudaFree(d);

@@ -508,12 +508,20 @@ __device__ __forceinline__ void store_row(float *dst, const float (&c)[NT][4], i
   }
 }
 
-/* The same rounded to bf16 (rne), to bf16 memory. */
+/* The same rounded to bf16 (rne), to bf16 memory; the bf16 values stored
+ * folded into *amax when amax is given. */
 template <int NT>
-__device__ __forceinline__ void store_row_bf16(bf16 *dst, const float (&c)[NT][4], int hf) {
+__device__ __forceinline__ void store_row_bf16(bf16 *dst, const float (&c)[NT][4], int hf,
+                                               float mul, float *amax = nullptr) {
 #pragma unroll
-  for (int n = 0; n < NT; n++)
-    *(__nv_bfloat162 *)(dst + n * 8) = __floats2bfloat162_rn(c[n][2 * hf], c[n][2 * hf + 1]);
+  for (int n = 0; n < NT; n++) {
+    const __nv_bfloat162 r = __floats2bfloat162_rn(c[n][2 * hf] * mul, c[n][2 * hf + 1] * mul);
+    *(__nv_bfloat162 *)(dst + n * 8) = r;
+    if (amax) {
+      fold_finite_amax(__low2float(r), *amax);
+      fold_finite_amax(__high2float(r), *amax);
+    }
+  }
 }
 
 /* Shared-memory row stride (elements) of the tiles: HS + 8 for ldmatrix, HS
@@ -781,7 +789,7 @@ __global__ void __launch_bounds__(WARPS * 32, kWg ? 2 : 1)
     __syncthreads();
   }
 
-  float m = 0.f; /* out's finite amax, for out_amax */
+  float m = 0.f; /* the finite amax of the values stored, for out_amax */
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -793,10 +801,7 @@ __global__ void __launch_bounds__(WARPS * 32, kWg ? 2 : 1)
       if (row < T) {
         const size_t at = ((size_t)b * T + row) * ldq + (size_t)h * HS + 2 * t4;
         if (out_bf16) /* the same values rounded to bf16 (rne) */
-#pragma unroll
-          for (int n = 0; n < HS / 8; n++)
-            *(__nv_bfloat162 *)(out_bf16 + at + n * 8) = __floats2bfloat162_rn(
-                o[mt][n][2 * hf] * (1.f / l), o[mt][n][2 * hf + 1] * (1.f / l));
+          store_row_bf16(out_bf16 + at, o[mt], hf, 1.f / l, &m);
         else
           store_row(out + at, o[mt], hf, 1.f / l, &m);
         if (t4 == 0) lse[((size_t)b * NH + h) * T + row] = (mrow[mt][hf] + log2f(l)) * kLn2;
@@ -1027,15 +1032,15 @@ __global__ void __launch_bounds__(WARPS * 32,
       for (int e = 0; e < 4; e++) dka[i][e] = dkt[i][e], dva[i][e] = dvt[i][e];
   }
 
-  float m = 0.f; /* dv's finite amax, for dv_amax */
+  float m = 0.f; /* the finite amax of dv's values stored, for dv_amax */
 #pragma unroll
   for (int hf = 0; hf < 2; hf++) {
     const int row = j0 + g + hf * 8;
     if (row < T) {
       const size_t off = ((size_t)b * T + row) * ldkv + (size_t)kvh * HS + 2 * t4;
       if (dk16) { /* bf16 activations: written rounded */
-        store_row_bf16(dk16 + off, dka, hf);
-        store_row_bf16(dv16 + off, dva, hf);
+        store_row_bf16(dk16 + off, dka, hf, 1.f);
+        store_row_bf16(dv16 + off, dva, hf, 1.f, &m);
       } else {
         store_row(dk + off, dka, hf, 1.f);
         store_row(dv + off, dva, hf, 1.f, &m);
@@ -1160,7 +1165,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     if (row < T) {
       const size_t at = ((size_t)b * T + row) * ldq + (size_t)h * HS + 2 * t4;
       if (dq16)
-        store_row_bf16(dq16 + at, dqa, hf);
+        store_row_bf16(dq16 + at, dqa, hf, 1.f);
       else
         store_row(dq + at, dqa, hf, 1.f);
     }
@@ -1400,12 +1405,12 @@ extern "C" cudaError_t flash_attention_forward_bf16(__nv_bfloat16 *out, float *l
                                                     const __nv_bfloat16 *k,
                                                     const __nv_bfloat16 *v, int B, int T, int NH,
                                                     int NKV, int hs, const flash_rounding *p,
-                                                    cudaStream_t s) {
+                                                    unsigned int *out_amax, cudaStream_t s) {
   const flash_rounding &rp = p ? *p : kPlainBf16;
   if (!out || !args_ok(B, T, NH, NKV, hs) || !rounding_ok(rp, T)) return cudaErrorInvalidValue;
   const int mode = kernel_mode(rp, rp);
   FLASH_DISPATCH(forward, hs, mode, nullptr, out, lse, q, k, v, B, T, NH, NKV, rounding_of(rp),
-                 nullptr, s);
+                 out_amax, s);
 }
 
 extern "C" size_t flash_attention_scratch_bytes(int B, int T, int NH, int NKV, int hs) {

@@ -81,11 +81,13 @@ cudaError_t flash_attention_forward(float *out, float *lse, const __nv_bfloat16 
                                     unsigned int *out_amax, cudaStream_t s);
 /* The same with the output written in bf16 (out: B x T x NH*hs), each value
  * rounded once, rne: the float32 output's values rounded as
- * exmy_cuda_quantize_bf16 rounds them into plain bf16. */
+ * exmy_cuda_quantize_bf16 rounds them into plain bf16.  out_amax: as above,
+ * of the bf16 values written. */
 cudaError_t flash_attention_forward_bf16(__nv_bfloat16 *out, float *lse,
                                          const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                                          const __nv_bfloat16 *v, int B, int T, int NH, int NKV,
-                                         int hs, const flash_rounding *p, cudaStream_t s);
+                                         int hs, const flash_rounding *p,
+                                         unsigned int *out_amax, cudaStream_t s);
 
 /* dq, dk, dv (float32) are OVERWRITTEN.  out: the forward's output (float32),
  * for D = rowsum(dO * O).  scratch: at least flash_attention_scratch_bytes.
@@ -98,7 +100,7 @@ cudaError_t flash_attention_forward_bf16(__nv_bfloat16 *out, float *lse,
  * effect where NKV == NH.  out_bf16: O stored in bf16 (its values rounded),
  * read in place of out, which may then be NULL.  grads_bf16 (all three or
  * none): dQ, dK and dV written there in bf16 (rne) in place of dq, dk, dv,
- * which are then not written (dv_amax not folded). */
+ * which are then not written (dv_amax: of the bf16 values written). */
 typedef struct {
   int round_head_grads;
   const __nv_bfloat16 *out_bf16;

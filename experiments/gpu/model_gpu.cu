@@ -1195,7 +1195,8 @@ static flash_rounding flash_rounding_of(gpu_model *g, int site, int use) {
   return r;
 }
 
-/* out_amax: the word out's amax is folded into (amax_word), or NULL. */
+/* out_amax: the word out's amax is folded into (amax_word; of out_bf16's
+ * values, stored_amax_word), or NULL. */
 /* rotate: q and k as their GEMMs left them, RoPE's forward still to apply
  * (rope_into_operand; rope_fusable), else rotated already. */
 /* ready: the kernel's inputs Q, K, V made already (qkv_into_flash_inputs),
@@ -1224,7 +1225,7 @@ static void flash_forward(gpu_model *g, float *out, float *lse, float *q, float 
       ready ? ready[2] : flash_input(g, pv, USE_FWD_W, SLOT_W, v, N, KVC, g->fv + l * BTK);
   if (out_bf16)
     gtq_check(flash_attention_forward_bf16((__nv_bfloat16 *)out_bf16, lse, Q, K, V, g->B, g->T,
-                                           c.n_heads, c.n_kv_heads, hs, &p, g->s),
+                                           c.n_heads, c.n_kv_heads, hs, &p, out_amax, g->s),
               "flash_attention_forward (bf16 output)");
   else
     gtq_check(flash_attention_forward(out, lse, Q, K, V, g->B, g->T, c.n_heads, c.n_kv_heads,
@@ -1330,8 +1331,10 @@ static bool dqkv_direct_ok(const gpu_model *g, int l) {
  * storage (RoPE's bits) straight into Q's and K's dY slots and rounded
  * there into their images where they are not their own (bf16_image_quant), each
  * just before its GEMMs (one dY buffer under lean activations); dv read as
- * stored (stored_operand).  Inside the caller's share region for ln1. */
-static void dqkv_into_operands(gpu_model *g, int l, const float *ln1) {
+ * stored (stored_operand; dv_amax: its amax as the kernel folded it, or
+ * NULL).  Inside the caller's share region for ln1. */
+static void dqkv_into_operands(gpu_model *g, int l, const float *ln1,
+                               const unsigned int *dv_amax) {
   const model_config &c = g->cfg;
   const int N = g->B * g->T, C = c.dim, hs = C / c.n_heads, KVC = c.n_kv_heads * hs;
   const param_tensors &p = g->p, &gr = g->gr;
@@ -1355,11 +1358,12 @@ static void dqkv_into_operands(gpu_model *g, int l, const float *ln1) {
   }
   linear_backward(g, d.dln, gr.wv + (size_t)l * KVC * C, nullptr, ln1,
                   p.wv + (size_t)l * KVC * C, N, C, KVC, site_index(g, l, SITE_V), 1, false,
-                  nullptr, (const uint16_t *)d.dv);
+                  dv_amax, (const uint16_t *)d.dv);
   g->act_fused += 3;
 }
 
-/* dv_amax: the word dv's amax is folded into (amax_word), or NULL. */
+/* dv_amax: the word dv's amax is folded into (amax_word; of the bf16 values
+ * under grads_bf16, stored_amax_word), or NULL. */
 /* out_bf16: O stored in bf16 (read in place of out), or NULL. */
 /* dO_bf16: the kernel's dO input made already (bf16 values that its fill
  * would leave as they are: flash_do_identity), or NULL: dout's fill.
@@ -1958,8 +1962,10 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
     unsigned int *atty_amax = nullptr; /* the materialised attention's output: cuBLAS's */
     if (g->o_bf16) { /* O rounded into bf16 storage, W_O's X as it is */
       uint16_t *o = bf16_at(a.atty, l, BTC);
+      unsigned int *o_amax = nullptr;
       if (act_direct(g)) { /* written in bf16 by the kernel */
-        flash_forward(g, nullptr, g->lse + (size_t)l * B * NH * T, q, k, v, l, nullptr,
+        o_amax = stored_amax_word(g, l, AMAX_ATTY, {SITE_O}, USE_FWD_X);
+        flash_forward(g, nullptr, g->lse + (size_t)l * B * NH * T, q, k, v, l, o_amax,
                       rope_in_flash, qkv_ready ? qkv_in : nullptr, o);
         g->act_fused++;
       } else {
@@ -1969,7 +1975,7 @@ extern "C" float gpu_model_forward(gpu_model *g, const int *tokens, const int *t
         gtq_check(exmy_cuda_quantize_bf16(&g->bf16, &rne, g->o_f32, o, BTC, s), "O to bf16");
       }
       const int so = site_index(g, l, SITE_O);
-      gtq_operand x = stored_operand(g, so, USE_FWD_X, SLOT_X, FILL, o, N, C);
+      gtq_operand x = stored_operand(g, so, USE_FWD_X, SLOT_X, FILL, o, N, C, o_amax);
       gtq_operand wq = fill_operand(g, so, USE_FWD_W, SLOT_W, p.wo + (size_t)l * C * C, C, C,
                                     weight_word(g, so));
       gemm_act_residual(g, N, C, C, x, wq, res_mid, res); /* res + bf16(O W_O^T) */
@@ -2169,7 +2175,8 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     unsigned int *dv_amax = nullptr; /* the materialised attention's dv: cuBLAS's */
     const bool dqkv_direct = g->qkv_bf16 && act_direct(g) && dqkv_direct_ok(g, l);
     if (g->attention == GPU_ATTENTION_FLASH) {
-      dv_amax = amax_word(g, l, AMAX_DV, {SITE_V}, USE_DX_DY);
+      dv_amax = dqkv_direct ? stored_amax_word(g, l, AMAX_DV, {SITE_V}, USE_DX_DY)
+                            : amax_word(g, l, AMAX_DV, {SITE_V}, USE_DX_DY);
       flash_backward(g, d.dq, d.dk, d.dv, d.datty, atty, o_bf16,
                      g->lse + (size_t)l * B * NH * T, q, k, v, l, dv_amax, dO_bf16, dqkv_direct);
       if (!dqkv_direct) {
@@ -2199,7 +2206,7 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     gtq_share_begin(g->gq); /* dWq, dWk and dWv read ln1 */
     act_sum_begin(g, d.dln);
     if (dqkv_direct) {
-      dqkv_into_operands(g, l, ln1);
+      dqkv_into_operands(g, l, ln1, dv_amax);
     } else {
     const bool dq_filled = rope_dy && rope_into_operand(g, sq, USE_DX_DY, USE_DW_DY, SLOT_DY, d.dq,
                                                         NH, true, nullptr, dq_amax);

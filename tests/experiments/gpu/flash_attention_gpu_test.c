@@ -790,25 +790,34 @@ START_TEST(out_bf16_matches_float) {
       memcpy(&u, &ho[i], 4);
       hb[i] = (uint16_t)(u >> 16);
     }
-    /* the forward writing O in bf16 itself: those bits, and the same lse */
+    /* the forward writing O in bf16 itself: those bits, the same lse, and
+     * the folded amax that of the bf16 values */
     {
       __nv_bfloat16 *ob2 = dev_alloc(nq * 2);
       float *lse2 = dev_alloc(nl * 4), *hl = malloc(nl * 4), *hl2 = malloc(nl * 4);
       uint16_t *hb2 = malloc(nq * 2);
-      CU(flash_attention_forward_bf16(ob2, lse2, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs, NULL, 0));
+      unsigned *word = dev_alloc(sizeof(unsigned)), got_amax;
+      CU(cudaMemset(word, 0, sizeof(unsigned)));
+      CU(flash_attention_forward_bf16(ob2, lse2, q, k, v, s.B, s.T, s.NH, s.NKV, s.hs, NULL, word,
+                                      0));
       CU(cudaDeviceSynchronize());
       to_host(hb2, ob2, nq * 2);
       to_host(hl, lse, nl * 4);
       to_host(hl2, lse2, nl * 4);
+      to_host(&got_amax, word, sizeof got_amax);
       size_t d = 0;
       for (size_t i = 0; i < nq; i++) d += hb[i] != hb2[i];
-      printf("forward_bf16 B %d T %d NH %d NKV %d hs %d: %zu of %zu outputs differ, lse %s\n",
-             s.B, s.T, s.NH, s.NKV, s.hs, d, nq, memcmp(hl, hl2, nl * 4) ? "DIFFERS" : "the same");
+      const unsigned want_amax = finite_amax_bits(ho, nq); /* ho: O rounded to bf16 */
+      printf("forward_bf16 B %d T %d NH %d NKV %d hs %d: %zu of %zu outputs differ, lse %s, "
+             "amax %08x (of the bf16 values %08x)\n", s.B, s.T, s.NH, s.NKV, s.hs, d, nq,
+             memcmp(hl, hl2, nl * 4) ? "DIFFERS" : "the same", got_amax, want_amax);
       ck_assert_msg(d == 0 && !memcmp(hl, hl2, nl * 4), "forward_bf16: %zu outputs differ", d);
+      ck_assert_msg(got_amax == want_amax && want_amax != 0, "forward_bf16: amax %08x, want %08x",
+                    got_amax, want_amax);
       ck_assert_int_eq(flash_attention_forward_bf16(NULL, lse2, q, k, v, s.B, s.T, s.NH, s.NKV,
-                                                    s.hs, NULL, 0),
+                                                    s.hs, NULL, NULL, 0),
                        cudaErrorInvalidValue);
-      CU(cudaFree(ob2)); CU(cudaFree(lse2));
+      CU(cudaFree(ob2)); CU(cudaFree(lse2)); CU(cudaFree(word));
       free(hl), free(hl2), free(hb2);
     }
     CU(cudaMemcpy(out, ho, nq * 4, cudaMemcpyHostToDevice));
@@ -827,13 +836,18 @@ START_TEST(out_bf16_matches_float) {
       to_host(got[w][2], d.dv, nkv * 4);
     }
     /* dQ, dK, dV written in bf16 by the kernels (grads_bf16): the float
-     * gradients rounded (rne), bit for bit */
+     * gradients rounded (rne), bit for bit, and dv's folded amax that of
+     * its bf16 values */
     {
       __nv_bfloat16 *g16[3] = {dev_alloc(nq * 2), dev_alloc(nkv * 2), dev_alloc(nkv * 2)};
       const flash_act_bf16 act = {s.NKV < s.NH, ob, {g16[0], g16[1], g16[2]}};
+      unsigned *word = dev_alloc(sizeof(unsigned)), got_amax;
+      CU(cudaMemset(word, 0, sizeof(unsigned)));
       CU(flash_attention_backward(NULL, NULL, NULL, dout, NULL, lse, q, k, v, s.B, s.T, s.NH,
-                                  s.NKV, s.hs, NULL, NULL, scratch, NULL, &act, 0));
+                                  s.NKV, s.hs, NULL, NULL, scratch, word, &act, 0));
       CU(cudaDeviceSynchronize());
+      to_host(&got_amax, word, sizeof got_amax);
+      float *dv_rounded = malloc(nkv * 4);
       size_t d = 0;
       for (int t = 0; t < 3; t++) {
         const size_t n = t ? nkv : nq;
@@ -844,13 +858,20 @@ START_TEST(out_bf16_matches_float) {
           uint32_t u;
           memcpy(&u, &r, 4);
           d += (uint16_t)(u >> 16) != h[i];
+          if (t == 2) dv_rounded[i] = r;
         }
         free(h);
         CU(cudaFree(g16[t]));
       }
-      printf("grads_bf16 B %d T %d NH %d NKV %d hs %d: %zu values differ from the rounded floats\n",
-             s.B, s.T, s.NH, s.NKV, s.hs, d);
+      const unsigned want_amax = finite_amax_bits(dv_rounded, nkv);
+      printf("grads_bf16 B %d T %d NH %d NKV %d hs %d: %zu values differ from the rounded floats, "
+             "dv amax %08x (of the bf16 values %08x)\n", s.B, s.T, s.NH, s.NKV, s.hs, d, got_amax,
+             want_amax);
       ck_assert_msg(d == 0, "grads_bf16: %zu values differ", d);
+      ck_assert_msg(got_amax == want_amax && want_amax != 0, "grads_bf16: dv amax %08x, want %08x",
+                    got_amax, want_amax);
+      free(dv_rounded);
+      CU(cudaFree(word));
     }
     const int same = !memcmp(got[0][0], got[1][0], nq * 4) &&
                      !memcmp(got[0][1], got[1][1], nkv * 4) &&
@@ -879,7 +900,8 @@ static void run_gpu_bf16(shape s, const inputs *in, uint16_t *o16, float *lse_h,
                                                   dev_alloc(nkv * 2)};
   CU(cudaMemset(ob, 0xFF, nq * 2));
   for (int t = 0; t < 3; t++) CU(cudaMemset(g[t], 0xFF, (t ? nkv : nq) * 2));
-  CU(flash_attention_forward_bf16(ob, d.lse, d.q, d.k, d.v, s.B, s.T, s.NH, s.NKV, s.hs, NULL, 0));
+  CU(flash_attention_forward_bf16(ob, d.lse, d.q, d.k, d.v, s.B, s.T, s.NH, s.NKV, s.hs, NULL,
+                                  NULL, 0));
   const flash_act_bf16 act = {s.NKV < s.NH, ob, {g[0], g[1], g[2]}};
   CU(flash_attention_backward(NULL, NULL, NULL, d.dout, NULL, d.lse, d.q, d.k, d.v, s.B, s.T,
                               s.NH, s.NKV, s.hs, NULL, NULL, d.scratch, NULL, &act, 0));

@@ -253,23 +253,15 @@ __global__ void rmsnorm_forward_kernel(float *out, float *rstd, float *inp, cons
  * elements a lane, the fill pass's groups (C % 8 == 0, so none crosses a
  * row): the same image, sr stream indices and amax as the float32 tensor
  * and the fill.  Dynamic shared memory: kWarpsPerBlock rows of C floats. */
-template <int ID, int MODE>
-__global__ void __launch_bounds__(kThreads)
-    rmsnorm_forward_bf16_kernel(const __grid_constant__ exmy_format rt,
-                                const __grid_constant__ KOpts o, uint16_t *__restrict__ out,
-                                float *__restrict__ out_f32, float *__restrict__ rstd,
-                                float *inp, const float *__restrict__ add,
-                                const uint16_t *__restrict__ add_bf16, float *sum,
-                                const float *__restrict__ w, int N, int C, int vec,
-                                const float *si, unsigned int *amax_bits) {
-  using namespace exmy_cuda;
-  extern __shared__ __align__(16) float rows[];
-  const auto &f = kernel_format<ID>(rt);
-  const int lane = threadIdx.x & 31, wid = threadIdx.x / 32;
-  const long row = (long)blockIdx.x * kWarpsPerBlock + wid;
-  float *xs = rows + (size_t)wid * C;
-  float m = 0.0f;
-  if (row < N) {
+/* A warp's row staged in shared memory xs (C floats) by 16-byte loads, after
+ * the residual add where there is one (add: inp + add written back to inp;
+ * add_bf16: inp + add_bf16 widened, written to sum); returns the row's r,
+ * from its sum of squares over c = lane + 32 j as rmsnorm_forward_kernel's,
+ * so the same r. */
+__device__ __forceinline__ float stage_row(float *xs, float *inp, const float *__restrict__ add,
+                                           const uint16_t *__restrict__ add_bf16, float *sum,
+                                           long row, int C, int lane) {
+  {
     float4 *x4 = reinterpret_cast<float4 *>(inp + (size_t)row * C);
     float4 *s4 = reinterpret_cast<float4 *>((sum ? sum : inp) + (size_t)row * C);
     const float4 *a4 = add ? reinterpret_cast<const float4 *>(add + (size_t)row * C) : nullptr;
@@ -292,11 +284,32 @@ __global__ void __launch_bounds__(kThreads)
       }
       reinterpret_cast<float4 *>(xs)[k] = v;
     }
-    __syncwarp();
-    float ss = 0;
-    for (int c = lane; c < C; c += 32) ss = __fadd_rn(ss, __fmul_rn(xs[c], xs[c]));
-    ss = warp_sum(ss);
-    const float r = (float)(1.0 / sqrt((double)__fdiv_rn(ss, (float)C) + kRmsEps));
+  }
+  __syncwarp();
+  float ss = 0;
+  for (int c = lane; c < C; c += 32) ss = __fadd_rn(ss, __fmul_rn(xs[c], xs[c]));
+  ss = warp_sum(ss);
+  return (float)(1.0 / sqrt((double)__fdiv_rn(ss, (float)C) + kRmsEps));
+}
+
+template <int ID, int MODE>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_forward_bf16_kernel(const __grid_constant__ exmy_format rt,
+                                const __grid_constant__ KOpts o, uint16_t *__restrict__ out,
+                                float *__restrict__ out_f32, float *__restrict__ rstd,
+                                float *inp, const float *__restrict__ add,
+                                const uint16_t *__restrict__ add_bf16, float *sum,
+                                const float *__restrict__ w, int N, int C, int vec,
+                                const float *si, unsigned int *amax_bits) {
+  using namespace exmy_cuda;
+  extern __shared__ __align__(16) float rows[];
+  const auto &f = kernel_format<ID>(rt);
+  const int lane = threadIdx.x & 31, wid = threadIdx.x / 32;
+  const long row = (long)blockIdx.x * kWarpsPerBlock + wid;
+  float *xs = rows + (size_t)wid * C;
+  float m = 0.0f;
+  if (row < N) {
+    const float r = stage_row(xs, inp, add, add_bf16, sum, row, C, lane);
     for (int c = lane; c < C; c += 32) {
       const float v = __fmul_rn(__fmul_rn(xs[c], r), w[c]);
       xs[c] = v;
@@ -313,6 +326,27 @@ __global__ void __launch_bounds__(kThreads)
       quantize8_bf16<ID, MODE>(f, o, base, n, v, si, m, code);
       store8<uint16_t>(out, base, n, vec != 0, code);
     }
+    if (lane == 0) rstd[row] = r;
+  }
+  fold_output_amax(m, amax_bits);
+}
+
+/* Its first pass under current scaling: the same staging, r and values,
+ * whose finite amax is folded into *amax_bits; rstd written, no output. */
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_forward_amax_kernel(float *__restrict__ rstd, float *inp,
+                                const float *__restrict__ add,
+                                const uint16_t *__restrict__ add_bf16, float *sum,
+                                const float *__restrict__ w, int N, int C,
+                                unsigned int *amax_bits) {
+  extern __shared__ __align__(16) float rows[];
+  const int lane = threadIdx.x & 31, wid = threadIdx.x / 32;
+  const long row = (long)blockIdx.x * kWarpsPerBlock + wid;
+  float *xs = rows + (size_t)wid * C;
+  float m = 0.0f;
+  if (row < N) {
+    const float r = stage_row(xs, inp, add, add_bf16, sum, row, C, lane);
+    for (int c = lane; c < C; c += 32) fold_finite_amax(__fmul_rn(__fmul_rn(xs[c], r), w[c]), m);
     if (lane == 0) rstd[row] = r;
   }
   fold_output_amax(m, amax_bits);
@@ -1597,6 +1631,23 @@ cudaError_t gpu_rmsnorm_forward_bf16(void *out, float *out_f32, float *rstd, flo
                                      const gpu_bf16_scaling *sc, cudaStream_t s) {
   return launch_rmsnorm_forward_bf16(out, out_f32, rstd, inp, add, nullptr, nullptr, w, N, C, f,
                                      o, sc, s);
+}
+
+cudaError_t gpu_rmsnorm_forward_amax(float *rstd, float *inp, const float *add,
+                                     const float *base, const uint16_t *add_bf16,
+                                     const float *w, int N, int C, unsigned int *amax,
+                                     cudaStream_t s) {
+  float *row_in = add_bf16 ? const_cast<float *>(base) : inp, *sum = add_bf16 ? inp : nullptr;
+  if (!amax || (add && add_bf16) || !add_bf16 != !base || N < 0 ||
+      !gpu_rmsnorm_forward_bf16_serves(C) ||
+      (((uintptr_t)row_in | (uintptr_t)add | (uintptr_t)add_bf16 | (uintptr_t)sum) & 15u))
+    return cudaErrorInvalidValue;
+  if (!N) return cudaSuccess;
+  rmsnorm_forward_amax_kernel<<<warp_per_row_grid(N), kThreads,
+                                sizeof(float) * kWarpsPerBlock * C, s>>>(rstd, row_in, add,
+                                                                         add_bf16, sum, w, N, C,
+                                                                         amax);
+  return cudaGetLastError();
 }
 
 cudaError_t gpu_add_bf16_rmsnorm_forward_bf16(void *out, float *out_f32, float *rstd, float *sum,

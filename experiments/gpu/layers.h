@@ -51,6 +51,19 @@ void gpu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float 
  * gpu_add_inplace), then gpu_rmsnorm_forward of inp; the same bits. */
 void gpu_add_rmsnorm_forward(float *out, float *rstd, float *inp, const float *add,
                              const float *w, int N, int C, unsigned int *amax, cudaStream_t s);
+/* RMSNorm's forward without its output, for per-tensor current scaling's
+ * image of it: rstd, and the finite amax of the float32 output folded into
+ * *amax (not NULL), nothing else written; gpu_rmsnorm_forward_bf16 on inp
+ * then writes the image under the scale of that amax, the same values.  The
+ * residual add before it in the same pass: inp += add (as
+ * gpu_add_rmsnorm_forward), or inp = base + add_bf16 (as gpu_add_bf16, base
+ * with add_bf16), or neither.  Rows as gpu_rmsnorm_forward_bf16_serves
+ * takes them, 16-byte aligned tensors; else cudaErrorInvalidValue, nothing
+ * launched. */
+cudaError_t gpu_rmsnorm_forward_amax(float *rstd, float *inp, const float *add,
+                                     const float *base, const uint16_t *add_bf16,
+                                     const float *w, int N, int C, unsigned int *amax,
+                                     cudaStream_t s);
 /* dinp += ..., dw += ... (as rmsnorm_backward); amax: dinp's, after the
  * addition. */
 void gpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp,

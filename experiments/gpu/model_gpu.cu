@@ -914,35 +914,44 @@ static bool swiglu_forward_fused(gpu_model *g, int l, const float *h1, const flo
  * sites[0] as that site's bf16 operand image (gpu_rmsnorm_forward_bf16),
  * inside the share region of the sites that read it (sites, in the order
  * their GEMMs fill), where the fill would be an element-wise rounding into
- * bf16, unscaled or under delayed scaling, and dW reads that slot too
+ * bf16, unscaled or per tensor, and dW reads that slot too
  * (gtq_fusable_bf16): the same bits, sr stream indices and delayed state as
- * the float32 tensor and the fill's pass.  The image is recorded as the
+ * the float32 tensor and the fill's pass.  Current scaling wants the
+ * output's amax before its scale: a first pass (gpu_rmsnorm_forward_amax,
+ * the residual add made there) folds it into `amax` (the word the other
+ * sites' fills take: amax_word's) or the fill's own word, then the image is
+ * written from the sum.  The image is recorded as the
  * region's fill of `out` (gtq_fill_bf16_slot_lent), so the other sites'
  * fills borrow it as they would the pass's; the float32 out is written too
  * where keep_f32 (kept, or read again in the backward) or another site's
  * fill would not borrow (sr, other formats, share regions off), and left
- * unwritten otherwise.  Not where a fill takes out's amax (current scaling:
- * the amax before the scale), nor for rows the kernel does not stage
+ * unwritten otherwise.  Not for rows the kernel does not stage
  * (gpu_rmsnorm_forward_bf16_serves).  add: the pending residual add
  * (gpu_add_rmsnorm_forward's); add_bf16 and base: x = base + add_bf16
  * (gemm_act_residual's).  False: nothing done. */
 static bool rmsnorm_into_operand(gpu_model *g, float *out, float *rstd, float *x,
-                                 const float *add, const float *w, const unsigned int *amax,
+                                 const float *add, const float *w, unsigned int *amax,
                                  std::initializer_list<int> sites, bool keep_f32,
                                  const uint16_t *add_bf16 = nullptr,
                                  const float *base = nullptr) {
   const int N = g->B * g->T, C = g->cfg.dim, site = *sites.begin();
-  if (site < 0 || g->rmsnorm_fwd_unfused || amax || !gpu_rmsnorm_forward_bf16_serves(C))
-    return false;
+  if (site < 0 || g->rmsnorm_fwd_unfused || !gpu_rmsnorm_forward_bf16_serves(C)) return false;
   const exmy_operand_quant *q = gtq_fusable_bf16(g->gq, site, USE_FWD_X, USE_DW_X);
-  if (!q || !gpu_bf16_operand_serves(&q->format) || q->scaling.kind == EXMY_SCALING_TENSOR)
-    return false;
+  if (!q || !gpu_bf16_operand_serves(&q->format)) return false;
   gtq_bf16_fill fill;
   gtq_fill_bf16_slot_lent(g->gq, site, USE_FWD_X, SLOT_X, out, N, C, &fill);
   bool f32 = keep_f32;
   for (int other : sites)
     if (other != site && !gtq_fill_borrows(g->gq, other, USE_FWD_X, SLOT_X, out, N, C))
       f32 = true;
+  if (fill.current) { /* the amax (and the residual add), then the image from x */
+    gtq_check(gpu_rmsnorm_forward_amax(rstd, x, add, add_bf16 ? base : nullptr, add_bf16, w, N,
+                                       C, amax ? amax : fill.amax_bits, g->s),
+              "rmsnorm forward (amax)");
+    if (amax) g->amax_folded++;
+    gtq_fill_bf16_scale(g->gq, site, USE_FWD_X, SLOT_X, &fill, amax);
+    add = nullptr, add_bf16 = nullptr;
+  }
   const gpu_bf16_scaling sc = {fill.scale_inv, fill.amax_bits};
   if (add_bf16)
     gtq_check(gpu_add_bf16_rmsnorm_forward_bf16(fill.y, f32 ? out : nullptr, rstd, x, base,

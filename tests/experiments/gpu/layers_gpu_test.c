@@ -961,7 +961,8 @@ END_TEST
  * kernels that write their outputs' images): against the library's fill of
  * the same values widened to float32 (exmy_cuda_quantize_scaled_bf16), bit
  * for bit with the finite amax folded, over every bf16 pattern and random
- * SwiGLU inputs; E8M3, E4M3 saturating, E5M2 and bf16, rne, rz and sr (at an
+ * SwiGLU inputs; E8M3, E4M3 saturating, E5M2, bf16 and E8M5 saturating
+ * (its rne overflowing into the largest value), rne, rz and sr (at an
  * sr offset not 0, the two gradients at offsets n apart), unscaled and under
  * a scale {s, 1/s} (delayed scaling's form), in place too; the amax pass
  * alone (gpu_bf16_storage_amax, every pattern: NaN and infinities left out);
@@ -1162,6 +1163,100 @@ START_TEST(rope_bf16_storage) {
     rope_tables_free(tab);
     free(x); free(wide); free(xb); free(got);
   }
+}
+END_TEST
+
+/* RMSNorm's first pass under current scaling (gpu_rmsnorm_forward_amax)
+ * against the float32 forward with its amax folded (gpu_rmsnorm_forward,
+ * gpu_add_rmsnorm_forward, or gpu_add_bf16 then gpu_rmsnorm_forward): the
+ * amax word, rstd and the sums bit for bit, base left as it was, nothing
+ * else written; rows with NaN, an infinity and an overflowing sum of squares
+ * planted; C 256, 768, 1000 and 1024 (the widest staged), the reference's
+ * rows in registers and not; bad arguments, rows wider than 1024 and
+ * misaligned tensors refused, nothing launched. */
+START_TEST(rmsnorm_forward_amax) {
+  static const int widths[] = {256, 768, 1000, 1024};
+  enum { N = 45 };
+  for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++)
+    for (int regs = 0; regs < 2; regs++) {
+      gpu_rmsnorm_set_rows_in_registers(regs);
+      const int C = widths[wi];
+      const size_t NC = (size_t)N * C;
+      float *x = rand_floats(NC, -2, 2, 730 + wi), *add = rand_floats(NC, -3, 3, 740 + wi),
+            *w = rand_floats(C, 0.5, 1.5, 750 + wi);
+      x[3] = NAN;
+      x[C + 5] = INFINITY;
+      x[2 * C + 1] = 3e38f, x[2 * C + 2] = -3e38f;
+      float *d_x0 = dev_from(x, NC * 4), *d_add = dev_from(add, NC * 4),
+            *d_w = dev_from(w, C * 4), *d_x1 = dev_alloc(NC * 4), *d_x2 = dev_alloc(NC * 4),
+            *d_sum = dev_alloc(NC * 4), *d_o = dev_alloc(NC * 4), *d_r1 = dev_alloc(N * 4),
+            *d_r2 = dev_alloc(N * 4);
+      uint16_t *d_addb = dev_alloc(NC * 2);
+      unsigned *d_words = dev_alloc(2 * sizeof(unsigned));
+      exmy_format bf;
+      ck_assert_int_eq(exmy_format_parse("bf16", &bf), 0);
+      const exmy_rounding_opts rne = {0};
+      CU(exmy_cuda_quantize_bf16(&bf, &rne, d_add, d_addb, NC, 0));
+      for (int variant = 0; variant < 3; variant++) { /* no add, float32 add, bf16 add */
+        CU(cudaMemcpy(d_x1, d_x0, NC * 4, cudaMemcpyDeviceToDevice));
+        CU(cudaMemcpy(d_x2, d_x0, NC * 4, cudaMemcpyDeviceToDevice));
+        CU(cudaMemset(d_sum, 0xA5, NC * 4));
+        CU(cudaMemset(d_words, 0, 2 * sizeof(unsigned)));
+        if (variant == 0) {
+          gpu_rmsnorm_forward(d_o, d_r1, d_x1, d_w, N, C, d_words, 0);
+          CU(gpu_rmsnorm_forward_amax(d_r2, d_x2, NULL, NULL, NULL, d_w, N, C, d_words + 1, 0));
+        } else if (variant == 1) {
+          gpu_add_rmsnorm_forward(d_o, d_r1, d_x1, d_add, d_w, N, C, d_words, 0);
+          CU(gpu_rmsnorm_forward_amax(d_r2, d_x2, d_add, NULL, NULL, d_w, N, C, d_words + 1, 0));
+        } else {
+          gpu_add_bf16(d_x1, d_x1, d_addb, NC, 0);
+          gpu_rmsnorm_forward(d_o, d_r1, d_x1, d_w, N, C, d_words, 0);
+          CU(gpu_rmsnorm_forward_amax(d_r2, d_sum, NULL, d_x2, d_addb, d_w, N, C, d_words + 1,
+                                      0));
+        }
+        LAUNCHED();
+        unsigned words[2];
+        to_host(words, d_words, sizeof words);
+        float *h1 = malloc(NC * 4), *h2 = malloc(NC * 4);
+        printf("  rmsnorm_forward_amax C %-5d registers %d %s: amax %08x (float32 forward's "
+               "%08x)\n", C, regs, variant == 0 ? "no add" : variant == 1 ? "add" : "bf16 add",
+               words[1], words[0]);
+        ck_assert_msg(words[0] == words[1] && words[0] != 0, "rmsnorm_forward_amax C %d: %08x, "
+                      "want %08x", C, words[1], words[0]);
+        to_host(h1, d_r1, N * 4);
+        to_host(h2, d_r2, N * 4);
+        check_same_bits("rmsnorm_forward_amax", "rstd", h1, h2, N * 4);
+        to_host(h1, d_x1, NC * 4);
+        to_host(h2, variant == 2 ? d_sum : d_x2, NC * 4);
+        check_same_bits("rmsnorm_forward_amax", "sum", h1, h2, NC * 4);
+        if (variant == 2) { /* base as it was */
+          to_host(h1, d_x0, NC * 4);
+          to_host(h2, d_x2, NC * 4);
+          check_same_bits("rmsnorm_forward_amax", "base", h1, h2, NC * 4);
+        }
+        free(h1), free(h2);
+      }
+      /* refused, nothing launched */
+      ck_assert_int_eq(gpu_rmsnorm_forward_amax(d_r2, d_x2, NULL, NULL, NULL, d_w, N, C, NULL, 0),
+                       cudaErrorInvalidValue);
+      ck_assert_int_eq(gpu_rmsnorm_forward_amax(d_r2, d_sum, d_add, d_x2, d_addb, d_w, N, C,
+                                                d_words, 0),
+                       cudaErrorInvalidValue);
+      ck_assert_int_eq(gpu_rmsnorm_forward_amax(d_r2, d_sum, NULL, NULL, d_addb, d_w, N, C,
+                                                d_words, 0),
+                       cudaErrorInvalidValue);
+      ck_assert_int_eq(gpu_rmsnorm_forward_amax(d_r2, d_x2, NULL, NULL, NULL, d_w, N / 2, 1032,
+                                                d_words, 0),
+                       cudaErrorInvalidValue);
+      ck_assert_int_eq(gpu_rmsnorm_forward_amax(d_r2, d_x2 + 1, NULL, NULL, NULL, d_w, N, C - 8,
+                                                d_words, 0),
+                       cudaErrorInvalidValue);
+      CU(cudaFree(d_x0)); CU(cudaFree(d_add)); CU(cudaFree(d_w)); CU(cudaFree(d_x1));
+      CU(cudaFree(d_x2)); CU(cudaFree(d_sum)); CU(cudaFree(d_o)); CU(cudaFree(d_r1));
+      CU(cudaFree(d_r2)); CU(cudaFree(d_addb)); CU(cudaFree(d_words));
+      free(x), free(add), free(w);
+    }
+  gpu_rmsnorm_set_rows_in_registers(true);
 }
 END_TEST
 
@@ -2506,7 +2601,7 @@ int main(void) {
                                 adamw_coat,     scale_120m,   add_bf16,     swiglu_forward_bf16,
                                 rope_bf16,      rmsnorm_forward_bf16, rope_bf16_storage,
                                 sum_bf16,       swiglu_bf16_storage_every_input,
-                                bf16_storage_images, NULL};
+                                bf16_storage_images, rmsnorm_forward_amax, NULL};
   Suite *s = suite_of("gpu_layers", 300, tests);
   /* after the others; on its own: CK_RUN_CASE=adamw_fold */
   TCase *tc = tcase_create("adamw_fold");

@@ -743,11 +743,12 @@ END_TEST
 
 /* The same for RMSNorm's forward: ln1's and ln2's images (2 a layer) and
  * lnf's where the LM head is quantized (1), written by RMSNorm into the first
- * GEMM's X slot, the other sites borrowing it (unscaled and delayed, rne or
- * rz) or filling their own from the float32 output (sr: each site its own
- * stream), which is left unwritten under lean activations where every reader
- * borrows (bf16 and fp8-te with the fused attention); none under current
- * scaling (the amax first) or MX. */
+ * GEMM's X slot, the other sites borrowing it (unscaled, delayed and
+ * current scaling, rne or rz) or filling their own from the float32 output
+ * (sr: each site its own stream), which is left unwritten under lean
+ * activations where every reader borrows (bf16 and fp8-te with the fused
+ * attention); under current scaling after a first pass for the amax (with
+ * the residual add, float32 or bf16); none under MX. */
 START_TEST(model_rmsnorm_forward_fusion_bit_identical) {
   const char *const *bf16 = fusion_bf16, *const *e8m3_sr = fusion_e8m3_sr, *const *fp8 = fusion_fp8,
                     *const *e4m3_delayed = fusion_e4m3_delayed, *const *mx = fusion_mx;
@@ -758,15 +759,18 @@ START_TEST(model_rmsnorm_forward_fusion_bit_identical) {
   fusion_same_bits(fu, fp8, NULL, 2, 0, "test", mat);
   fusion_same_bits(fu, NULL, "fp8-te", 2, 0, "test", mat);
   fusion_same_bits(fu, e4m3_delayed, NULL, 2, 0, "test", mat);
-  fusion_same_bits(fu, NULL, "fp8-current", 0, 0, "test", mat);
+  fusion_same_bits(fu, NULL, "fp8-current", 2, 0, "test", mat);
   fusion_same_bits(fu, mx, NULL, 0, 0, "test", mat);
   fusion_same_bits(fu, bf16, NULL, 2, 1, "tiny", flash);
   fusion_same_bits(fu, e8m3_sr, NULL, 2, 0, "tiny", flash);
   fusion_same_bits(fu, NULL, "fp8-te", 2, 0, "tiny", flash);
-  fusion_same_bits(fu, NULL, "msamp-o1", 0, 0, "tiny", flash);
-  /* bf16 activations: ln2's image W1's X on bf16 storage too */
+  fusion_same_bits(fu, NULL, "msamp-o1", 2, 0, "tiny", flash);
+  /* bf16 activations: ln2's image W1's X on bf16 storage too; the residual
+   * add of a bf16 product in RMSNorm's pass (current scaling: the first) */
   fusion_same_bits(fu, act_bf16_bf16, NULL, 2, 0, "tiny", flash);
   fusion_same_bits(fu, act_bf16_bf16, NULL, 2, 0, "test", mat);
+  fusion_same_bits(fu, act_bf16_fp8_current, NULL, 2, 0, "tiny", flash);
+  fusion_same_bits(fu, act_bf16_fp8_current, NULL, 2, 0, "test", mat);
 }
 END_TEST
 

@@ -210,6 +210,38 @@ __device__ __forceinline__ bool rne_by_mask(int saturate, float x, float &q) {
   return saturate || !over;
 }
 
+/* rz_by_mask and rne_by_mask on two bf16 values at once (the halves of p,
+ * bf16 bits), for the formats of by_mask_enabled: on a value that is bf16
+ * already the mask and the rounding addend reach only its top 16 bits, so
+ * the arithmetic is 16-bit, two lanes a 32-bit word, and no carry crosses
+ * into the other half (a magnitude of at most 0x7FFF plus an addend below
+ * 2^(drop - 16)).  q: the two results' bf16 bits; false where a half is
+ * inf or NaN, or rne overflows without saturation (the caller runs the
+ * core). */
+template <int ID, int MODE>
+__device__ __forceinline__ bool by_mask_bf16x2(int saturate, uint32_t p, uint32_t &q) {
+  static_assert(by_mask_enabled<ID>(), "not a float32-exponent format");
+  static_assert(MODE == EXMY_RZ || MODE == EXMY_RNE, "rz or rne");
+  constexpr int d = 7 - spec_format<ID>().man_bits; /* bits dropped of bf16's */
+  constexpr uint32_t lanes = 0x00010001u, keep = (0xFFFFu << d & 0xFFFFu) * lanes;
+  constexpr uint32_t max2 = (0x7F7Fu & (0xFFFFu << d)) * lanes;
+  /* bit 15 of each half: set where that half's magnitude reaches inf's bits */
+  auto at_inf = [](uint32_t m) { return (m + 0x00800080u) & 0x80008000u; };
+  const uint32_t a = p & 0x7FFF7FFFu, sign = p & 0x80008000u;
+  if (at_inf(a)) return false;
+  if constexpr (MODE == EXMY_RZ || d == 0) {
+    q = p & keep;
+    return true;
+  } else {
+    uint32_t r = (a + ((1u << (d - 1)) - 1u) * lanes + ((a >> d) & lanes)) & keep;
+    const uint32_t over = at_inf(r);
+    if (over && !saturate) return false;
+    const uint32_t sel = (over >> 15) * 0xFFFFu; /* all ones in each half that overflowed */
+    q = ((r & ~sel) | (max2 & sel)) | sign;
+    return true;
+  }
+}
+
 /* Whether compile-time format ID has the hardware's own conversion (sm_89
  * and later: cvt.rn.satfinite.{e4m3,e5m2}x2.f32, and cvt back to f16x2),
  * which is round to nearest even with saturation to the largest finite

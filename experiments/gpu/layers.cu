@@ -795,6 +795,25 @@ __device__ __forceinline__ void store_image8(const exmy_format &f, const KOpts &
                                              size_t i, size_t n, const bf16x8 &x,
                                              const float *si, float &m) {
   using namespace exmy_cuda;
+  if constexpr ((MODE == EXMY_RZ || MODE == EXMY_RNE) && by_mask_enabled<ID>()) {
+    /* unscaled bf16 and E8Mx by rz or rne: the values are bf16 already, so
+     * two a word (by_mask_bf16x2), their amax the largest magnitude's bits */
+    if (!si && !o.flush) {
+      const uint4 w = *reinterpret_cast<const uint4 *>(&x);
+      const uint32_t in[4] = {w.x, w.y, w.z, w.w};
+      uint32_t q[4];
+      bool ok = true;
+#pragma unroll
+      for (int k = 0; k < 4; k++) ok = by_mask_bf16x2<ID, MODE>(o.saturate, in[k], q[k]) && ok;
+      if (ok) { /* all finite: amax8's fold is the integer max of the magnitudes */
+        const uint32_t mx = __vmaxu2(__vmaxu2(in[0] & 0x7FFF7FFFu, in[1] & 0x7FFF7FFFu),
+                                     __vmaxu2(in[2] & 0x7FFF7FFFu, in[3] & 0x7FFF7FFFu));
+        m = fmaxf(m, __uint_as_float(max(mx & 0xFFFFu, mx >> 16) << 16));
+        reinterpret_cast<uint4 *>(y)[i] = make_uint4(q[0], q[1], q[2], q[3]);
+        return;
+      }
+    }
+  }
   float v[kPer];
   uint32_t c[kPer];
 #pragma unroll

@@ -2,8 +2,10 @@
  * the GPU, on ALL 2^32 float32 inputs: rne, rna, rz, ru, rd, ro (saturating
  * and not), and sr with 32, 7 and 1 random bits (random words from a hash of
  * the input), for every format that has a fast path; fast_quantize_rne
- * against the core's code decoded; and fast_decode against the core on every
- * code.  Needs a GPU (tag "gpu"). */
+ * against the core's code decoded; fast_decode against the core on every
+ * code; and for bf16 and the E8Mx formats rz_by_mask and rne_by_mask on
+ * every finite input, and by_mask_bf16x2 on every pair of bf16 values,
+ * against the core's codes decoded.  Needs a GPU (tag "gpu"). */
 #include <check.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -136,6 +138,46 @@ __global__ void k_sweep_mask(int sat, Miss *m, unsigned long long *served) {
   atomicAdd(served, took);
 }
 
+/* by_mask_bf16x2's table: for every bf16 pattern h, the bf16 bits of the
+ * core's code of h's value under MODE decoded (a value of an E8Mx is a bf16
+ * value), with bit 16 set where the pair path must serve that half (finite,
+ * and for rne without saturation not overflowing). */
+template <int ID, int MODE>
+__global__ void k_mask_table(int sat, uint32_t *table) {
+  constexpr exmy_format f = spec_format<ID>();
+  const uint32_t h = blockIdx.x * blockDim.x + threadIdx.x;
+  if (h > 0xFFFFu) return;
+  const float x = __uint_as_float(h << 16);
+  const uint32_t code = exmy_core_encode(&f, (exmy_rounding)MODE, sat, 0, 32, x, 0);
+  const uint32_t v = __float_as_uint(exmy_core_decode(&f, code));
+  const bool served = fabsf(x) <= 3.40282347e38f &&
+                      (MODE == EXMY_RZ || sat || fabsf(__uint_as_float(v)) <= 3.40282347e38f);
+  table[h] = (v >> 16) | (served ? 0x10000u : 0u);
+}
+
+/* On every 32-bit word (every pair of bf16 values): by_mask_bf16x2 serves
+ * exactly the pairs whose halves the table marks, with both halves the
+ * table's; m->count of differences, `served` of the pairs it took. */
+template <int ID, int MODE>
+__global__ void k_sweep_mask_pairs(int sat, const uint32_t *table, Miss *m,
+                                   unsigned long long *served) {
+  const uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+  unsigned long long bad = 0, took = 0;
+  for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (1ull << 32); i += stride) {
+    const uint32_t p = (uint32_t)i, lo = table[p & 0xFFFFu], hi = table[p >> 16];
+    uint32_t q = 0;
+    const bool ok = by_mask_bf16x2<ID, MODE>(sat, p, q);
+    const uint32_t want = (hi << 16) | (lo & 0xFFFFu);
+    took += ok;
+    if (ok != ((lo & hi) >> 16 & 1u) || (ok && q != want)) {
+      if (bad == 0) { m->x = p; m->fast = ok ? q : 0xFFFFFFFFu; m->core = want; }
+      bad++;
+    }
+  }
+  if (bad) atomicAdd(&m->count, bad);
+  atomicAdd(served, took);
+}
+
 /* fast_decode (or fast_decode_f) against the core on every code (the first
  * 2^24 of wider formats). */
 template <int ID>
@@ -245,6 +287,36 @@ static unsigned long long check_runs(const char *name, const exmy_format &f, con
       if (sat) ck_assert_msg(n == (1ull << 32) - (1ull << 24), "%s: %llu served", name, n);
       total += h.count;
     }
+    /* the same on two bf16 values a word: every pair */
+    uint32_t *table;
+    ck_assert_int_eq(cudaMalloc(&table, 4 << 16), cudaSuccess);
+    for (int mode = 0; mode < 2; mode++)
+      for (int sat = 0; sat <= 1; sat++) {
+        ck_assert_int_eq(cudaMemset(d, 0, sizeof *d), cudaSuccess);
+        ck_assert_int_eq(cudaMemset(served, 0, sizeof *served), cudaSuccess);
+        if (mode == 0) {
+          k_mask_table<ID, EXMY_RNE><<<256, 256>>>(sat, table);
+          k_sweep_mask_pairs<ID, EXMY_RNE><<<132 * 16, 256>>>(sat, table, d, served);
+        } else {
+          k_mask_table<ID, EXMY_RZ><<<256, 256>>>(sat, table);
+          k_sweep_mask_pairs<ID, EXMY_RZ><<<132 * 16, 256>>>(sat, table, d, served);
+        }
+        ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
+        ck_assert_int_eq(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+        ck_assert_int_eq(cudaMemcpy(&n, served, sizeof n, cudaMemcpyDeviceToHost), cudaSuccess);
+        printf("bf16 pairs by masks %-10s %s sat=%d: %llu differences from the core's decoded "
+               "codes, %llu of 2^32 pairs served%s", name, mode ? "rz " : "rne", sat, h.count, n,
+               what);
+        if (h.count) printf(" (first: 0x%08x pair 0x%x core 0x%x)", h.x, h.fast, h.core);
+        printf("\n");
+        /* pairs of finite halves (bf16 has 2^8 patterns of inf and NaN):
+         * (2^16 - 2^8)^2, all served but overflows */
+        const unsigned long long finite = (65536ull - 256) * (65536ull - 256);
+        ck_assert_msg(n <= finite && n > finite - (finite >> 6), "%s: %llu pairs served", name, n);
+        if (mode == 1 || sat) ck_assert_msg(n == finite, "%s: %llu pairs served", name, n);
+        total += h.count;
+      }
+    cudaFree(table);
   }
   cudaFree(served);
   cudaFree(d);

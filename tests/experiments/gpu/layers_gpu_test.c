@@ -986,19 +986,19 @@ START_TEST(bf16_storage_images) {
   const float scales[2] = {1.7f, 1.0f / 1.7f}; /* {s, 1/s}, s not a power of two */
   float *d_si = dev_from(scales, sizeof scales);
   uint16_t *got = malloc(N * 2), *want = malloc(N * 2);
-  static const char *const formats[] = {"e8m3", "e4m3", "e5m2", "bf16"};
+  static const char *const formats[] = {"e8m3", "e4m3", "e5m2", "bf16", "e8m5"};
   static const exmy_rounding modes[] = {EXMY_RNE, EXMY_RZ, EXMY_SR};
   static const char *const kernels[4] = {"stored values", "SwiGLU forward",
                                          "SwiGLU backward dh1", "SwiGLU backward dh3"};
   long cases = 0;
-  for (int fi = 0; fi < 4; fi++) {
+  for (int fi = 0; fi < 5; fi++) {
     exmy_format f;
     ck_assert(!exmy_format_parse(formats[fi], &f));
     for (int mi = 0; mi < 3; mi++)
       for (int scaled = 0; scaled < 2; scaled++) {
         exmy_rounding_opts o = {0};
         o.mode = modes[mi];
-        o.saturate = fi == 1;
+        o.saturate = fi == 1 || fi == 4;
         o.seed = 77;
         o.offset = modes[mi] == EXMY_SR ? 4096 : 0;
         exmy_rounding_opts o3 = o;

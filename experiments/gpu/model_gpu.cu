@@ -283,19 +283,30 @@ static bool act_direct(gpu_model *g) {
   return g->act_bf16 && !g->act_unfused && !gtq_collecting(g->gq);
 }
 
-/* Whether both fills of the dY of `site` (dX's and dW's) are bf16's own rne
- * (gtq_use_bf16_identity), so that a producer may write that dY's image
- * itself, or a bf16 dY be its own operand. */
-static bool dy_fills_bf16_rne(const gpu_model *g, int site) {
-  return gtq_use_bf16_identity(g->gq, site, USE_DX_DY) &&
-         gtq_use_bf16_identity(g->gq, site, USE_DW_DY);
+/* The later use that reads the slot `use` fills (dW's X or dY, dX's W),
+ * or -1. */
+static int slot_reuse(int use) {
+  return use == USE_FWD_X    ? USE_DW_X
+         : use == USE_FWD_W  ? USE_DX_W
+         : use == USE_DX_DY  ? USE_DW_DY
+                             : -1;
+}
+
+/* Whether the fill of `use` of `site` and that of the slot's later use are
+ * both bf16's own rne (gtq_use_bf16_identity), so that a tensor stored in
+ * bf16 is that operand as it is, and a producer writing it in bf16 writes
+ * the operand itself. */
+static bool stored_own_operand(const gpu_model *g, int site, int use) {
+  const int reuse = slot_reuse(use);
+  return reuse >= 0 && gtq_use_bf16_identity(g->gq, site, use) &&
+         gtq_use_bf16_identity(g->gq, site, reuse);
 }
 
 /* act_dy for the dY of `site`: dy itself where both its fills are bf16's
- * own rne (dy_fills_bf16_rne: rne of dy is rne of bf16(dy), so the fill
+ * own rne (stored_own_operand: rne of dy is rne of bf16(dy), so the fill
  * makes act_dy's image from dy in one pass; act_direct), else act_dy. */
 static const float *act_dy_for(gpu_model *g, int site, float *dst, const float *dy, size_t n) {
-  if (act_direct(g) && dy_fills_bf16_rne(g, site)) {
+  if (act_direct(g) && stored_own_operand(g, site, USE_DX_DY)) {
     g->act_fused++;
     return dy;
   }
@@ -551,15 +562,6 @@ static void linear_backward(gpu_model *g, float *dinp, float *dw, const float *d
 /* Layer l's (or the one) tensor of n bf16 values in a float32 arena piece. */
 static uint16_t *bf16_at(float *base, size_t l, size_t n) { return (uint16_t *)base + l * n; }
 
-/* The later use that reads the slot `use` fills (dW's X or dY, dX's W),
- * or -1. */
-static int slot_reuse(int use) {
-  return use == USE_FWD_X    ? USE_DW_X
-         : use == USE_FWD_W  ? USE_DX_W
-         : use == USE_DX_DY  ? USE_DW_DY
-                             : -1;
-}
-
 /* The quant of `use` of `site` where bf16 values go into its operand image
  * by a pass of their own over the stored values (bf16_fill_finish) in place
  * of the float32 tensor's fill: an element-wise rounding into bf16 other
@@ -583,9 +585,7 @@ static const exmy_operand_quant *bf16_image_quant(const gpu_model *g, int site, 
  * own operand both times, or rounded into its image in one pass
  * (bf16_image_quant). */
 static bool stored_read_direct(const gpu_model *g, int site, int use) {
-  return (gtq_use_bf16_identity(g->gq, site, use) &&
-          gtq_use_bf16_identity(g->gq, site, slot_reuse(use))) ||
-         bf16_image_quant(g, site, use);
+  return stored_own_operand(g, site, use) || bf16_image_quant(g, site, use);
 }
 
 /* Rounds n bf16 values into the slot of fill w (gtq_fill_bf16_slot) as the
@@ -679,13 +679,6 @@ static void swiglu_backward_into_dy_slots(gpu_model *g, int l, size_t n, void *s
   g->swiglu_fused++;
 }
 
-/* Whether hg stored in bf16 is W2's X as it is (site s2; outside statistics
- * steps, stored_operand): both its fills bf16's own rne. */
-static bool hg_own_operand(const gpu_model *g, int s2) {
-  return gtq_use_bf16_identity(g->gq, s2, USE_FWD_X) &&
-         gtq_use_bf16_identity(g->gq, s2, USE_DW_X);
-}
-
 /* The quants of SwiGLU's tensors on bf16 storage written as GEMM operand
  * images by SwiGLU's kernels (gpu_swiglu_*_bf16_storage_image), in place of
  * the stored tensors and the fills' passes, outside statistics steps (whose
@@ -698,14 +691,14 @@ static bool hg_own_operand(const gpu_model *g, int s2) {
  * NULL.  `layout`: the question asked when the storage is laid out, before
  * any step. */
 static const exmy_operand_quant *hg_image_quant(gpu_model *g, int s2, bool layout = false) {
-  if ((!layout && !act_direct(g)) || hg_own_operand(g, s2)) return nullptr;
+  if ((!layout && !act_direct(g)) || stored_own_operand(g, s2, USE_FWD_X)) return nullptr;
   const exmy_operand_quant *q = bf16_image_quant(g, s2, USE_FWD_X);
   if (!q || q->scaling.kind == EXMY_SCALING_TENSOR) return nullptr;
   return q;
 }
 static const exmy_operand_quant *dh_image_quant(gpu_model *g, int l, bool layout = false) {
-  if ((!layout && !act_direct(g)) || dy_fills_bf16_rne(g, site_index(g, l, SITE_W1)))
-    return nullptr;
+  const int s1 = site_index(g, l, SITE_W1);
+  if ((!layout && !act_direct(g)) || stored_own_operand(g, s1, USE_DX_DY)) return nullptr;
   const exmy_operand_quant *q = swiglu_dy_images(g, l);
   if (!q || q->scaling.kind == EXMY_SCALING_TENSOR) return nullptr;
   return q;
@@ -784,7 +777,7 @@ static void mlp_backward_bf16(gpu_model *g, int l, const float *dy_w2, const flo
    * backward writes it again, the forward's bits, in the pass that reads h1
    * and h3 anyway; dW2 comes after it either way (W2's dY slot is untouched
    * in between: the dY images below take dh1's and dh3's buffers) */
-  const bool hg_stored = hg_own_operand(g, s2);
+  const bool hg_stored = stored_own_operand(g, s2, USE_FWD_X);
   const exmy_operand_quant *dh_image = dh_image_quant(g, l); /* not current scaling */
   unsigned int *dh_amax[2] = {nullptr, nullptr}; /* the stored dh1's and dh3's */
   if (dh_image) { /* dh1's and dh3's buffers lent to their images */
@@ -839,7 +832,7 @@ static void *bf16_rne_slot(gpu_model *g, int site, int use, int slot, size_t n) 
 /* Where RMSNorm's backward writes the residual gradient dres (n values) in
  * bf16 as the dY of `site` (W2's or W_O's: gpu_rmsnorm_backward_bf16),
  * outside statistics steps (gtq_fusable_bf16): where that dY's fills are
- * bf16's own rne of dres (dy_fills_bf16_rne), its slot, reserved as the
+ * bf16's own rne of dres (stored_own_operand), its slot, reserved as the
  * fill would reserve it (bf16_rne_slot); under bf16 activations, where
  * they are element-wise roundings of bf16(dres) into another image
  * (bf16_image_quant; not sr, whose stream indices the fill would take after
@@ -859,7 +852,7 @@ static DresDy dres_into_dy(gpu_model *g, int site, size_t n) {
   if (site < 0 || g->dres_unfused || !gtq_fusable_bf16(g->gq, site, USE_DX_DY, USE_DW_DY))
     return d;
   d.site = site;
-  if (dy_fills_bf16_rne(g, site)) {
+  if (stored_own_operand(g, site, USE_DX_DY)) {
     d.y = bf16_rne_slot(g, site, USE_DX_DY, SLOT_DY, n);
   } else if (act_direct(g) && (d.image = bf16_image_quant(g, site, USE_DX_DY, false))) {
     gtq_fill_bf16_slot(g->gq, site, USE_DX_DY, SLOT_DY, n, nullptr, &d.w);
@@ -1323,13 +1316,13 @@ static bool flash_do_identity(const gpu_model *g, int l) {
 }
 
 /* Whether dqkv_into_operands makes the bits of Q's, K's and V's dY fills
- * of layer l: each dY, written in bf16, its own operand (dy_fills_bf16_rne)
- * or rounded into its image in place (bf16_image_quant). */
+ * of layer l: each dY, written in bf16, read as stored (stored_read_direct:
+ * its own operand, or rounded into its image in place). */
 static bool dqkv_direct_ok(const gpu_model *g, int l) {
   bool ok = true;
   for (int kind : {SITE_Q, SITE_K, SITE_V}) {
     const int site = site_index(g, l, kind);
-    ok = ok && (dy_fills_bf16_rne(g, site) || bf16_image_quant(g, site, USE_DX_DY));
+    ok = ok && stored_read_direct(g, site, USE_DX_DY);
   }
   return ok;
 }

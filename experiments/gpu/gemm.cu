@@ -926,14 +926,29 @@ static const float *beta_on_device(const gtq_ctx *g, float beta) {
   return g->consts + (beta == 0.0f ? 0 : 1);
 }
 
-/* alpha (and beta) for cuBLAS: host values, or device values when a scale
- * enters alpha (no synchronisation). */
-static bool device_alpha(gtq_ctx *g, float alpha, const gtq_operand &a, const gtq_operand &b,
-                         const float **pa) {
-  if (!a.scale && !b.scale) return false;
-  *pa = alpha_on_device(g, alpha, a.scale, b.scale);
-  return true;
-}
+/* alpha and beta for one cuBLAS call on operands a and b: the caller's host
+ * values, or, where a scale enters alpha, device words (alpha_on_device,
+ * beta_on_device: no synchronisation) with cuBLAS in device pointer mode
+ * for the object's life. */
+struct GemmScalars {
+  gtq_ctx *g;
+  const float *alpha, *beta;
+  bool on_device;
+  GemmScalars(gtq_ctx *ctx, const float &alpha_h, const float &beta_h, const gtq_operand &a,
+              const gtq_operand &b)
+      : g(ctx), alpha(&alpha_h), beta(&beta_h), on_device(a.scale || b.scale) {
+    if (!on_device) return;
+    alpha = alpha_on_device(g, alpha_h, a.scale, b.scale);
+    beta = beta_on_device(g, beta_h);
+    blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_DEVICE), "pointer mode");
+  }
+  ~GemmScalars() {
+    if (on_device)
+      blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_HOST), "pointer mode");
+  }
+  GemmScalars(const GemmScalars &) = delete;
+  GemmScalars &operator=(const GemmScalars &) = delete;
+};
 
 /* Statistics steps: the MX image of an operand as exmy_cuda_qgemm quantizes
  * it (dense, K contiguous: rows x k), again, for its statistics. */
@@ -1291,17 +1306,15 @@ static void nvfp4_gemm_bf16(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, f
   gtq_check(exmy_cuda_nvfp4_quantize_bf16(&qb.format, &qb.round, &qb.scaling,
                                           (const float *)b.ptr, b.ld, !tb, N, K, work, x.img[1],
                                           x.s_enc + 1, nullptr, st), "NVFP4 image (B)");
-  /* alpha · (1 / S_enc of A) · (1 / S_enc of B), each factor 1 / S_enc
-   * rounded as the reference dequantizes with it (k_alpha's __fdiv_rn(1, s)
-   * is exmy_core_nvfp4_tensor_decode), the products in that order */
-  const float *pa = alpha_on_device(g, alpha, x.s_enc, x.s_enc + 1);
-  const float *pb = beta_on_device(g, beta);
-  blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_DEVICE), "pointer mode");
-  /* C = op(A) op(B) with op(B)^T as n x k: the images, K contiguous */
-  row_major_gemm_ex(g, false, true, m, n, k, pa, gtq_operand_bf16(-1, 0, x.img[0], k),
-                    gtq_operand_bf16(-1, 0, x.img[1], k), CUDA_R_16BF, pb, c, CUDA_R_32F, ldc,
-                    CUBLAS_COMPUTE_32F, "cublasGemmEx (NVFP4)");
-  blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_HOST), "pointer mode");
+  /* C = op(A) op(B) with op(B)^T as n x k: the images, K contiguous; alpha
+   * · (1 / S_enc of A) · (1 / S_enc of B), each factor 1 / S_enc rounded as
+   * the reference dequantizes with it (k_alpha's __fdiv_rn(1, s) is
+   * exmy_core_nvfp4_tensor_decode), the products in that order */
+  gtq_operand ia = gtq_operand_bf16(-1, 0, x.img[0], k), ib = gtq_operand_bf16(-1, 0, x.img[1], k);
+  ia.scale = x.s_enc, ib.scale = x.s_enc + 1;
+  const GemmScalars ab(g, alpha, beta, ia, ib);
+  row_major_gemm_ex(g, false, true, m, n, k, ab.alpha, ia, ib, CUDA_R_16BF, ab.beta, c,
+                    CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, "cublasGemmEx (NVFP4)");
 }
 
 extern "C" void gtq_set_mx_reference(gtq_ctx *g, bool on) { g->mx_img.reference = on; }
@@ -2267,14 +2280,9 @@ extern "C" void gtq_gemm(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, floa
   const cudaDataType t = a.bf16 ? CUDA_R_16BF : CUDA_R_32F;
   /* float32 operands: pedantic, never TF32 (emulation needs the inputs as given) */
   const cublasComputeType_t ct = a.bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC;
-  const float *pa = &alpha, *pb = &beta;
-  const bool dev = device_alpha(g, alpha, a, b, &pa);
-  if (dev) {
-    pb = beta_on_device(g, beta);
-    blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_DEVICE), "pointer mode");
-  }
-  row_major_gemm_ex(g, ta, tb, m, n, k, pa, a, b, t, pb, c, CUDA_R_32F, ldc, ct, "cublasGemmEx");
-  if (dev) blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_HOST), "pointer mode");
+  const GemmScalars ab(g, alpha, beta, a, b);
+  row_major_gemm_ex(g, ta, tb, m, n, k, ab.alpha, a, b, t, ab.beta, c, CUDA_R_32F, ldc, ct,
+                    "cublasGemmEx");
 }
 
 extern "C" bool gtq_bf16_out_serves(const gtq_ctx *g, gtq_operand a, gtq_operand b) {
@@ -2289,15 +2297,9 @@ extern "C" void gtq_gemm_bf16_out(gtq_ctx *g, bool ta, bool tb, int m, int n, in
   if (!gtq_bf16_out_serves(g, a, b))
     gtq_check(cudaErrorInvalidValue, "gemm into bf16 (operands not bf16 images)");
   const float one = 1.0f, zero = 0.0f;
-  const float *pa = &one, *pb = &zero;
-  const bool dev = device_alpha(g, 1.0f, a, b, &pa); /* gtq_gemm's alpha for these scales */
-  if (dev) {
-    pb = beta_on_device(g, 0.0f);
-    blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_DEVICE), "pointer mode");
-  }
-  row_major_gemm_ex(g, ta, tb, m, n, k, pa, a, b, CUDA_R_16BF, pb, c, CUDA_R_16BF, ldc,
-                    CUBLAS_COMPUTE_32F, "cublasGemmEx (bf16 out)");
-  if (dev) blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_HOST), "pointer mode");
+  const GemmScalars ab(g, one, zero, a, b); /* gtq_gemm's alpha for these scales */
+  row_major_gemm_ex(g, ta, tb, m, n, k, ab.alpha, a, b, CUDA_R_16BF, ab.beta, c, CUDA_R_16BF,
+                    ldc, CUBLAS_COMPUTE_32F, "cublasGemmEx (bf16 out)");
 }
 
 extern "C" void gtq_gemm_batched(gtq_ctx *g, bool ta, bool tb, int m, int n, int k, float alpha,
@@ -2342,18 +2344,12 @@ extern "C" void gtq_gemm_batched(gtq_ctx *g, bool ta, bool tb, int m, int n, int
   gtq_check(cudaGetLastError(), "batch pointers");
   const cudaDataType t = a.bf16 ? CUDA_R_16BF : CUDA_R_32F;
   const cublasComputeType_t ct = a.bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_PEDANTIC;
-  const float *palpha = &alpha, *pbeta = &beta;
-  const bool dev = device_alpha(g, alpha, a, b, &palpha);
-  if (dev) {
-    pbeta = beta_on_device(g, beta);
-    blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_DEVICE), "pointer mode");
-  }
+  const GemmScalars ab(g, alpha, beta, a, b);
   blas_check(cublasGemmBatchedEx(g->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                 ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, palpha, pb_arr, t,
-                                 (int)b.ld, pa_arr, t, (int)a.ld, pbeta, (void *const *)pc_arr,
+                                 ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, ab.alpha, pb_arr, t,
+                                 (int)b.ld, pa_arr, t, (int)a.ld, ab.beta, (void *const *)pc_arr,
                                  CUDA_R_32F, (int)ldc, batch, ct, CUBLAS_GEMM_DEFAULT),
              "cublasGemmBatchedEx");
-  if (dev) blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_HOST), "pointer mode");
 }
 
 extern "C" void gtq_slot_download(gtq_ctx *g, int site, int slot, float *out, size_t n) {

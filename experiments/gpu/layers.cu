@@ -253,6 +253,19 @@ __global__ void rmsnorm_forward_kernel(float *out, float *rstd, float *inp, cons
  * elements a lane, the fill pass's groups (C % 8 == 0, so none crosses a
  * row): the same image, sr stream indices and amax as the float32 tensor
  * and the fill.  Dynamic shared memory: kWarpsPerBlock rows of C floats. */
+/* The staged RMSNorm kernels' warp: its row, its lane and the row's place
+ * in dynamic shared memory (kWarpsPerBlock rows of C floats). */
+struct StagedRow {
+  long row;
+  int lane;
+  float *xs;
+};
+__device__ __forceinline__ StagedRow staged_row(float *rows, int C) {
+  const int wid = threadIdx.x / 32;
+  return {(long)blockIdx.x * kWarpsPerBlock + wid, (int)(threadIdx.x & 31),
+          rows + (size_t)wid * C};
+}
+
 /* A warp's row staged in shared memory xs (C floats) by 16-byte loads, after
  * the residual add where there is one (add: inp + add written back to inp;
  * add_bf16: inp + add_bf16 widened, written to sum); returns the row's r,
@@ -304,9 +317,7 @@ __global__ void __launch_bounds__(kThreads)
   using namespace exmy_cuda;
   extern __shared__ __align__(16) float rows[];
   const auto &f = kernel_format<ID>(rt);
-  const int lane = threadIdx.x & 31, wid = threadIdx.x / 32;
-  const long row = (long)blockIdx.x * kWarpsPerBlock + wid;
-  float *xs = rows + (size_t)wid * C;
+  const auto [row, lane, xs] = staged_row(rows, C);
   float m = 0.0f;
   if (row < N) {
     const float r = stage_row(xs, inp, add, add_bf16, sum, row, C, lane);
@@ -340,9 +351,7 @@ __global__ void __launch_bounds__(kThreads)
                                 const float *__restrict__ w, int N, int C,
                                 unsigned int *amax_bits) {
   extern __shared__ __align__(16) float rows[];
-  const int lane = threadIdx.x & 31, wid = threadIdx.x / 32;
-  const long row = (long)blockIdx.x * kWarpsPerBlock + wid;
-  float *xs = rows + (size_t)wid * C;
+  const auto [row, lane, xs] = staged_row(rows, C);
   float m = 0.0f;
   if (row < N) {
     const float r = stage_row(xs, inp, add, add_bf16, sum, row, C, lane);

@@ -242,13 +242,17 @@ static unsigned long long check_runs(const char *name, const exmy_format &f, con
    * but the overflows it leaves to the core */
   unsigned long long *served, n;
   ck_assert_int_eq(cudaMalloc(&served, sizeof *served), cudaSuccess);
-  for (int sat = 0; sat <= 1; sat++) {
+  /* a sweep that counts: d and served zeroed, launch(), then h and n */
+  auto counted = [&](auto launch) {
     ck_assert_int_eq(cudaMemset(d, 0, sizeof *d), cudaSuccess);
     ck_assert_int_eq(cudaMemset(served, 0, sizeof *served), cudaSuccess);
-    k_sweep_value<ID><<<132 * 16, 256>>>(f, sat, d, served);
+    launch();
     ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
     ck_assert_int_eq(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
     ck_assert_int_eq(cudaMemcpy(&n, served, sizeof n, cudaMemcpyDeviceToHost), cudaSuccess);
+  };
+  for (int sat = 0; sat <= 1; sat++) {
+    counted([&] { k_sweep_value<ID><<<132 * 16, 256>>>(f, sat, d, served); });
     printf("fast path %-14s value  rne  sat=%d: %llu differences from the core's decoded code, "
            "%llu inputs served%s", name, sat, h.count, n, what);
     if (h.count) printf(" (first: 0x%08x fast 0x%x core 0x%x)", h.x, h.fast, h.core);
@@ -258,12 +262,7 @@ static unsigned long long check_runs(const char *name, const exmy_format &f, con
     total += h.count;
   }
   if constexpr (HwPair<ID>::enabled) { /* the hardware's pair, saturating rne */
-    ck_assert_int_eq(cudaMemset(d, 0, sizeof *d), cudaSuccess);
-    ck_assert_int_eq(cudaMemset(served, 0, sizeof *served), cudaSuccess);
-    k_sweep_hw_pair<ID><<<132 * 16, 256>>>(d, served);
-    ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
-    ck_assert_int_eq(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
-    ck_assert_int_eq(cudaMemcpy(&n, served, sizeof n, cudaMemcpyDeviceToHost), cudaSuccess);
+    counted([&] { k_sweep_hw_pair<ID><<<132 * 16, 256>>>(d, served); });
     printf("hardware pair %-10s rne  sat=1: %llu differences from the core's decoded code, "
            "%llu finite pairs%s", name, h.count, n, what);
     if (h.count) printf(" (first: 0x%08x hw 0x%x core 0x%x)", h.x, h.fast, h.core);
@@ -273,12 +272,7 @@ static unsigned long long check_runs(const char *name, const exmy_format &f, con
   }
   if constexpr (by_mask_enabled<ID>()) { /* float32 bits with a mask: rz, rne */
     for (int sat = 0; sat <= 1; sat++) {
-      ck_assert_int_eq(cudaMemset(d, 0, sizeof *d), cudaSuccess);
-      ck_assert_int_eq(cudaMemset(served, 0, sizeof *served), cudaSuccess);
-      k_sweep_mask<ID><<<132 * 16, 256>>>(sat, d, served);
-      ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
-      ck_assert_int_eq(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
-      ck_assert_int_eq(cudaMemcpy(&n, served, sizeof n, cudaMemcpyDeviceToHost), cudaSuccess);
+      counted([&] { k_sweep_mask<ID><<<132 * 16, 256>>>(sat, d, served); });
       printf("by masks %-15s rz, rne sat=%d: %llu differences from the core's decoded codes, "
              "%llu finite inputs served by rne%s", name, sat, h.count, n, what);
       if (h.count) printf(" (first: 0x%08x mask 0x%x core 0x%x)", h.x, h.fast, h.core);
@@ -292,18 +286,15 @@ static unsigned long long check_runs(const char *name, const exmy_format &f, con
     ck_assert_int_eq(cudaMalloc(&table, 4 << 16), cudaSuccess);
     for (int mode = 0; mode < 2; mode++)
       for (int sat = 0; sat <= 1; sat++) {
-        ck_assert_int_eq(cudaMemset(d, 0, sizeof *d), cudaSuccess);
-        ck_assert_int_eq(cudaMemset(served, 0, sizeof *served), cudaSuccess);
-        if (mode == 0) {
-          k_mask_table<ID, EXMY_RNE><<<256, 256>>>(sat, table);
-          k_sweep_mask_pairs<ID, EXMY_RNE><<<132 * 16, 256>>>(sat, table, d, served);
-        } else {
-          k_mask_table<ID, EXMY_RZ><<<256, 256>>>(sat, table);
-          k_sweep_mask_pairs<ID, EXMY_RZ><<<132 * 16, 256>>>(sat, table, d, served);
-        }
-        ck_assert_int_eq(cudaDeviceSynchronize(), cudaSuccess);
-        ck_assert_int_eq(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
-        ck_assert_int_eq(cudaMemcpy(&n, served, sizeof n, cudaMemcpyDeviceToHost), cudaSuccess);
+        counted([&] {
+          if (mode == 0) {
+            k_mask_table<ID, EXMY_RNE><<<256, 256>>>(sat, table);
+            k_sweep_mask_pairs<ID, EXMY_RNE><<<132 * 16, 256>>>(sat, table, d, served);
+          } else {
+            k_mask_table<ID, EXMY_RZ><<<256, 256>>>(sat, table);
+            k_sweep_mask_pairs<ID, EXMY_RZ><<<132 * 16, 256>>>(sat, table, d, served);
+          }
+        });
         printf("bf16 pairs by masks %-10s %s sat=%d: %llu differences from the core's decoded "
                "codes, %llu of 2^32 pairs served%s", name, mode ? "rz " : "rne", sat, h.count, n,
                what);

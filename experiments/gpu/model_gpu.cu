@@ -931,6 +931,9 @@ static bool rmsnorm_into_operand(gpu_model *g, float *out, float *rstd, float *x
   if (site < 0 || g->rmsnorm_fwd_unfused || !gpu_rmsnorm_forward_bf16_serves(C)) return false;
   const exmy_operand_quant *q = gtq_fusable_bf16(g->gq, site, USE_FWD_X, USE_DW_X);
   if (!q || !gpu_bf16_operand_serves(&q->format)) return false;
+  /* a word that other sites' fills take is folded by current scaling's
+   * first pass only (sites[0] not current-scaled: the float32 path folds it) */
+  if (amax && q->scaling.kind != EXMY_SCALING_TENSOR) return false;
   gtq_bf16_fill fill;
   gtq_fill_bf16_slot_lent(g->gq, site, USE_FWD_X, SLOT_X, out, N, C, &fill);
   bool f32 = keep_f32;

@@ -2036,12 +2036,13 @@ START_TEST(model_bf16_storage_bit_identical) {
         stats_differ += memcmp(&mp[0].gsites[i].stats[u], &mp[1].gsites[i].stats[u],
                                sizeof(exmy_tensor_stats)) != 0;
     /* bytes: h1 and h3, 4 a value for every layer, now 2; hg, 4 for one layer
-     * (lean), now 2 for every layer (the operand W2's dW reads, in place of
-     * its slot outside the arena); dh1, dh3 and dhg 4, now 2; O (atty), 4 for
-     * every layer, now 2, and the fused kernel's float32 output, 4 for one */
+     * (lean), now 2 for one layer (SwiGLU's backward makes it again for the
+     * dW that reads it as its operand); dh1, dh3 and dhg 4, now 2; O (atty),
+     * 4 for every layer, now 2, and the fused kernel's float32 output, 4 for
+     * one */
     const size_t L = mc.n_layers, BTH = (size_t)mp[0].N * mc.hidden,
                  BTC = (size_t)mp[0].N * mc.dim;
-    const size_t want = (2 * L + 10) * BTH + (2 * L - 4) * BTC;
+    const size_t want = (4 * L + 8) * BTH + (2 * L - 4) * BTC;
     /* images made by SwiGLU's kernels: each layer's forward and backward in
      * the two steps outside statistics (E8M3); none where the stored tensors
      * are their own operands (bf16) or under float32 storage */

@@ -433,13 +433,13 @@ static unsigned int *stored_amax_word(gpu_model *g, int l, int tensor,
                                       std::initializer_list<int> readers, int use) {
   return gtq_collecting(g->gq) ? nullptr : amax_word_of(g, l, tensor, readers, use);
 }
-/* Whether the producer writing bf16 values into the slot of fill w, which
- * then become the image of quant `image` in place, folds their amax into
- * the slot's own word (w.amax_bits) for current scaling's scale, in place
- * of bf16_fill_finish's amax pass (off with amax folding). */
-static bool slot_word_folded(const gpu_model *g, const gtq_bf16_fill &w,
-                             const exmy_operand_quant *image) {
-  return image && w.current && !g->amax_unfolded;
+/* The slot's own word (w.amax_bits) where the producer writing bf16 values
+ * into the slot of fill w, which then become the image of quant `image` in
+ * place, folds their amax into it for current scaling's scale, in place of
+ * bf16_fill_finish's amax pass; else NULL (also with amax folding off). */
+static unsigned int *slot_folded_word(const gpu_model *g, const gtq_bf16_fill &w,
+                                      const exmy_operand_quant *image) {
+  return image && w.current && !g->amax_unfolded ? w.amax_bits : nullptr;
 }
 
 /* Zeroes the words before the producers of a forward or a backward fold
@@ -837,9 +837,9 @@ static void *bf16_rne_slot(gpu_model *g, int site, int use, int slot, size_t n) 
  * they are element-wise roundings of bf16(dres) into another image
  * (bf16_image_quant; not sr, whose stream indices the fill would take after
  * RMSNorm's other outputs), the slot reserved, the image made there in
- * place by dres_dy_finish once RMSNorm has written it (current scaling:
- * the scale of the bf16 values' amax, which RMSNorm folds into the slot's
- * word: dres_dy_amax); else y NULL (act_dy and the fill's pass).  The GEMMs then
+ * place by rmsnorm_backward_into_dy once RMSNorm has written it (current
+ * scaling: the scale of the bf16 values' amax, which RMSNorm folds into
+ * the slot's word); else y NULL (act_dy and the fill's pass).  The GEMMs then
  * take the slot as filled. */
 struct DresDy {
   void *y = nullptr;
@@ -863,16 +863,19 @@ static DresDy dres_into_dy(gpu_model *g, int site, size_t n) {
   g->dres_fused++;
   return d;
 }
-/* The word RMSNorm's backward folds its bf16 output's amax into: the slot's
- * own under current scaling (so dres_dy_finish runs no amax pass), else
- * `other` (amax_word's). */
-static unsigned int *dres_dy_amax(const gpu_model *g, const DresDy &d, unsigned int *other) {
-  return slot_word_folded(g, d.w, d.image) ? d.w.amax_bits : other;
-}
-static void dres_dy_finish(gpu_model *g, const DresDy &d, size_t n) {
+/* RMSNorm's backward (gpu_rmsnorm_backward_bf16: dres, its gradients of
+ * the weight dw and of the input, x, w, rstd) with dres rounded to bf16
+ * into d.y, its amax folded into the slot's own word under current scaling
+ * (so the fill runs no amax pass), else into `amax` (amax_word's); then
+ * d's image made there in place. */
+static void rmsnorm_backward_into_dy(gpu_model *g, const DresDy &d, float *dw, const float *x,
+                                     const float *w, const float *rstd, unsigned int *amax) {
+  const grad_act_tensors &ga = g->grad_acts;
+  const int N = g->B * g->T, C = g->cfg.dim;
+  unsigned int *own = slot_folded_word(g, d.w, d.image);
+  gpu_rmsnorm_backward_bf16(ga.dres, d.y, dw, ga.dln, x, w, rstd, N, C, own ? own : amax, g->s);
   if (d.image)
-    bf16_fill_finish(g, d.site, USE_DX_DY, SLOT_DY, d.w, d.image, n, nullptr,
-                     slot_word_folded(g, d.w, d.image) ? d.w.amax_bits : nullptr);
+    bf16_fill_finish(g, d.site, USE_DX_DY, SLOT_DY, d.w, d.image, (size_t)N * C, nullptr, own);
 }
 
 /* SwiGLU's forward writing hg straight into W2's X slot as its bf16
@@ -1351,7 +1354,7 @@ static void dqkv_into_operands(gpu_model *g, int l, const float *ln1,
     const exmy_operand_quant *image = bf16_image_quant(g, site, USE_DX_DY); /* NULL: its own */
     gtq_bf16_fill w;
     gtq_fill_bf16_slot(g->gq, site, USE_DX_DY, SLOT_DY, n, nullptr, &w);
-    unsigned int *folded = slot_word_folded(g, w, image) ? w.amax_bits : nullptr;
+    unsigned int *folded = slot_folded_word(g, w, image);
     gtq_check(gpu_rope_bf16_storage((uint16_t *)w.y, (const uint16_t *)dx, g->rope_cos,
                                     g->rope_sin, g->B, g->T, i ? c.n_kv_heads : c.n_heads, hs,
                                     true, folded, g->s),
@@ -2094,9 +2097,8 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     return smooth ? DresDy{} : dres_into_dy(g, site_index(g, l, SITE_W2), BTC);
   };
   DresDy w2_img = w2_dy(L - 1);
-  gpu_rmsnorm_backward_bf16(d.dres, w2_img.y, gr.rmsf, d.dln, a.res + L * BTC, p.rmsf,
-                            a.lnf_rstd, N, C, dres_dy_amax(g, w2_img, dres_amax(L - 1)), s);
-  dres_dy_finish(g, w2_img, BTC);
+  rmsnorm_backward_into_dy(g, w2_img, gr.rmsf, a.res + L * BTC, p.rmsf, a.lnf_rstd,
+                           dres_amax(L - 1));
   for (int l = L - 1; l >= 0; l--) {
     const float *res = a.res + l * BTC, *ln1 = a.ln1 + l * BTC, *q = a.q + l * BTC,
                 *k = a.k + l * BTK, *v = a.v + l * BTK, *atty = a.atty + l * BTC,
@@ -2156,10 +2158,8 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     }
     unsigned int *dres_wo_amax = amax_word(g, l, AMAX_DRES_WO, {SITE_O}, USE_DX_DY);
     const DresDy wo_img = dres_into_dy(g, site_index(g, l, SITE_O), BTC);
-    gpu_rmsnorm_backward_bf16(d.dres, wo_img.y, gr.rms2 + (size_t)l * C, d.dln, res_mid,
-                              p.rms2 + (size_t)l * C, a.ln2_rstd + (size_t)l * N, N, C,
-                              dres_dy_amax(g, wo_img, dres_wo_amax), s);
-    dres_dy_finish(g, wo_img, BTC);
+    rmsnorm_backward_into_dy(g, wo_img, gr.rms2 + (size_t)l * C, res_mid, p.rms2 + (size_t)l * C,
+                             a.ln2_rstd + (size_t)l * N, dres_wo_amax);
     /* WO's output gradient */
     const bool wo_filled = wo_img.y != nullptr;
     const float *dy_o =
@@ -2230,10 +2230,8 @@ extern "C" void gpu_model_backward(gpu_model *g, float loss_scale) {
     act_sum_flush(g);
     gtq_share_end(g->gq);
     w2_img = l > 0 ? w2_dy(l - 1) : DresDy{};
-    gpu_rmsnorm_backward_bf16(d.dres, w2_img.y, gr.rms1 + (size_t)l * C, d.dln, res,
-                              p.rms1 + (size_t)l * C, a.ln1_rstd + (size_t)l * N, N, C,
-                              dres_dy_amax(g, w2_img, dres_amax(l - 1)), s);
-    dres_dy_finish(g, w2_img, BTC);
+    rmsnorm_backward_into_dy(g, w2_img, gr.rms1 + (size_t)l * C, res, p.rms1 + (size_t)l * C,
+                             a.ln1_rstd + (size_t)l * N, dres_amax(l - 1));
   }
   gpu_encoder_backward(gr.wte, d.dres, g->bucket_start, g->bucket_pos, V, C, s);
   });

@@ -10,6 +10,7 @@
 
 #include <type_traits>
 
+#include "cuda/exmy_cuda.h"
 #include "cuda/fast_path.cuh"
 #include "cuda/kernel_common.cuh"
 
@@ -246,6 +247,32 @@ __device__ __forceinline__ float2 scale_pair_from_amax(unsigned int amax_bits, f
                                                        int margin, int pow2) {
   const float s = exmy_core_scale_from_amax(fmax, __uint_as_float(amax_bits), margin, pow2);
   return make_float2(s, __fdiv_rn(1.0f, s));
+}
+
+/* The {s, 1/s} a block rounds with: `given` (device; NULL: unscaled), or
+ * under exmy_cuda_amax_scale the pair of its amax word, worked out by one
+ * thread into `shared` for the block (block 0 also leaves it in scale_out,
+ * and the products' alphas).  Every thread of the block calls it; issue
+ * the loads before it, so that they overlap the one thread's read of the
+ * word.  (One thread a block, not one a warp: at the memory's speed, eight
+ * times the work of the scale cost more than the block's wait; measured.) */
+__device__ __forceinline__ const float *block_scale_pair(const float *given,
+                                                         const exmy_cuda_amax_scale &c,
+                                                         float *shared) {
+  if (!c.amax_bits) return given;
+  if (threadIdx.x == 0) {
+    const float s = exmy_core_scale_from_amax_shrink(c.fmax, __uint_as_float(*c.amax_bits),
+                                                     c.shrink, c.pow2);
+    const float inv = __fdiv_rn(1.0f, s);
+    shared[0] = s, shared[1] = inv;
+    if (blockIdx.x == 0) {
+      c.scale_out[0] = s, c.scale_out[1] = inv;
+      for (int k = 0; k < 2; k++)
+        if (c.product_alpha[k]) *c.product_alpha[k] = inv * __fdiv_rn(1.0f, c.partner[k][0]);
+    }
+  }
+  __syncthreads();
+  return shared;
 }
 
 /* A thread's 8 elements from base of x (n in all) under per-tensor scale s,

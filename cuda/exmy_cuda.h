@@ -229,6 +229,34 @@ cudaError_t exmy_cuda_delayed_end(const exmy_format *f, int margin, bool pow2,
 cudaError_t exmy_cuda_scale_from_amax(const exmy_format *f, int margin, bool pow2,
                                       const unsigned int *amax_bits, float *scale_inv,
                                       cudaStream_t stream);
+/* Current scaling's scale worked out by the kernel that rounds with it, in
+ * place of exmy_cuda_scale_from_amax's one-thread kernel before it: each
+ * block takes s = exmy_scale_from_amax(fmax, *amax_bits, margin, pow2)
+ * (fmax: the format's largest value; shrink: 2^-margin, made on the host by
+ * exmy_cuda_amax_scale_of) and block 0 leaves {s, 1/s} in
+ * scale_out (device, two floats), as exmy_cuda_scale_from_amax would.
+ * amax_bits NULL: none (the scale, if any, is given).  Block 0 also leaves,
+ * for up to two products of this tensor's scaled image with another's
+ * (partner[k]: that one's device {s_k, 1/s_k}, final before the kernel),
+ * the factor that takes the product back to the tensors' own: product_alpha[k]
+ * = (1/s)(1/s_k), each inverse rounded once (NULL: none). */
+typedef struct {
+  const unsigned int *amax_bits;
+  float fmax;
+  double shrink; /* 2^-margin */
+  int pow2;
+  float *scale_out;
+  const float *partner[2];
+  float *product_alpha[2];
+} exmy_cuda_amax_scale;
+exmy_cuda_amax_scale exmy_cuda_amax_scale_of(const exmy_format *f, int margin, bool pow2,
+                                             const unsigned int *amax_bits, float *scale_out);
+/* exmy_cuda_scale_from_amax then exmy_cuda_quantize_scaled_bf16, in one
+ * kernel: the same bits and the same {s, 1/s} in sc->scale_out. */
+cudaError_t exmy_cuda_quantize_amax_scaled_bf16(const exmy_format *f,
+                                                const exmy_rounding_opts *o,
+                                                const exmy_cuda_amax_scale *sc, const float *x,
+                                                void *y, size_t n, cudaStream_t stream);
 /* The amax pass of exmy_cuda_quantize_tensor_bf16 on its own: x's finite max
  * |x| folded into *amax_bits (device; the caller zeroes it), as float bits.
  * Then exmy_cuda_scale_from_amax and exmy_cuda_quantize_scaled_bf16 are that

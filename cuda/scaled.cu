@@ -9,6 +9,7 @@
  * they are deterministic; their double sums differ from the CPU's only by the
  * order of additions.
  */
+#include <algorithm>
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdint.h>
@@ -153,14 +154,16 @@ template <int ID, int MODE>
 __global__ void __launch_bounds__(kThreads)
     k_quantize_scaled_bf16(const __grid_constant__ exmy_format rt, const __grid_constant__ KOpts o,
                            const float *__restrict__ x, uint16_t *__restrict__ y, size_t n,
-                           int vec, const float *scale_inv, unsigned int *amax_bits) {
+                           int vec, const float *scale_inv, const exmy_cuda_amax_scale cs,
+                           unsigned int *amax_bits) {
   const auto &f = kernel_format<ID>(rt);
   const size_t base = ((size_t)blockIdx.x * kThreads + threadIdx.x) * kPer;
-  float m = 0.0f;
+  float m = 0.0f, v[kPer];
+  const bool full = base < n && load8(x, base, n, vec, v);
+  __shared__ float pair[2];
+  scale_inv = block_scale_pair(scale_inv, cs, pair);
   if (base < n) {
-    float v[kPer];
     uint32_t c[kPer];
-    const bool full = load8(x, base, n, vec, v);
     quantize8_bf16<ID, MODE>(f, o, base, n, v, scale_inv, m, c);
     store8<uint16_t>(y, base, n, full, c);
   }
@@ -171,19 +174,23 @@ __global__ void __launch_bounds__(kThreads)
 template <int ID>
 struct ScaledBf16Op {
   static void run(const exmy_format &f, const KOpts &k, const float *x, uint16_t *y, size_t n,
-                  const float *si, unsigned int *amax, cudaStream_t s) {
+                  const float *si, const exmy_cuda_amax_scale &cs, unsigned int *amax,
+                  cudaStream_t s) {
     const int vec = (((uintptr_t)x | (uintptr_t)y) & 15u) == 0;
-    const unsigned blocks = blocks_for((n + kPer - 1) / kPer, kThreads);
+    /* one block at least: block 0 writes a scale worked out (n may be 0) */
+    const unsigned blocks = std::max(1u, blocks_for((n + kPer - 1) / kPer, kThreads));
     with_operand_mode<ID>(k.mode, [&](auto mode) {
       k_quantize_scaled_bf16<ID, decltype(mode)::value><<<blocks, kThreads, 0, s>>>(
-          f, k, x, y, n, vec, si, amax);
+          f, k, x, y, n, vec, si, cs, amax);
     });
   }
 };
 
+/* si: the scale given (or NULL: unscaled), unless cs names an amax word */
 void launch_scaled_bf16_any(const exmy_format &f, const KOpts &k, const float *x, uint16_t *y,
-                            size_t n, const float *si, unsigned int *amax, cudaStream_t s) {
-  with_spec_format<EXMY_GPU_BF16, ScaledBf16Op>(&f, f, k, x, y, n, si, amax, s);
+                            size_t n, const float *si, unsigned int *amax, cudaStream_t s,
+                            const exmy_cuda_amax_scale &cs = {}) {
+  with_spec_format<EXMY_GPU_BF16, ScaledBf16Op>(&f, f, k, x, y, n, si, cs, amax, s);
 }
 
 /* exmy_delayed_state_update on the device, the history's position
@@ -451,6 +458,29 @@ extern "C" cudaError_t exmy_cuda_quantize_scaled_bf16(const exmy_format *f,
   if (!exmy_cuda_bf16_exact(f) || exmy_rounding_opts_check(o) != 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   launch_scaled_bf16_any(*f, kopts_of(o), x, (uint16_t *)y, n, scale_inv, nullptr, stream);
+  return cudaGetLastError();
+}
+
+extern "C" exmy_cuda_amax_scale exmy_cuda_amax_scale_of(const exmy_format *f, int margin,
+                                                        bool pow2, const unsigned int *amax_bits,
+                                                        float *scale_out) {
+  exmy_format_info info;
+  exmy_format_get_info(f, &info);
+  exmy_cuda_amax_scale c = {};
+  c.amax_bits = amax_bits, c.fmax = info.max, c.shrink = ldexp(1.0, -margin), c.pow2 = (int)pow2;
+  c.scale_out = scale_out;
+  return c;
+}
+
+extern "C" cudaError_t exmy_cuda_quantize_amax_scaled_bf16(const exmy_format *f,
+                                                           const exmy_rounding_opts *o,
+                                                           const exmy_cuda_amax_scale *sc,
+                                                           const float *x, void *y, size_t n,
+                                                           cudaStream_t stream) {
+  if (!exmy_cuda_bf16_exact(f) || exmy_rounding_opts_check(o) != 0 || !sc || !sc->amax_bits ||
+      !sc->scale_out)
+    return cudaErrorInvalidValue;
+  launch_scaled_bf16_any(*f, kopts_of(o), x, (uint16_t *)y, n, nullptr, nullptr, stream, *sc);
   return cudaGetLastError();
 }
 

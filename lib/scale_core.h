@@ -76,10 +76,18 @@ EXMY_HD int exmy_pow2_exponent(float s, int *k) {
  * or where s would not be a positive finite float.  The division rounds once,
  * and so does the conversion of the double product (exact: a float times a
  * power of two), exactly as ldexpf(fmax / amax, -margin) would. */
+EXMY_HD float exmy_core_scale_from_amax_shrink(float fmax, float amax, double shrink,
+                                               int pow2);
 EXMY_HD float exmy_core_scale_from_amax(float fmax, float amax, int margin,
                                         int pow2) {
+  return exmy_core_scale_from_amax_shrink(fmax, amax, exp2((double)-margin), pow2);
+}
+/* The same with 2^-margin given (shrink), for a GPU kernel whose every block
+ * works the scale out: exp2 in double once on the host, not per block. */
+EXMY_HD float exmy_core_scale_from_amax_shrink(float fmax, float amax, double shrink,
+                                               int pow2) {
   if (!(amax > 0.0f) || !isfinite(amax)) return 1.0f;
-  float s = (float)((double)exmy_fdiv_rn(fmax, amax) * exp2((double)-margin));
+  float s = (float)((double)exmy_fdiv_rn(fmax, amax) * shrink);
   if (!isfinite(s) || !(s > 0.0f)) return 1.0f;
   if (pow2) s = exmy_floor_pow2f(s);
   return s;

@@ -31,7 +31,12 @@ struct Slot {
   unsigned int *amax = nullptr; /* device: a producer's amax for current scaling */
   bool scaled = false;
   bool borrowed = false; /* data is another site's slot (a share region's fill) */
+  uint64_t fills = 0;    /* how many fills so far: which scale the slot holds */
 };
+
+/* The unordered pair of two different slots of a site: 0 {X, W}, 1 {X, dY},
+ * 2 {W, dY}. */
+static int slot_pair(int a, int b) { return a + b - 1; }
 
 struct Site {
   Slot slot[SLOTS_PER_SITE];
@@ -42,6 +47,12 @@ struct Site {
   exmy_tensor_stats *stats = nullptr; /* device, USES_PER_SITE */
   bool filled_stats[USES_PER_SITE] = {};
   bool bf16 = false;
+  /* A GEMM's alpha for each pair of slots (slot_pair; device), made by the
+   * kernel that rounded one of them with a scale it worked out
+   * (exmy_cuda_amax_scale's product_alpha), and the two slots' fills (lower
+   * slot first) it was made from: it holds while they hold. */
+  float *pair_alpha = nullptr;
+  uint64_t pair_fills[3][2] = {};
 };
 
 __global__ void k_alpha(float alpha, const float *sa, const float *sb, float *out) {
@@ -338,6 +349,10 @@ struct gtq_ctx {
   int n_fills = 0;
   uint64_t last_tag = 0;
   unsigned long long slots_borrowed = 0;
+  /* gtq_set_scale_nodes (a test switch) and the GEMMs whose alpha a
+   * rounding kernel made */
+  bool scale_nodes = false;
+  unsigned long long alphas_paired = 0;
   AccumFast accum; /* cuBLASLt's FP8 GEMM for the hopper models */
 };
 
@@ -382,6 +397,7 @@ extern "C" gtq_ctx *gtq_new(tq_site *sites, int n_sites, cudaStream_t stream) {
       gtq_check(cudaMalloc((void **)&s.slot[sl].scale, 2 * sizeof(float)), "cudaMalloc (scale)");
       gtq_check(cudaMalloc((void **)&s.slot[sl].amax, sizeof(unsigned int)), "cudaMalloc (amax)");
     }
+    gtq_check(cudaMalloc((void **)&s.pair_alpha, 3 * sizeof(float)), "cudaMalloc (alphas)");
   }
   g->last_tag = (uint64_t)1 << 32; /* above every history length */
   const float consts[2] = {0.0f, 1.0f};
@@ -410,6 +426,7 @@ extern "C" void gtq_free(gtq_ctx *g) {
     }
     for (int u = 0; u < USES_PER_SITE; u++) exmy_cuda_delayed_state_free(s.delayed[u]);
     cudaFree(s.stats);
+    cudaFree(s.pair_alpha);
   }
   delete[] g->sites;
   cudaFree(g->dy_shared);
@@ -631,6 +648,23 @@ static ReadKey element_read_key(const exmy_operand_quant &q, const float *x, lon
   return key;
 }
 
+/* For the kernel that rounds slot `slot` of site s with a scale it works
+ * out (c): the alphas of the GEMMs that pair that slot with the site's other
+ * scaled slots, as they stand now, recorded as made from both slots'
+ * current fills. */
+static void pair_alphas(Site *s, int slot, exmy_cuda_amax_scale *c) {
+  int k = 0;
+  for (int other = 0; other < SLOTS_PER_SITE; other++) {
+    const Slot &o = s->slot[other];
+    if (other == slot || !o.scaled || !o.fills) continue;
+    const int p = slot_pair(slot, other);
+    c->partner[k] = o.scale;
+    c->product_alpha[k++] = s->pair_alpha + p;
+    const int lo = slot < other ? slot : other, hi = slot < other ? other : slot;
+    s->pair_fills[p][0] = s->slot[lo].fills, s->pair_fills[p][1] = s->slot[hi].fills;
+  }
+}
+
 extern "C" gtq_operand gtq_operand_for_gemm(gtq_ctx *g, int site, int use, int slot, bool fill,
                                             const float *x, long ld, long rows, long cols) {
   return gtq_operand_for_gemm_amax(g, site, use, slot, fill, x, ld, rows, cols, nullptr);
@@ -650,6 +684,7 @@ extern "C" gtq_operand gtq_operand_for_gemm_amax(gtq_ctx *g, int site, int use, 
   Site &s = g->sites[site];
   Slot &sl = s.slot[slot];
   const size_t n = (size_t)rows * cols;
+  if (fill) sl.fills++;
   if (fill && sl.borrowed) { /* a borrow lasts until the slot's next fill */
     sl.data = nullptr;
     sl.cap = 0;
@@ -713,20 +748,27 @@ extern "C" gtq_operand gtq_operand_for_gemm_amax(gtq_ctx *g, int site, int use, 
       const exmy_scaling &sc = q.scaling;
       if (sc.kind == EXMY_SCALING_NONE)
         gtq_check(exmy_cuda_quantize_bf16(&q.format, &o, src, sl.data, n, st), "quantize (bf16)");
-      else if (sc.kind == EXMY_SCALING_TENSOR && x_amax) {
-        gtq_check(exmy_cuda_scale_from_amax(&q.format, sc.margin, sc.pow2, x_amax, sl.scale, st),
-                  "tensor scaling (scale of the producer's amax)");
-        gtq_check(exmy_cuda_quantize_scaled_bf16(&q.format, &o, sl.scale, src, sl.data, n, st),
-                  "quantize (bf16, tensor scaling)");
-      } else if (sc.kind == EXMY_SCALING_TENSOR) {
-        /* exmy_cuda_quantize_tensor_bf16 with the amax in the slot's own word:
-         * nothing from the stream's scratch in a step a CUDA graph replays */
-        gtq_check(cudaMemsetAsync(sl.amax, 0, sizeof(unsigned int), st), "memset (amax)");
-        gtq_check(exmy_cuda_amax_fold(src, n, sl.amax, st), "amax");
-        gtq_check(exmy_cuda_scale_from_amax(&q.format, sc.margin, sc.pow2, sl.amax, sl.scale, st),
-                  "tensor scaling (scale)");
-        gtq_check(exmy_cuda_quantize_scaled_bf16(&q.format, &o, sl.scale, src, sl.data, n, st),
-                  "quantize (bf16, tensor scaling)");
+      else if (sc.kind == EXMY_SCALING_TENSOR) {
+        /* the scale of the producer's amax, or of an amax pass into the
+         * slot's own word (nothing from the stream's scratch in a step a CUDA
+         * graph replays), worked out by the rounding kernel */
+        if (!x_amax) {
+          gtq_check(cudaMemsetAsync(sl.amax, 0, sizeof(unsigned int), st), "memset (amax)");
+          gtq_check(exmy_cuda_amax_fold(src, n, sl.amax, st), "amax");
+        }
+        exmy_cuda_amax_scale cs = exmy_cuda_amax_scale_of(
+            &q.format, sc.margin, sc.pow2, x_amax ? x_amax : sl.amax, sl.scale);
+        if (g->scale_nodes) {
+          gtq_check(exmy_cuda_scale_from_amax(&q.format, sc.margin, sc.pow2, cs.amax_bits,
+                                              sl.scale, st),
+                    "tensor scaling (scale)");
+          gtq_check(exmy_cuda_quantize_scaled_bf16(&q.format, &o, sl.scale, src, sl.data, n, st),
+                    "quantize (bf16, tensor scaling)");
+        } else {
+          pair_alphas(&s, slot, &cs);
+          gtq_check(exmy_cuda_quantize_amax_scaled_bf16(&q.format, &o, &cs, src, sl.data, n, st),
+                    "quantize (bf16, tensor scaling)");
+        }
       }
       else
         gtq_check(exmy_cuda_quantize_delayed_bf16(&q.format, &o, sc.margin, sc.pow2,
@@ -820,6 +862,7 @@ extern "C" void gtq_fill_bf16_slot(gtq_ctx *g, int site, int use, int slot, size
                                    void *spare, gtq_bf16_fill *fill) {
   Site &s = g->sites[site];
   Slot &sl = s.slot[slot];
+  sl.fills++;
   if (sl.borrowed) { /* never the owner's buffer */
     sl.data = nullptr;
     sl.cap = 0;
@@ -876,18 +919,46 @@ extern "C" bool gtq_fill_borrows(const gtq_ctx *g, int site, int use, int slot, 
                     true) != nullptr;
 }
 
+/* A current-scaled fill's scale, of the word `amax` or the slot's own:
+ * false for other fills; else *c names the word and the slot's scale. */
+static bool fill_scale_of_amax(const gtq_ctx *g, int site, int use, int slot,
+                               const gtq_bf16_fill *fill, const unsigned int *amax,
+                               exmy_cuda_amax_scale *c) {
+  if (!fill->current) return false;
+  const Slot &sl = g->sites[site].slot[slot];
+  const exmy_operand_quant &q = g->host[site].op[use];
+  *c = exmy_cuda_amax_scale_of(&q.format, q.scaling.margin, q.scaling.pow2,
+                               amax ? amax : sl.amax, sl.scale);
+  return true;
+}
+
 extern "C" void gtq_fill_bf16_scale(gtq_ctx *g, int site, int use, int slot,
                                     gtq_bf16_fill *fill, const unsigned int *amax) {
-  if (!fill->current) return;
-  Slot &sl = g->sites[site].slot[slot];
+  exmy_cuda_amax_scale c;
+  if (!fill_scale_of_amax(g, site, use, slot, fill, amax, &c)) return;
   const exmy_operand_quant &q = g->host[site].op[use];
-  gtq_check(exmy_cuda_scale_from_amax(&q.format, q.scaling.margin, q.scaling.pow2,
-                                      amax ? amax : sl.amax, sl.scale, g->stream),
+  gtq_check(exmy_cuda_scale_from_amax(&q.format, q.scaling.margin, q.scaling.pow2, c.amax_bits,
+                                      c.scale_out, g->stream),
             "tensor scaling (scale)");
-  fill->scale_inv = sl.scale;
+  fill->scale_inv = c.scale_out;
   fill->amax_bits = nullptr;
   fill->current = false;
 }
+
+extern "C" void gtq_fill_bf16_scale_by_kernel(gtq_ctx *g, int site, int use, int slot,
+                                              gtq_bf16_fill *fill, const unsigned int *amax) {
+  if (g->scale_nodes) return gtq_fill_bf16_scale(g, site, use, slot, fill, amax);
+  exmy_cuda_amax_scale c;
+  if (!fill_scale_of_amax(g, site, use, slot, fill, amax, &c)) return;
+  pair_alphas(&g->sites[site], slot, &c);
+  fill->of_amax = c;
+  fill->scale_inv = nullptr;
+  fill->amax_bits = nullptr;
+  fill->current = false;
+}
+
+extern "C" void gtq_set_scale_nodes(gtq_ctx *g, bool on) { g->scale_nodes = on; }
+extern "C" unsigned long long gtq_alphas_paired(const gtq_ctx *g) { return g->alphas_paired; }
 
 extern "C" void gtq_fill_bf16_done(gtq_ctx *g, int site, int use, int slot) {
   Site &s = g->sites[site];
@@ -926,8 +997,32 @@ static const float *beta_on_device(const gtq_ctx *g, float beta) {
   return g->consts + (beta == 0.0f ? 0 : 1);
 }
 
+/* The alpha of a GEMM of operands a and b (alpha 1) that a rounding kernel
+ * made (Site::pair_alpha), where a and b are two scaled slots of one site
+ * and neither has been filled since; else NULL. */
+static const float *pair_alpha_made(gtq_ctx *g, float alpha, const gtq_operand &a,
+                                    const gtq_operand &b) {
+  if (alpha != 1.0f || !a.scale || !b.scale || a.site != b.site || a.site < 0 ||
+      a.site >= g->n_sites)
+    return nullptr;
+  const Site &s = g->sites[a.site];
+  int ka = -1, kb = -1;
+  for (int k = 0; k < SLOTS_PER_SITE; k++) {
+    if (s.slot[k].scale == a.scale) ka = k;
+    if (s.slot[k].scale == b.scale) kb = k;
+  }
+  if (ka < 0 || kb < 0 || ka == kb) return nullptr;
+  const int p = slot_pair(ka, kb), lo = ka < kb ? ka : kb, hi = ka < kb ? kb : ka;
+  if (!s.pair_fills[p][0] || s.pair_fills[p][0] != s.slot[lo].fills ||
+      s.pair_fills[p][1] != s.slot[hi].fills)
+    return nullptr;
+  g->alphas_paired++;
+  return s.pair_alpha + p;
+}
+
 /* alpha and beta for one cuBLAS call on operands a and b: the caller's host
- * values, or, where a scale enters alpha, device words (alpha_on_device,
+ * values, or, where a scale enters alpha, device words (pair_alpha_made or
+ * alpha_on_device,
  * beta_on_device: no synchronisation) with cuBLAS in device pointer mode
  * for the object's life. */
 struct GemmScalars {
@@ -938,7 +1033,8 @@ struct GemmScalars {
               const gtq_operand &b)
       : g(ctx), alpha(&alpha_h), beta(&beta_h), on_device(a.scale || b.scale) {
     if (!on_device) return;
-    alpha = alpha_on_device(g, alpha_h, a.scale, b.scale);
+    alpha = pair_alpha_made(g, alpha_h, a, b);
+    if (!alpha) alpha = alpha_on_device(g, alpha_h, a.scale, b.scale);
     beta = beta_on_device(g, beta_h);
     blas_check(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_DEVICE), "pointer mode");
   }

@@ -117,6 +117,15 @@ unsigned long long gtq_mx_shared_hits(const gtq_ctx *g);
 unsigned long long gtq_slots_borrowed(const gtq_ctx *g);
 /* Tests: regions share nothing (each use rounds its own, as outside). */
 void gtq_set_share_off(gtq_ctx *g, bool off);
+/* Tests: on = every current-scaled fill's scale made by a one-thread kernel
+ * (exmy_cuda_scale_from_amax) before its rounding, and every scaled GEMM's
+ * alpha by another; the default: the rounding kernel works the scale out
+ * (exmy_cuda_amax_scale), and with it the alphas of the GEMMs that pair its
+ * slot with the site's other scaled slots, which a GEMM takes while neither
+ * slot has been filled since.  gtq_alphas_paired counts the GEMMs that took
+ * such an alpha. */
+void gtq_set_scale_nodes(gtq_ctx *g, bool on);
+unsigned long long gtq_alphas_paired(const gtq_ctx *g);
 /* A share region around a site's two backward GEMMs (dX = dY W, then
  * dW += dY^T X) where both read dY as MX images (not sr): dX's image of dY
  * along OC is made in one pass with dW's along the tokens
@@ -235,7 +244,11 @@ bool gtq_use_reads_source(const gtq_ctx *g, int site, int use);
  * then gtq_fill_bf16_scale sets scale_inv to the scale of that amax (and
  * amax_bits to NULL), as exmy_cuda_quantize_tensor_bf16 does, or of the word
  * `amax` (not NULL: the tensor's amax as its producer folded it, amax_bits
- * left unused); nothing for other fills.  The caller then writes y, and gtq_fill_bf16_done records the
+ * left unused); nothing for other fills.  gtq_fill_bf16_scale_by_kernel is
+ * the same for a kernel that works the scale out itself (layers.h's
+ * gpu_bf16_scaling.of_amax): it launches nothing, sets of_amax to that amax
+ * word and the slot's scale, and leaves scale_inv NULL.  The caller then
+ * writes y, and gtq_fill_bf16_done records the
  * amax and moves the delayed state on (nothing for the other scalings).  The
  * later uses take the slot with fill = false.  spare (device, 2n bytes, or
  * NULL): for a second image filled before the first one's GEMMs have run,
@@ -248,12 +261,15 @@ typedef struct {
   const float *scale_inv;
   unsigned int *amax_bits;
   bool current;
+  exmy_cuda_amax_scale of_amax;
 } gtq_bf16_fill;
 const exmy_operand_quant *gtq_fusable_bf16(const gtq_ctx *g, int site, int use, int reuse);
 void gtq_fill_bf16_slot(gtq_ctx *g, int site, int use, int slot, size_t n, void *spare,
                         gtq_bf16_fill *fill);
 void gtq_fill_bf16_scale(gtq_ctx *g, int site, int use, int slot, gtq_bf16_fill *fill,
                          const unsigned int *amax);
+void gtq_fill_bf16_scale_by_kernel(gtq_ctx *g, int site, int use, int slot,
+                                   gtq_bf16_fill *fill, const unsigned int *amax);
 /* gtq_fill_bf16_slot for an image of the dense float32 tensor x (rows x
  * cols), recorded inside a share region as the fill of x, so that a later
  * fill of x the same way borrows the slot as it would borrow a pass's

@@ -23,6 +23,7 @@
 #include "lib/scale_core.h"
 
 #include <cuda_bf16.h>
+#include <algorithm>
 #include <initializer_list>
 #include <type_traits>
 #include <stdint.h>
@@ -313,14 +314,17 @@ __global__ void __launch_bounds__(kThreads)
                                 float *inp, const float *__restrict__ add,
                                 const uint16_t *__restrict__ add_bf16, float *sum,
                                 const float *__restrict__ w, int N, int C, int vec,
-                                const float *si, unsigned int *amax_bits) {
+                                const float *si, const exmy_cuda_amax_scale cs,
+                                unsigned int *amax_bits) {
   using namespace exmy_cuda;
   extern __shared__ __align__(16) float rows[];
+  __shared__ float pair[2];
   const auto &f = kernel_format<ID>(rt);
   const auto [row, lane, xs] = staged_row(rows, C);
   float m = 0.0f;
+  const float r = row < N ? stage_row(xs, inp, add, add_bf16, sum, row, C, lane) : 0.0f;
+  si = block_scale_pair(si, cs, pair);
   if (row < N) {
-    const float r = stage_row(xs, inp, add, add_bf16, sum, row, C, lane);
     for (int c = lane; c < C; c += 32) {
       const float v = __fmul_rn(__fmul_rn(xs[c], r), w[c]);
       xs[c] = v;
@@ -646,9 +650,9 @@ struct RmsnormBf16Op {
       const int vec = ((uintptr_t)out & 15u) == 0;
       exmy_cuda::with_operand_mode<ID>(o.mode, [&](auto mode) {
         rmsnorm_forward_bf16_kernel<ID, decltype(mode)::value>
-            <<<warp_per_row_grid(N), kThreads, sizeof(float) * kWarpsPerBlock * C, s>>>(
-                f, o, out, out_f32, rstd, inp, add, add_bf16, sum, w, N, C, vec, sc.scale_inv,
-                sc.amax_bits);
+            <<<std::max(1u, warp_per_row_grid(N)), kThreads, sizeof(float) * kWarpsPerBlock * C,
+               s>>>(f, o, out, out_f32, rstd, inp, add, add_bf16, sum, w, N, C, vec, sc.scale_inv,
+                sc.of_amax, sc.amax_bits);
       });
       return true;
     }
@@ -1086,12 +1090,17 @@ template <int ID, int MODE>
 __global__ void __launch_bounds__(exmy_cuda::kThreads)
     bf16_storage_image_kernel(const __grid_constant__ exmy_format rt,
                               const __grid_constant__ KOpts o, uint16_t *y, const uint16_t *x,
-                              size_t n, const float *si, unsigned int *amax) {
+                              size_t n, const float *si, const exmy_cuda_amax_scale cs,
+                              unsigned int *amax) {
   using namespace exmy_cuda;
   const auto &f = kernel_format<ID>(rt);
   const size_t i = (size_t)blockIdx.x * exmy_cuda::kThreads + threadIdx.x, base = i * kPer;
   float m = 0.0f;
-  if (base < n) store_image8<ID, MODE>(f, o, y, i, n, load_bf16x8(x, i), si, m);
+  bf16x8 v;
+  if (base < n) v = load_bf16x8(x, i);
+  __shared__ float pair[2];
+  si = block_scale_pair(si, cs, pair);
+  if (base < n) store_image8<ID, MODE>(f, o, y, i, n, v, si, m);
   fold_output_amax(m, amax);
 }
 
@@ -1634,6 +1643,20 @@ bool gpu_rmsnorm_forward_bf16_serves(int C) {
   return C > 0 && C % exmy_cuda::kPer == 0 && C <= kRmsnormBf16MaxC;
 }
 
+/* Whether sc leaves no scale for the kernel to work out (of_amax): the
+ * kernels other than gpu_bf16_storage_image's and RMSNorm's take a scale
+ * given. */
+static bool scale_given(const gpu_bf16_scaling *sc) { return !sc || !sc->of_amax.amax_bits; }
+
+/* Whether the staged kernels (stage_row) take N rows of C: widths they
+ * serve, and the rows they read or write whole (the input, the float32 or
+ * bf16 addend, the sum) 16-byte aligned. */
+static bool staged_rows_ok(int N, int C, const float *inp, const float *add,
+                           const uint16_t *add_bf16, const float *sum) {
+  return N >= 0 && gpu_rmsnorm_forward_bf16_serves(C) &&
+         (((uintptr_t)inp | (uintptr_t)add | (uintptr_t)add_bf16 | (uintptr_t)sum) & 15u) == 0;
+}
+
 static cudaError_t launch_rmsnorm_forward_bf16(void *out, float *out_f32, float *rstd,
                                                float *inp, const float *add,
                                                const uint16_t *add_bf16, float *sum,
@@ -1641,11 +1664,10 @@ static cudaError_t launch_rmsnorm_forward_bf16(void *out, float *out_f32, float 
                                                const exmy_format *f,
                                                const exmy_rounding_opts *o,
                                                const gpu_bf16_scaling *sc, cudaStream_t s) {
-  if (!gpu_bf16_operand_serves(f) || exmy_rounding_opts_check(o) != 0 || N < 0 ||
-      !gpu_rmsnorm_forward_bf16_serves(C) ||
-      (((uintptr_t)inp | (uintptr_t)add | (uintptr_t)add_bf16 | (uintptr_t)sum) & 15u))
+  if (!gpu_bf16_operand_serves(f) || exmy_rounding_opts_check(o) != 0 ||
+      !staged_rows_ok(N, C, inp, add, add_bf16, sum))
     return cudaErrorInvalidValue;
-  if (!N) return cudaSuccess;
+  if (!N && scale_given(sc)) return cudaSuccess; /* else block 0 writes the scale */
   const gpu_bf16_scaling none = {nullptr, nullptr};
   const bool launched = with_spec_format<EXMY_GPU_BF16, RmsnormBf16Op>(
       f, *f, kopts_of(o), (uint16_t *)out, out_f32, rstd, inp, add, add_bf16, sum, w, N, C,
@@ -1666,9 +1688,8 @@ cudaError_t gpu_rmsnorm_forward_amax(float *rstd, float *inp, const float *add,
                                      const float *w, int N, int C, unsigned int *amax,
                                      cudaStream_t s) {
   float *row_in = add_bf16 ? const_cast<float *>(base) : inp, *sum = add_bf16 ? inp : nullptr;
-  if (!amax || (add && add_bf16) || !add_bf16 != !base || N < 0 ||
-      !gpu_rmsnorm_forward_bf16_serves(C) ||
-      (((uintptr_t)row_in | (uintptr_t)add | (uintptr_t)add_bf16 | (uintptr_t)sum) & 15u))
+  if (!amax || (add && add_bf16) || !add_bf16 != !base ||
+      !staged_rows_ok(N, C, row_in, add, add_bf16, sum))
     return cudaErrorInvalidValue;
   if (!N) return cudaSuccess;
   rmsnorm_forward_amax_kernel<<<warp_per_row_grid(N), kThreads,
@@ -1828,7 +1849,9 @@ cudaError_t gpu_swiglu_backward_bf16(void *dh1, void *dh3, const float *dout, co
                                      const exmy_rounding_opts *o1, const exmy_rounding_opts *o3,
                                      const gpu_bf16_scaling *sc1, const gpu_bf16_scaling *sc3,
                                      cudaStream_t s) {
-  if (!gpu_bf16_operand_serves(f) || !gradient_pair_opts_ok(o1, o3)) return cudaErrorInvalidValue;
+  if (!gpu_bf16_operand_serves(f) || !gradient_pair_opts_ok(o1, o3) || !scale_given(sc1) ||
+      !scale_given(sc3))
+    return cudaErrorInvalidValue;
   if (!n) return cudaSuccess;
   const gpu_bf16_scaling none = {nullptr, nullptr};
   const bool launched = with_spec_format<EXMY_GPU_BF16, SwigluBf16Op>(
@@ -1840,7 +1863,7 @@ cudaError_t gpu_swiglu_backward_bf16(void *dh1, void *dh3, const float *dout, co
 cudaError_t gpu_swiglu_forward_bf16(void *out, const float *h1, const float *h3, size_t n,
                                     const exmy_format *f, const exmy_rounding_opts *o,
                                     const gpu_bf16_scaling *sc, cudaStream_t s) {
-  if (!gpu_bf16_operand_serves(f) || exmy_rounding_opts_check(o) != 0)
+  if (!gpu_bf16_operand_serves(f) || exmy_rounding_opts_check(o) != 0 || !scale_given(sc))
     return cudaErrorInvalidValue;
   if (!n) return cudaSuccess;
   const gpu_bf16_scaling none = {nullptr, nullptr};
@@ -1860,14 +1883,14 @@ cudaError_t gpu_bf16_storage_image(void *y, const uint16_t *x, size_t n, const e
   if (!gpu_bf16_operand_serves(f) || exmy_rounding_opts_check(o) != 0 ||
       !bf16_storage_ok(n, {y, x}))
     return cudaErrorInvalidValue;
-  if (!n) return cudaSuccess;
   const gpu_bf16_scaling c = sc ? *sc : gpu_bf16_scaling{nullptr, nullptr};
+  if (!n && scale_given(&c)) return cudaSuccess; /* else block 0 writes the scale */
   const KOpts ko = kopts_of(o);
   const bool launched =
       with_spec_format<EXMY_GPU_BF16, Bf16ImageLaunch>(f, ko.mode, [&](auto id, auto mode) {
         bf16_storage_image_kernel<decltype(id)::value, decltype(mode)::value>
-            <<<image_blocks(n), exmy_cuda::kThreads, 0, s>>>(*f, ko, (uint16_t *)y, x, n,
-                                                             c.scale_inv, c.amax_bits);
+            <<<std::max(1u, image_blocks(n)), exmy_cuda::kThreads, 0, s>>>(*f, ko, (uint16_t *)y, x, n,
+                                                             c.scale_inv, c.of_amax, c.amax_bits);
       });
   return launched ? cudaGetLastError() : cudaErrorInvalidValue;
 }
@@ -1885,7 +1908,7 @@ cudaError_t gpu_swiglu_forward_bf16_storage_image(void *out, const uint16_t *h1,
                                                   const exmy_format *f,
                                                   const exmy_rounding_opts *o,
                                                   const gpu_bf16_scaling *sc, cudaStream_t s) {
-  if (!gpu_bf16_operand_serves(f) || exmy_rounding_opts_check(o) != 0 ||
+  if (!gpu_bf16_operand_serves(f) || exmy_rounding_opts_check(o) != 0 || !scale_given(sc) ||
       !bf16_storage_ok(n, {out, h1, h3}))
     return cudaErrorInvalidValue;
   if (!n) return cudaSuccess;
@@ -1905,8 +1928,8 @@ cudaError_t gpu_swiglu_backward_bf16_storage_image(
     void *dh1, void *dh3, const uint16_t *dout, const uint16_t *h1, const uint16_t *h3, size_t n,
     const exmy_format *f, const exmy_rounding_opts *o1, const exmy_rounding_opts *o3,
     const gpu_bf16_scaling *sc1, const gpu_bf16_scaling *sc3, cudaStream_t s) {
-  if (!gpu_bf16_operand_serves(f) || !gradient_pair_opts_ok(o1, o3) ||
-      !bf16_storage_ok(n, {dh1, dh3, dout, h1, h3}))
+  if (!gpu_bf16_operand_serves(f) || !gradient_pair_opts_ok(o1, o3) || !scale_given(sc1) ||
+      !scale_given(sc3) || !bf16_storage_ok(n, {dh1, dh3, dout, h1, h3}))
     return cudaErrorInvalidValue;
   if (!n) return cudaSuccess;
   ensure_sigmoid_table(s);
@@ -1927,8 +1950,8 @@ cudaError_t gpu_rope_bf16(void *out, const float *x, const float *cos_t, const f
                           int B, int T, int nh, int hs, bool backward, const exmy_format *f,
                           const exmy_rounding_opts *o, const gpu_bf16_scaling *sc,
                           cudaStream_t s) {
-  if (!gpu_bf16_operand_serves(f) || exmy_rounding_opts_check(o) != 0 || B < 0 ||
-      T <= 0 || nh <= 0 || hs <= 0 || hs % 8)
+  if (!gpu_bf16_operand_serves(f) || exmy_rounding_opts_check(o) != 0 || !scale_given(sc) ||
+      B < 0 || T <= 0 || nh <= 0 || hs <= 0 || hs % 8)
     return cudaErrorInvalidValue;
   const size_t n = (size_t)B * T * nh * hs;
   if (!n) return cudaSuccess;

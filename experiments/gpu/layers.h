@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cuda/exmy_cuda.h"
 #include "experiments/trainer/adamw_core.h"
 #include "lib/exmy.h"
 
@@ -155,10 +156,14 @@ void gpu_scores_act_bf16(float *x, size_t n, int hs, cudaStream_t s);
  * exmy_cuda_scale_from_amax makes of gpu_swiglu_backward_amax's amax.  f must
  * pass gpu_bf16_operand_serves (a table format of the bf16 operand
  * path: bf16, e4m3, e5m2, e8m3..e8m6); any other f or options:
- * cudaErrorInvalidValue, nothing launched. */
+ * cudaErrorInvalidValue, nothing launched.  of_amax (gpu_bf16_storage_image
+ * and the RMSNorm kernels only; zero elsewhere): current scaling's scale
+ * worked out by the kernel from an amax word, in place of scale_inv (whose
+ * {s, 1/s} exmy_cuda_scale_from_amax would have made in of_amax.scale_out). */
 typedef struct {
   const float *scale_inv;
   unsigned int *amax_bits;
+  exmy_cuda_amax_scale of_amax;
 } gpu_bf16_scaling;
 bool gpu_bf16_operand_serves(const exmy_format *f);
 cudaError_t gpu_swiglu_backward_bf16(void *dh1, void *dh3, const float *dout, const float *h1,

@@ -178,6 +178,7 @@ struct gpu_model {
    * forward and of the backward; NULL where no fill takes a folded amax */
   unsigned int *amax_words;
   bool amax_unfolded;   /* gpu_model_set_amax_unfolded */
+  bool scale_nodes;     /* gpu_model_set_scale_nodes */
   /* The weights' words: one per site (n_sites), for the W of the linear
    * sites (the attention sites' and the unquantized ones' unused), folded
    * by AdamW as it writes the parameters (gpu_model_update); NULL where no
@@ -605,9 +606,9 @@ static void bf16_fill_finish(gpu_model *g, int site, int use, int slot, gtq_bf16
         g->amax_folded++;
       else
         gtq_check(gpu_bf16_storage_amax(x, n, w.amax_bits, g->s), "bf16 storage (amax)");
-      gtq_fill_bf16_scale(g->gq, site, use, slot, &w, amax);
+      gtq_fill_bf16_scale_by_kernel(g->gq, site, use, slot, &w, amax);
     }
-    const gpu_bf16_scaling sc = {w.scale_inv, w.amax_bits};
+    const gpu_bf16_scaling sc = {w.scale_inv, w.amax_bits, w.of_amax};
     gtq_check(gpu_bf16_storage_image(w.y, x, n, &q->format, &w.o, &sc, g->s),
               "bf16 storage (operand image)");
   }
@@ -948,10 +949,10 @@ static bool rmsnorm_into_operand(gpu_model *g, float *out, float *rstd, float *x
                                        C, amax ? amax : fill.amax_bits, g->s),
               "rmsnorm forward (amax)");
     if (amax) g->amax_folded++;
-    gtq_fill_bf16_scale(g->gq, site, USE_FWD_X, SLOT_X, &fill, amax);
+    gtq_fill_bf16_scale_by_kernel(g->gq, site, USE_FWD_X, SLOT_X, &fill, amax);
     add = nullptr, add_bf16 = nullptr;
   }
-  const gpu_bf16_scaling sc = {fill.scale_inv, fill.amax_bits};
+  const gpu_bf16_scaling sc = {fill.scale_inv, fill.amax_bits, fill.of_amax};
   if (add_bf16)
     gtq_check(gpu_add_bf16_rmsnorm_forward_bf16(fill.y, f32 ? out : nullptr, rstd, x, base,
                                                 add_bf16, w, N, C, &q->format, &fill.o, &sc,
@@ -1872,6 +1873,13 @@ extern "C" void gpu_model_set_amax_unfolded(gpu_model *g, bool on) {
   set_switch(g, &g->amax_unfolded, on, true, true);
 }
 extern "C" unsigned long long gpu_model_amax_folded(const gpu_model *g) { return g->amax_folded; }
+extern "C" void gpu_model_set_scale_nodes(gpu_model *g, bool on) {
+  set_switch(g, &g->scale_nodes, on, true, true);
+  gtq_set_scale_nodes(g->gq, on);
+}
+extern "C" unsigned long long gpu_model_alphas_paired(const gpu_model *g) {
+  return gtq_alphas_paired(g->gq);
+}
 extern "C" double gpu_memory_in_use_gib(void) {
   size_t free_b = 0, total_b = 0;
   if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return NAN;

@@ -205,6 +205,11 @@ unsigned long long gpu_model_act_bf16_fused(const gpu_model *g);
  * such an amax since gpu_model_new. */
 void gpu_model_set_amax_unfolded(gpu_model *g, bool on);
 unsigned long long gpu_model_amax_folded(const gpu_model *g);
+/* For tests: gtq_set_scale_nodes on the model's GEMMs (on = the scales and
+ * alphas of current scaling by one-thread kernels of their own), and
+ * gtq_alphas_paired since gpu_model_new. */
+void gpu_model_set_scale_nodes(gpu_model *g, bool on);
+unsigned long long gpu_model_alphas_paired(const gpu_model *g);
 /* For tests: on = the COAT moments (moments = coat) stored by AdamW and then
  * a group-quantization pass per moment (exmy_cuda_quantize_group_scaled_f32),
  * not by the fused gpu_adamw_coat (the default); the same bits either way. */

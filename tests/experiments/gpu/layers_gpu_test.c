@@ -831,7 +831,7 @@ START_TEST(swiglu_forward_bf16) {
           } else {
             CU(exmy_cuda_quantize_delayed_bf16(&f, &o, 1, true, false, st[0], d_hg, d_r, m, d_s,
                                                0));
-            gpu_bf16_scaling sc;
+            gpu_bf16_scaling sc = {0};
             CU(exmy_cuda_delayed_begin(st[1], &sc.scale_inv, &sc.amax_bits, 0));
             CU(gpu_swiglu_forward_bf16(y, a, b, m, &f, &o, &sc, 0));
             CU(exmy_cuda_delayed_end(&f, 1, true, false, st[1], d_s + 1, 0));
@@ -1003,8 +1003,8 @@ START_TEST(bf16_storage_images) {
         o.offset = modes[mi] == EXMY_SR ? 4096 : 0;
         exmy_rounding_opts o3 = o;
         if (modes[mi] == EXMY_SR) o3.offset += N;
-        const gpu_bf16_scaling sc1 = {scaled ? d_si : NULL, d_amax},
-                               sc3 = {scaled ? d_si : NULL, d_amax + 1};
+        const gpu_bf16_scaling sc1 = {.scale_inv = scaled ? d_si : NULL, .amax_bits = d_amax},
+                               sc3 = {.scale_inv = scaled ? d_si : NULL, .amax_bits = d_amax + 1};
         for (int k = 0; k < 4; k++) {
           CU(cudaMemset(d_amax, 0, 2 * sizeof(unsigned)));
           for (int t = 0; t < 3; t++) CU(cudaMemset(d_y[t], 0xFF, N * 2));
@@ -1332,7 +1332,7 @@ START_TEST(rmsnorm_forward_bf16) {
           } else {
             CU(exmy_cuda_quantize_delayed_bf16(&f, &o, 1, true, false, st[0], d_o1, d_img1, NC,
                                                d_s, 0));
-            gpu_bf16_scaling sc;
+            gpu_bf16_scaling sc = {0};
             CU(exmy_cuda_delayed_begin(st[1], &sc.scale_inv, &sc.amax_bits, 0));
             if (add16)
               CU(gpu_add_bf16_rmsnorm_forward_bf16(d_img2, o2, d_r2, d_s2, d_x2, d_addb, d_w, N,
@@ -1462,7 +1462,7 @@ START_TEST(rope_bf16) {
               } else {
                 CU(exmy_cuda_quantize_delayed_bf16(&f, &o, 0, false, false, st[0], d_w, d_r, n,
                                                    d_s, 0));
-                gpu_bf16_scaling sc;
+                gpu_bf16_scaling sc = {0};
                 CU(exmy_cuda_delayed_begin(st[1], &sc.scale_inv, &sc.amax_bits, 0));
                 CU(gpu_rope_bf16(y, d_x, rt.d_cs, rt.d_sn, B, T, nh, hs, dir, &f, &o, &sc, 0));
                 CU(exmy_cuda_delayed_end(&f, 0, false, false, st[1], d_s + 1, 0));
@@ -1504,10 +1504,10 @@ START_TEST(rope_bf16) {
         unsigned int *d_amax = dev_alloc(sizeof(unsigned int));
         float *d_si = dev_alloc(2 * sizeof(float));
         CU(cudaMemset(d_amax, 0, sizeof(unsigned int)));
-        const gpu_bf16_scaling first = {NULL, d_amax};
+        const gpu_bf16_scaling first = {.amax_bits = d_amax};
         CU(gpu_rope_bf16(NULL, d_x, rt.d_cs, rt.d_sn, B, T, nh, hs, dir, &f, &o, &first, 0));
         CU(exmy_cuda_scale_from_amax(&f, 1, true, d_amax, d_si, 0));
-        const gpu_bf16_scaling sc = {d_si, NULL};
+        const gpu_bf16_scaling sc = {.scale_inv = d_si};
         CU(gpu_rope_bf16(d_y, d_x, rt.d_cs, rt.d_sn, B, T, nh, hs, dir, &f, &o, &sc, 0));
         LAUNCHED();
         const size_t d = bf16_images_differ(d_y, d_r, n);
@@ -1537,6 +1537,15 @@ START_TEST(rope_bf16) {
 }
 END_TEST
 
+/* A per-tensor scaled case of the tests below: format, rounding,
+ * saturation, scale a power of two, margin. */
+typedef struct {
+  const char *format;
+  exmy_rounding mode;
+  bool saturate, pow2;
+  int margin;
+} scaled_case;
+
 /* The same for per-tensor scaled images, the trainer's fills under delayed
  * scaling (exmy_cuda_quantize_delayed_bf16 of each float32 gradient, against
  * exmy_cuda_delayed_begin, the fused kernel folding the amaxes, then
@@ -1547,12 +1556,7 @@ END_TEST
  * bit, over three steps from a state whose scale is not a power of two (the
  * history of 2 wraps), E4M3 and E5M2, aligned and not. */
 START_TEST(swiglu_backward_bf16_scaled) {
-  static const struct {
-    const char *format;
-    exmy_rounding mode;
-    bool saturate, pow2;
-    int margin;
-  } cases[] = {
+  static const scaled_case cases[] = {
       {"e4m3", EXMY_RNE, true, false, 0},
       {"e5m2", EXMY_RNE, true, false, 0},
       {"e5m2", EXMY_SR, true, true, 1},
@@ -1595,7 +1599,7 @@ START_TEST(swiglu_backward_bf16_scaled) {
                                              d_sr, 0));
           CU(exmy_cuda_quantize_delayed_bf16(&f, &o3, margin, pow2, false, st[1], d_dh3, d_r3, m,
                                              d_sr + 1, 0));
-          gpu_bf16_scaling sc1, sc3;
+          gpu_bf16_scaling sc1 = {0}, sc3 = {0};
           CU(exmy_cuda_delayed_begin(st[2], &sc1.scale_inv, &sc1.amax_bits, 0));
           CU(exmy_cuda_delayed_begin(st[3], &sc3.scale_inv, &sc3.amax_bits, 0));
           CU(gpu_swiglu_backward_bf16(y1, y3, dy, a, b, m, &f, &o1, &o3, &sc1, &sc3, 0));
@@ -1630,7 +1634,8 @@ START_TEST(swiglu_backward_bf16_scaled) {
         CU(gpu_swiglu_backward_amax(dy, a, b, m, d_amax, d_amax + 1, 0));
         CU(exmy_cuda_scale_from_amax(&f, margin, pow2, d_amax, d_si, 0));
         CU(exmy_cuda_scale_from_amax(&f, margin, pow2, d_amax + 1, d_si + 2, 0));
-        const gpu_bf16_scaling sc1 = {d_si, d_amax + 2}, sc3 = {d_si + 2, d_amax + 3};
+        const gpu_bf16_scaling sc1 = {.scale_inv = d_si, .amax_bits = d_amax + 2},
+                               sc3 = {.scale_inv = d_si + 2, .amax_bits = d_amax + 3};
         CU(gpu_swiglu_backward_bf16(y1, y3, dy, a, b, m, &f, &o1, &o3, &sc1, &sc3, 0));
         LAUNCHED();
         const size_t d1 = bf16_images_differ(y1, d_r1, m), d3 = bf16_images_differ(y3, d_r3, m);
@@ -2344,7 +2349,7 @@ START_TEST(scale_120m) {
     timer_report("swiglu_backward + 2 delayed", R, 32.0 * NH_);
     timer_start();
     for (int r = 0; r < R; r++) {
-      gpu_bf16_scaling sc1, sc3;
+      gpu_bf16_scaling sc1 = {0}, sc3 = {0};
       CU(exmy_cuda_delayed_begin(st1, &sc1.scale_inv, &sc1.amax_bits, 0));
       CU(exmy_cuda_delayed_begin(st3, &sc3.scale_inv, &sc3.amax_bits, 0));
       CU(gpu_swiglu_backward_bf16(q1, q3, b, a, b, NH_, &e5, &sat, &sat, &sc1, &sc3, 0));
@@ -2365,7 +2370,7 @@ START_TEST(scale_120m) {
       CU(gpu_swiglu_backward_amax(b, a, b, NH_, amax, amax + 1, 0));
       CU(exmy_cuda_scale_from_amax(&e5, 0, false, amax, si, 0));
       CU(exmy_cuda_scale_from_amax(&e5, 0, false, amax + 1, si + 2, 0));
-      const gpu_bf16_scaling sc1 = {si, NULL}, sc3 = {si + 2, NULL};
+      const gpu_bf16_scaling sc1 = {.scale_inv = si}, sc3 = {.scale_inv = si + 2};
       CU(gpu_swiglu_backward_bf16(q1, q3, b, a, b, NH_, &e5, &sat, &sat, &sc1, &sc3, 0));
     }
     timer_report("swiglu_backward_bf16 current", R, 28.0 * NH_);
@@ -2577,6 +2582,119 @@ START_TEST(act_bf16_elementwise) {
 }
 END_TEST
 
+/* Current scaling's scale worked out by the rounding kernel
+ * (exmy_cuda_amax_scale: gpu_bf16_storage_image, the RMSNorm image kernels,
+ * exmy_cuda_quantize_amax_scaled_bf16) against the one-thread kernel before
+ * it (exmy_cuda_scale_from_amax, then the same kernel with that scale): the
+ * images and the {s, 1/s} left for the GEMM's alpha bit for bit; E4M3 and
+ * E5M2 saturating by rne, E8M3 by rz, margins 0 and 2, powers of two or
+ * not; sizes of one block, of many and of a last block part full; an amax
+ * of 0 (s = 1); the kernels that take only a given scale refuse one. */
+START_TEST(scale_of_amax) {
+  static const scaled_case cases[] = {
+      {"e4m3", EXMY_RNE, true, false, 0},
+      {"e5m2", EXMY_RNE, true, true, 2},
+      {"e8m3", EXMY_RZ, false, false, 2},
+  };
+  static const size_t sizes[] = {2048, 8 * 3001, 1 << 20};
+  enum { C = 768, N = 41 };
+  const size_t most = 1 << 20;
+  float *x = rand_floats(most, -3, 3, 901);
+  for (size_t i = 0; i < most; i += 997) x[i] *= 1e3f; /* a wide range: s far from 1 */
+  x[most / 2] = NAN;
+  float *d_x = dev_from(x, most * 4), *d_zero = dev_alloc(most * 4);
+  CU(cudaMemset(d_zero, 0, most * 4));
+  uint16_t *d_b = dev_alloc(most * 2), *d_ref = dev_alloc(most * 2), *d_got = dev_alloc(most * 2);
+  uint16_t *ref = malloc(most * 2), *got = malloc(most * 2);
+  unsigned *d_amax = dev_alloc(sizeof(unsigned));
+  float *d_si = dev_alloc(4 * sizeof(float)); /* [0..1] reference, [2..3] the kernel's */
+  exmy_format bf;
+  ck_assert_int_eq(exmy_format_parse("bf16", &bf), 0);
+  const exmy_rounding_opts rne = {0};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    exmy_format f;
+    ck_assert_int_eq(exmy_format_parse(cases[c].format, &f), 0);
+    exmy_rounding_opts o = {0};
+    o.mode = cases[c].mode, o.saturate = cases[c].saturate;
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+      for (int zero = 0; zero < 2; zero++) {
+        const size_t n = sizes[si];
+        const float *src = zero ? d_zero : d_x;
+        for (int kernel = 0; kernel < 3; kernel++) {
+          const char *name = kernel == 0 ? "bf16_storage_image"
+                             : kernel == 1 ? "quantize_amax_scaled_bf16"
+                                           : "rmsnorm_forward_bf16";
+          const size_t m = kernel == 2 ? (size_t)N * C : n;
+          if (kernel == 2 && si) continue; /* RMSNorm: one shape */
+          float *d_rows = NULL, *d_w = NULL, *d_r = NULL;
+          CU(cudaMemset(d_amax, 0, sizeof(unsigned)));
+          CU(cudaMemset(d_si, 0xFF, 4 * sizeof(float)));
+          CU(cudaMemset(d_ref, 0xFF, m * 2));
+          CU(cudaMemset(d_got, 0xFF, m * 2));
+          if (kernel == 0) {
+            CU(exmy_cuda_quantize_bf16(&bf, &rne, src, d_b, n, 0));
+            CU(gpu_bf16_storage_amax(d_b, n, d_amax, 0));
+          } else if (kernel == 1) {
+            CU(exmy_cuda_amax_fold(src, n, d_amax, 0));
+          } else {
+            float *w = rand_floats(C, 0.5, 1.5, 902);
+            d_w = dev_from(w, C * 4), d_r = dev_alloc(N * 4), d_rows = dev_alloc(m * 4);
+            free(w);
+            CU(cudaMemcpy(d_rows, src, m * 4, cudaMemcpyDeviceToDevice));
+            CU(gpu_rmsnorm_forward_amax(d_r, d_rows, NULL, NULL, NULL, d_w, N, C, d_amax, 0));
+          }
+          CU(exmy_cuda_scale_from_amax(&f, cases[c].margin, cases[c].pow2, d_amax, d_si, 0));
+          const gpu_bf16_scaling given = {.scale_inv = d_si};
+          gpu_bf16_scaling own = {0};
+          own.of_amax = exmy_cuda_amax_scale_of(&f, cases[c].margin, cases[c].pow2, d_amax,
+                                                d_si + 2);
+          if (kernel == 0) {
+            CU(gpu_bf16_storage_image(d_ref, d_b, n, &f, &o, &given, 0));
+            CU(gpu_bf16_storage_image(d_got, d_b, n, &f, &o, &own, 0));
+          } else if (kernel == 1) {
+            CU(exmy_cuda_quantize_scaled_bf16(&f, &o, d_si, src, d_ref, n, 0));
+            CU(exmy_cuda_quantize_amax_scaled_bf16(&f, &o, &own.of_amax, src, d_got, n, 0));
+          } else {
+            CU(gpu_rmsnorm_forward_bf16(d_ref, NULL, d_r, d_rows, NULL, d_w, N, C, &f, &o, &given,
+                                        0));
+            CU(gpu_rmsnorm_forward_bf16(d_got, NULL, d_r, d_rows, NULL, d_w, N, C, &f, &o, &own,
+                                        0));
+          }
+          LAUNCHED();
+          float pair[4];
+          to_host(pair, d_si, sizeof pair);
+          to_host(ref, d_ref, m * 2);
+          to_host(got, d_got, m * 2);
+          size_t bad = 0;
+          for (size_t i = 0; i < m; i++) bad += ref[i] != got[i];
+          printf("  %-26s %-4s mode %d margin %d pow2 %d n %-8zu%s: s %g (given %g), %zu of %zu "
+                 "differ\n", name, cases[c].format, (int)cases[c].mode, cases[c].margin,
+                 (int)cases[c].pow2, m, zero ? " zeros" : "", pair[2], pair[0], bad, m);
+          ck_assert_msg(bad == 0 && !memcmp(pair, pair + 2, 2 * sizeof(float)),
+                        "%s %s n %zu: %zu differ, {s, 1/s} {%g, %g} given {%g, %g}", name,
+                        cases[c].format, m, bad, pair[2], pair[3], pair[0], pair[1]);
+          ck_assert(zero ? pair[0] == 1.0f : pair[0] != 1.0f);
+          if (d_rows) {
+            CU(cudaFree(d_rows)); CU(cudaFree(d_w)); CU(cudaFree(d_r));
+          }
+        }
+      }
+    /* the kernels that take only a given scale refuse one worked out */
+    gpu_bf16_scaling own = {0};
+    own.of_amax = exmy_cuda_amax_scale_of(&f, 0, false, d_amax, d_si + 2);
+    ck_assert_int_eq(gpu_swiglu_forward_bf16(d_got, d_x, d_x, 64, &f, &o, &own, 0),
+                     cudaErrorInvalidValue);
+    ck_assert_int_eq(gpu_swiglu_forward_bf16_storage_image(d_got, d_b, d_b, 64, &f, &o, &own, 0),
+                     cudaErrorInvalidValue);
+    ck_assert_int_eq(exmy_cuda_quantize_amax_scaled_bf16(&f, &o, NULL, d_x, d_got, 64, 0),
+                     cudaErrorInvalidValue);
+  }
+  CU(cudaFree(d_x)); CU(cudaFree(d_zero)); CU(cudaFree(d_b)); CU(cudaFree(d_ref));
+  CU(cudaFree(d_got)); CU(cudaFree(d_amax)); CU(cudaFree(d_si));
+  free(x); free(ref); free(got);
+}
+END_TEST
+
 /* act_bf16 on the GPU (the conversion instruction) against the reference
  * core on every float32 input: the same bits, NaN for NaN. */
 START_TEST(act_bf16_matches_core) {
@@ -2601,7 +2719,7 @@ int main(void) {
                                 adamw_coat,     scale_120m,   add_bf16,     swiglu_forward_bf16,
                                 rope_bf16,      rmsnorm_forward_bf16, rope_bf16_storage,
                                 sum_bf16,       swiglu_bf16_storage_every_input,
-                                bf16_storage_images, rmsnorm_forward_amax, NULL};
+                                bf16_storage_images, rmsnorm_forward_amax, scale_of_amax, NULL};
   Suite *s = suite_of("gpu_layers", 300, tests);
   /* after the others; on its own: CK_RUN_CASE=adamw_fold */
   TCase *tc = tcase_create("adamw_fold");

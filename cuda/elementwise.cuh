@@ -254,8 +254,8 @@ __device__ __forceinline__ float2 scale_pair_from_amax(unsigned int amax_bits, f
  * thread into `shared` for the block (block 0 also leaves it in scale_out,
  * and the products' alphas).  Every thread of the block calls it; issue
  * the loads before it, so that they overlap the one thread's read of the
- * word.  (One thread a block, not one a warp: at the memory's speed, eight
- * times the work of the scale cost more than the block's wait; measured.) */
+ * word.  (One thread a block: one lane a warp, without the block's barrier,
+ * measured slower.) */
 __device__ __forceinline__ const float *block_scale_pair(const float *given,
                                                          const exmy_cuda_amax_scale &c,
                                                          float *shared) {

@@ -1889,8 +1889,8 @@ cudaError_t gpu_bf16_storage_image(void *y, const uint16_t *x, size_t n, const e
   const bool launched =
       with_spec_format<EXMY_GPU_BF16, Bf16ImageLaunch>(f, ko.mode, [&](auto id, auto mode) {
         bf16_storage_image_kernel<decltype(id)::value, decltype(mode)::value>
-            <<<std::max(1u, image_blocks(n)), exmy_cuda::kThreads, 0, s>>>(*f, ko, (uint16_t *)y, x, n,
-                                                             c.scale_inv, c.of_amax, c.amax_bits);
+            <<<std::max(1u, image_blocks(n)), exmy_cuda::kThreads, 0, s>>>(
+                *f, ko, (uint16_t *)y, x, n, c.scale_inv, c.of_amax, c.amax_bits);
       });
   return launched ? cudaGetLastError() : cudaErrorInvalidValue;
 }

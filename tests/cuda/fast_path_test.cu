@@ -225,6 +225,13 @@ static unsigned long long check_runs(const char *name, const exmy_format &f, con
   Miss *d, h;
   unsigned long long total = 0;
   ck_assert_int_eq(cudaMalloc(&d, sizeof *d), cudaSuccess);
+  /* the end of a sweep's line: its first difference (the fast side named
+   * `fast`), and its differences counted into total */
+  auto line_end = [&](const char *fast) {
+    if (h.count) printf(" (first: 0x%08x %s 0x%x core 0x%x)", h.x, fast, h.fast, h.core);
+    printf("\n");
+    total += h.count;
+  };
   for (int r = 0; r <= kNumRuns; r++) {
     ck_assert_int_eq(cudaMemset(d, 0, sizeof *d), cudaSuccess);
     if (r == kNumRuns) k_decode_all<ID><<<256, 256>>>(f, d);
@@ -234,9 +241,7 @@ static unsigned long long check_runs(const char *name, const exmy_format &f, con
     printf("fast path %-14s %-6s R=%-2d sat=%d: %llu differences from the core%s", name,
            r == kNumRuns ? "decode" : exmy_rounding_name((exmy_rounding)kRuns[r].mode),
            r == kNumRuns ? 0 : kRuns[r].R, r == kNumRuns ? 0 : kRuns[r].sat, h.count, what);
-    if (h.count) printf(" (first: 0x%08x fast 0x%x core 0x%x)", h.x, h.fast, h.core);
-    printf("\n");
-    total += h.count;
+    line_end("fast");
   }
   /* the value path, saturating and not: it must take every finite input
    * but the overflows it leaves to the core */
@@ -255,31 +260,25 @@ static unsigned long long check_runs(const char *name, const exmy_format &f, con
     counted([&] { k_sweep_value<ID><<<132 * 16, 256>>>(f, sat, d, served); });
     printf("fast path %-14s value  rne  sat=%d: %llu differences from the core's decoded code, "
            "%llu inputs served%s", name, sat, h.count, n, what);
-    if (h.count) printf(" (first: 0x%08x fast 0x%x core 0x%x)", h.x, h.fast, h.core);
-    printf("\n");
+    line_end("fast");
     /* 2^32 less 2^24 infinities and NaNs: all served when saturating */
     if (sat) ck_assert_msg(n == (1ull << 32) - (1ull << 24), "%s: %llu served", name, n);
-    total += h.count;
   }
   if constexpr (HwPair<ID>::enabled) { /* the hardware's pair, saturating rne */
     counted([&] { k_sweep_hw_pair<ID><<<132 * 16, 256>>>(d, served); });
     printf("hardware pair %-10s rne  sat=1: %llu differences from the core's decoded code, "
            "%llu finite pairs%s", name, h.count, n, what);
-    if (h.count) printf(" (first: 0x%08x hw 0x%x core 0x%x)", h.x, h.fast, h.core);
-    printf("\n");
+    line_end("hw");
     ck_assert_msg(n > (1ull << 31), "%s: only %llu finite pairs", name, n);
-    total += h.count;
   }
   if constexpr (by_mask_enabled<ID>()) { /* float32 bits with a mask: rz, rne */
     for (int sat = 0; sat <= 1; sat++) {
       counted([&] { k_sweep_mask<ID><<<132 * 16, 256>>>(sat, d, served); });
       printf("by masks %-15s rz, rne sat=%d: %llu differences from the core's decoded codes, "
              "%llu finite inputs served by rne%s", name, sat, h.count, n, what);
-      if (h.count) printf(" (first: 0x%08x mask 0x%x core 0x%x)", h.x, h.fast, h.core);
-      printf("\n");
+      line_end("mask");
       /* every finite input when saturating */
       if (sat) ck_assert_msg(n == (1ull << 32) - (1ull << 24), "%s: %llu served", name, n);
-      total += h.count;
     }
     /* the same on two bf16 values a word: every pair */
     uint32_t *table;
@@ -298,14 +297,12 @@ static unsigned long long check_runs(const char *name, const exmy_format &f, con
         printf("bf16 pairs by masks %-10s %s sat=%d: %llu differences from the core's decoded "
                "codes, %llu of 2^32 pairs served%s", name, mode ? "rz " : "rne", sat, h.count, n,
                what);
-        if (h.count) printf(" (first: 0x%08x pair 0x%x core 0x%x)", h.x, h.fast, h.core);
-        printf("\n");
+        line_end("pair");
         /* pairs of finite halves (bf16 has 2^8 patterns of inf and NaN):
          * (2^16 - 2^8)^2, all served but overflows */
         const unsigned long long finite = (65536ull - 256) * (65536ull - 256);
         ck_assert_msg(n <= finite && n > finite - (finite >> 6), "%s: %llu pairs served", name, n);
         if (mode == 1 || sat) ck_assert_msg(n == finite, "%s: %llu pairs served", name, n);
-        total += h.count;
       }
     cudaFree(table);
   }

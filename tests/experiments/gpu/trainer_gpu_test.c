@@ -647,6 +647,10 @@ static void fusion_same_bits(const model_fusion *fu, const char *const *sets, co
 static const char *const e4m3_tensor_sr[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e4m3",
                                              "scaling=tensor", "rounding=sr", "saturate=1",
                                              NULL};
+/* Current scaling with a margin and power-of-two scales. */
+static const char *const pow2_margin[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
+                                          "scaling=tensor", "pow2_scale=1", "margin=1",
+                                          "saturate=1", NULL};
 /* Current scaling with the LM head and attention quantized too: lnf folded,
  * the attention sites' operands (no producer folds them) through their amax
  * passes. */
@@ -853,9 +857,6 @@ END_TEST
  * attention, 12 with the fused one (the LM head's X one more where it is
  * quantized), the rest on their present paths. */
 START_TEST(model_amax_folding_bit_identical) {
-  static const char *const pow2_margin[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
-                                            "scaling=tensor", "pow2_scale=1", "margin=1",
-                                            "saturate=1", NULL};
   /* what it leaves alone: unscaled, delayed and MX operands */
   static const char *const fp8[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2", NULL};
   static const char *const mx[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
@@ -892,9 +893,6 @@ END_TEST
  * and powers of two, sr, attention and LM head quantized); none under
  * delayed scaling. */
 START_TEST(model_scales_in_kernels_bit_identical) {
-  static const char *const pow2_margin[] = {"format_w=e4m3", "format_a=e4m3", "format_g=e5m2",
-                                            "scaling=tensor", "pow2_scale=1", "margin=1",
-                                            "saturate=1", NULL};
   const gpu_attention_kind mat = GPU_ATTENTION_MATERIALIZED, flash = GPU_ATTENTION_FLASH;
   fusion_same_bits(&scales_in_kernels, NULL, "fp8-current", SOME, 0, "test", mat);
   fusion_same_bits(&scales_in_kernels, NULL, "msamp-o1", SOME, 0, "test", mat);
